@@ -1,0 +1,321 @@
+//! The heap checker and statistics: one walk over every slab's metadata.
+//!
+//! # Invariants (exact on a quiescent heap; a live heap may show a move half made)
+//! - every slab below `len` is on exactly one list or is detached/disowned, with the state that
+//!   place implies (`slab.rs`); nothing is on two lists and no list has a cycle;
+//! - a sized slab: `popcount(bits) == free`, `1 <= free <= capacity`, `remote >= free`, so
+//!   `free + live + remote_freed == capacity` with `live = remote - free`;
+//! - a detached slab: no free bit, `DETACHED` set, `remote >= 1` (= live blocks);
+//! - a disowned slab: no owner, `DETACHED` set, `remote >= 1`;
+//! - a released slot holds no list.
+//!
+//! The report doubles as the heap's statistics: bytes in use, slabs per state, per class.
+
+use crate::heap::{Heap, Kind, SlabHeap};
+use crate::process;
+use crate::remote::{self, DETACHED};
+use crate::slab::{Meta, State};
+use crate::slot::owner_pid;
+use podkv_hw::sync::Ordering::{Acquire, Relaxed};
+use std::collections::BTreeMap;
+
+/// Statistics of one size class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Block size.
+    pub block_bytes: u32,
+    /// Slabs of this class (sized, detached, disowned).
+    pub slabs: u64,
+    /// Live blocks.
+    pub live_blocks: u64,
+    /// Blocks free for their owner to allocate.
+    pub free_blocks: u64,
+}
+
+/// Statistics of one slab heap.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlabHeapStats {
+    /// Slabs grown into.
+    pub len: u64,
+    /// Most slabs.
+    pub max: u64,
+    /// Slabs per state name.
+    pub slabs_by_state: BTreeMap<&'static str, u64>,
+    /// Per class (only classes with slabs).
+    pub classes: BTreeMap<usize, ClassStats>,
+    /// Bytes of live blocks (block sizes).
+    pub live_bytes: u64,
+    /// Live blocks.
+    pub live_blocks: u64,
+}
+
+/// One thread slot as the checker saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotStats {
+    /// Slot index.
+    pub index: u64,
+    /// Claiming process.
+    pub pid: u32,
+    /// Whether that process still runs.
+    pub alive: bool,
+}
+
+/// What [`Heap::check`] found.
+#[derive(Clone, Debug, Default)]
+pub struct HeapReport {
+    /// Small (`[0]`) and large (`[1]`) heap statistics.
+    pub heaps: [SlabHeapStats; 2],
+    /// Claimed slots.
+    pub claimed_slots: Vec<SlotStats>,
+    /// Bytes of HWcc metadata in use.
+    pub hwcc_bytes: u64,
+    /// Bytes of storage the file holds.
+    pub file_bytes: u64,
+    /// Every invariant violation, one line each. Empty: the heap is consistent.
+    pub problems: Vec<String>,
+}
+
+impl HeapReport {
+    /// Live bytes in both heaps.
+    pub fn live_bytes(&self) -> u64 {
+        self.heaps.iter().map(|h| h.live_bytes).sum()
+    }
+
+    /// Live blocks in both heaps.
+    pub fn live_blocks(&self) -> u64 {
+        self.heaps.iter().map(|h| h.live_blocks).sum()
+    }
+
+    /// Whether no invariant is violated.
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Where the walk found a slab.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Place {
+    Global,
+    Unsized(u64),
+    Sized(u64, usize),
+}
+
+struct Walk<'h> {
+    heap: &'h Heap,
+    report: HeapReport,
+}
+
+impl Heap {
+    /// Walks all metadata, checks every invariant and gathers statistics.
+    pub fn check(&self) -> HeapReport {
+        let mut walk = Walk { heap: self, report: HeapReport::default() };
+        walk.report.hwcc_bytes = self.hwcc_bytes();
+        walk.report.file_bytes = self.file_allocated_bytes().unwrap_or(0);
+        let places = walk.lists();
+        for kind in Kind::ALL {
+            walk.slabs(kind, &places[kind as usize]);
+        }
+        walk.report
+    }
+}
+
+impl Walk<'_> {
+    fn problem(&mut self, line: String) {
+        self.report.problems.push(line);
+    }
+
+    /// Every list of every slot and the global lists, by slab.
+    fn lists(&mut self) -> [BTreeMap<u32, Place>; 2] {
+        let mut places = [BTreeMap::new(), BTreeMap::new()];
+        for kind in Kind::ALL {
+            let heap = *self.heap.slab_heap(kind);
+            let len = self.heap.len(&heap);
+            let global = crate::free_list::walk(self.heap.free_head(&heap), len as usize, |s| {
+                if s < len {
+                    self.heap.desc(&heap, s).next()
+                } else {
+                    0
+                }
+            });
+            for slab in global {
+                self.place(&mut places[kind as usize], &heap, slab, Place::Global);
+            }
+        }
+        for i in 0..self.heap.geometry().slots() {
+            let slot = self.heap.slot(i);
+            let owner = slot.owner.load(Acquire);
+            let pid = owner_pid(owner);
+            if pid != 0 {
+                let alive = process::is_alive(pid, slot.start_time.load(Relaxed));
+                self.report.claimed_slots.push(SlotStats { index: i, pid, alive });
+            }
+            for kind in Kind::ALL {
+                self.slot_lists(&mut places[kind as usize], kind, i, pid != 0);
+            }
+        }
+        places
+    }
+
+    fn slot_lists(&mut self, places: &mut BTreeMap<u32, Place>, kind: Kind, i: u64, claimed: bool) {
+        let heap = *self.heap.slab_heap(kind);
+        let lists = &self.heap.slot(i).lists[kind as usize];
+        let unsized_word = lists.unsized_list.load(Relaxed);
+        let (mut link, count) = (unsized_word as u32, (unsized_word >> 32) as u32);
+        let mut seen = 0;
+        while link != 0 && seen <= count {
+            if !self.place(places, &heap, link - 1, Place::Unsized(i)) {
+                break;
+            }
+            seen += 1;
+            link = self.heap.desc(&heap, link - 1).next();
+        }
+        if seen != count || link != 0 {
+            self.problem(format!("slot {i} {} unsized list holds {seen} slabs, says {count}", kind.name()));
+        }
+        for class in 0..heap.classes.len {
+            let word = lists.sized[class].load(Relaxed);
+            let (head, tail) = (word as u32, (word >> 32) as u32);
+            let (mut link, mut prev) = (head, 0);
+            while link != 0 {
+                if !self.place(places, &heap, link - 1, Place::Sized(i, class)) {
+                    break;
+                }
+                let desc = self.heap.desc(&heap, link - 1);
+                if desc.prev() != prev {
+                    self.problem(format!("{} slab {} has prev link {} but follows {prev}", kind.name(), link - 1, desc.prev()));
+                }
+                prev = link;
+                link = desc.next();
+            }
+            if prev != tail {
+                self.problem(format!("slot {i} {} class {class} list ends at {prev}, tail says {tail}", kind.name()));
+            }
+        }
+        if !claimed && (unsized_word != 0 || lists.sized.iter().any(|w| w.load(Relaxed) != 0)) {
+            self.problem(format!("released slot {i} still holds {} lists", kind.name()));
+        }
+    }
+
+    /// Records where `slab` was found; false (and a problem) if it was out of range or already
+    /// placed, which also ends a cyclic list.
+    fn place(&mut self, places: &mut BTreeMap<u32, Place>, heap: &SlabHeap, slab: u32, at: Place) -> bool {
+        let len = self.heap.len(heap);
+        if slab >= len {
+            self.problem(format!("{} slab {slab} on a list is beyond the heap's {len} slabs", heap.kind.name()));
+            return false;
+        }
+        if let Some(before) = places.insert(slab, at) {
+            self.problem(format!("{} slab {slab} is on two lists: {before:?} and {at:?}", heap.kind.name()));
+            return false;
+        }
+        true
+    }
+
+    fn slabs(&mut self, kind: Kind, places: &BTreeMap<u32, Place>) {
+        let heap = *self.heap.slab_heap(kind);
+        let len = self.heap.len(&heap);
+        let stats = &mut self.report.heaps[kind as usize];
+        stats.len = u64::from(len);
+        stats.max = heap.max;
+        for slab in 0..len {
+            self.slab(&heap, slab, places.get(&slab).copied());
+        }
+    }
+
+    fn slab(&mut self, heap: &SlabHeap, slab: u32, place: Option<Place>) {
+        let desc = self.heap.desc(heap, slab);
+        let meta = desc.meta();
+        let remote_word = self.heap.remote(heap, slab).load(Acquire);
+        let count = remote::count(remote_word);
+        let detached = remote_word & DETACHED != 0;
+        let (free, _) = desc.free_and_cursor();
+        let bits = desc.count_bits();
+        let name = heap.kind.name();
+        let Some(state) = meta.state else {
+            return self.problem(format!("{name} slab {slab} has an unknown state in {meta:?}"));
+        };
+        let expect_owner = |slot: u64| meta.owner == slot as u32 + 1;
+        let ok = match (place, state) {
+            (Some(Place::Global), State::Free) => meta.owner == 0,
+            (Some(Place::Unsized(i)), State::Unsized) => expect_owner(i),
+            (Some(Place::Sized(i, class)), State::Sized) => {
+                expect_owner(i) && usize::from(meta.class) == class && self.sized_ok(heap, slab, meta, free, bits, count, detached)
+            }
+            (None, State::Detached) => {
+                meta.owner != 0 && bits == 0 && free == 0 && detached && count >= 1 && self.class_ok(heap, slab, meta)
+            }
+            (None, State::Disowned) => meta.owner == 0 && detached && count >= 1 && self.class_ok(heap, slab, meta),
+            _ => false,
+        };
+        if !ok {
+            return self.problem(format!(
+                "{name} slab {slab}: state {state:?} owner {} class {} at {place:?}, free {free} (bits {bits}), remote {count}{}",
+                meta.owner,
+                meta.class,
+                if detached { " detached" } else { "" }
+            ));
+        }
+        self.count_slab(heap, state, meta, free, count);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sized_ok(&mut self, heap: &SlabHeap, slab: u32, meta: Meta, free: u32, bits: u32, count: u32, detached: bool) -> bool {
+        if !self.class_ok(heap, slab, meta) {
+            return false;
+        }
+        let capacity = heap.classes.count[usize::from(meta.class)];
+        let stray = desc_bits_beyond(self.heap.desc(heap, slab), capacity);
+        free == bits && (1..=capacity).contains(&free) && count >= free && count <= capacity && !detached && !stray
+    }
+
+    fn class_ok(&mut self, heap: &SlabHeap, slab: u32, meta: Meta) -> bool {
+        let ok = usize::from(meta.class) < heap.classes.len;
+        if !ok {
+            self.problem(format!("{} slab {slab} has class {} of {}", heap.kind.name(), meta.class, heap.classes.len));
+        }
+        ok
+    }
+
+    fn count_slab(&mut self, heap: &SlabHeap, state: State, meta: Meta, free: u32, count: u32) {
+        let stats = &mut self.report.heaps[heap.kind as usize];
+        *stats.slabs_by_state.entry(state_name(state)).or_default() += 1;
+        let live = match state {
+            State::Sized => count - free,
+            State::Detached | State::Disowned => count,
+            State::Free | State::Unsized => return,
+        };
+        let class = usize::from(meta.class);
+        let block = heap.classes.size[class];
+        let entry = stats.classes.entry(class).or_insert_with(|| ClassStats { block_bytes: block, ..Default::default() });
+        entry.slabs += 1;
+        entry.live_blocks += u64::from(live);
+        entry.free_blocks += u64::from(if state == State::Sized { free } else { 0 });
+        stats.live_blocks += u64::from(live);
+        stats.live_bytes += u64::from(live) * u64::from(block);
+    }
+}
+
+fn desc_bits_beyond(desc: &crate::slab::SlabDesc, capacity: u32) -> bool {
+    desc.bits.iter().enumerate().any(|(i, w)| {
+        let w = w.load(Relaxed);
+        let first = i as u32 * 64;
+        if first >= capacity {
+            w != 0
+        } else if first + 64 > capacity {
+            w >> (capacity - first) != 0
+        } else {
+            false
+        }
+    })
+}
+
+/// A state's name as reports print it.
+pub fn state_name(state: State) -> &'static str {
+    match state {
+        State::Free => "free",
+        State::Unsized => "unsized",
+        State::Sized => "sized",
+        State::Detached => "detached",
+        State::Disowned => "disowned",
+    }
+}

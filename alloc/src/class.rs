@@ -1,0 +1,193 @@
+//! Size classes of the small and large heaps.
+//!
+//! # How classes are made
+//! Sizes step by 8 B up to 64 B, then by an eighth of each power of two (64, 72, 80, …, 128,
+//! 144, …). Each size is then *expanded* to the largest multiple of 8 that still fits the same
+//! number of blocks in a slab, so a slab wastes less than 8 B per block at its tail; equal
+//! sizes merge.
+//!
+//! # Internal fragmentation bound (tested in `tests::fragmentation_bound`)
+//! - below 64 B: under 8 B per block;
+//! - 64 B to 64 KiB: under 12.5% of the block;
+//! - above 64 KiB (large heap): a 512 KiB slab holds at most 7 such blocks, so a request just
+//!   over 256 KiB takes the whole slab: up to 50%, inherent to CXLALLOC's 512 KiB slab.
+
+/// The most classes any heap has.
+pub const COUNT_CLASSES_MAX: usize = 80;
+/// Largest small allocation.
+pub const SIZE_SMALL_MAX: usize = 1024;
+/// Largest large allocation.
+pub const SIZE_LARGE_MAX: usize = 512 * 1024;
+/// log2 of a small slab (32 KiB).
+pub const SHIFT_SMALL_SLAB: u32 = 15;
+/// log2 of a large slab (512 KiB).
+pub const SHIFT_LARGE_SLAB: u32 = 19;
+/// Most blocks in any slab (8 B blocks in 32 KiB), and so the bits of a slab's bitset.
+pub const COUNT_BLOCKS_MAX: usize = 4096;
+
+/// One heap's classes: block size, blocks per slab, and the reciprocal that turns a block's
+/// offset in its slab into its index without a division.
+#[derive(Debug)]
+pub struct Classes {
+    /// Block size of each class (bytes, multiple of 8, increasing).
+    pub size: [u32; COUNT_CLASSES_MAX],
+    /// Blocks per slab of each class.
+    pub count: [u32; COUNT_CLASSES_MAX],
+    /// `ceil(2^32 / size)`: `(offset * recip) >> 32 == offset / size` for block offsets.
+    pub recip: [u64; COUNT_CLASSES_MAX],
+    /// Classes in use.
+    pub len: usize,
+    /// log2 of this heap's slab size.
+    pub shift_slab: u32,
+}
+
+impl Classes {
+    const fn build(min: u32, max: u32, shift_slab: u32) -> Classes {
+        let slab = 1u32 << shift_slab;
+        let mut out = Classes {
+            size: [0; COUNT_CLASSES_MAX],
+            count: [0; COUNT_CLASSES_MAX],
+            recip: [0; COUNT_CLASSES_MAX],
+            len: 0,
+            shift_slab,
+        };
+        let mut raw = min;
+        while raw <= max {
+            let blocks = slab / raw;
+            let expanded = (slab / blocks) & !7;
+            let fits = if expanded > max { max } else { expanded };
+            if out.len == 0 || out.size[out.len - 1] != fits {
+                out.size[out.len] = fits;
+                out.count[out.len] = slab / fits;
+                out.recip[out.len] = (1u64 << 32).div_ceil(fits as u64);
+                out.len += 1;
+            }
+            raw = next_raw(raw);
+        }
+        out
+    }
+
+    /// The block size of `class`.
+    #[inline]
+    pub const fn size_of(&self, class: usize) -> u32 {
+        self.size[class]
+    }
+
+    /// The smallest class serving `size` bytes at alignment `align`, if this heap serves it.
+    pub fn class_for(&self, size: usize, align: usize) -> Option<usize> {
+        let first = self.size[..self.len].partition_point(|&s| (s as usize) < size);
+        (first..self.len).find(|&c| self.size[c] as usize % align == 0)
+    }
+
+    /// The index of the block at byte `offset` of its slab (exact for block starts).
+    #[inline]
+    pub const fn block_index(&self, class: usize, offset: u64) -> u32 {
+        ((offset * self.recip[class]) >> 32) as u32
+    }
+}
+
+const fn next_raw(raw: u32) -> u32 {
+    if raw < 64 {
+        raw + 8
+    } else {
+        let pow = 1u32 << (31 - raw.leading_zeros());
+        raw + pow / 8
+    }
+}
+
+/// The small heap's classes: 8 B to 1 KiB in 32 KiB slabs.
+pub static SMALL: Classes = Classes::build(8, SIZE_SMALL_MAX as u32, SHIFT_SMALL_SLAB);
+/// The large heap's classes: just over 1 KiB to 512 KiB in 512 KiB slabs.
+pub static LARGE: Classes = Classes::build(SIZE_SMALL_MAX as u32 + 128, SIZE_LARGE_MAX as u32, SHIFT_LARGE_SLAB);
+
+/// Small class by `(size + 7) / 8`, for the allocation fast path (sizes 0..=1024).
+pub static SMALL_BY_WORDS: [u8; SIZE_SMALL_MAX / 8 + 1] = small_lut();
+
+const fn small_lut() -> [u8; SIZE_SMALL_MAX / 8 + 1] {
+    let mut lut = [0u8; SIZE_SMALL_MAX / 8 + 1];
+    let mut words = 0;
+    let mut class = 0;
+    while words <= SIZE_SMALL_MAX / 8 {
+        while (SMALL.size[class] as usize) < words * 8 {
+            class += 1;
+        }
+        lut[words] = class as u8;
+        words += 1;
+    }
+    lut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> [&'static Classes; 2] {
+        [&SMALL, &LARGE]
+    }
+
+    #[test]
+    fn classes_fit_their_slabs_and_increase() {
+        for classes in all() {
+            let slab = 1u64 << classes.shift_slab;
+            assert!(classes.len <= COUNT_CLASSES_MAX);
+            for c in 0..classes.len {
+                let (size, count) = (u64::from(classes.size[c]), u64::from(classes.count[c]));
+                assert_eq!(size % 8, 0);
+                assert!(count * size <= slab && slab - count * size < 8 * count, "tail waste of class {c}");
+                assert!(count as usize <= COUNT_BLOCKS_MAX);
+                if c > 0 {
+                    assert!(classes.size[c] > classes.size[c - 1]);
+                }
+            }
+        }
+        assert_eq!(SMALL.size[0], 8);
+        assert_eq!(SMALL.size[SMALL.len - 1] as usize, SIZE_SMALL_MAX);
+        assert_eq!(LARGE.size[LARGE.len - 1] as usize, SIZE_LARGE_MAX);
+        assert!((LARGE.size[0] as usize) > SIZE_SMALL_MAX);
+    }
+
+    #[test]
+    fn reciprocal_is_exact_on_every_block_start() {
+        for classes in all() {
+            for c in 0..classes.len {
+                for block in 0..u64::from(classes.count[c]) {
+                    let offset = block * u64::from(classes.size[c]);
+                    assert_eq!(u64::from(classes.block_index(c, offset)), block);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fragmentation_bound() {
+        for size in 1..=SIZE_LARGE_MAX {
+            let classes = if size <= SIZE_SMALL_MAX { &SMALL } else { &LARGE };
+            let class = classes.class_for(size, 1).expect("every size up to 512 KiB is served");
+            let block = classes.size[class] as usize;
+            let waste = block - size;
+            if size < 64 {
+                assert!(waste < 8, "size {size} -> {block}");
+            } else if size <= 64 * 1024 {
+                assert!(waste * 8 < block, "size {size} -> {block}: over 12.5%");
+            } else {
+                assert!(waste * 2 < block, "size {size} -> {block}: over 50%");
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_table_agrees_with_search() {
+        for size in 0..=SIZE_SMALL_MAX {
+            let by_table = SMALL_BY_WORDS[size.div_ceil(8)] as usize;
+            assert_eq!(Some(by_table), SMALL.class_for(size.max(1), 1), "size {size}");
+        }
+    }
+
+    #[test]
+    fn alignment_picks_a_multiple() {
+        let c = SMALL.class_for(65, 64).unwrap();
+        assert_eq!(SMALL.size[c] % 64, 0);
+        assert!(SMALL.size[c] >= 65);
+        assert_eq!(SMALL.class_for(8, 2048), None);
+    }
+}

@@ -1,0 +1,108 @@
+//! The allocator's errors: typed, one line each, never a panic or a signal.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a heap could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum HeapError {
+    /// The file could not be opened.
+    #[error("cannot open heap {}: {source}", path.display())]
+    Open {
+        /// The heap file.
+        path: PathBuf,
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// The file cannot be written.
+    #[error("heap {} is read-only: a heap must be writable by every process that opens it", path.display())]
+    ReadOnly {
+        /// The heap file.
+        path: PathBuf,
+    },
+    /// The file is not a podkv heap.
+    #[error("{} is not a podkv heap (its header has magic {magic:#08x}, podkv's is {expected:#08x})", path.display())]
+    Foreign {
+        /// The heap file.
+        path: PathBuf,
+        /// What the header held.
+        magic: u64,
+        /// podkv's magic.
+        expected: u64,
+    },
+    /// A podkv heap of another format version.
+    #[error("heap {} has format version {found}; this podkv reads version {expected}", path.display())]
+    Version {
+        /// The heap file.
+        path: PathBuf,
+        /// The file's version.
+        found: u64,
+        /// This build's version.
+        expected: u64,
+    },
+    /// The file is shorter than its own header says it must be.
+    #[error("heap {} is truncated: {len} bytes, but its slabs reach {needed} bytes", path.display())]
+    Truncated {
+        /// The heap file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// The length its metadata requires.
+        needed: u64,
+    },
+    /// The header or metadata holds values no valid heap has.
+    #[error("heap {} is corrupt: {what}", path.display())]
+    Corrupt {
+        /// The heap file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// The heap, its file or its file system is full.
+    #[error("out of memory: {what}")]
+    OutOfMemory {
+        /// What could not be had.
+        what: String,
+    },
+    /// Every thread slot is claimed.
+    #[error("no free thread slot: all {count} slots of the heap are claimed")]
+    NoSlot {
+        /// Slots in the heap.
+        count: u64,
+    },
+    /// The heap could not be mapped.
+    #[error("cannot map heap: {source}")]
+    Map {
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// A system call on the heap file failed.
+    #[error("{what} on heap {} failed: {source}", path.display())]
+    Io {
+        /// The heap file.
+        path: PathBuf,
+        /// The call.
+        what: &'static str,
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// A configuration no heap can have.
+    #[error("invalid heap configuration: {0}")]
+    Config(String),
+}
+
+/// Why an allocation failed: small and `Copy`, for the allocation path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// The heap (or its backing file system) has no room for another slab.
+    #[error("out of memory: the heap cannot grow")]
+    OutOfMemory,
+    /// A size or alignment this heap does not serve.
+    #[error("unsupported allocation: {size} bytes aligned to {align}")]
+    Unsupported {
+        /// Requested bytes.
+        size: usize,
+        /// Requested alignment.
+        align: usize,
+    },
+}

@@ -1,0 +1,225 @@
+//! The heap file and this process's view of it: open, back, release, reserve, map.
+//!
+//! A heap is a file: `/dev/shm/podkv-<name>`, a file on a shared mount, or a DAX device. Regular
+//! files are sparse; a range is *backed* (`fallocate`) before the heap first uses it, so running
+//! out of file space or of `/dev/shm` is an error value at that moment, never a `SIGBUS` later
+//! (constitution rule 8). A free slab's pages are released by punching a hole (rule 7).
+
+use crate::error::HeapError;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// An open heap file.
+#[derive(Debug)]
+pub struct HeapFile {
+    fd: libc::c_int,
+    /// Where it lives.
+    pub path: PathBuf,
+    /// Whether it is a device (DAX): fixed size, no `fallocate`, no hole punching.
+    pub is_device: bool,
+}
+
+impl Drop for HeapFile {
+    fn drop(&mut self) {
+        // SAFETY: `fd` was opened by `HeapFile::open` and is closed exactly once, here.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+fn cpath(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_else(|_| CString::new("?").expect("no NUL"))
+}
+
+impl HeapFile {
+    /// Opens `path` read-write, creating it (mode 0600) when `create` is set.
+    pub fn open(path: &Path, create: bool) -> Result<HeapFile, HeapError> {
+        let c = cpath(path);
+        let flags = libc::O_RDWR | libc::O_CLOEXEC | if create { libc::O_CREAT } else { 0 };
+        // SAFETY: `c` is a valid NUL-terminated path; the mode argument is read only with O_CREAT.
+        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
+                    HeapError::ReadOnly { path: path.to_owned() }
+                }
+                _ => HeapError::Open { path: path.to_owned(), source: err },
+            });
+        }
+        let file = HeapFile { fd, path: path.to_owned(), is_device: false };
+        let st = file.stat()?;
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind == libc::S_IFDIR {
+            return Err(HeapError::Open { path: path.to_owned(), source: io::Error::other("is a directory") });
+        }
+        // Root ignores permission bits; refuse a file nobody may write, for everyone alike.
+        if st.st_mode & 0o222 == 0 {
+            return Err(HeapError::ReadOnly { path: path.to_owned() });
+        }
+        Ok(HeapFile { is_device: kind == libc::S_IFCHR || kind == libc::S_IFBLK, ..file })
+    }
+
+    fn stat(&self) -> Result<libc::stat, HeapError> {
+        // SAFETY: `stat` is plain old data; fstat fills it in or fails.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open and `st` is a valid out pointer.
+        if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
+            return Err(self.io("fstat", io::Error::last_os_error()));
+        }
+        Ok(st)
+    }
+
+    /// The file's length in bytes (a device's size for DAX).
+    pub fn len(&self) -> Result<u64, HeapError> {
+        if self.is_device {
+            // SAFETY: `fd` is open; SEEK_END on a device reports its size.
+            let end = unsafe { libc::lseek(self.fd, 0, libc::SEEK_END) };
+            return if end < 0 { Err(self.io("lseek", io::Error::last_os_error())) } else { Ok(end as u64) };
+        }
+        Ok(self.stat()?.st_size as u64)
+    }
+
+    /// Bytes of storage the file holds (`st_blocks`), which falls when slabs are released.
+    pub fn allocated_bytes(&self) -> Result<u64, HeapError> {
+        Ok(self.stat()?.st_blocks as u64 * 512)
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, HeapError> {
+        // SAFETY: `buf` is valid for `buf.len()` bytes of writes.
+        let n = unsafe { libc::pread(self.fd, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) };
+        if n < 0 {
+            return Err(self.io("pread", io::Error::last_os_error()));
+        }
+        Ok(n as usize)
+    }
+
+    /// Backs `[offset, offset + len)` with storage, growing the file if needed (never shrinking
+    /// it, so concurrent growers cannot undo each other). Out of space is `OutOfMemory`.
+    pub fn back(&self, offset: u64, len: u64) -> Result<(), HeapError> {
+        if self.is_device || len == 0 {
+            return Ok(());
+        }
+        // SAFETY: `fd` is open; mode 0 allocates and extends, it never discards data.
+        let rc = unsafe { libc::fallocate(self.fd, 0, offset as libc::off_t, len as libc::off_t) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) | Some(libc::ENOMEM) => {
+                Err(HeapError::OutOfMemory { what: format!("cannot back {len} bytes of {}: {err}", self.path.display()) })
+            }
+            Some(libc::EOPNOTSUPP) => self.back_by_writing(offset, len),
+            _ => Err(self.io("fallocate", err)),
+        }
+    }
+
+    /// Fallback for file systems without `fallocate`: extend the length only.
+    fn back_by_writing(&self, offset: u64, len: u64) -> Result<(), HeapError> {
+        let end = offset + len;
+        if self.len()? < end {
+            // SAFETY: `fd` is open; growing a file with ftruncate only adds zeros.
+            if unsafe { libc::ftruncate(self.fd, end as libc::off_t) } != 0 {
+                return Err(self.io("ftruncate", io::Error::last_os_error()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the storage of `[offset, offset + len)`: the pages read back as zeros and stop
+    /// counting toward any process's memory (punch hole; `MADV_REMOVE` does the same for tmpfs).
+    pub fn release(&self, offset: u64, len: u64) {
+        if self.is_device {
+            return;
+        }
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: `fd` is open; punching a hole only discards the range's contents, which the
+        // caller owns and no longer needs. Failure (a file system without holes) only keeps pages.
+        unsafe { libc::fallocate(self.fd, mode, offset as libc::off_t, len as libc::off_t) };
+    }
+
+    /// The raw descriptor, for mapping.
+    pub fn fd(&self) -> libc::c_int {
+        self.fd
+    }
+
+    fn io(&self, what: &'static str, source: io::Error) -> HeapError {
+        HeapError::Io { path: self.path.clone(), what, source }
+    }
+}
+
+/// This process's reservation: `len` bytes of address space, the heap mapped at its start.
+#[derive(Debug)]
+pub struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory that every thread may address; the heap's own protocols
+// decide who may write which bytes.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `Mapping` itself is never mutated after creation.
+unsafe impl Sync for Mapping {}
+
+const ALIGN_RESERVATION: usize = 1 << 30;
+
+impl Mapping {
+    /// Reserves `len` bytes of address space aligned to 1 GiB (`PROT_NONE`), then maps `file`'s
+    /// first `len` bytes over it with `MAP_FIXED`, so offset `o` is at `base + o` here and the
+    /// same bytes are at offset `o` in every other process (spatial pointer consistency).
+    pub fn new(file: &HeapFile, len: u64) -> Result<Mapping, HeapError> {
+        let len = usize::try_from(len).map_err(|_| HeapError::Map { source: io::Error::other("heap too large") })?;
+        let want = len + ALIGN_RESERVATION;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        // SAFETY: a fresh anonymous PROT_NONE mapping at an address the kernel picks.
+        let raw = unsafe { libc::mmap(std::ptr::null_mut(), want, libc::PROT_NONE, flags, -1, 0) };
+        if raw == libc::MAP_FAILED {
+            return Err(HeapError::Map { source: io::Error::last_os_error() });
+        }
+        let start = raw as usize;
+        let base = start.next_multiple_of(ALIGN_RESERVATION);
+        // SAFETY: both trims lie inside the reservation just made and nothing else uses them.
+        unsafe {
+            if base > start {
+                libc::munmap(raw, base - start);
+            }
+            let tail = start + want - (base + len);
+            if tail > 0 {
+                libc::munmap((base + len) as *mut libc::c_void, tail);
+            }
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: `[base, base + len)` is our own reservation; MAP_FIXED replaces only it.
+        let mapped = unsafe {
+            libc::mmap(base as *mut libc::c_void, len, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.fd(), 0)
+        };
+        if mapped == libc::MAP_FAILED {
+            let source = io::Error::last_os_error();
+            // SAFETY: releasing the reservation made above.
+            unsafe { libc::munmap(base as *mut libc::c_void, len) };
+            return Err(HeapError::Map { source });
+        }
+        Ok(Mapping { base: base as *mut u8, len })
+    }
+
+    /// The address of offset zero in this process.
+    #[inline]
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// The reservation's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the range is this mapping's and no reference into it outlives the heap.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}

@@ -1,0 +1,444 @@
+//! The heap: open (or create) a heap file, map it, and the operations shared by every thread
+//! handle: growth, the global free lists, and the slab heaps' metadata.
+//!
+//! # Opening, with no coordinator (constitution rule 3)
+//! 1. open the file (creating it, mode 0600, if asked); refuse read-only files;
+//! 2. back the header page; if the format word is zero the file is a fresh heap: install the
+//!    configured geometry with one CAS (0 → word). Every opener then decodes the same word;
+//! 3. refuse foreign, other-version and truncated files;
+//! 4. reserve the whole heap's address space and map the file over it (`file.rs`);
+//! 5. back the fixed part (header, HWcc globals, thread slots).
+//!
+//! Any number of processes may do this at once on a zero-filled file: the CAS picks one
+//! geometry and every other step is idempotent.
+
+use crate::class::{Classes, LARGE, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB, SMALL};
+use crate::error::{AllocError, HeapError};
+use crate::file::{HeapFile, Mapping};
+use crate::free_list;
+use crate::layout::{FormatProblem, Geometry, Layout, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE, SIZE_HEADER};
+use crate::offset::Offset;
+use crate::slab::{SlabDesc, State, SIZE_DESC};
+use crate::slot::{Slot, SIZE_SLOT};
+use crate::thread::ThreadHandle;
+use podkv_hw::sync::{AtomicU64, Ordering};
+use podkv_hw::Coherence;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Root words in the header, for the layers above (the store keeps its index root here).
+pub const COUNT_ROOTS: usize = 32;
+const OFFSET_ROOTS: u64 = 512;
+
+/// How to open a heap, and the geometry a fresh heap gets.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Most bytes of small slabs (rounded up to a power of two of 32 KiB slabs).
+    pub small_bytes: u64,
+    /// Most bytes of large slabs (rounded up to a power of two of 512 KiB slabs).
+    pub large_bytes: u64,
+    /// Thread slots (rounded up to a power of two; at most 16384).
+    pub slots: u64,
+    /// Coherence mode of a fresh heap.
+    pub coherence: Coherence,
+    /// Create the file if it does not exist.
+    pub create: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { small_bytes: 64 << 30, large_bytes: 64 << 30, slots: 1024, coherence: Coherence::Hardware, create: true }
+    }
+}
+
+impl Config {
+    /// The geometry a fresh heap opened with this configuration gets.
+    pub fn geometry(&self) -> Result<Geometry, HeapError> {
+        let log2 = |n: u64| n.max(1).next_power_of_two().trailing_zeros();
+        let geometry = Geometry {
+            small_slabs_log2: log2(self.small_bytes.div_ceil(1 << SHIFT_SMALL_SLAB)),
+            large_slabs_log2: log2(self.large_bytes.div_ceil(1 << SHIFT_LARGE_SLAB)),
+            slots_log2: log2(self.slots),
+            coherence: self.coherence,
+        };
+        geometry.validate().map_err(|why| HeapError::Config(why.to_owned()))?;
+        Ok(geometry)
+    }
+}
+
+/// The default heap path for a name: `/dev/shm/podkv-<name>`.
+pub fn default_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/podkv-{name}"))
+}
+
+/// Which slab heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// 8 B – 1 KiB blocks in 32 KiB slabs.
+    Small = 0,
+    /// 1 KiB – 512 KiB blocks in 512 KiB slabs.
+    Large = 1,
+}
+
+impl Kind {
+    /// Both kinds, small first.
+    pub const ALL: [Kind; 2] = [Kind::Small, Kind::Large];
+
+    /// The kind's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Small => "small",
+            Kind::Large => "large",
+        }
+    }
+}
+
+/// Where one slab heap's metadata and data lie (offsets from the heap's start).
+#[derive(Clone, Copy, Debug)]
+pub struct SlabHeap {
+    /// Which heap.
+    pub kind: Kind,
+    /// Its classes.
+    pub classes: &'static Classes,
+    /// log2 of its slab size.
+    pub shift: u32,
+    /// Most slabs.
+    pub max: u64,
+    /// The HWcc `len` word (slabs in use).
+    pub len_at: u64,
+    /// The HWcc global free list head.
+    pub free_at: u64,
+    /// First remote-free word.
+    pub remote_at: u64,
+    /// First descriptor.
+    pub desc_at: u64,
+    /// First slab's data.
+    pub data_at: u64,
+    /// Slabs a thread takes per growth.
+    pub batch_grow: u32,
+    /// Empty slabs a slot keeps before returning them to the global list.
+    pub count_keep_unsized: u32,
+}
+
+impl SlabHeap {
+    fn new(kind: Kind, geometry: &Geometry, layout: &Layout) -> SlabHeap {
+        let global = |line: u64| layout.hwcc + line * SIZE_GLOBAL_LINE;
+        match kind {
+            Kind::Small => SlabHeap {
+                kind,
+                classes: &SMALL,
+                shift: SHIFT_SMALL_SLAB,
+                max: geometry.small_slabs_max(),
+                len_at: global(0),
+                free_at: global(1),
+                remote_at: layout.small_remote,
+                desc_at: layout.small_desc,
+                data_at: layout.small_data,
+                batch_grow: 4,
+                count_keep_unsized: 8,
+            },
+            Kind::Large => SlabHeap {
+                kind,
+                classes: &LARGE,
+                shift: SHIFT_LARGE_SLAB,
+                max: geometry.large_slabs_max(),
+                len_at: global(2),
+                free_at: global(3),
+                remote_at: layout.large_remote,
+                desc_at: layout.large_desc,
+                data_at: layout.large_data,
+                batch_grow: 1,
+                count_keep_unsized: 2,
+            },
+        }
+    }
+
+    /// Bytes in one slab.
+    pub const fn slab_bytes(&self) -> u64 {
+        1 << self.shift
+    }
+
+    /// The offset of slab `slab`'s first byte.
+    #[inline]
+    pub const fn data_of(&self, slab: u32) -> u64 {
+        self.data_at + ((slab as u64) << self.shift)
+    }
+
+    /// Which slab of this heap holds `offset`, with the offset inside it.
+    #[inline]
+    pub const fn slab_of(&self, offset: u64) -> Option<(u32, u64)> {
+        let rel = offset.wrapping_sub(self.data_at);
+        if rel < self.max << self.shift {
+            Some(((rel >> self.shift) as u32, rel & ((1 << self.shift) - 1)))
+        } else {
+            None
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) mapping: Mapping,
+    pub(crate) file: HeapFile,
+    pub(crate) geometry: Geometry,
+    pub(crate) layout: Layout,
+    pub(crate) heaps: [SlabHeap; 2],
+    pub(crate) pid: u32,
+    pub(crate) start_time: u64,
+}
+
+/// An open heap: cheap to clone, shared by every thread of the process. Each allocating thread
+/// takes a [`ThreadHandle`] with [`Heap::thread`].
+#[derive(Clone)]
+pub struct Heap {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Heap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heap").field("path", &self.shared.file.path).field("geometry", &self.shared.geometry).finish()
+    }
+}
+
+impl Heap {
+    /// Opens the heap at `path`, creating a fresh one as `config` says.
+    pub fn open(path: impl AsRef<Path>, config: &Config) -> Result<Heap, HeapError> {
+        let path = path.as_ref();
+        let file = HeapFile::open(path, config.create)?;
+        let geometry = install_or_read_geometry(&file, config)?;
+        let layout = geometry.layout();
+        refuse_truncated(&file, &geometry, &layout)?;
+        file.back(0, layout.hwcc + 4 * SIZE_GLOBAL_LINE)?;
+        file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
+        let mapping = Mapping::new(&file, layout.total)?;
+        let heaps = [SlabHeap::new(Kind::Small, &geometry, &layout), SlabHeap::new(Kind::Large, &geometry, &layout)];
+        let (pid, start_time) = crate::process::me();
+        Ok(Heap { shared: Arc::new(Shared { mapping, file, geometry, layout, heaps, pid, start_time }) })
+    }
+
+    /// Claims a thread slot for the calling thread.
+    pub fn thread(&self) -> Result<ThreadHandle, HeapError> {
+        ThreadHandle::claim(self.clone())
+    }
+
+    /// This process's address of `offset`. The offset must lie inside the heap.
+    #[inline]
+    pub fn resolve(&self, offset: Offset) -> *mut u8 {
+        debug_assert!(offset.0 < self.shared.layout.total);
+        self.shared.mapping.base().wrapping_add(offset.0 as usize)
+    }
+
+    /// The offset of an address in this process's mapping, if it lies in the heap.
+    pub fn offset_of(&self, ptr: *const u8) -> Option<Offset> {
+        let rel = (ptr as usize).wrapping_sub(self.shared.mapping.base() as usize);
+        (rel < self.shared.mapping.len()).then_some(Offset(rel as u64))
+    }
+
+    /// Root word `i` of the header (for the layers above; zero in a fresh heap).
+    pub fn root(&self, i: usize) -> &AtomicU64 {
+        assert!(i < COUNT_ROOTS, "root {i} out of range");
+        self.word(OFFSET_ROOTS + 8 * i as u64)
+    }
+
+    /// The heap's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.shared.geometry
+    }
+
+    /// Where its regions lie.
+    pub fn layout(&self) -> Layout {
+        self.shared.layout
+    }
+
+    /// The heap file's path.
+    pub fn path(&self) -> &Path {
+        &self.shared.file.path
+    }
+
+    /// Bytes of storage the heap file holds now.
+    pub fn file_allocated_bytes(&self) -> Result<u64, HeapError> {
+        self.shared.file.allocated_bytes()
+    }
+
+    /// The file's apparent length.
+    pub fn file_len(&self) -> Result<u64, HeapError> {
+        self.shared.file.len()
+    }
+
+    /// The small or large slab heap's placement.
+    pub fn slab_heap(&self, kind: Kind) -> &SlabHeap {
+        &self.shared.heaps[kind as usize]
+    }
+
+    /// Thread slot `i`.
+    pub fn slot(&self, i: u64) -> &Slot {
+        assert!(i < self.shared.geometry.slots());
+        // SAFETY: slot `i` lies in the slots region, which is backed at open and mapped for the
+        // heap's lifetime; a slot is plain atomics, valid for any bytes.
+        unsafe { &*(self.resolve(Offset(self.shared.layout.slots + i * SIZE_SLOT as u64)) as *const Slot) }
+    }
+
+    /// Slab `slab`'s descriptor in `heap`. The slab must be below the heap's `len`.
+    pub fn desc(&self, heap: &SlabHeap, slab: u32) -> &SlabDesc {
+        // SAFETY: descriptors of slabs below `len` are backed (the grower backs them before
+        // publishing `len`); a descriptor is plain atomics, valid for any bytes.
+        unsafe { &*(self.resolve(Offset(heap.desc_at + u64::from(slab) * SIZE_DESC as u64)) as *const SlabDesc) }
+    }
+
+    /// Slab `slab`'s remote-free word in `heap` (HWcc).
+    pub fn remote(&self, heap: &SlabHeap, slab: u32) -> &AtomicU64 {
+        self.word(heap.remote_at + 8 * u64::from(slab))
+    }
+
+    /// Slabs `heap` has grown to (HWcc `len`).
+    pub fn len(&self, heap: &SlabHeap) -> u32 {
+        self.word(heap.len_at).load(Ordering::Acquire) as u32
+    }
+
+    /// The head word of `heap`'s global free list (HWcc).
+    pub(crate) fn free_head(&self, heap: &SlabHeap) -> &AtomicU64 {
+        self.word(heap.free_at)
+    }
+
+    /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown.
+    pub fn hwcc_bytes(&self) -> u64 {
+        4 * SIZE_GLOBAL_LINE + Kind::ALL.iter().map(|&k| 8 * u64::from(self.len(self.slab_heap(k)))).sum::<u64>()
+    }
+
+    fn word(&self, offset: u64) -> &AtomicU64 {
+        // SAFETY: callers pass offsets of 8-byte-aligned words in backed metadata (header,
+        // globals, remote words below `len`); AtomicU64 is valid for any bits.
+        unsafe { &*(self.resolve(Offset(offset)) as *const AtomicU64) }
+    }
+
+    /// Grows `heap` by up to `batch` slabs, which the caller then owns. Backs the new slabs'
+    /// remote words, descriptors and data before publishing the new length, so no process can
+    /// touch unbacked memory; exhaustion is an error value.
+    pub(crate) fn grow(&self, heap: &SlabHeap, batch: u32) -> Result<std::ops::Range<u32>, AllocError> {
+        let len = self.word(heap.len_at);
+        let mut cur = len.load(Ordering::Acquire);
+        loop {
+            if cur >= heap.max {
+                return Err(AllocError::OutOfMemory);
+            }
+            let new = (cur + u64::from(batch)).min(heap.max);
+            self.back_slabs(heap, cur, new).map_err(|_| AllocError::OutOfMemory)?;
+            match len.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(cur as u32..new as u32),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    fn back_slabs(&self, heap: &SlabHeap, from: u64, to: u64) -> Result<(), HeapError> {
+        let file = &self.shared.file;
+        file.back(heap.remote_at + 8 * from, 8 * (to - from))?;
+        file.back(heap.desc_at + SIZE_DESC as u64 * from, SIZE_DESC as u64 * (to - from))?;
+        file.back(heap.data_of(from as u32), (to - from) << heap.shift)
+    }
+
+    /// Pops a slab from the global free list and backs its pages again.
+    pub(crate) fn pop_free(&self, heap: &SlabHeap) -> Result<Option<u32>, AllocError> {
+        let coherence = self.shared.geometry.coherence;
+        let next_of = |slab: u32| {
+            let desc = self.desc(heap, slab);
+            coherence.invalidate((desc as *const SlabDesc).cast(), 8 * 2);
+            desc.next()
+        };
+        let Some(slab) = free_list::pop(self.free_head(heap), next_of) else { return Ok(None) };
+        if self.shared.file.back(heap.data_of(slab), heap.slab_bytes()).is_err() {
+            self.push_free(heap, slab);
+            return Err(AllocError::OutOfMemory);
+        }
+        Ok(Some(slab))
+    }
+
+    /// `unsized_to_free`: releases the slab's pages and pushes it on the global free list.
+    pub(crate) fn push_free(&self, heap: &SlabHeap, slab: u32) {
+        let desc = self.desc(heap, slab);
+        desc.set_meta(0, 0, State::Free);
+        self.shared.file.release(heap.data_of(slab), heap.slab_bytes());
+        let coherence = self.shared.geometry.coherence;
+        let set_next = |s: u32, next: u32| {
+            let d = self.desc(heap, s);
+            d.set_links(next, 0);
+            coherence.write_back((d as *const SlabDesc).cast(), std::mem::size_of::<SlabDesc>());
+        };
+        free_list::push(self.free_head(heap), slab, set_next);
+    }
+}
+
+fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {
+    let len = file.len()?;
+    if !file.is_device && len < SIZE_HEADER {
+        let mut head = vec![0u8; len as usize];
+        file.read_at(&mut head, 0)?;
+        if head.iter().any(|&b| b != 0) {
+            return Err(HeapError::Truncated { path: file.path.clone(), len, needed: SIZE_HEADER });
+        }
+        file.back(0, SIZE_HEADER)?;
+    }
+    let word = header_word_cas(file, config)?;
+    Geometry::from_word(word).map_err(|problem| match problem {
+        FormatProblem::Foreign(magic) => HeapError::Foreign { path: file.path.clone(), magic, expected: MAGIC },
+        FormatProblem::Version(found) => {
+            HeapError::Version { path: file.path.clone(), found, expected: FORMAT_VERSION }
+        }
+        FormatProblem::Corrupt(what) => HeapError::Corrupt { path: file.path.clone(), what: what.to_owned() },
+    })
+}
+
+/// Maps the header page alone and installs the configured format word if it is zero.
+fn header_word_cas(file: &HeapFile, config: &Config) -> Result<u64, HeapError> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: a fresh shared mapping of the file's first page, which is backed (checked above).
+    let page = unsafe { libc::mmap(std::ptr::null_mut(), SIZE_HEADER as usize, prot, libc::MAP_SHARED, file.fd(), 0) };
+    if page == libc::MAP_FAILED {
+        return Err(HeapError::Map { source: std::io::Error::last_os_error() });
+    }
+    // SAFETY: the page is mapped, 4 KiB aligned, and an AtomicU64 is valid for any bits.
+    let word = unsafe { &*(page as *const AtomicU64) };
+    let mut found = word.load(Ordering::Acquire);
+    if found == 0 {
+        let fresh = config.geometry()?.to_word();
+        found = match word.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => fresh,
+            Err(other) => other,
+        };
+    }
+    // SAFETY: unmapping the page mapped above; `word` is not used past this point.
+    unsafe { libc::munmap(page, SIZE_HEADER as usize) };
+    Ok(found)
+}
+
+/// Refuses a file shorter than the slabs its header says exist.
+fn refuse_truncated(file: &HeapFile, geometry: &Geometry, layout: &Layout) -> Result<(), HeapError> {
+    let len = file.len()?;
+    let mut needed = 0;
+    for kind in Kind::ALL {
+        let heap = SlabHeap::new(kind, geometry, layout);
+        let mut word = [0u8; 8];
+        if file.read_at(&mut word, heap.len_at)? == 8 {
+            let slabs = u64::from_le_bytes(word);
+            if slabs > heap.max {
+                return Err(HeapError::Corrupt {
+                    path: file.path.clone(),
+                    what: format!("{} heap length {slabs} over its maximum {}", kind.name(), heap.max),
+                });
+            }
+            if slabs > 0 {
+                needed = needed.max(heap.data_at + (slabs << heap.shift));
+            }
+        }
+    }
+    if !file.is_device && len < needed {
+        return Err(HeapError::Truncated { path: file.path.clone(), len, needed });
+    }
+    if file.is_device && len < layout.total {
+        return Err(HeapError::Config(format!(
+            "device {} has {len} bytes but the heap's geometry needs {}",
+            file.path.display(),
+            layout.total
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! Heap geometry and the fixed offset of every region.
+//!
+//! # Regions, in file (and reservation) order
+//! ```text
+//! 0            header       4 KiB   format word, roots                      (header.rs)
+//! hwcc         HWcc         globals: len + free list head per slab heap,    (one line each)
+//!                            then one 8 B remote-free word per slab         (remote.rs)
+//! slots        thread slots COUNT_SLOTS × 2 KiB                             (slot.rs)
+//! small_desc   SWcc descs   one 576 B descriptor per small slab            (slab.rs)
+//! large_desc   SWcc descs   one 576 B descriptor per large slab
+//! small_data   small slabs  32 KiB each, 2 MiB aligned
+//! large_data   large slabs  512 KiB each, 2 MiB aligned
+//! ```
+//! Every offset is a pure function of the geometry, which the header's format word encodes in
+//! 64 bits; so a process that reads the word knows the whole layout, and offsets name the same
+//! bytes in every process (constitution rule 1). The file is sparse: only the parts a heap has
+//! grown into are backed.
+
+use crate::class::{SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
+use crate::slab::SIZE_DESC;
+use crate::slot::SIZE_SLOT;
+use podkv_hw::Coherence;
+
+/// The header's size.
+pub const SIZE_HEADER: u64 = 4096;
+/// Bytes of one HWcc global line.
+pub const SIZE_GLOBAL_LINE: u64 = 64;
+const ALIGN_PAGE: u64 = 4096;
+const ALIGN_DATA: u64 = 2 << 20;
+/// The format word's magic ("PKV" in the low 24 bits).
+pub const MAGIC: u64 = 0x564B50;
+/// The on-file format this build reads and writes.
+pub const FORMAT_VERSION: u64 = 1;
+/// Largest reservation a geometry may ask for (64 TiB: well inside a 47-bit address space).
+pub const SIZE_RESERVATION_MAX: u64 = 64 << 40;
+
+/// The shape of a heap: how far each slab heap may grow, how many thread slots, which
+/// coherence mode. Fixed when the heap is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// log2 of the most small slabs.
+    pub small_slabs_log2: u32,
+    /// log2 of the most large slabs.
+    pub large_slabs_log2: u32,
+    /// log2 of the number of thread slots.
+    pub slots_log2: u32,
+    /// The heap's coherence mode.
+    pub coherence: Coherence,
+}
+
+/// Why a format word was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FormatProblem {
+    /// The magic is not podkv's.
+    Foreign(u64),
+    /// A podkv heap of another format version.
+    Version(u64),
+    /// Fields outside what any valid heap has.
+    Corrupt(&'static str),
+}
+
+impl Geometry {
+    /// Packs the geometry into the header's format word (never zero).
+    pub fn to_word(self) -> u64 {
+        MAGIC
+            | FORMAT_VERSION << 24
+            | u64::from(self.small_slabs_log2) << 32
+            | u64::from(self.large_slabs_log2) << 38
+            | u64::from(self.slots_log2) << 44
+            | self.coherence.to_bits() << 48
+    }
+
+    /// Reads a format word back, refusing foreign, other-version and impossible ones.
+    pub fn from_word(word: u64) -> Result<Geometry, FormatProblem> {
+        if word & 0xFF_FFFF != MAGIC {
+            return Err(FormatProblem::Foreign(word & 0xFF_FFFF));
+        }
+        let version = (word >> 24) & 0xFF;
+        if version != FORMAT_VERSION {
+            return Err(FormatProblem::Version(version));
+        }
+        let coherence = Coherence::from_bits((word >> 48) & 0x3).ok_or(FormatProblem::Corrupt("coherence mode"))?;
+        if word >> 50 != 0 {
+            return Err(FormatProblem::Corrupt("reserved format bits set"));
+        }
+        let geometry = Geometry {
+            small_slabs_log2: ((word >> 32) & 0x3F) as u32,
+            large_slabs_log2: ((word >> 38) & 0x3F) as u32,
+            slots_log2: ((word >> 44) & 0xF) as u32,
+            coherence,
+        };
+        geometry.validate().map_err(FormatProblem::Corrupt)?;
+        Ok(geometry)
+    }
+
+    /// Checks the geometry describes a heap this build can map.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        if self.small_slabs_log2 > 32 || self.large_slabs_log2 > 32 {
+            return Err("slab count over 2^32");
+        }
+        if self.slots_log2 > 14 {
+            return Err("more than 16384 thread slots");
+        }
+        if self.layout().total > SIZE_RESERVATION_MAX {
+            return Err("heap larger than 64 TiB of address space");
+        }
+        Ok(())
+    }
+
+    /// Most small slabs.
+    pub fn small_slabs_max(&self) -> u64 {
+        1 << self.small_slabs_log2
+    }
+
+    /// Most large slabs.
+    pub fn large_slabs_max(&self) -> u64 {
+        1 << self.large_slabs_log2
+    }
+
+    /// Thread slots.
+    pub fn slots(&self) -> u64 {
+        1 << self.slots_log2
+    }
+
+    /// Where every region lies.
+    pub fn layout(&self) -> Layout {
+        let (small, large) = (self.small_slabs_max(), self.large_slabs_max());
+        let hwcc = SIZE_HEADER;
+        let small_remote = hwcc + 4 * SIZE_GLOBAL_LINE;
+        let large_remote = small_remote + 8 * small;
+        let slots = (large_remote + 8 * large).next_multiple_of(ALIGN_PAGE);
+        let small_desc = slots + SIZE_SLOT as u64 * self.slots();
+        let large_desc = small_desc + SIZE_DESC as u64 * small;
+        let small_data = (large_desc + SIZE_DESC as u64 * large).next_multiple_of(ALIGN_DATA);
+        let large_data = (small_data + (small << SHIFT_SMALL_SLAB)).next_multiple_of(ALIGN_DATA);
+        let total = large_data + (large << SHIFT_LARGE_SLAB);
+        Layout { hwcc, small_remote, large_remote, slots, small_desc, large_desc, small_data, large_data, total }
+    }
+}
+
+/// Byte offsets of each region from the start of the heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// HWcc globals: small len, small free, large len, large free (one line each).
+    pub hwcc: u64,
+    /// Small slabs' remote-free words.
+    pub small_remote: u64,
+    /// Large slabs' remote-free words.
+    pub large_remote: u64,
+    /// Thread slots.
+    pub slots: u64,
+    /// Small slabs' SWcc descriptors.
+    pub small_desc: u64,
+    /// Large slabs' SWcc descriptors.
+    pub large_desc: u64,
+    /// Small slabs' data.
+    pub small_data: u64,
+    /// Large slabs' data.
+    pub large_data: u64,
+    /// End of the heap: the reservation's length.
+    pub total: u64,
+}
+
+impl Layout {
+    /// End of the fixed-size part every heap backs at open (header, globals, slots).
+    pub fn fixed_end(&self) -> u64 {
+        self.small_desc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geometry() -> Geometry {
+        Geometry { small_slabs_log2: 21, large_slabs_log2: 17, slots_log2: 10, coherence: Coherence::Hardware }
+    }
+
+    #[test]
+    fn word_round_trips_and_is_never_zero() {
+        let g = geometry();
+        assert_ne!(g.to_word(), 0);
+        assert_eq!(Geometry::from_word(g.to_word()), Ok(g));
+    }
+
+    #[test]
+    fn foreign_version_and_corrupt_words_are_refused() {
+        assert_eq!(Geometry::from_word(0x1234), Err(FormatProblem::Foreign(0x1234)));
+        let other_version = (geometry().to_word() & !(0xFF << 24)) | 9 << 24;
+        assert_eq!(Geometry::from_word(other_version), Err(FormatProblem::Version(9)));
+        assert!(matches!(Geometry::from_word(geometry().to_word() | 1 << 60), Err(FormatProblem::Corrupt(_))));
+        let huge = Geometry { small_slabs_log2: 40, ..geometry() };
+        assert!(matches!(Geometry::from_word(huge.to_word()), Err(FormatProblem::Corrupt(_))));
+    }
+
+    #[test]
+    fn regions_are_ordered_aligned_and_disjoint() {
+        let g = geometry();
+        let l = g.layout();
+        assert!(l.hwcc >= SIZE_HEADER);
+        assert!(l.small_remote + 8 * g.small_slabs_max() <= l.large_remote);
+        assert!(l.large_remote + 8 * g.large_slabs_max() <= l.slots);
+        assert!(l.slots + SIZE_SLOT as u64 * g.slots() <= l.small_desc);
+        assert!(l.large_desc + SIZE_DESC as u64 * g.large_slabs_max() <= l.small_data);
+        assert_eq!(l.small_data % ALIGN_DATA, 0);
+        assert_eq!(l.large_data % ALIGN_DATA, 0);
+        assert!(l.small_data + (g.small_slabs_max() << SHIFT_SMALL_SLAB) <= l.large_data);
+    }
+}

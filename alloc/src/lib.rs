@@ -1,0 +1,58 @@
+//! The pod heap: a cross-process, lock-free slab allocator for CXL shared memory, after
+//! CXLALLOC (ASPLOS '26) §3.
+//!
+//! # Map
+//! pod → heap file → two slab heaps → slab → block; one thread slot per allocating thread.
+//! - The **small heap** serves 8 B – 1 KiB from 32 KiB slabs, the **large heap** 1 KiB – 512 KiB
+//!   from 512 KiB slabs, in size classes with bounded waste ([`class`]).
+//! - A slab is owned by one thread slot, which allocates from it and frees to it with plain
+//!   loads and stores on its SWcc descriptor's bitset ([`slab`], [`thread`]). A free by any other
+//!   thread is a *remote free*: one atomic decrement of the slab's 8-byte HWcc counter
+//!   ([`remote`]). Slabs move between states by named transitions (`unsized_to_sized`,
+//!   `sized_to_detached`, …).
+//! - Empty slabs wait on a slot's unsized list or on the heap's global free list, a Treiber
+//!   stack changed by single CAS ([`free_list`]); a slab reaching the global list has its pages
+//!   released to the OS.
+//! - The heap grows by CAS on its length after backing the new slabs' file pages, so running
+//!   out of space is an error value ([`heap`], [`file`]).
+//! - Everything is addressed by [`Offset`]: each process maps the file at one offset inside its
+//!   own reservation ([`layout`]).
+//!
+//! # Reading order
+//! [`layout`] → [`class`] → [`slab`] and [`remote`] → [`free_list`] → [`slot`] → [`heap`] →
+//! [`thread`] → [`check`].
+
+#[cfg(not(podkv_loom))]
+pub mod api;
+#[cfg(not(podkv_loom))]
+pub mod check;
+pub mod class;
+#[cfg(not(podkv_loom))]
+pub mod error;
+#[cfg(not(podkv_loom))]
+pub mod file;
+pub mod free_list;
+#[cfg(not(podkv_loom))]
+pub mod heap;
+#[cfg(not(podkv_loom))]
+pub mod layout;
+pub mod offset;
+#[cfg(not(podkv_loom))]
+pub mod process;
+pub mod remote;
+#[cfg(not(podkv_loom))]
+pub mod slab;
+#[cfg(not(podkv_loom))]
+pub mod slot;
+#[cfg(not(podkv_loom))]
+pub mod thread;
+
+#[cfg(not(podkv_loom))]
+pub use check::HeapReport;
+#[cfg(not(podkv_loom))]
+pub use error::{AllocError, HeapError};
+#[cfg(not(podkv_loom))]
+pub use heap::{default_path, Config, Heap, Kind};
+pub use offset::{Offset, PodPtr};
+#[cfg(not(podkv_loom))]
+pub use thread::ThreadHandle;

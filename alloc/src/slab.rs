@@ -1,0 +1,219 @@
+//! Slab descriptors (SWcc) and slab states (CXLALLOC §3.1.1, Figure 4).
+//!
+//! # States
+//! | state | owner | on which list | free bits | remote word |
+//! | --- | --- | --- | --- | --- |
+//! | `Free` | none | global free list (or beyond `len`) | — | — |
+//! | `Unsized` | a slot | the slot's unsized list | — | — |
+//! | `Sized` | a slot | the slot's sized list of its class | 1..=capacity | `free_bits + live`, not detached |
+//! | `Detached` | a slot | none | 0 | `live` (≥ 1), `DETACHED` |
+//! | `Disowned` | none | none | folded into the count | `live` (≥ 1), `DETACHED` |
+//!
+//! Moves: `free_to_unsized` (pop global), `unsized_to_sized` (pick a class), `sized_to_detached`
+//! (the owner allocated the last block), `detached_to_sized` (the owner freed one locally),
+//! `sized_to_unsized` (the owner freed the last live block), `unsized_to_free` (push global,
+//! pages released), `sized_to_disowned` (the owner's slot is released with live blocks left),
+//! and `*_to_unsized` by whoever frees the last block of a detached or disowned slab.
+//!
+//! # Fields
+//! Every field is written only by the slab's owner (or, for a slab nobody owns, by the one
+//! thread that just took it); `meta` is read by any freer, `links.next` by global-list poppers.
+//! The owner writes the descriptor back before ownership can move (constitution rule 6).
+
+use crate::class::COUNT_BLOCKS_MAX;
+use podkv_hw::sync::{AtomicU64, Ordering::Relaxed};
+
+/// Words in a slab's free bitset.
+pub const COUNT_BITSET_WORDS: usize = COUNT_BLOCKS_MAX / 64;
+/// Bytes of one descriptor.
+pub const SIZE_DESC: usize = 576;
+
+/// A slab's state, stored in `meta`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum State {
+    /// On the global free list, or never used.
+    Free = 0,
+    /// On its owner's unsized list: no class yet.
+    Unsized = 1,
+    /// On its owner's sized list: has a class and at least one free block.
+    Sized = 2,
+    /// Full; still its owner's for local frees, and the last remote free takes it.
+    Detached = 3,
+    /// Given up by its owner with live blocks; the last remote free takes it.
+    Disowned = 4,
+}
+
+impl State {
+    fn from_u8(v: u8) -> Option<State> {
+        Some(match v {
+            0 => State::Free,
+            1 => State::Unsized,
+            2 => State::Sized,
+            3 => State::Detached,
+            4 => State::Disowned,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded `meta` word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Owning slot plus one; zero when nobody owns the slab.
+    pub owner: u32,
+    /// Size class (meaningful in `Sized`, `Detached`, `Disowned`).
+    pub class: u8,
+    /// The state; `None` for a value no valid heap holds.
+    pub state: Option<State>,
+}
+
+impl Meta {
+    /// Packs an owner, class and state.
+    #[inline]
+    pub const fn pack(owner: u32, class: u8, state: State) -> u64 {
+        owner as u64 | (class as u64) << 32 | (state as u64) << 40
+    }
+
+    /// Unpacks a word.
+    #[inline]
+    pub fn unpack(word: u64) -> Meta {
+        Meta { owner: word as u32, class: (word >> 32) as u8, state: State::from_u8((word >> 40) as u8) }
+    }
+}
+
+/// One slab's SWcc descriptor (576 B: a 32 B head and a 4096-bit free bitset).
+#[repr(C, align(64))]
+pub struct SlabDesc {
+    /// Owner, class and state ([`Meta`]). Written by the owner; read by any freer.
+    pub meta: AtomicU64,
+    /// `next + 1` (bits 0..32) and `prev + 1` (bits 32..64) in the list holding the slab.
+    /// Written by the owner (or the global-list pusher); `next` read by global-list poppers.
+    pub links: AtomicU64,
+    /// Free bits (0..32) and the bitset word where the next search starts (32..64). Owner only.
+    pub free: AtomicU64,
+    reserved: AtomicU64,
+    /// Bit `i` set: block `i` is free for the owner to allocate. Owner only.
+    pub bits: [AtomicU64; COUNT_BITSET_WORDS],
+}
+
+const _: () = assert!(std::mem::size_of::<SlabDesc>() == SIZE_DESC);
+
+impl SlabDesc {
+    /// The decoded meta word.
+    #[inline]
+    pub fn meta(&self) -> Meta {
+        Meta::unpack(self.meta.load(Relaxed))
+    }
+
+    /// Sets owner, class and state.
+    #[inline]
+    pub fn set_meta(&self, owner: u32, class: u8, state: State) {
+        self.meta.store(Meta::pack(owner, class, state), Relaxed);
+    }
+
+    /// `next + 1` in the slab's list.
+    #[inline]
+    pub fn next(&self) -> u32 {
+        self.links.load(Relaxed) as u32
+    }
+
+    /// `prev + 1` in the slab's list.
+    #[inline]
+    pub fn prev(&self) -> u32 {
+        (self.links.load(Relaxed) >> 32) as u32
+    }
+
+    /// Sets both links (each `slab + 1`, zero for none).
+    #[inline]
+    pub fn set_links(&self, next: u32, prev: u32) {
+        self.links.store(u64::from(next) | u64::from(prev) << 32, Relaxed);
+    }
+
+    /// Free bits and search cursor.
+    #[inline]
+    pub fn free_and_cursor(&self) -> (u32, u32) {
+        let w = self.free.load(Relaxed);
+        (w as u32, (w >> 32) as u32)
+    }
+
+    /// Stores free bits and cursor.
+    #[inline]
+    pub fn set_free_and_cursor(&self, free: u32, cursor: u32) {
+        self.free.store(u64::from(free) | u64::from(cursor) << 32, Relaxed);
+    }
+
+    /// Makes every one of `capacity` blocks free (the `unsized_to_sized` half that touches bits).
+    pub fn fill_bits(&self, capacity: u32) {
+        let full_words = (capacity / 64) as usize;
+        for word in &self.bits[..full_words] {
+            word.store(u64::MAX, Relaxed);
+        }
+        let rest = capacity % 64;
+        let words_used = full_words + usize::from(rest != 0);
+        if rest != 0 {
+            self.bits[full_words].store((1u64 << rest) - 1, Relaxed);
+        }
+        for word in &self.bits[words_used..] {
+            word.store(0, Relaxed);
+        }
+        self.set_free_and_cursor(capacity, 0);
+    }
+
+    /// Set bits in the bitset (the checker's recount of `free`).
+    pub fn count_bits(&self) -> u32 {
+        self.bits.iter().map(|w| w.load(Relaxed).count_ones()).sum()
+    }
+
+    /// Takes the first free block at or after the cursor word; the caller knows one exists.
+    /// Returns the block index and the free bits left.
+    #[cold]
+    pub fn take_scanning(&self) -> Option<(u32, u32)> {
+        let (free, cursor) = self.free_and_cursor();
+        if free == 0 {
+            return None;
+        }
+        let start = cursor as usize;
+        let order = (start..COUNT_BITSET_WORDS).chain(0..start);
+        for i in order {
+            let w = self.bits[i].load(Relaxed);
+            if w != 0 {
+                self.bits[i].store(w & (w - 1), Relaxed);
+                self.set_free_and_cursor(free - 1, i as u32);
+                return Some((i as u32 * 64 + w.trailing_zeros(), free - 1));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc() -> Box<SlabDesc> {
+        // SAFETY: a descriptor is plain atomics, for which all-zero is a valid value (rule 3).
+        unsafe { Box::new(std::mem::zeroed()) }
+    }
+
+    #[test]
+    fn meta_round_trips_and_zero_is_free_and_unowned() {
+        let m = Meta::unpack(Meta::pack(7, 3, State::Detached));
+        assert_eq!(m, Meta { owner: 7, class: 3, state: Some(State::Detached) });
+        assert_eq!(Meta::unpack(0), Meta { owner: 0, class: 0, state: Some(State::Free) });
+        assert_eq!(Meta::unpack(9 << 40).state, None);
+    }
+
+    #[test]
+    fn fill_then_take_every_block_once() {
+        let d = desc();
+        d.fill_bits(100);
+        assert_eq!(d.count_bits(), 100);
+        let mut seen = std::collections::HashSet::new();
+        while let Some((block, _)) = d.take_scanning() {
+            assert!(block < 100 && seen.insert(block));
+        }
+        assert_eq!(seen.len(), 100);
+        assert_eq!(d.free_and_cursor().0, 0);
+    }
+}

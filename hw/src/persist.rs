@@ -1,0 +1,190 @@
+//! Cache-line write-back and fences.
+//!
+//! # Contract
+//! - [`write_back`]`(ptr, len)`: every cache line overlapping `[ptr, ptr + len)` is written
+//!   back to memory (it may stay cached with `clwb`). Not ordered with later stores until
+//!   [`fence`].
+//! - [`fence`]: orders all earlier write-backs and stores before any later store (`sfence`;
+//!   `clflush` is already ordered, the fence is kept for uniformity).
+//!
+//! # Implementations, chosen once at run time
+//! | instruction | when | why this order |
+//! | --- | --- | --- |
+//! | `clwb` | CPUID.7.0:EBX[24] | writes back without evicting: the owner keeps its line hot |
+//! | `clflushopt` | CPUID.7.0:EBX[23] | weakly ordered, pipelines across lines |
+//! | `clflush` | CPUID.1:EDX[19] | every x86-64 CPU has it; serialising and slow |
+//! | none | not x86-64 | a compiler fence only; such builds support hardware coherence alone |
+
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
+
+/// Bytes in one cache line on every CPU podkv targets.
+pub const SIZE_CACHE_LINE: usize = 64;
+
+/// The write-back instruction this CPU offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flush {
+    /// `clwb`: write back, keep the line.
+    Clwb,
+    /// `clflushopt`: write back and evict, weakly ordered.
+    ClflushOpt,
+    /// `clflush`: write back and evict, strongly ordered.
+    Clflush,
+    /// No instruction: not an x86-64 CPU.
+    None,
+}
+
+impl Flush {
+    /// The instruction's name, for `podkv heap info` and benchmark records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Flush::Clwb => "clwb",
+            Flush::ClflushOpt => "clflushopt",
+            Flush::Clflush => "clflush",
+            Flush::None => "none",
+        }
+    }
+}
+
+// 0 = not yet detected; otherwise 1 + the `Flush` discriminant.
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+static LINES_WRITTEN_BACK: AtomicU64 = AtomicU64::new(0);
+
+/// The write-back instruction chosen for this process (detected on first use).
+pub fn flush_kind() -> Flush {
+    match CHOSEN.load(Ordering::Relaxed) {
+        0 => {
+            let kind = detect();
+            CHOSEN.store(encode(kind), Ordering::Relaxed);
+            kind
+        }
+        code => decode(code),
+    }
+}
+
+fn encode(kind: Flush) -> u8 {
+    match kind {
+        Flush::Clwb => 1,
+        Flush::ClflushOpt => 2,
+        Flush::Clflush => 3,
+        Flush::None => 4,
+    }
+}
+
+fn decode(code: u8) -> Flush {
+    match code {
+        1 => Flush::Clwb,
+        2 => Flush::ClflushOpt,
+        3 => Flush::Clflush,
+        _ => Flush::None,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Flush {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID exists on every x86-64 CPU; leaf 7 is only read when leaf 0 reports it.
+    let max_leaf = unsafe { __cpuid(0) }.eax;
+    if max_leaf >= 7 {
+        // SAFETY: leaf 7 is supported (checked above).
+        let ebx = unsafe { __cpuid_count(7, 0) }.ebx;
+        if ebx & (1 << 24) != 0 {
+            return Flush::Clwb;
+        }
+        if ebx & (1 << 23) != 0 {
+            return Flush::ClflushOpt;
+        }
+    }
+    // SAFETY: leaf 1 exists on every x86-64 CPU.
+    let edx = unsafe { __cpuid(1) }.edx;
+    if edx & (1 << 19) != 0 {
+        Flush::Clflush
+    } else {
+        Flush::None
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Flush {
+    Flush::None
+}
+
+/// Writes back every cache line overlapping `[ptr, ptr + len)`.
+///
+/// The range must be mapped (reading it would be sound); it need not be aligned.
+pub fn write_back(ptr: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let kind = flush_kind();
+    let first = ptr as usize & !(SIZE_CACHE_LINE - 1);
+    let end = ptr as usize + len;
+    let mut line = first;
+    while line < end {
+        flush_line(kind, line as *const u8);
+        line += SIZE_CACHE_LINE;
+    }
+    LINES_WRITTEN_BACK.fetch_add(((end - first).div_ceil(SIZE_CACHE_LINE)) as u64, Ordering::Relaxed);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn flush_line(kind: Flush, line: *const u8) {
+    // SAFETY: the caller of `write_back` guarantees the range is mapped; these instructions
+    // only move the line between cache and memory and never change its bytes.
+    unsafe {
+        match kind {
+            Flush::Clwb => std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags)),
+            Flush::ClflushOpt => {
+                std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
+            }
+            Flush::Clflush => std::arch::asm!("clflush [{0}]", in(reg) line, options(nostack, preserves_flags)),
+            Flush::None => {}
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn flush_line(_kind: Flush, _line: *const u8) {}
+
+/// Orders earlier write-backs and stores before later stores.
+#[inline]
+pub fn fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no operands and only orders stores.
+    unsafe {
+        std::arch::asm!("sfence", options(nostack, preserves_flags));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Cache lines written back by this process so far: benchmarks report it, tests check that a
+/// transition wrote back what it should.
+pub fn lines_written_back() -> u64 {
+    LINES_WRITTEN_BACK.load(Ordering::Relaxed)
+}
+
+#[cfg(all(test, not(podkv_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_is_stable_and_names_an_instruction() {
+        let first = flush_kind();
+        assert_eq!(first, flush_kind());
+        #[cfg(target_arch = "x86_64")]
+        assert_ne!(first, Flush::None, "every x86-64 CPU has at least clflush");
+    }
+
+    #[test]
+    fn write_back_counts_every_overlapping_line() {
+        let buf = vec![7u8; 4 * SIZE_CACHE_LINE];
+        let aligned = (buf.as_ptr() as usize).next_multiple_of(SIZE_CACHE_LINE) as *const u8;
+        let before = lines_written_back();
+        // One byte before a line boundary to one byte after: two lines.
+        // SAFETY: both pointers stay inside `buf`.
+        write_back(unsafe { aligned.add(SIZE_CACHE_LINE - 1) }, 2);
+        fence();
+        assert!(lines_written_back() - before >= 2);
+        assert!(buf.iter().all(|&b| b == 7), "write-back never changes bytes");
+    }
+}

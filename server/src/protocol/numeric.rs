@@ -1,0 +1,101 @@
+//! memcached's number rules: `safe_strtoul`, `safe_strtol` and `safe_strtoull` from `util.c`.
+//!
+//! A token is a number when C's `strtoul`/`strtol` accepts a prefix of it (leading white
+//! space, an optional sign, at least one digit, no overflow) and the prefix is followed by the
+//! end of the token or a white-space byte. Unsigned parsers then refuse negative input unless
+//! the wrapped result looks positive — memcached's own quirk, kept here on purpose so that
+//! `-0` is 0 and `-1` is refused.
+
+/// C's `isspace` in the "C" locale.
+fn is_c_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// The accepted prefix of a token: sign, magnitude (`None` on overflow), and whether the
+/// byte after the digits ends the number the way memcached demands.
+struct Prefix {
+    negative: bool,
+    magnitude: Option<u64>,
+}
+
+/// Scans like `strtoull`; `None` when there are no digits or trailing garbage follows.
+fn scan(token: &[u8]) -> Option<Prefix> {
+    let mut at = token.iter().take_while(|b| is_c_space(**b)).count();
+    let negative = token.get(at) == Some(&b'-');
+    if matches!(token.get(at), Some(b'-' | b'+')) {
+        at += 1;
+    }
+    let digits = token[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let end = at + digits;
+    if end < token.len() && !is_c_space(token[end]) {
+        return None;
+    }
+    let magnitude = token[at..end].iter().try_fold(0u64, |acc, d| {
+        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    });
+    Some(Prefix { negative, magnitude })
+}
+
+/// `safe_strtoull`: an unsigned 64-bit number (delta, CAS unique, `J`, `D`, `C`, `E`).
+pub fn parse_u64(token: &[u8]) -> Option<u64> {
+    let prefix = scan(token)?;
+    let magnitude = prefix.magnitude?;
+    let value = if prefix.negative { magnitude.wrapping_neg() } else { magnitude };
+    if prefix.negative && (value as i64) < 0 {
+        return None;
+    }
+    Some(value)
+}
+
+/// `safe_strtoul` on a 64-bit host: parsed as 64 bits, then truncated to 32 (client flags).
+pub fn parse_u32(token: &[u8]) -> Option<u32> {
+    parse_u64(token).map(|value| value as u32)
+}
+
+/// `safe_strtol`: a signed 32-bit number (exptime, data length).
+pub fn parse_i32(token: &[u8]) -> Option<i32> {
+    let prefix = scan(token)?;
+    let magnitude = i64::try_from(prefix.magnitude?).ok()?;
+    let value = if prefix.negative { -magnitude } else { magnitude };
+    i32::try_from(value).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsigned_rules() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"+7"), Some(7));
+        assert_eq!(parse_u64(b"-0"), Some(0));
+        assert_eq!(parse_u64(b"-1"), None);
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b"12abc"), None);
+        assert_eq!(parse_u64(b"12\r"), Some(12));
+        assert_eq!(parse_u64(b"\t3"), Some(3));
+        assert_eq!(parse_u64(b""), None);
+        assert_eq!(parse_u64(b"-"), None);
+    }
+
+    #[test]
+    fn flags_wrap_to_32_bits_like_memcached() {
+        assert_eq!(parse_u32(b"4294967295"), Some(u32::MAX));
+        assert_eq!(parse_u32(b"4294967296"), Some(0));
+        assert_eq!(parse_u32(b"-5"), None);
+    }
+
+    #[test]
+    fn signed_rules() {
+        assert_eq!(parse_i32(b"-1"), Some(-1));
+        assert_eq!(parse_i32(b"2147483647"), Some(i32::MAX));
+        assert_eq!(parse_i32(b"2147483648"), None);
+        assert_eq!(parse_i32(b"-2147483648"), Some(i32::MIN));
+        assert_eq!(parse_i32(b"-2147483649"), None);
+        assert_eq!(parse_i32(b"1e3"), None);
+    }
+}

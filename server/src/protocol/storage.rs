@@ -1,0 +1,281 @@
+//! The [`Storage`] trait: one method per command, typed outcomes, no wire bytes.
+//!
+//! # Map
+//! - [`Item`]: what a read returns (value, flags, CAS, TTL, access facts).
+//! - Text commands: `get` … `flush_all`, `stats`, `version`, `verbosity`.
+//! - Meta commands: `meta_get`, `meta_set`, `meta_delete`, `meta_arithmetic`, `meta_debug`,
+//!   with their option structs and outcomes.
+//!
+//! The store implements this trait; [`dispatch`](super::dispatch) calls it and turns outcomes
+//! into memcached's reply bytes. All methods take `&self`: the store is shared by every
+//! connection. Semantics are memcached 1.6's and are spelled out on each method; the test
+//! reference model (`protocol::model::ModelStorage`) follows them and is the executable spec.
+
+use bytes::Bytes;
+
+use super::request::{ArithmeticMode, Exptime, SetMode};
+
+/// An item as a read sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// The value bytes.
+    pub value: Bytes,
+    /// Client flags.
+    pub flags: u32,
+    /// CAS unique.
+    pub cas: u64,
+    /// Seconds until expiry, or `None` for never (meta `t` prints `-1`).
+    pub ttl: Option<u32>,
+    /// Seconds since the last access, before this one (meta `l`).
+    pub last_access: u32,
+    /// Whether the item had been fetched before this access (meta `h`).
+    pub fetched: bool,
+}
+
+/// Outcome of a storage command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum StoreOutcome {
+    /// `STORED` / `HD`; carries the item's new CAS unique.
+    Stored(u64),
+    /// `NOT_STORED` / `NS`: the add/replace/append/prepend condition failed.
+    NotStored,
+    /// `EXISTS` / `EX`: the CAS unique did not match.
+    Exists,
+    /// `NOT_FOUND` / `NF`: cas on a missing key.
+    NotFound,
+    /// `SERVER_ERROR object too large for cache`.
+    TooLarge,
+    /// `SERVER_ERROR out of memory storing object`; a failed `set` must also remove the old
+    /// item, as memcached does, so no stale value survives.
+    OutOfMemory,
+}
+
+/// Outcome of `delete`, `touch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum KeyOutcome {
+    /// `DELETED` / `TOUCHED`.
+    Done,
+    /// `NOT_FOUND`.
+    NotFound,
+}
+
+/// Outcome of `incr` / `decr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum DeltaOutcome {
+    /// The new value.
+    Value(u64),
+    /// `NOT_FOUND`.
+    NotFound,
+    /// The value is not a decimal u64 (`CLIENT_ERROR cannot increment or decrement …`).
+    NonNumeric,
+    /// `SERVER_ERROR out of memory`.
+    OutOfMemory,
+}
+
+/// A `stats` answer: `STAT <name> <value>` lines in order.
+pub type StatLines = Vec<(String, String)>;
+
+/// Options of `mg` that change the store (the reply-shaping flags stay in the protocol).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetaGetOptions {
+    /// `T`: set this expiration on a hit.
+    pub touch: Option<Exptime>,
+    /// `N`: on a miss, create an empty item with this expiration and hand out the token.
+    pub vivify: Option<Exptime>,
+    /// `R`: hand out the token if the remaining TTL is below this.
+    pub recache: Option<Exptime>,
+    /// `u`: do not bump the LRU or mark fetched.
+    pub no_bump: bool,
+    /// `E`: CAS unique for an item created by `N`.
+    pub new_cas: Option<u64>,
+}
+
+/// The recache-token state memcached reports after `mg` flags (`W`, `Z`, `X`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lease {
+    /// `W`: this client won the token and should recache.
+    pub won: bool,
+    /// `Z`: a token was already handed out to another client.
+    pub token_sent: bool,
+    /// `X`: the item is stale (invalidated by `md I` or `ms I`).
+    pub stale: bool,
+}
+
+/// An `mg` hit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaItem {
+    /// The item as read (before any `T` took effect, except `ttl`, which is after).
+    pub item: Item,
+    /// The recache-token state.
+    pub lease: Lease,
+}
+
+/// Options of `ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaSetOptions {
+    /// The key.
+    pub key: Bytes,
+    /// The value.
+    pub value: Bytes,
+    /// Client flags.
+    pub flags: u32,
+    /// Expiration.
+    pub exptime: Exptime,
+    /// The mode; with `cas`, `Set` and `Replace` become a CAS store, `Add` ignores it, and
+    /// `Append`/`Prepend` check it.
+    pub mode: SetMode,
+    /// `C`: compare-and-swap.
+    pub cas: Option<u64>,
+    /// `E`: the CAS unique to give the stored item.
+    pub new_cas: Option<u64>,
+    /// `I`: a CAS older than the item's still stores, marking the item stale.
+    pub invalidate: bool,
+    /// `N`: append/prepend on a miss creates the item with this expiration.
+    pub vivify: Option<Exptime>,
+}
+
+/// Options of `md`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetaDeleteOptions {
+    /// `C`: delete only if the CAS matches (else `EX`).
+    pub cas: Option<u64>,
+    /// `I`: mark stale (new CAS, token released) instead of removing.
+    pub invalidate: bool,
+    /// `T`: with `I`, the new expiration.
+    pub exptime: Option<Exptime>,
+    /// `E`: the CAS unique to give an item marked stale.
+    pub new_cas: Option<u64>,
+}
+
+/// Outcome of `md`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum MetaDeleteOutcome {
+    /// `HD`: deleted or marked stale.
+    Deleted,
+    /// `NF`.
+    NotFound,
+    /// `EX`: CAS mismatch.
+    Exists,
+}
+
+/// Options of `ma`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaArithmeticOptions {
+    /// Increment or decrement.
+    pub mode: ArithmeticMode,
+    /// The amount.
+    pub delta: u64,
+    /// The value an `N` miss creates.
+    pub initial: u64,
+    /// `N`: create on miss with this expiration.
+    pub vivify: Option<Exptime>,
+    /// `T`: new expiration on success.
+    pub touch: Option<Exptime>,
+    /// `C`: apply only if the CAS matches; `Some(0)` means no check, as in memcached.
+    pub cas: Option<u64>,
+    /// `E`: CAS unique to give the result.
+    pub new_cas: Option<u64>,
+}
+
+/// Outcome of `ma`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum MetaArithmeticOutcome {
+    /// Success: the new number, its CAS unique and remaining TTL (`None` = never).
+    Value {
+        /// The new value.
+        value: u64,
+        /// The item's CAS unique.
+        cas: u64,
+        /// Seconds until expiry.
+        ttl: Option<u32>,
+    },
+    /// `NF`.
+    NotFound,
+    /// `EX`: CAS mismatch.
+    Exists,
+    /// `NS`: an `N` miss lost the race to create the item.
+    NotStored,
+    /// `CLIENT_ERROR cannot increment or decrement non-numeric value`.
+    NonNumeric,
+    /// `SERVER_ERROR out of memory`.
+    OutOfMemory,
+}
+
+/// What `me` prints about an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemDebug {
+    /// memcached's `exp=`: `now - exptime` (negative while live), `-1` for never.
+    pub exp: i64,
+    /// Seconds since last access (`la=`).
+    pub last_access: u64,
+    /// CAS unique (`cas=`).
+    pub cas: u64,
+    /// Fetched before (`fetch=yes|no`).
+    pub fetched: bool,
+    /// Size class (`cls=`).
+    pub class: u32,
+    /// Total item size in bytes (`size=`).
+    pub size: u64,
+}
+
+/// The store behind the protocol: one method per command.
+pub trait Storage {
+    /// `get`/`gets`: the live item under `key`, marking it fetched.
+    fn get(&self, key: &[u8]) -> Option<Item>;
+    /// `gat`/`gats`: like `get`, also setting a new expiration on a hit.
+    fn gat(&self, key: &[u8], exptime: Exptime) -> Option<Item>;
+    /// `set`: store unconditionally.
+    fn set(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome;
+    /// `add`: store only if no live item exists (`NotStored` otherwise; memcached also bumps
+    /// the existing item in the LRU).
+    fn add(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome;
+    /// `replace`: store only if a live item exists.
+    fn replace(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome;
+    /// `append`: extend an existing value; keeps its flags and exptime (`NotStored` on miss).
+    fn append(&self, key: Bytes, value: Bytes) -> StoreOutcome;
+    /// `prepend`: like `append`, before the existing value.
+    fn prepend(&self, key: Bytes, value: Bytes) -> StoreOutcome;
+    /// `cas`: store only if the item's CAS unique equals `cas` (`Exists` if not, `NotFound`
+    /// if there is no item).
+    fn cas(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes, cas: u64)
+        -> StoreOutcome;
+    /// `delete`.
+    fn delete(&self, key: &[u8]) -> KeyOutcome;
+    /// `incr`: the value must be a decimal u64 (memcached's `strtoull` rules, so a value with
+    /// trailing spaces counts); the sum wraps at 2^64. memcached rewrites the number in place,
+    /// space-padded, when it is not longer than the old value.
+    fn incr(&self, key: &[u8], delta: u64) -> DeltaOutcome;
+    /// `decr`: like `incr`, stopping at 0.
+    fn decr(&self, key: &[u8], delta: u64) -> DeltaOutcome;
+    /// `touch`: set a new expiration.
+    fn touch(&self, key: &[u8], exptime: Exptime) -> KeyOutcome;
+    /// `flush_all`: invalidate every item stored before now + `delay` (≤ 0 means now).
+    fn flush_all(&self, delay: Exptime);
+    /// `stats` / `stats <group>` (`group` empty for the general stats): `None` for an
+    /// unknown group, which answers `ERROR`.
+    fn stats(&self, group: &[u8]) -> Option<StatLines>;
+    /// `stats reset`.
+    fn stats_reset(&self) {}
+    /// The text after `VERSION `.
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_owned()
+    }
+    /// `verbosity <level>`.
+    fn verbosity(&self, _level: u32) {}
+    /// `mg`: read with meta options; `None` is a miss (`EN`).
+    fn meta_get(&self, key: &[u8], options: MetaGetOptions) -> Option<MetaItem>;
+    /// `ms`.
+    fn meta_set(&self, options: MetaSetOptions) -> StoreOutcome;
+    /// `md`.
+    fn meta_delete(&self, key: &[u8], options: MetaDeleteOptions) -> MetaDeleteOutcome;
+    /// `ma`.
+    fn meta_arithmetic(&self, key: &[u8], options: MetaArithmeticOptions)
+        -> MetaArithmeticOutcome;
+    /// `me`: debug facts about an item, `None` on a miss (`EN`).
+    fn meta_debug(&self, key: &[u8]) -> Option<ItemDebug>;
+}

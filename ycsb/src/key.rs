@@ -1,0 +1,257 @@
+//! Key names: YCSB's `CoreWorkload.buildKeyName`, and the CXLALLOC paper's 8-byte keys.
+//!
+//! # YCSB names
+//!
+//! `"user"`, then zeros up to `zeropadding` digits, then the decimal key number, hashed
+//! with [`fnvhash64`] first unless `insertorder=ordered`. Key 0 hashed is
+//! `user6284781860667377211`; key 5 ordered with `zeropadding=8` is `user00000005`.
+//!
+//! # 8-byte keys (`podkv.keybytes=8`)
+//!
+//! Eight printable ASCII bytes, each carrying six bits of a 48-bit number written most
+//! significant first in the alphabet [`ALPHABET_8B`], whose bytes are in ASCII order, so
+//! ordered keys sort as their numbers do. The number is the key number itself
+//! (`insertorder=ordered`) or [`permute48`] of it (`hashed`): a bijection, so distinct
+//! records never share a key, unlike a truncated hash. Key numbers must be below 2^48.
+
+use std::fmt;
+
+use crate::fnv::fnvhash64;
+
+/// Longest key this crate builds, in bytes (`"user"` + 60 digits).
+pub const KEY_CAPACITY: usize = 64;
+
+/// `"user"`, YCSB's key prefix.
+const PREFIX: &[u8; 4] = b"user";
+
+/// Largest `zeropadding` that fits in [`KEY_CAPACITY`].
+pub const ZERO_PADDING_MAX: usize = KEY_CAPACITY - PREFIX.len();
+
+/// Key numbers of 8-byte keys are below 2^48 (8 characters of 6 bits).
+pub const COUNT_8B_KEYS: u64 = 1 << 48;
+
+/// The 64 characters of 8-byte keys, in ASCII order.
+pub const ALPHABET_8B: &[u8; 64] =
+    b"-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz";
+
+const MASK_48: u64 = COUNT_8B_KEYS - 1;
+
+/// How record numbers become key bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyFormat {
+    /// YCSB's `user…` names.
+    Ycsb {
+        /// Minimum number of digits (`zeropadding`), at most [`ZERO_PADDING_MAX`].
+        zero_padding: usize,
+        /// `insertorder=hashed` (true) or `ordered` (false).
+        hashed: bool,
+    },
+    /// The CXLALLOC paper's fixed 8-byte keys.
+    Fixed8 {
+        /// `insertorder=hashed` (true) or `ordered` (false).
+        hashed: bool,
+    },
+}
+
+/// A key, stored inline so that generating one allocates nothing.
+///
+/// Invariant: `len as usize <= KEY_CAPACITY` and `bytes[..len]` is printable ASCII.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    num: u64,
+    len: u8,
+    bytes: [u8; KEY_CAPACITY],
+}
+
+impl KeyFormat {
+    /// The key of record number `keynum`.
+    #[inline]
+    pub fn build(&self, keynum: u64) -> Key {
+        match *self {
+            KeyFormat::Ycsb {
+                zero_padding,
+                hashed,
+            } => build_ycsb(keynum, zero_padding, hashed),
+            KeyFormat::Fixed8 { hashed } => build_8b(keynum, hashed),
+        }
+    }
+}
+
+impl Key {
+    /// The key's bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The key as text (keys are ASCII).
+    pub fn as_str(&self) -> &str {
+        // Every byte written by `build_ycsb` / `build_8b` is ASCII, so this never fails.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    /// The record number the key was built from.
+    #[inline]
+    pub fn num(&self) -> u64 {
+        self.num
+    }
+
+    fn empty(num: u64) -> Self {
+        Self {
+            num,
+            len: 0,
+            bytes: [0; KEY_CAPACITY],
+        }
+    }
+
+    fn push(&mut self, byte: u8) {
+        self.bytes[usize::from(self.len)] = byte;
+        self.len += 1;
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:?}, #{})", self.as_str(), self.num)
+    }
+}
+
+/// `buildKeyName(keynum, zeropadding, !hashed)`: `Long.toString` of the (hashed) number,
+/// which is negative for the one hash Java's `Math.abs` cannot fix.
+fn build_ycsb(keynum: u64, zero_padding: usize, hashed: bool) -> Key {
+    let value = if hashed {
+        fnvhash64(keynum as i64)
+    } else {
+        keynum as i64
+    };
+    let mut digits = [0u8; 20];
+    let start = write_decimal(value.unsigned_abs(), &mut digits);
+    let digits = &digits[start..];
+    let negative = usize::from(value < 0);
+    let mut key = Key::empty(keynum);
+    PREFIX.iter().for_each(|b| key.push(*b));
+    let fill = zero_padding.saturating_sub(digits.len() + negative);
+    (0..fill.min(ZERO_PADDING_MAX)).for_each(|_| key.push(b'0'));
+    if negative == 1 {
+        key.push(b'-');
+    }
+    digits.iter().for_each(|b| key.push(*b));
+    key
+}
+
+/// Writes `n` in decimal at the end of `buf`; returns where the digits start.
+fn write_decimal(mut n: u64, buf: &mut [u8; 20]) -> usize {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return at;
+        }
+    }
+}
+
+fn build_8b(keynum: u64, hashed: bool) -> Key {
+    let value = if hashed {
+        permute48(keynum)
+    } else {
+        keynum & MASK_48
+    };
+    let mut key = Key::empty(keynum);
+    for shift in (0..8).rev() {
+        key.push(ALPHABET_8B[((value >> (shift * 6)) & 63) as usize]);
+    }
+    key
+}
+
+/// A bijection of `[0, 2^48)` that scatters neighbouring numbers: two rounds of an odd
+/// multiply (invertible mod 2^48) and a right xor-shift (invertible).
+pub fn permute48(x: u64) -> u64 {
+    const MUL_A: u64 = 0x9E37_79B9_7F4B & MASK_48 | 1;
+    const MUL_B: u64 = 0xC2B2_AE3D_27D5 & MASK_48 | 1;
+    let mut x = x & MASK_48;
+    x = x.wrapping_mul(MUL_A) & MASK_48;
+    x ^= x >> 23;
+    x = x.wrapping_mul(MUL_B) & MASK_48;
+    x ^= x >> 25;
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ycsb(keynum: u64, zero_padding: usize, hashed: bool) -> String {
+        KeyFormat::Ycsb {
+            zero_padding,
+            hashed,
+        }
+        .build(keynum)
+        .to_string()
+    }
+
+    /// Key 0 hashed: every octet of 0L is 0, so the hash is BASIS * PRIME^8 mod 2^64
+    /// = 6284781860667377211 (see `fnv`); YCSB prints it after "user".
+    #[test]
+    fn ycsb_key_names() {
+        assert_eq!(ycsb(0, 1, true), "user6284781860667377211");
+        assert_eq!(ycsb(1, 1, true), "user8517097267634966620");
+        assert_eq!(ycsb(2, 1, true), "user1820151046732198393");
+        assert_eq!(ycsb(5, 1, false), "user5");
+        assert_eq!(ycsb(0, 1, false), "user0");
+        assert_eq!(ycsb(5, 8, false), "user00000005");
+        assert_eq!(ycsb(123_456_789, 8, false), "user123456789");
+        assert_eq!(ycsb(2, 22, true), "user0001820151046732198393");
+        assert_eq!(KeyFormat::Ycsb { zero_padding: 1, hashed: true }.build(7).num(), 7);
+    }
+
+    #[test]
+    fn padding_is_capped_by_capacity() {
+        let key = ycsb(5, ZERO_PADDING_MAX, false);
+        assert_eq!(key.len(), KEY_CAPACITY);
+        assert!(key.ends_with("05"));
+    }
+
+    #[test]
+    fn alphabet_is_sorted_and_unique() {
+        assert!(ALPHABET_8B.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn fixed_keys_are_eight_bytes_and_ordered_keys_sort() {
+        let ordered = KeyFormat::Fixed8 { hashed: false };
+        let keys: Vec<Key> = (0..5_000u64).map(|n| ordered.build(n * 977)).collect();
+        assert!(keys.iter().all(|k| k.as_bytes().len() == 8));
+        assert!(keys.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes()));
+        assert_eq!(ordered.build(0).as_str(), "--------");
+        assert_eq!(ordered.build(1).as_str(), "-------0");
+    }
+
+    #[test]
+    fn hashed_fixed_keys_are_distinct() {
+        let hashed = KeyFormat::Fixed8 { hashed: true };
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..100_000u64 {
+            assert!(seen.insert(hashed.build(n).as_bytes().to_vec()), "{n}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn permute48_stays_below_2_48(x in 0u64..COUNT_8B_KEYS) {
+            proptest::prop_assert!(permute48(x) < COUNT_8B_KEYS);
+        }
+
+        #[test]
+        fn permute48_is_injective(a in 0u64..COUNT_8B_KEYS, b in 0u64..COUNT_8B_KEYS) {
+            proptest::prop_assert_eq!(a == b, permute48(a) == permute48(b));
+        }
+    }
+}
