@@ -48,7 +48,7 @@ impl HeapFile {
                 _ => HeapError::Open { path: path.to_owned(), source: err },
             });
         }
-        let file = HeapFile { fd, path: path.to_owned(), is_device: false };
+        let mut file = HeapFile { fd, path: path.to_owned(), is_device: false };
         let st = file.stat()?;
         let kind = st.st_mode & libc::S_IFMT;
         if kind == libc::S_IFDIR {
@@ -58,7 +58,8 @@ impl HeapFile {
         if st.st_mode & 0o222 == 0 {
             return Err(HeapError::ReadOnly { path: path.to_owned() });
         }
-        Ok(HeapFile { is_device: kind == libc::S_IFCHR || kind == libc::S_IFBLK, ..file })
+        file.is_device = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
+        Ok(file)
     }
 
     fn stat(&self) -> Result<libc::stat, HeapError> {

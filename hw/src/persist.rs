@@ -82,11 +82,10 @@ fn decode(code: u8) -> Flush {
 #[cfg(target_arch = "x86_64")]
 fn detect() -> Flush {
     use std::arch::x86_64::{__cpuid, __cpuid_count};
-    // SAFETY: CPUID exists on every x86-64 CPU; leaf 7 is only read when leaf 0 reports it.
-    let max_leaf = unsafe { __cpuid(0) }.eax;
+    // CPUID is safe to execute on every x86-64 CPU; leaf 7 is only read when leaf 0 reports it.
+    let max_leaf = __cpuid(0).eax;
     if max_leaf >= 7 {
-        // SAFETY: leaf 7 is supported (checked above).
-        let ebx = unsafe { __cpuid_count(7, 0) }.ebx;
+        let ebx = __cpuid_count(7, 0).ebx;
         if ebx & (1 << 24) != 0 {
             return Flush::Clwb;
         }
@@ -94,8 +93,7 @@ fn detect() -> Flush {
             return Flush::ClflushOpt;
         }
     }
-    // SAFETY: leaf 1 exists on every x86-64 CPU.
-    let edx = unsafe { __cpuid(1) }.edx;
+    let edx = __cpuid(1).edx;
     if edx & (1 << 19) != 0 {
         Flush::Clflush
     } else {

@@ -1,0 +1,352 @@
+//! The heap through its public API, in one process: allocation, free, reuse, statistics,
+//! growth, exhaustion, and every refused file.
+
+use podkv_alloc::{AllocError, Config, Heap, HeapError, Kind, Offset};
+use std::alloc::Layout;
+use std::io::Write;
+
+fn small_config() -> Config {
+    Config { small_bytes: 64 << 20, large_bytes: 256 << 20, slots: 16, ..Config::default() }
+}
+
+fn fresh(dir: &tempfile::TempDir) -> Heap {
+    Heap::open(dir.path().join("heap"), &small_config()).expect("fresh heap opens")
+}
+
+fn layout(size: usize) -> Layout {
+    Layout::from_size_align(size, 8).unwrap()
+}
+
+#[test]
+fn blocks_are_distinct_aligned_and_writable_then_all_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    let sizes = [1usize, 8, 9, 24, 64, 100, 1000, 1024, 1025, 4000, 65536, 300_000, 524_288];
+    let mut blocks = Vec::new();
+    for round in 0..50 {
+        for &size in &sizes {
+            let off = t.allocate(layout(size)).unwrap();
+            assert_eq!(off.0 % 8, 0);
+            // SAFETY: the block is `size` bytes, freshly allocated and ours.
+            unsafe { std::ptr::write_bytes(t.resolve(off), round as u8, size) };
+            blocks.push((off, size, round as u8));
+        }
+    }
+    let mut sorted = blocks.clone();
+    sorted.sort();
+    for pair in sorted.windows(2) {
+        assert!(pair[0].0 .0 + pair[0].1 as u64 <= pair[1].0 .0, "blocks overlap: {pair:?}");
+    }
+    for &(off, size, fill) in &blocks {
+        // SAFETY: still allocated, `size` bytes long.
+        let bytes = unsafe { std::slice::from_raw_parts(t.resolve(off), size) };
+        assert!(bytes.iter().all(|&b| b == fill), "block {off} was overwritten");
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.live_blocks(), blocks.len() as u64);
+    for (off, _, _) in blocks {
+        t.free(off);
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.live_blocks(), 0);
+    assert_eq!(report.live_bytes(), 0);
+}
+
+#[test]
+fn over_alignment_is_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    for align in [16usize, 64, 256, 1024, 4096, 65536] {
+        for size in [1usize, 100, 5000] {
+            let off = t.allocate(Layout::from_size_align(size, align).unwrap()).unwrap();
+            assert_eq!(t.resolve(off) as usize % align, 0, "size {size} align {align}");
+            t.free(off);
+        }
+    }
+    assert!(heap.check().is_valid());
+}
+
+#[test]
+fn freed_blocks_are_reused_and_empty_slabs_return_to_the_global_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    let first: Vec<Offset> = (0..10_000).map(|_| t.allocate(layout(64)).unwrap()).collect();
+    let len_after_first = heap.len(heap.slab_heap(Kind::Small));
+    for &off in &first {
+        t.free(off);
+    }
+    let second: Vec<Offset> = (0..10_000).map(|_| t.allocate(layout(64)).unwrap()).collect();
+    assert_eq!(heap.len(heap.slab_heap(Kind::Small)), len_after_first, "no growth when reusing");
+    for off in second {
+        t.free(off);
+    }
+    drop(t);
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    let states = &report.heaps[0].slabs_by_state;
+    assert_eq!(states.get("free").copied().unwrap_or(0), u64::from(len_after_first), "{states:?}");
+}
+
+#[test]
+fn released_slabs_give_their_pages_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let baseline = heap.file_allocated_bytes().unwrap();
+    {
+        let t = heap.thread().unwrap();
+        let blocks: Vec<Offset> = (0..200).map(|_| t.allocate(layout(300_000)).unwrap()).collect();
+        for &off in &blocks {
+            // SAFETY: each block is 300 000 bytes and ours.
+            unsafe { std::ptr::write_bytes(t.resolve(off), 1, 300_000) };
+        }
+        assert!(heap.file_allocated_bytes().unwrap() > baseline + (50 << 20));
+        for off in blocks {
+            t.free(off);
+        }
+    }
+    let after = heap.file_allocated_bytes().unwrap();
+    // Metadata pages stay; slab data is released.
+    assert!(after < baseline + (2 << 20), "baseline {baseline}, after {after}");
+}
+
+#[test]
+fn remote_frees_from_another_slot_recycle_full_slabs() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let producer = heap.thread().unwrap();
+    let consumer = heap.thread().unwrap();
+    for _ in 0..20 {
+        let blocks: Vec<Offset> = (0..5000).map(|_| producer.allocate(layout(128)).unwrap()).collect();
+        for off in blocks {
+            consumer.free(off);
+        }
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    // 5000 × 128 B is 20 slabs: recycling keeps the heap far below 20 × 20.
+    assert!(report.heaps[0].len < 80, "heap grew to {} slabs", report.heaps[0].len);
+    assert!(report.live_blocks() < 5000);
+}
+
+#[test]
+fn a_dropped_handle_disowns_partly_used_slabs_and_the_last_free_reclaims_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let survivor = heap.thread().unwrap();
+    let blocks: Vec<Offset> = {
+        let t = heap.thread().unwrap();
+        (0..100).map(|_| t.allocate(layout(48)).unwrap()).collect()
+    };
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.heaps[0].slabs_by_state.get("disowned"), Some(&1));
+    for off in blocks {
+        survivor.free(off);
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.heaps[0].slabs_by_state.get("disowned"), None);
+    assert_eq!(report.live_blocks(), 0);
+}
+
+#[test]
+fn exhaustion_is_an_error_and_the_heap_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config { small_bytes: 1 << 20, large_bytes: 1 << 20, slots: 4, ..Config::default() };
+    let heap = Heap::open(dir.path().join("tiny"), &config).unwrap();
+    let t = heap.thread().unwrap();
+    let mut blocks = Vec::new();
+    let err = loop {
+        match t.allocate(layout(1024)) {
+            Ok(off) => blocks.push(off),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, AllocError::OutOfMemory);
+    assert_eq!(blocks.len(), 1024, "1 MiB of 1 KiB blocks");
+    assert!(t.allocate(layout(600_000)).is_err(), "over 512 KiB is not served yet");
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    for off in blocks.drain(..) {
+        t.free(off);
+    }
+    let again = t.allocate(layout(1024)).expect("usable after exhaustion");
+    t.free(again);
+    assert!(heap.check().is_valid());
+}
+
+#[test]
+fn zero_filled_files_of_any_length_are_fresh_heaps() {
+    let dir = tempfile::tempdir().unwrap();
+    for len in [0u64, 100, 4096, 10 << 20] {
+        let path = dir.path().join(format!("zero-{len}"));
+        std::fs::File::create(&path).unwrap().set_len(len).unwrap();
+        let heap = Heap::open(&path, &small_config()).expect("zero file is a heap");
+        let t = heap.thread().unwrap();
+        let off = t.allocate(layout(10)).unwrap();
+        t.free(off);
+        drop(t);
+        assert!(heap.check().is_valid());
+    }
+}
+
+#[test]
+fn reopening_keeps_geometry_and_contents() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let off = {
+        let heap = Heap::open(&path, &small_config()).unwrap();
+        let t = heap.thread().unwrap();
+        let off = t.allocate(layout(16)).unwrap();
+        // SAFETY: a 16-byte block we own.
+        unsafe { t.resolve(off).cast::<u64>().write(0xfeed) };
+        heap.root(0).store(off.0, std::sync::atomic::Ordering::Release);
+        std::mem::forget(t); // keep the block's slab owned, as a crashed thread would
+        off
+    };
+    let other = Config { small_bytes: 1 << 30, ..small_config() };
+    let heap = Heap::open(&path, &other).unwrap();
+    assert_eq!(heap.geometry(), small_config().geometry().unwrap(), "the file's geometry wins");
+    assert_eq!(heap.root(0).load(std::sync::atomic::Ordering::Acquire), off.0);
+    // SAFETY: the block is still allocated.
+    assert_eq!(unsafe { heap.resolve(off).cast::<u64>().read() }, 0xfeed);
+}
+
+fn write_file(path: &std::path::Path, bytes: &[u8]) {
+    std::fs::File::create(path).unwrap().write_all(bytes).unwrap();
+}
+
+#[test]
+fn foreign_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("text");
+    write_file(&path, &b"hello, this is not a heap\n".repeat(400));
+    let err = Heap::open(&path, &small_config()).unwrap_err();
+    assert!(matches!(err, HeapError::Foreign { .. }), "{err}");
+    assert!(err.to_string().contains("not a podkv heap"));
+}
+
+#[test]
+fn short_nonzero_files_are_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short");
+    write_file(&path, b"PKV\x01");
+    let err = Heap::open(&path, &small_config()).unwrap_err();
+    assert!(matches!(err, HeapError::Truncated { .. }), "{err}");
+}
+
+#[test]
+fn truncated_heaps_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    {
+        let heap = Heap::open(&path, &small_config()).unwrap();
+        let t = heap.thread().unwrap();
+        let off = t.allocate(layout(100_000)).unwrap();
+        t.free(off);
+    }
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
+    let err = Heap::open(&path, &small_config()).unwrap_err();
+    assert!(matches!(err, HeapError::Truncated { .. }), "{err}");
+}
+
+#[test]
+fn other_versions_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    drop(Heap::open(&path, &small_config()).unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[3] = 99; // format version byte
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Heap::open(&path, &small_config()).unwrap_err();
+    assert!(matches!(err, HeapError::Version { found: 99, .. }), "{err}");
+}
+
+#[test]
+fn read_only_files_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    drop(Heap::open(&path, &small_config()).unwrap());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let err = Heap::open(&path, &small_config()).unwrap_err();
+    assert!(matches!(err, HeapError::ReadOnly { .. }), "{err}");
+}
+
+#[test]
+fn missing_files_are_not_created_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config { create: false, ..small_config() };
+    let err = Heap::open(dir.path().join("absent"), &config).unwrap_err();
+    assert!(matches!(err, HeapError::Open { .. }), "{err}");
+    assert!(!dir.path().join("absent").exists());
+}
+
+#[test]
+fn created_heaps_are_private_to_their_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let mode = std::fs::metadata(heap.path()).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn slots_run_out_with_an_error_and_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let handles: Vec<_> = (0..16).map(|_| heap.thread().unwrap()).collect();
+    assert!(matches!(heap.thread().unwrap_err(), HeapError::NoSlot { count: 16 }));
+    drop(handles);
+    assert!(heap.thread().is_ok());
+}
+
+#[test]
+#[should_panic(expected = "double free")]
+fn a_local_double_free_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    let keep = t.allocate(layout(32)).unwrap();
+    let off = t.allocate(layout(32)).unwrap();
+    t.free(off);
+    t.free(off);
+    t.free(keep);
+}
+
+#[test]
+#[should_panic(expected = "not an allocated block")]
+fn an_interior_pointer_free_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    let off = t.allocate(layout(64)).unwrap();
+    t.free(off.add(8));
+}
+
+#[test]
+fn collections_live_in_the_heap() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    {
+        let mut v = allocator_api2::vec::Vec::new_in(&t);
+        v.extend(0..60_000u64); // 480 KB: the large heap's largest class (huge blocks come with the huge heap)
+        assert!(heap.offset_of(v.as_ptr().cast()).is_some(), "vector storage is in the heap");
+        assert_eq!(v.iter().sum::<u64>(), 59_999 * 60_000 / 2);
+        let mut map = hashbrown::HashMap::new_in(&t);
+        for i in 0..10_000u32 {
+            map.insert(i, i * 2);
+        }
+        assert_eq!(map[&777], 1554);
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.live_blocks(), 0);
+}
