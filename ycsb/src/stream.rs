@@ -1,0 +1,525 @@
+//! Operation streams: CoreWorkload's `doInsert` (load phase) and `doTransaction` (run
+//! phase), one [`OpStream`] per worker thread.
+//!
+//! # Splitting work across workers
+//!
+//! As YCSB's client does with threads:
+//! - **Operation budget**: worker `w` of `n` gets `count / n` operations, plus one if
+//!   `w < count % n` (`count` is `load_count` or `operation_count`).
+//! - **Shared state** (one per phase, behind an `Arc`): the load-phase key sequence
+//!   (YCSB's `keysequence`, a [`Counter`] starting at `insertstart`), the run-phase insert
+//!   sequence (`transactioninsertkeysequence`, an [`AcknowledgedCounter`] starting at
+//!   `recordcount`), and the cursor of the `sequential` distribution. Workers take
+//!   numbers from these with single atomic operations and never wait for each other.
+//! - **Per worker**: its RNG, seeded from `(seed, phase, worker)` (see [`crate::rng`]), and
+//!   its own copy of every other generator. The zipfian generators' cached zeta is the
+//!   only other mutable state; YCSB shares it under a lock, here each worker extends its
+//!   own copy (same values, no lock). The initial zeta is computed once per phase.
+//!
+//! A single-worker stream is a pure function of the workload and its seed. With several
+//! workers each worker's draws are too, but which numbers a worker takes from the shared
+//! counters depends on how the threads interleave, as in YCSB.
+//!
+//! # Inserts and acknowledgements
+//!
+//! A run-phase insert takes the next number from the insert sequence; the number becomes
+//! readable (the `limit` of [`AcknowledgedCounter`]) once acknowledged. A stream
+//! acknowledges its insert when it is asked for its next operation (or dropped), i.e.
+//! when the caller has performed the insert, which is where YCSB acknowledges (in the
+//! `finally` after `db.insert`).
+//!
+//! # Choosing an existing key (`nextKeynum`)
+//!
+//! Draws above the acknowledged limit are thrown away and redrawn; `exponential` draws a
+//! distance back from the limit and redraws negative results. YCSB narrows each drawn
+//! key number to a Java `int`; this port keeps 64 bits.
+
+use std::sync::Arc;
+
+use crate::error::YcsbError;
+use crate::generator::{
+    AcknowledgedCounter, Basis, Constant, Counter, Exponential, Hotspot, OperationChooser,
+    ScrambledZipfian, Sequential, SkewedLatest, UniformLong, Zipfian,
+};
+use crate::key::{Key, KeyFormat};
+use crate::op::{Op, OpKind};
+use crate::rng::{worker_rng, WorkerRng};
+use crate::workload::{Fields, LengthDistribution, Lengths, RequestDistribution, Workload};
+
+/// Which half of a YCSB benchmark a stream generates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// `-load`: insert the records, in key-sequence order.
+    Load,
+    /// `-t`: the operation mix.
+    Run,
+}
+
+impl Phase {
+    /// `load` or `run`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Phase::Load => "load",
+            Phase::Run => "run",
+        }
+    }
+
+    fn index(&self) -> u32 {
+        match self {
+            Phase::Load => 0,
+            Phase::Run => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The counters every worker of one phase shares.
+#[derive(Debug)]
+struct Shared {
+    /// YCSB's `keysequence`: load-phase record numbers.
+    load_keys: Counter,
+    /// YCSB's `transactioninsertkeysequence`: run-phase inserts, and the read limit.
+    insert_keys: Arc<AcknowledgedCounter>,
+}
+
+/// The key chooser (`keychooser`) of one worker.
+#[derive(Clone, Debug)]
+enum KeyChooser {
+    /// No operation of the mix chooses an existing key.
+    Unused,
+    Uniform(UniformLong),
+    Zipfian(ScrambledZipfian),
+    Latest(SkewedLatest<AcknowledgedCounter>),
+    Hotspot(Hotspot),
+    Exponential(Exponential),
+    Sequential(Sequential),
+}
+
+/// A length generator (field lengths, scan lengths).
+#[derive(Clone, Debug)]
+enum LengthGen {
+    Constant(Constant),
+    Uniform(UniformLong),
+    Zipfian(Zipfian),
+}
+
+/// The operations of one worker in one phase.
+///
+/// Iterate it, or call [`OpStream::try_next`] to see the one error a stream can meet
+/// (the insert acknowledgement window overflowing); the iterator stops at that error and
+/// keeps it for [`OpStream::finish`].
+#[derive(Debug)]
+pub struct OpStream {
+    phase: Phase,
+    worker: usize,
+    remaining: u64,
+    rng: WorkerRng,
+    shared: Arc<Shared>,
+    chooser: Option<OperationChooser>,
+    keys: KeyChooser,
+    field_length: LengthGen,
+    scan_length: LengthGen,
+    fields: Fields,
+    key_format: KeyFormat,
+    /// The run-phase insert number handed out last and not yet acknowledged.
+    pending_ack: Option<i64>,
+    error: Option<YcsbError>,
+}
+
+impl Workload {
+    /// One stream per worker for the load phase.
+    pub fn load(&self, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
+        self.streams(Phase::Load, workers)
+    }
+
+    /// One stream per worker for the run phase.
+    pub fn run(&self, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
+        self.streams(Phase::Run, workers)
+    }
+
+    /// One stream per worker for `phase`, sharing that phase's counters.
+    pub fn streams(&self, phase: Phase, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
+        if workers == 0 || workers > u32::MAX as usize {
+            return Err(YcsbError::Inconsistent(format!(
+                "{workers} workers: need between 1 and 2^32 - 1"
+            )));
+        }
+        let shared = Arc::new(Shared {
+            load_keys: Counter::new(self.insert_start as i64),
+            insert_keys: Arc::new(AcknowledgedCounter::new(self.record_count as i64)),
+        });
+        let keys = match phase {
+            Phase::Run if self.operation_count > 0 => key_chooser(self, &shared.insert_keys)?,
+            _ => KeyChooser::Unused,
+        };
+        let prototype = OpStream {
+            phase,
+            worker: 0,
+            remaining: 0,
+            rng: worker_rng(self.seed, phase.index(), 0),
+            shared,
+            chooser: OperationChooser::new(&self.mix_pairs()),
+            keys,
+            field_length: length_gen(self.fields.length),
+            scan_length: length_gen(self.scan_length),
+            fields: self.fields,
+            key_format: self.key_format,
+            pending_ack: None,
+            error: None,
+        };
+        let total = match phase {
+            Phase::Load => self.load_count,
+            Phase::Run => self.operation_count,
+        };
+        Ok((0..workers)
+            .map(|w| prototype.for_worker(self.seed, w, share(total, w, workers)))
+            .collect())
+    }
+}
+
+/// YCSB's per-thread operation count.
+fn share(total: u64, worker: usize, workers: usize) -> u64 {
+    let workers = workers as u64;
+    total / workers + u64::from((worker as u64) < total % workers)
+}
+
+fn key_chooser(w: &Workload, acked: &Arc<AcknowledgedCounter>) -> Result<KeyChooser, YcsbError> {
+    let first = w.insert_start;
+    let last = (w.insert_start + w.insert_count).checked_sub(1);
+    let empty = || YcsbError::Inconsistent("no record to choose keys from".into());
+    Ok(match w.request {
+        RequestDistribution::Uniform => {
+            KeyChooser::Uniform(UniformLong::new(first, last.ok_or_else(empty)?).ok_or_else(empty)?)
+        }
+        RequestDistribution::Zipfian => {
+            let expected_new_keys = (w.operation_count as f64 * w.mix.insert * 2.0) as i32 as u64;
+            let max = w.insert_start + w.insert_count + expected_new_keys;
+            KeyChooser::Zipfian(ScrambledZipfian::new(first, max).ok_or_else(empty)?)
+        }
+        RequestDistribution::Latest => KeyChooser::Latest(SkewedLatest::new(Arc::clone(acked))),
+        RequestDistribution::Hotspot {
+            data_fraction,
+            opn_fraction,
+        } => KeyChooser::Hotspot(Hotspot::new(
+            first,
+            last.ok_or_else(empty)?,
+            data_fraction,
+            opn_fraction,
+        )?),
+        RequestDistribution::Exponential { percentile, frac } => KeyChooser::Exponential(
+            Exponential::with_percentile(percentile, w.record_count as f64 * frac),
+        ),
+        RequestDistribution::Sequential => {
+            KeyChooser::Sequential(Sequential::new(first, last.ok_or_else(empty)?).ok_or_else(empty)?)
+        }
+    })
+}
+
+fn length_gen(lengths: Lengths) -> LengthGen {
+    // `Workload::check` guarantees min <= max for the ranged distributions; `min(max)`
+    // only keeps an unchecked caller from an empty range.
+    let min = lengths.min.min(lengths.max);
+    match lengths.distribution {
+        LengthDistribution::Constant => LengthGen::Constant(Constant::new(lengths.max)),
+        LengthDistribution::Uniform => UniformLong::new(min, lengths.max)
+            .map_or(LengthGen::Constant(Constant::new(lengths.max)), LengthGen::Uniform),
+        LengthDistribution::Zipfian => LengthGen::Zipfian(Zipfian::with_range(min, lengths.max)),
+    }
+}
+
+impl LengthGen {
+    #[inline]
+    fn next_value(&mut self, rng: &mut WorkerRng) -> u64 {
+        match self {
+            LengthGen::Constant(c) => c.next_value(),
+            LengthGen::Uniform(u) => u.next_value(rng),
+            LengthGen::Zipfian(z) => z.next_value(rng),
+        }
+    }
+}
+
+impl OpStream {
+    fn for_worker(&self, seed: u64, worker: usize, remaining: u64) -> Self {
+        Self {
+            phase: self.phase,
+            worker,
+            remaining,
+            rng: worker_rng(seed, self.phase.index(), worker as u32),
+            shared: Arc::clone(&self.shared),
+            chooser: self.chooser,
+            keys: self.keys.clone(),
+            field_length: self.field_length.clone(),
+            scan_length: self.scan_length.clone(),
+            fields: self.fields,
+            key_format: self.key_format,
+            pending_ack: None,
+            error: None,
+        }
+    }
+
+    /// The phase this stream generates.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// This stream's worker number.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// Operations left.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// The highest record number that run-phase operations may choose now
+    /// (the acknowledged insert limit).
+    pub fn read_limit(&self) -> i64 {
+        self.shared.insert_keys.last_value()
+    }
+
+    /// The next operation, `Ok(None)` at the end; acknowledges the previous insert first.
+    pub fn try_next(&mut self) -> Result<Option<Op>, YcsbError> {
+        self.acknowledge_pending()?;
+        if self.remaining == 0 {
+            return Ok(None);
+        }
+        self.remaining -= 1;
+        Ok(Some(match self.phase {
+            Phase::Load => self.next_load(),
+            Phase::Run => self.next_run(),
+        }))
+    }
+
+    /// Acknowledges any pending insert and reports the error that stopped iteration, if
+    /// any.
+    pub fn finish(mut self) -> Result<(), YcsbError> {
+        self.acknowledge_pending()?;
+        self.error.take().map_or(Ok(()), Err)
+    }
+
+    fn acknowledge_pending(&mut self) -> Result<(), YcsbError> {
+        match self.pending_ack.take() {
+            Some(n) => self.shared.insert_keys.acknowledge(n),
+            None => Ok(()),
+        }
+    }
+
+    /// `doInsert`: the next number of the shared key sequence, all fields.
+    fn next_load(&mut self) -> Op {
+        let keynum = self.shared.load_keys.next_value() as u64;
+        Op::Insert {
+            key: self.key_format.build(keynum),
+            value_len: self.record_len(),
+        }
+    }
+
+    /// `doTransaction`: choose the kind, then its operands.
+    fn next_run(&mut self) -> Op {
+        let Some(chooser) = self.chooser else {
+            unreachable!("Workload::check refuses a run phase without operations")
+        };
+        match chooser.next_value(&mut self.rng) {
+            OpKind::Read => Op::Read { key: self.chosen_key() },
+            OpKind::Update => self.next_update(),
+            OpKind::Insert => self.next_insert(),
+            OpKind::Scan => self.next_scan(),
+            OpKind::ReadModifyWrite => self.next_read_modify_write(),
+            OpKind::Delete => Op::Delete { key: self.chosen_key() },
+        }
+    }
+
+    fn next_update(&mut self) -> Op {
+        let key = self.chosen_key();
+        Op::Update {
+            key,
+            value_len: self.update_len(),
+        }
+    }
+
+    fn next_scan(&mut self) -> Op {
+        let key = self.chosen_key();
+        let len = self.scan_length.next_value(&mut self.rng) as usize;
+        Op::Scan { key, len }
+    }
+
+    fn next_read_modify_write(&mut self) -> Op {
+        let key = self.chosen_key();
+        Op::ReadModifyWrite {
+            key,
+            value_len: self.update_len(),
+        }
+    }
+
+    /// `doTransactionInsert`: take a number; it is acknowledged on the next call.
+    fn next_insert(&mut self) -> Op {
+        let keynum = self.shared.insert_keys.next_value();
+        self.pending_ack = Some(keynum);
+        Op::Insert {
+            key: self.key_format.build(keynum as u64),
+            value_len: self.record_len(),
+        }
+    }
+
+    fn chosen_key(&mut self) -> Key {
+        let keynum = self.next_keynum();
+        self.key_format.build(keynum)
+    }
+
+    /// `nextKeynum`: redraw until the record exists.
+    fn next_keynum(&mut self) -> u64 {
+        let limit = self.shared.insert_keys.last_value();
+        loop {
+            let keynum = self.draw_keynum(limit);
+            if (0..=limit).contains(&keynum) {
+                return keynum as u64;
+            }
+        }
+    }
+
+    fn draw_keynum(&mut self, limit: i64) -> i64 {
+        let rng = &mut self.rng;
+        match &mut self.keys {
+            KeyChooser::Uniform(g) => g.next_value(rng) as i64,
+            KeyChooser::Zipfian(g) => g.next_value(rng) as i64,
+            KeyChooser::Latest(g) => g.next_value(rng),
+            KeyChooser::Hotspot(g) => g.next_value(rng) as i64,
+            KeyChooser::Exponential(g) => limit.saturating_sub(g.next_value(rng) as i64),
+            KeyChooser::Sequential(g) => g.next_value() as i64,
+            KeyChooser::Unused => unreachable!("a key chooser exists whenever operations do"),
+        }
+    }
+
+    /// `buildValues`: every field.
+    fn record_len(&mut self) -> usize {
+        let count = self.fields.count;
+        match &mut self.field_length {
+            LengthGen::Constant(c) => (count * c.next_value()) as usize,
+            gen => (0..count).map(|_| gen.next_value(&mut self.rng)).sum::<u64>() as usize,
+        }
+    }
+
+    /// `writeallfields` ? `buildValues` : `buildSingleValue`.
+    fn update_len(&mut self) -> usize {
+        if self.fields.write_all {
+            return self.record_len();
+        }
+        self.field_length.next_value(&mut self.rng) as usize
+    }
+}
+
+impl Iterator for OpStream {
+    type Item = Op;
+
+    fn next(&mut self) -> Option<Op> {
+        match self.try_next() {
+            Ok(op) => op,
+            Err(e) => {
+                self.error = Some(e);
+                self.remaining = 0;
+                None
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        (0, Some(n))
+    }
+}
+
+impl Drop for OpStream {
+    fn drop(&mut self) {
+        // The caller performed the last insert; make it readable. A full window cannot
+        // be reported from here, and only delays readers (YCSB would throw).
+        let _ = self.acknowledge_pending();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::properties::Properties;
+
+    fn workload(name: &str, extra: &str) -> Workload {
+        let mut props = Properties::named(name).unwrap();
+        props.merge_text("extra", extra).unwrap();
+        props.workload().unwrap()
+    }
+
+    #[test]
+    fn budget_is_split_like_ycsb_threads() {
+        let shares: Vec<u64> = (0..4).map(|w| share(10, w, 4)).collect();
+        assert_eq!(shares, [3, 3, 2, 2]);
+        let w = workload("a", "operationcount=10");
+        let lens: Vec<usize> = w.run(4).unwrap().into_iter().map(Iterator::count).collect();
+        assert_eq!(lens, [3, 3, 2, 2]);
+    }
+
+    #[test]
+    fn load_inserts_each_key_once_across_threads() {
+        let w = workload("a", "recordcount=20000\ninsertorder=ordered");
+        let streams = w.load(4).unwrap();
+        let mut nums: Vec<u64> = std::thread::scope(|s| {
+            let handles: Vec<_> = streams
+                .into_iter()
+                .map(|st| s.spawn(move || st.map(|op| op.key().num()).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        nums.sort_unstable();
+        assert!(nums.iter().copied().eq(0..20_000));
+    }
+
+    #[test]
+    fn inserts_become_readable_after_the_next_call() {
+        let w = workload("d", "recordcount=100\noperationcount=1000\ninsertproportion=1\nreadproportion=0");
+        let mut stream = w.run(1).unwrap().remove(0);
+        assert_eq!(stream.read_limit(), 99);
+        let first = stream.next().unwrap();
+        assert_eq!(first.key().num(), 100);
+        assert_eq!(stream.read_limit(), 99);
+        stream.next().unwrap();
+        assert_eq!(stream.read_limit(), 100);
+        stream.finish().unwrap();
+    }
+
+    #[test]
+    fn reads_never_pass_the_limit() {
+        for dist in ["uniform", "zipfian", "latest", "hotspot", "exponential", "sequential"] {
+            let extra = format!(
+                "recordcount=500\noperationcount=3000\ninsertproportion=0.3\nreadproportion=0.7\nupdateproportion=0\nrequestdistribution={dist}"
+            );
+            let mut stream = workload("a", &extra).run(1).unwrap().remove(0);
+            while let Some(op) = stream.try_next().unwrap() {
+                let limit = stream.read_limit();
+                if let Op::Read { key } = op {
+                    assert!(key.num() as i64 <= limit, "{dist}: {} > {limit}", key.num());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn value_lengths_follow_fields() {
+        let w = workload("a", "recordcount=10\nfieldcount=3\nfieldlength=7");
+        let op = w.load(1).unwrap().remove(0).next().unwrap();
+        assert!(matches!(op, Op::Insert { value_len: 21, .. }));
+        let w = workload("a", "recordcount=10\noperationcount=50\nreadproportion=0\nfieldcount=3\nfieldlength=7");
+        assert!(w.run(1).unwrap().remove(0).all(|op| matches!(op, Op::Update { value_len: 7, .. })));
+        let w = workload("a", "recordcount=10\noperationcount=50\nreadproportion=0\nwriteallfields=true\nfieldcount=3\nfieldlength=7");
+        assert!(w.run(1).unwrap().remove(0).all(|op| matches!(op, Op::Update { value_len: 21, .. })));
+        let w = workload("a", "recordcount=10\nfieldlengthdistribution=uniform\nminfieldlength=5\nfieldlength=9\nfieldcount=1");
+        assert!(w.load(1).unwrap().remove(0).all(|op| matches!(op, Op::Insert { value_len: 5..=9, .. })));
+    }
+
+    #[test]
+    fn zero_workers_is_an_error() {
+        assert!(workload("a", "").run(0).is_err());
+    }
+}
