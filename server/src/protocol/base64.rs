@@ -10,10 +10,17 @@ const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 pub fn encode(input: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len().div_ceil(3) * 4);
     for chunk in input.chunks(3) {
-        let word = chunk.iter().enumerate().fold(0u32, |w, (i, b)| w | u32::from(*b) << (16 - 8 * i));
+        let word = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |w, (i, b)| w | u32::from(*b) << (16 - 8 * i));
         for i in 0..4 {
             let sextet = (word >> (18 - 6 * i)) & 0x3f;
-            out.push(if i <= chunk.len() { ALPHABET[sextet as usize] } else { b'=' });
+            out.push(if i <= chunk.len() {
+                ALPHABET[sextet as usize]
+            } else {
+                b'='
+            });
         }
     }
     out
@@ -64,12 +71,23 @@ mod tests {
             assert_eq!(encode(plain), coded);
             assert_eq!(decode(coded).as_deref(), Some(plain));
         }
-        assert_eq!(decode(&encode(&[0, 255, 10, 13, 32])).unwrap(), [0, 255, 10, 13, 32]);
+        assert_eq!(
+            decode(&encode(&[0, 255, 10, 13, 32])).unwrap(),
+            [0, 255, 10, 13, 32]
+        );
     }
 
     #[test]
     fn refuses_malformed() {
-        for bad in [&b""[..], b"Zg", b"Zg=", b"Z===", b"Zg==Zg==", b"Zm9*", b"===="] {
+        for bad in [
+            &b""[..],
+            b"Zg",
+            b"Zg=",
+            b"Z===",
+            b"Zg==Zg==",
+            b"Zm9*",
+            b"====",
+        ] {
             assert_eq!(decode(bad), None, "{:?}", bad);
         }
     }

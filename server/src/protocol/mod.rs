@@ -80,7 +80,7 @@ mod tests_proptest;
 pub use codec::{Frame, MemcacheCodec};
 pub use dispatch::{dispatch, Flow};
 pub use request::Request;
-pub use storage::{StoreOutcome, Storage};
+pub use storage::{Storage, StoreOutcome};
 
 /// The size limits the codec enforces before any request reaches the store.
 ///

@@ -25,7 +25,10 @@ fn scan(token: &[u8]) -> Option<Prefix> {
     if matches!(token.get(at), Some(b'-' | b'+')) {
         at += 1;
     }
-    let digits = token[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let digits = token[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
     if digits == 0 {
         return None;
     }
@@ -36,14 +39,21 @@ fn scan(token: &[u8]) -> Option<Prefix> {
     let magnitude = token[at..end].iter().try_fold(0u64, |acc, d| {
         acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     });
-    Some(Prefix { negative, magnitude })
+    Some(Prefix {
+        negative,
+        magnitude,
+    })
 }
 
 /// `safe_strtoull`: an unsigned 64-bit number (delta, CAS unique, `J`, `D`, `C`, `E`).
 pub fn parse_u64(token: &[u8]) -> Option<u64> {
     let prefix = scan(token)?;
     let magnitude = prefix.magnitude?;
-    let value = if prefix.negative { magnitude.wrapping_neg() } else { magnitude };
+    let value = if prefix.negative {
+        magnitude.wrapping_neg()
+    } else {
+        magnitude
+    };
     if prefix.negative && (value as i64) < 0 {
         return None;
     }
@@ -59,7 +69,11 @@ pub fn parse_u32(token: &[u8]) -> Option<u32> {
 pub fn parse_i32(token: &[u8]) -> Option<i32> {
     let prefix = scan(token)?;
     let magnitude = i64::try_from(prefix.magnitude?).ok()?;
-    let value = if prefix.negative { -magnitude } else { magnitude };
+    let value = if prefix.negative {
+        -magnitude
+    } else {
+        magnitude
+    };
     i32::try_from(value).ok()
 }
 

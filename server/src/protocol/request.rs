@@ -392,8 +392,14 @@ mod tests {
         assert_eq!(Exptime(0).deadline(now), Deadline::Never);
         assert_eq!(Exptime(-1).deadline(now), Deadline::Expired);
         assert_eq!(Exptime(10).deadline(now), Deadline::At(now + 10));
-        assert_eq!(Exptime(2_592_000).deadline(now), Deadline::At(now + 2_592_000));
+        assert_eq!(
+            Exptime(2_592_000).deadline(now),
+            Deadline::At(now + 2_592_000)
+        );
         assert_eq!(Exptime(2_592_001).deadline(now), Deadline::Expired);
-        assert_eq!(Exptime(1_700_000_100).deadline(now), Deadline::At(1_700_000_100));
+        assert_eq!(
+            Exptime(1_700_000_100).deadline(now),
+            Deadline::At(1_700_000_100)
+        );
     }
 }

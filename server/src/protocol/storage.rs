@@ -274,8 +274,7 @@ pub trait Storage {
     /// `md`.
     fn meta_delete(&self, key: &[u8], options: MetaDeleteOptions) -> MetaDeleteOutcome;
     /// `ma`.
-    fn meta_arithmetic(&self, key: &[u8], options: MetaArithmeticOptions)
-        -> MetaArithmeticOutcome;
+    fn meta_arithmetic(&self, key: &[u8], options: MetaArithmeticOptions) -> MetaArithmeticOutcome;
     /// `me`: debug facts about an item, `None` on a miss (`EN`).
     fn meta_debug(&self, key: &[u8]) -> Option<ItemDebug>;
 }

@@ -17,8 +17,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::meta;
 use super::numeric::{parse_i32, parse_u32, parse_u64};
 use super::request::{
-    Delete, Delta, Exptime, FlushAll, Request, Retrieve, Stats, StatsGroup, Store, Touch,
-    Verbosity,
+    Delete, Delta, Exptime, FlushAll, Request, Retrieve, Stats, StatsGroup, Store, Touch, Verbosity,
 };
 use super::storage::{DeltaOutcome, KeyOutcome, StoreOutcome};
 use super::ProtocolLimits;
@@ -165,8 +164,14 @@ pub fn parse_line(line: &Bytes, limits: &ProtocolLimits) -> Parsed {
 /// An unknown command: memcached answers `ERROR`, except that outside its first-letter
 /// families a last token starting with `HTTP/` closes the connection.
 fn parse_unknown(tokens: &[Bytes]) -> Parsed {
-    let in_family = matches!(tokens[0][0], b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't' | b'm');
-    let known_admin = matches!(&tokens[0][..], b"lru_crawler" | b"watch" | b"lru" | b"extstore");
+    let in_family = matches!(
+        tokens[0][0],
+        b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't' | b'm'
+    );
+    let known_admin = matches!(
+        &tokens[0][..],
+        b"lru_crawler" | b"watch" | b"lru" | b"extstore"
+    );
     let http = tokens.last().is_some_and(|t| t.starts_with(b"HTTP/"));
     if !in_family && !known_admin && http {
         Parsed::Close
@@ -197,7 +202,10 @@ fn parse_retrieve(
     if keys.iter().any(|k| k.len() > limits.max_key_len) {
         return Parsed::Error(ErrorReply::BAD_FORMAT);
     }
-    Parsed::Request(make(Retrieve { keys: keys.to_vec(), touch: exptime }))
+    Parsed::Request(make(Retrieve {
+        keys: keys.to_vec(),
+        touch: exptime,
+    }))
 }
 
 /// `set|add|replace|append|prepend <key> <flags> <exptime> <bytes> [noreply]`, and `cas`
@@ -216,11 +224,19 @@ fn parse_store(
     if tokens[1].len() > limits.max_key_len {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     }
-    let numbers = (parse_u32(&tokens[2]), parse_i32(&tokens[3]), parse_i32(&tokens[4]));
+    let numbers = (
+        parse_u32(&tokens[2]),
+        parse_i32(&tokens[3]),
+        parse_i32(&tokens[4]),
+    );
     let (Some(flags), Some(exptime), Some(len)) = numbers else {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     };
-    let cas_unique = if with_cas { parse_u64(&tokens[5]) } else { Some(0) };
+    let cas_unique = if with_cas {
+        parse_u64(&tokens[5])
+    } else {
+        Some(0)
+    };
     let Some(cas_unique) = cas_unique else {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     };
@@ -235,7 +251,10 @@ fn parse_store(
         cas_unique,
         noreply: quiet,
     };
-    Parsed::Data(DataHeader { request: make(store), len: len as usize })
+    Parsed::Data(DataHeader {
+        request: make(store),
+        len: len as usize,
+    })
 }
 
 /// `delete <key> [0] [noreply]`.
@@ -255,7 +274,10 @@ fn parse_delete(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
     if tokens[1].len() > limits.max_key_len {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     }
-    Parsed::Request(Request::Delete(Delete { key: tokens[1].clone(), noreply: quiet }))
+    Parsed::Request(Request::Delete(Delete {
+        key: tokens[1].clone(),
+        noreply: quiet,
+    }))
 }
 
 /// `incr|decr <key> <delta> [noreply]`.
@@ -270,7 +292,11 @@ fn parse_delta(tokens: &[Bytes], limits: &ProtocolLimits, make: fn(Delta) -> Req
     let Some(delta) = parse_u64(&tokens[2]) else {
         return fail(ErrorReply::INVALID_DELTA, quiet);
     };
-    Parsed::Request(make(Delta { key: tokens[1].clone(), delta, noreply: quiet }))
+    Parsed::Request(make(Delta {
+        key: tokens[1].clone(),
+        delta,
+        noreply: quiet,
+    }))
 }
 
 /// `touch <key> <exptime> [noreply]`.
@@ -285,7 +311,11 @@ fn parse_touch(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
     let Some(exptime) = parse_i32(&tokens[2]) else {
         return fail(ErrorReply::INVALID_EXPTIME, quiet);
     };
-    let touch = Touch { key: tokens[1].clone(), exptime: Exptime(exptime), noreply: quiet };
+    let touch = Touch {
+        key: tokens[1].clone(),
+        exptime: Exptime(exptime),
+        noreply: quiet,
+    };
     Parsed::Request(Request::Touch(touch))
 }
 
@@ -302,7 +332,10 @@ fn parse_flush_all(tokens: &[Bytes]) -> Parsed {
             None => return fail(ErrorReply::INVALID_EXPTIME, quiet),
         }
     }
-    Parsed::Request(Request::FlushAll(FlushAll { delay: Exptime(delay), noreply: quiet }))
+    Parsed::Request(Request::FlushAll(FlushAll {
+        delay: Exptime(delay),
+        noreply: quiet,
+    }))
 }
 
 /// `stats [group …]`.
@@ -324,7 +357,10 @@ fn parse_verbosity(tokens: &[Bytes]) -> Parsed {
     }
     let quiet = noreply(tokens);
     match parse_u32(&tokens[1]) {
-        Some(level) => Parsed::Request(Request::Verbosity(Verbosity { level, noreply: quiet })),
+        Some(level) => Parsed::Request(Request::Verbosity(Verbosity {
+            level,
+            noreply: quiet,
+        })),
         None => fail(ErrorReply::BAD_FORMAT, quiet),
     }
 }
@@ -421,48 +457,103 @@ mod tests {
     #[test]
     fn tokenizer_splits_on_spaces_only_and_stops_at_nul() {
         assert_eq!(tokenize(&b("  get  a\tb  c ")), keys(&["get", "a\tb", "c"]));
-        assert_eq!(tokenize(&Bytes::from_static(b"get a\0b c")), keys(&["get", "a"]));
+        assert_eq!(
+            tokenize(&Bytes::from_static(b"get a\0b c")),
+            keys(&["get", "a"])
+        );
         assert!(tokenize(&b("   ")).is_empty());
     }
 
     #[test]
     fn get_family() {
-        let get = Request::Get(Retrieve { keys: keys(&["a", "b"]), touch: None });
+        let get = Request::Get(Retrieve {
+            keys: keys(&["a", "b"]),
+            touch: None,
+        });
         assert_eq!(parse(b"get a b"), Parsed::Request(get.clone()));
         assert_eq!(parse(b"bget a b"), Parsed::Request(get));
-        let gets = Request::Gets(Retrieve { keys: keys(&["k"]), touch: None });
+        let gets = Request::Gets(Retrieve {
+            keys: keys(&["k"]),
+            touch: None,
+        });
         assert_eq!(parse(b"gets k"), Parsed::Request(gets));
-        let gat = Request::Gat(Retrieve { keys: keys(&["k"]), touch: Some(Exptime(-1)) });
+        let gat = Request::Gat(Retrieve {
+            keys: keys(&["k"]),
+            touch: Some(Exptime(-1)),
+        });
         assert_eq!(parse(b"gat -1 k"), Parsed::Request(gat));
-        let gats = Request::Gats(Retrieve { keys: vec![], touch: Some(Exptime(10)) });
+        let gats = Request::Gats(Retrieve {
+            keys: vec![],
+            touch: Some(Exptime(10)),
+        });
         assert_eq!(parse(b"gats 10"), Parsed::Request(gats));
         assert_eq!(parse(b"get"), Parsed::Error(ErrorReply::ERROR));
-        assert_eq!(parse(b"gat x k"), Parsed::Error(ErrorReply::INVALID_EXPTIME));
+        assert_eq!(
+            parse(b"gat x k"),
+            Parsed::Error(ErrorReply::INVALID_EXPTIME)
+        );
         assert_eq!(parse(b"gex k"), Parsed::Error(ErrorReply::ERROR));
     }
 
     #[test]
     fn get_refuses_a_key_over_250_bytes() {
         let line = format!("get a {}", "k".repeat(251));
-        assert_eq!(parse(line.as_bytes()), Parsed::Error(ErrorReply::BAD_FORMAT));
+        assert_eq!(
+            parse(line.as_bytes()),
+            Parsed::Error(ErrorReply::BAD_FORMAT)
+        );
         let line = format!("get {}", "k".repeat(250));
-        assert!(matches!(parse(line.as_bytes()), Parsed::Request(Request::Get(_))));
+        assert!(matches!(
+            parse(line.as_bytes()),
+            Parsed::Request(Request::Get(_))
+        ));
     }
 
     fn store(key: &str, flags: u32, exptime: i32, cas_unique: u64, noreply: bool) -> Store {
-        Store { key: b(key), flags, exptime: Exptime(exptime), value: Bytes::new(), cas_unique, noreply }
+        Store {
+            key: b(key),
+            flags,
+            exptime: Exptime(exptime),
+            value: Bytes::new(),
+            cas_unique,
+            noreply,
+        }
     }
 
     #[test]
     fn storage_headers() {
         let set = Request::Set(store("k", 5, 0, 0, false));
-        assert_eq!(parse(b"set k 5 0 3"), Parsed::Data(DataHeader { request: set, len: 3 }));
+        assert_eq!(
+            parse(b"set k 5 0 3"),
+            Parsed::Data(DataHeader {
+                request: set,
+                len: 3
+            })
+        );
         let add = Request::Add(store("k", 0, -1, 0, true));
-        assert_eq!(parse(b"add k 0 -1 0 noreply"), Parsed::Data(DataHeader { request: add, len: 0 }));
+        assert_eq!(
+            parse(b"add k 0 -1 0 noreply"),
+            Parsed::Data(DataHeader {
+                request: add,
+                len: 0
+            })
+        );
         let cas = Request::Cas(store("k", 1, 2, 99, false));
-        assert_eq!(parse(b"cas k 1 2 4 99"), Parsed::Data(DataHeader { request: cas, len: 4 }));
+        assert_eq!(
+            parse(b"cas k 1 2 4 99"),
+            Parsed::Data(DataHeader {
+                request: cas,
+                len: 4
+            })
+        );
         let append = Request::Append(store("k", 0, 0, 0, false));
-        assert_eq!(parse(b"append k 0 0 1 junk"), Parsed::Data(DataHeader { request: append, len: 1 }));
+        assert_eq!(
+            parse(b"append k 0 0 1 junk"),
+            Parsed::Data(DataHeader {
+                request: append,
+                len: 1
+            })
+        );
         assert!(matches!(parse(b"replace k 0 0 1"), Parsed::Data(_)));
         assert!(matches!(parse(b"prepend k 0 0 1"), Parsed::Data(_)));
     }
@@ -470,53 +561,111 @@ mod tests {
     #[test]
     fn storage_errors() {
         assert_eq!(parse(b"set k 0 0"), Parsed::Error(ErrorReply::ERROR));
-        assert_eq!(parse(b"set k 0 0 1 noreply x"), Parsed::Error(ErrorReply::ERROR));
+        assert_eq!(
+            parse(b"set k 0 0 1 noreply x"),
+            Parsed::Error(ErrorReply::ERROR)
+        );
         assert_eq!(parse(b"set k x 0 1"), Parsed::Error(ErrorReply::BAD_FORMAT));
-        assert_eq!(parse(b"set k 0 0 -1"), Parsed::Error(ErrorReply::BAD_FORMAT));
-        assert_eq!(parse(b"set k -1 0 1"), Parsed::Error(ErrorReply::BAD_FORMAT));
-        assert_eq!(parse(b"set k 0 0 2147483646"), Parsed::Error(ErrorReply::BAD_FORMAT));
+        assert_eq!(
+            parse(b"set k 0 0 -1"),
+            Parsed::Error(ErrorReply::BAD_FORMAT)
+        );
+        assert_eq!(
+            parse(b"set k -1 0 1"),
+            Parsed::Error(ErrorReply::BAD_FORMAT)
+        );
+        assert_eq!(
+            parse(b"set k 0 0 2147483646"),
+            Parsed::Error(ErrorReply::BAD_FORMAT)
+        );
         assert_eq!(parse(b"set k 0 0 noreply"), Parsed::Silent);
         assert_eq!(parse(b"cas k 0 0 1 noreply"), Parsed::Silent);
-        assert_eq!(parse(b"cas k 0 0 1 -3"), Parsed::Error(ErrorReply::BAD_FORMAT));
+        assert_eq!(
+            parse(b"cas k 0 0 1 -3"),
+            Parsed::Error(ErrorReply::BAD_FORMAT)
+        );
         let long = format!("set {} 0 0 1", "k".repeat(251));
-        assert_eq!(parse(long.as_bytes()), Parsed::Error(ErrorReply::BAD_FORMAT));
+        assert_eq!(
+            parse(long.as_bytes()),
+            Parsed::Error(ErrorReply::BAD_FORMAT)
+        );
     }
 
     #[test]
     fn delete_forms() {
-        let delete = |noreply| Parsed::Request(Request::Delete(Delete { key: b("k"), noreply }));
+        let delete = |noreply| {
+            Parsed::Request(Request::Delete(Delete {
+                key: b("k"),
+                noreply,
+            }))
+        };
         assert_eq!(parse(b"delete k"), delete(false));
         assert_eq!(parse(b"delete k 0"), delete(false));
         assert_eq!(parse(b"delete k noreply"), delete(true));
         assert_eq!(parse(b"delete k 0 noreply"), delete(true));
-        assert_eq!(parse(b"delete k 5"), Parsed::Error(ErrorReply::DELETE_USAGE));
+        assert_eq!(
+            parse(b"delete k 5"),
+            Parsed::Error(ErrorReply::DELETE_USAGE)
+        );
         assert_eq!(parse(b"delete k 5 noreply"), Parsed::Silent);
         assert_eq!(parse(b"delete"), Parsed::Error(ErrorReply::ERROR));
-        assert_eq!(parse(b"delete k 0 noreply x"), Parsed::Error(ErrorReply::ERROR));
+        assert_eq!(
+            parse(b"delete k 0 noreply x"),
+            Parsed::Error(ErrorReply::ERROR)
+        );
     }
 
     #[test]
     fn incr_decr_touch() {
-        let incr = Request::Incr(Delta { key: b("n"), delta: 5, noreply: false });
+        let incr = Request::Incr(Delta {
+            key: b("n"),
+            delta: 5,
+            noreply: false,
+        });
         assert_eq!(parse(b"incr n 5"), Parsed::Request(incr));
-        let decr = Request::Decr(Delta { key: b("n"), delta: u64::MAX, noreply: true });
-        assert_eq!(parse(b"decr n 18446744073709551615 noreply"), Parsed::Request(decr));
-        assert_eq!(parse(b"incr n -1"), Parsed::Error(ErrorReply::INVALID_DELTA));
+        let decr = Request::Decr(Delta {
+            key: b("n"),
+            delta: u64::MAX,
+            noreply: true,
+        });
+        assert_eq!(
+            parse(b"decr n 18446744073709551615 noreply"),
+            Parsed::Request(decr)
+        );
+        assert_eq!(
+            parse(b"incr n -1"),
+            Parsed::Error(ErrorReply::INVALID_DELTA)
+        );
         assert_eq!(parse(b"incr n x noreply"), Parsed::Silent);
         assert_eq!(parse(b"incr n"), Parsed::Error(ErrorReply::ERROR));
-        let touch = Request::Touch(Touch { key: b("k"), exptime: Exptime(10), noreply: false });
+        let touch = Request::Touch(Touch {
+            key: b("k"),
+            exptime: Exptime(10),
+            noreply: false,
+        });
         assert_eq!(parse(b"touch k 10"), Parsed::Request(touch));
-        assert_eq!(parse(b"touch k soon"), Parsed::Error(ErrorReply::INVALID_EXPTIME));
+        assert_eq!(
+            parse(b"touch k soon"),
+            Parsed::Error(ErrorReply::INVALID_EXPTIME)
+        );
     }
 
     #[test]
     fn flush_all_forms() {
-        let flush = |delay, noreply| Parsed::Request(Request::FlushAll(FlushAll { delay: Exptime(delay), noreply }));
+        let flush = |delay, noreply| {
+            Parsed::Request(Request::FlushAll(FlushAll {
+                delay: Exptime(delay),
+                noreply,
+            }))
+        };
         assert_eq!(parse(b"flush_all"), flush(0, false));
         assert_eq!(parse(b"flush_all 10"), flush(10, false));
         assert_eq!(parse(b"flush_all noreply"), flush(0, true));
         assert_eq!(parse(b"flush_all 10 noreply"), flush(10, true));
-        assert_eq!(parse(b"flush_all soon"), Parsed::Error(ErrorReply::INVALID_EXPTIME));
+        assert_eq!(
+            parse(b"flush_all soon"),
+            Parsed::Error(ErrorReply::INVALID_EXPTIME)
+        );
         assert_eq!(parse(b"flush_all 1 2 3"), Parsed::Error(ErrorReply::ERROR));
     }
 
@@ -524,8 +673,14 @@ mod tests {
     fn misc_commands() {
         assert_eq!(parse(b"version"), Parsed::Request(Request::Version));
         assert_eq!(parse(b"quit"), Parsed::Request(Request::Quit));
-        assert_eq!(parse(b"shutdown graceful"), Parsed::Request(Request::Shutdown));
-        let verbosity = Request::Verbosity(Verbosity { level: 1, noreply: true });
+        assert_eq!(
+            parse(b"shutdown graceful"),
+            Parsed::Request(Request::Shutdown)
+        );
+        let verbosity = Request::Verbosity(Verbosity {
+            level: 1,
+            noreply: true,
+        });
         assert_eq!(parse(b"verbosity 1 noreply"), Parsed::Request(verbosity));
         assert_eq!(parse(b"verbosity"), Parsed::Error(ErrorReply::ERROR));
         assert_eq!(parse(b"verbosity x"), Parsed::Error(ErrorReply::BAD_FORMAT));
@@ -534,7 +689,10 @@ mod tests {
         assert_eq!(parse(b"stats"), stats(StatsGroup::General));
         assert_eq!(parse(b"stats items"), stats(StatsGroup::Named(b("items"))));
         assert_eq!(parse(b"stats reset"), stats(StatsGroup::Reset));
-        assert_eq!(parse(b"stats detail on"), stats(StatsGroup::Detail(b("on"))));
+        assert_eq!(
+            parse(b"stats detail on"),
+            stats(StatsGroup::Detail(b("on")))
+        );
         assert_eq!(parse(b"stats cachedump 1 1"), stats(StatsGroup::CacheDump));
     }
 
@@ -546,8 +704,14 @@ mod tests {
         assert_eq!(parse(b"GET / HTTP/1.0"), Parsed::Close);
         assert_eq!(parse(b"DELETE HTTP/1.1"), Parsed::Close);
         assert_eq!(parse(b"sets / HTTP/1.0"), Parsed::Error(ErrorReply::ERROR));
-        assert_eq!(parse(b"lru_crawler HTTP/1.0"), Parsed::Error(ErrorReply::ERROR));
-        assert_eq!(parse(b"slabs reassign 1 2"), Parsed::Error(ErrorReply::ERROR));
+        assert_eq!(
+            parse(b"lru_crawler HTTP/1.0"),
+            Parsed::Error(ErrorReply::ERROR)
+        );
+        assert_eq!(
+            parse(b"slabs reassign 1 2"),
+            Parsed::Error(ErrorReply::ERROR)
+        );
     }
 
     #[test]
@@ -557,19 +721,37 @@ mod tests {
         let value = composed(|o| compose_value(o, b"k", 0, b"", Some(42)));
         assert_eq!(value, b"VALUE k 0 0 42\r\n\r\n");
         assert_eq!(composed(compose_end), b"END\r\n");
-        assert_eq!(composed(|o| compose_store(o, StoreOutcome::Stored(1))), b"STORED\r\n");
-        assert_eq!(composed(|o| compose_store(o, StoreOutcome::NotStored)), b"NOT_STORED\r\n");
-        assert_eq!(composed(|o| compose_store(o, StoreOutcome::Exists)), b"EXISTS\r\n");
-        assert_eq!(composed(|o| compose_store(o, StoreOutcome::NotFound)), b"NOT_FOUND\r\n");
+        assert_eq!(
+            composed(|o| compose_store(o, StoreOutcome::Stored(1))),
+            b"STORED\r\n"
+        );
+        assert_eq!(
+            composed(|o| compose_store(o, StoreOutcome::NotStored)),
+            b"NOT_STORED\r\n"
+        );
+        assert_eq!(
+            composed(|o| compose_store(o, StoreOutcome::Exists)),
+            b"EXISTS\r\n"
+        );
+        assert_eq!(
+            composed(|o| compose_store(o, StoreOutcome::NotFound)),
+            b"NOT_FOUND\r\n"
+        );
         let too_large = composed(|o| compose_store(o, StoreOutcome::TooLarge));
         assert_eq!(too_large, b"SERVER_ERROR object too large for cache\r\n");
         let oom = composed(|o| compose_store(o, StoreOutcome::OutOfMemory));
         assert_eq!(oom, b"SERVER_ERROR out of memory storing object\r\n");
         let deleted = composed(|o| compose_key_outcome(o, KeyOutcome::Done, b"DELETED"));
         assert_eq!(deleted, b"DELETED\r\n");
-        assert_eq!(composed(|o| compose_delta(o, DeltaOutcome::Value(0))), b"0\r\n");
+        assert_eq!(
+            composed(|o| compose_delta(o, DeltaOutcome::Value(0))),
+            b"0\r\n"
+        );
         let non_numeric = composed(|o| compose_delta(o, DeltaOutcome::NonNumeric));
-        assert_eq!(non_numeric, b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+        assert_eq!(
+            non_numeric,
+            b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+        );
         let stats = composed(|o| compose_stats(o, &[("pid".into(), "1".into())]));
         assert_eq!(stats, b"STAT pid 1\r\nEND\r\n");
     }

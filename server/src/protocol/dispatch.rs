@@ -1,0 +1,274 @@
+//! Executes decoded [`Frame`]s against any [`Storage`] and writes memcached's exact replies.
+//!
+//! # Map
+//! - [`dispatch`]: a frame → reply bytes appended to `out`, and whether to keep going.
+//! - [`execute`]: one `match` over [`Request`], one small function per command family.
+//! - Quiet modes: text `noreply` composes the reply and then cuts it off (so errors vanish
+//!   too, as in memcached); meta `q` hides only the nominal status (`EN` for `mg`, `HD` for
+//!   `ms`/`md`, success for `ma`), never errors.
+
+use bytes::BytesMut;
+
+use super::codec::Frame;
+use super::meta::{self, Facts};
+use super::request::{
+    MetaArithmetic, MetaDelete, MetaGet, MetaSet, Request, Retrieve, ReturnFlag, Stats, StatsGroup,
+    TooLarge, TooLargeOrigin,
+};
+use super::storage::{
+    MetaArithmeticOptions, MetaArithmeticOutcome, MetaDeleteOptions, MetaDeleteOutcome,
+    MetaGetOptions, MetaSetOptions, Storage, StoreOutcome,
+};
+use super::text::{self, ErrorReply};
+
+/// Whether the connection goes on after a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Flow {
+    /// Keep reading requests.
+    Continue,
+    /// Write what is in `out`, then close (`quit`, over-long line, HTTP probe).
+    Close,
+}
+
+/// Runs one decoded frame, appending its reply (if any) to `out`.
+pub fn dispatch<S: Storage + ?Sized>(storage: &S, frame: Frame, out: &mut BytesMut) -> Flow {
+    match frame {
+        Frame::Request(request) => execute(storage, request, out),
+        Frame::Error(error) => {
+            error.compose(out);
+            Flow::Continue
+        }
+        Frame::Close => Flow::Close,
+    }
+}
+
+/// Runs `compose`, then drops what it wrote when `quiet`.
+fn quietly(out: &mut BytesMut, quiet: bool, compose: impl FnOnce(&mut BytesMut)) {
+    let mark = out.len();
+    compose(out);
+    if quiet {
+        out.truncate(mark);
+    }
+}
+
+/// Runs a storage command's store call and writes its reply (hidden by `noreply`).
+fn store(out: &mut BytesMut, noreply: bool, run: impl FnOnce() -> StoreOutcome) {
+    quietly(out, noreply, |o| text::compose_store(o, run()));
+}
+
+/// Runs one request, appending its reply to `out`.
+///
+/// This is the command table, one arm per command, so it stays whole.
+pub fn execute<S: Storage + ?Sized>(storage: &S, request: Request, out: &mut BytesMut) -> Flow {
+    match request {
+        Request::Get(r) | Request::Gat(r) => retrieve(storage, &r, false, out),
+        Request::Gets(r) | Request::Gats(r) => retrieve(storage, &r, true, out),
+        Request::Set(s) => store(out, s.noreply, || {
+            storage.set(s.key, s.flags, s.exptime, s.value)
+        }),
+        Request::Add(s) => store(out, s.noreply, || {
+            storage.add(s.key, s.flags, s.exptime, s.value)
+        }),
+        Request::Replace(s) => store(out, s.noreply, || {
+            storage.replace(s.key, s.flags, s.exptime, s.value)
+        }),
+        Request::Append(s) => store(out, s.noreply, || storage.append(s.key, s.value)),
+        Request::Prepend(s) => store(out, s.noreply, || storage.prepend(s.key, s.value)),
+        Request::Cas(s) => store(out, s.noreply, || {
+            storage.cas(s.key, s.flags, s.exptime, s.value, s.cas_unique)
+        }),
+        Request::TooLarge(refused) => too_large(storage, &refused, out),
+        Request::Delete(d) => quietly(out, d.noreply, |o| {
+            text::compose_key_outcome(o, storage.delete(&d.key), b"DELETED")
+        }),
+        Request::Incr(d) => quietly(out, d.noreply, |o| {
+            text::compose_delta(o, storage.incr(&d.key, d.delta))
+        }),
+        Request::Decr(d) => quietly(out, d.noreply, |o| {
+            text::compose_delta(o, storage.decr(&d.key, d.delta))
+        }),
+        Request::Touch(t) => quietly(out, t.noreply, |o| {
+            text::compose_key_outcome(o, storage.touch(&t.key, t.exptime), b"TOUCHED")
+        }),
+        Request::FlushAll(f) => quietly(out, f.noreply, |o| {
+            storage.flush_all(f.delay);
+            text::compose_line(o, "OK")
+        }),
+        Request::Verbosity(v) => quietly(out, v.noreply, |o| {
+            storage.verbosity(v.level);
+            text::compose_line(o, "OK")
+        }),
+        Request::Stats(s) => stats(storage, &s, out),
+        Request::Version => text::compose_line(out, &format!("VERSION {}", storage.version())),
+        Request::Quit => return Flow::Close,
+        Request::Shutdown => ErrorReply::SHUTDOWN_DISABLED.compose(out),
+        Request::MetaNoop => text::compose_line(out, "MN"),
+        Request::MetaDebug(me) => match storage.meta_debug(&me.key.bytes) {
+            Some(debug) => meta::compose_debug(out, &me.key, &debug),
+            None => text::compose_line(out, "EN"),
+        },
+        Request::MetaGet(mg) => meta_get(storage, &mg, out),
+        Request::MetaSet(ms) => meta_set(storage, ms, out),
+        Request::MetaDelete(md) => meta_delete(storage, &md, out),
+        Request::MetaArithmetic(ma) => meta_arithmetic(storage, &ma, out),
+    }
+    Flow::Continue
+}
+
+/// `get`, `gets`, `gat`, `gats`: one `VALUE` per hit, in key order, then `END`.
+fn retrieve<S: Storage + ?Sized>(storage: &S, r: &Retrieve, with_cas: bool, out: &mut BytesMut) {
+    for key in &r.keys {
+        let item = match r.touch {
+            Some(exptime) => storage.gat(key, exptime),
+            None => storage.get(key),
+        };
+        if let Some(item) = item {
+            text::compose_value(
+                out,
+                key,
+                item.flags,
+                &item.value,
+                with_cas.then_some(item.cas),
+            );
+        }
+    }
+    text::compose_end(out);
+}
+
+/// A refused over-size store: memcached drops the old item for `set` and every `ms`.
+fn too_large<S: Storage + ?Sized>(storage: &S, refused: &TooLarge, out: &mut BytesMut) {
+    if matches!(
+        refused.origin,
+        TooLargeOrigin::Set | TooLargeOrigin::MetaSet
+    ) {
+        let _ = storage.delete(&refused.key);
+    }
+    quietly(out, refused.noreply, |o| ErrorReply::TOO_LARGE.compose(o));
+}
+
+/// `stats …`.
+fn stats<S: Storage + ?Sized>(storage: &S, s: &Stats, out: &mut BytesMut) {
+    let lines = match &s.group {
+        StatsGroup::General => storage.stats(b""),
+        StatsGroup::Named(group) => storage.stats(group),
+        StatsGroup::Reset => {
+            storage.stats_reset();
+            return text::compose_line(out, "RESET");
+        }
+        StatsGroup::Detail(arg) => return stats_detail(arg, out),
+        StatsGroup::CacheDump => return ErrorReply::CACHEDUMP_DISABLED.compose(out),
+    };
+    match lines {
+        Some(lines) => text::compose_stats(out, &lines),
+        None => ErrorReply::ERROR.compose(out),
+    }
+}
+
+/// `stats detail on|off|dump`: podkv keeps no per-prefix detail, so `dump` is empty.
+fn stats_detail(arg: &[u8], out: &mut BytesMut) {
+    match arg {
+        b"on" | b"off" => text::compose_line(out, "OK"),
+        b"dump" => text::compose_end(out),
+        _ => ErrorReply::DETAIL_USAGE.compose(out),
+    }
+}
+
+/// The facts a miss or a failed meta command can still report: `O` and `k`.
+fn key_facts(key: &super::request::MetaKey) -> Facts<'_> {
+    Facts {
+        key,
+        item: None,
+        cas: None,
+        ttl: None,
+    }
+}
+
+/// `mg`.
+fn meta_get<S: Storage + ?Sized>(storage: &S, mg: &MetaGet, out: &mut BytesMut) {
+    let options = MetaGetOptions {
+        touch: mg.touch,
+        vivify: mg.vivify,
+        recache: mg.recache,
+        no_bump: mg.no_bump,
+        new_cas: mg.new_cas,
+    };
+    match storage.meta_get(&mg.key.bytes, options) {
+        Some(hit) => meta::compose_get_hit(out, mg, &hit.item, hit.lease),
+        None if mg.quiet => {}
+        None => meta::compose_status(out, b"EN", &mg.returns, &key_facts(&mg.key)),
+    }
+}
+
+/// `ms`.
+fn meta_set<S: Storage + ?Sized>(storage: &S, ms: MetaSet, out: &mut BytesMut) {
+    let options = MetaSetOptions {
+        key: ms.key.bytes.clone(),
+        value: ms.value.clone(),
+        flags: ms.flags,
+        exptime: ms.exptime,
+        mode: ms.mode,
+        cas: ms.cas,
+        new_cas: ms.new_cas,
+        invalidate: ms.invalidate,
+        vivify: ms.vivify,
+    };
+    let outcome = storage.meta_set(options);
+    if !(ms.quiet && matches!(outcome, StoreOutcome::Stored(_))) {
+        meta::compose_set(out, &ms, outcome);
+    }
+}
+
+/// `md`.
+fn meta_delete<S: Storage + ?Sized>(storage: &S, md: &MetaDelete, out: &mut BytesMut) {
+    let options = MetaDeleteOptions {
+        cas: md.cas,
+        invalidate: md.invalidate,
+        exptime: md.exptime,
+        new_cas: md.new_cas,
+    };
+    let code: &[u8] = match storage.meta_delete(&md.key.bytes, options) {
+        MetaDeleteOutcome::Deleted if md.quiet => return,
+        MetaDeleteOutcome::Deleted => b"HD",
+        MetaDeleteOutcome::NotFound => b"NF",
+        MetaDeleteOutcome::Exists => b"EX",
+    };
+    meta::compose_status(out, code, &md.returns, &key_facts(&md.key));
+}
+
+/// `ma`.
+fn meta_arithmetic<S: Storage + ?Sized>(storage: &S, ma: &MetaArithmetic, out: &mut BytesMut) {
+    let options = MetaArithmeticOptions {
+        mode: ma.mode,
+        delta: ma.delta,
+        initial: ma.initial,
+        vivify: ma.vivify,
+        touch: ma.touch,
+        cas: ma.cas,
+        new_cas: ma.new_cas,
+    };
+    let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, options) {
+        MetaArithmeticOutcome::Value { .. } if ma.quiet => return,
+        MetaArithmeticOutcome::Value { value, cas, ttl } => {
+            let facts = Facts {
+                key: &ma.key,
+                item: None,
+                cas: Some(cas),
+                ttl: Some(ttl),
+            };
+            return meta::compose_arithmetic(out, ma, value, &facts);
+        }
+        MetaArithmeticOutcome::NotFound => b"NF",
+        MetaArithmeticOutcome::Exists => b"EX",
+        MetaArithmeticOutcome::NotStored => b"NS",
+        MetaArithmeticOutcome::NonNumeric => return ErrorReply::NON_NUMERIC.compose(out),
+        MetaArithmeticOutcome::OutOfMemory => return ErrorReply::OUT_OF_MEMORY.compose(out),
+    };
+    let keys_only: Vec<ReturnFlag> = ma
+        .returns
+        .iter()
+        .filter(|r| matches!(r, ReturnFlag::Opaque(_) | ReturnFlag::Key))
+        .cloned()
+        .collect();
+    meta::compose_status(out, code, &keys_only, &key_facts(&ma.key));
+}
