@@ -79,7 +79,11 @@ impl ClusterStats {
             .collect();
         rows.push(row("key size".into(), self.key_size, s.mean_key_size));
         rows.push(row("value size".into(), self.value_size, s.mean_value_size));
-        rows.push(row("mean freq".into(), self.mean_frequency, s.mean_frequency));
+        rows.push(row(
+            "mean freq".into(),
+            self.mean_frequency,
+            s.mean_frequency,
+        ));
         rows.push(row(
             "one-hit-wonder ratio".into(),
             self.one_hit_wonder_ratio,
@@ -142,22 +146,19 @@ fn parse_table(text: &str) -> Vec<(u32, Result<ClusterStats, String>)> {
         .filter_map(|line| {
             let row = cells(line);
             let n = row.first()?.strip_prefix("cluster")?.parse().ok()?;
-            let get = |name: &str| {
-                header
-                    .iter()
-                    .position(|h| *h == name)
-                    .and_then(|i| row.get(i).copied())
-                    .ok_or_else(|| format!("no `{name}` column"))
-            };
-            Some((n, parse_row(n, get)))
+            Some((n, parse_row(n, &header, &row)))
         })
         .collect()
 }
 
-fn parse_row(
-    cluster: u32,
-    get: impl Fn(&str) -> Result<&str, String>,
-) -> Result<ClusterStats, String> {
+fn parse_row(cluster: u32, header: &[&str], row: &[&str]) -> Result<ClusterStats, String> {
+    let get = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .and_then(|i| row.get(i).copied())
+            .ok_or_else(|| format!("no `{name}` column"))
+    };
     let number = |name: &str| -> Result<f64, String> {
         let cell = get(name)?;
         cell.parse()

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
-use arrow::array::{StringBuilder, UInt32Builder, UInt64Builder};
+use arrow::array::{ArrayBuilder, StringBuilder, UInt32Builder, UInt64Builder};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ArrowWriter;
@@ -164,10 +164,13 @@ impl ParquetWriter {
         if self.columns.len() == 0 {
             return Ok(());
         }
-        let batch = self.columns.take(&self.schema).map_err(|e| TraceError::Schema {
-            path: self.path.clone(),
-            message: e.to_string(),
-        })?;
+        let batch = self
+            .columns
+            .take(&self.schema)
+            .map_err(|e| TraceError::Schema {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })?;
         self.writer
             .write(&batch)
             .map_err(|e| TraceError::parquet(&self.path, e))

@@ -122,6 +122,20 @@ impl TraceError {
         }
     }
 
+    /// Whether the error concerns one malformed line or row, after which reading can go on
+    /// (as opposed to I/O, schema or argument errors, which end the stream).
+    pub fn is_bad_line(&self) -> bool {
+        matches!(
+            self,
+            Self::Csv { .. }
+                | Self::MissingField { .. }
+                | Self::BadNumber { .. }
+                | Self::UnknownOp { .. }
+                | Self::BadKey { .. }
+                | Self::BadRow { .. }
+        )
+    }
+
     /// Wraps a Parquet error with the path it concerns.
     pub fn parquet(path: impl Into<PathBuf>, source: parquet::errors::ParquetError) -> Self {
         Self::Parquet {

@@ -80,7 +80,7 @@ impl<R: Read> Read for CountingRead<R> {
 /// The readers behind [`TraceReader`].
 enum Source {
     Csv(CsvReader<Box<dyn Read + Send>>),
-    Parquet(ParquetReader),
+    Parquet(Box<ParquetReader>),
 }
 
 /// A stream of requests from a trace file of any format; see [`open`].
@@ -96,7 +96,7 @@ pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, TraceError> {
     if Format::of(path) == Format::Parquet {
         let reader = ParquetReader::open(path)?;
         return Ok(TraceReader {
-            source: Source::Parquet(reader),
+            source: Source::Parquet(Box::new(reader)),
             read: Arc::default(),
             length: 0,
         });
@@ -153,7 +153,7 @@ impl Iterator for TraceReader {
 enum Sink {
     Csv(CsvWriter<BufWriter<File>>),
     CsvZst(CsvWriter<zstd::Encoder<'static, BufWriter<File>>>),
-    Parquet(ParquetWriter),
+    Parquet(Box<ParquetWriter>),
 }
 
 /// A trace file being written, in the format its extension names; see [`create`].
@@ -168,7 +168,7 @@ pub fn create(path: impl AsRef<Path>) -> Result<TraceWriter, TraceError> {
     let path = path.as_ref().to_path_buf();
     let format = Format::of(&path);
     let sink = if format == Format::Parquet {
-        Sink::Parquet(ParquetWriter::create(&path)?)
+        Sink::Parquet(Box::new(ParquetWriter::create(&path)?))
     } else {
         let file = File::create(&path).map_err(|e| TraceError::io(&path, e))?;
         let buffered = BufWriter::with_capacity(SIZE_IO_BUFFER, file);
@@ -180,7 +180,11 @@ pub fn create(path: impl AsRef<Path>) -> Result<TraceWriter, TraceError> {
             Sink::Csv(CsvWriter::new(buffered))
         }
     };
-    Ok(TraceWriter { sink, path, rows: 0 })
+    Ok(TraceWriter {
+        sink,
+        path,
+        rows: 0,
+    })
 }
 
 impl TraceWriter {

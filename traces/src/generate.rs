@@ -187,7 +187,8 @@ impl Generator {
     fn key_text(&self, id: u64) -> String {
         let (lo, hi) = self.shape.key_size;
         let span = u64::from(hi - lo + 1);
-        let size = (lo as usize + (self.key_hash(id, SALT_KEY_SIZE) % span) as usize).max(self.width);
+        let size =
+            (lo as usize + (self.key_hash(id, SALT_KEY_SIZE) % span) as usize).max(self.width);
         let mut key = vec![0u8; size];
         let (fill, tail) = key.split_at_mut(size - self.width);
         let mut h = self.key_hash(id, SALT_FILL);

@@ -51,7 +51,8 @@ impl Op {
 
     /// The names as they appear in traces, in the order of [`Op::ALL`].
     pub const NAMES: [&'static str; 11] = [
-        "get", "gets", "set", "add", "replace", "cas", "append", "prepend", "delete", "incr", "decr",
+        "get", "gets", "set", "add", "replace", "cas", "append", "prepend", "delete", "incr",
+        "decr",
     ];
 
     /// The name as it appears in traces.
@@ -116,7 +117,14 @@ mod tests {
         let storing: Vec<_> = Op::ALL.into_iter().filter(|o| o.stores_value()).collect();
         assert_eq!(
             storing,
-            [Op::Set, Op::Add, Op::Replace, Op::Cas, Op::Append, Op::Prepend]
+            [
+                Op::Set,
+                Op::Add,
+                Op::Replace,
+                Op::Cas,
+                Op::Append,
+                Op::Prepend
+            ]
         );
     }
 }

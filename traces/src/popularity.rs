@@ -12,10 +12,11 @@
 //!
 //! Drawing keys independently from a Zipf law cannot hit `c` and `o` together (a key drawn twice
 //! in expectation is drawn once or never about 40 % of the time), so counts are assigned exactly
-//! and only their order is random. The skew `β` is then found by bisection so that the same
+//! and only their order is random. The skew `β` is then searched so that the same
 //! least-squares estimator `stats` uses, applied to these counts, returns the published `α`.
-//! When even `β = 0` (all multi-hit keys equally popular) fits a larger α than published, `β`
-//! stays 0 and [`Popularity::fitted_alpha`] tells what the trace will measure.
+//! Not every `α` is reachable with given `c`, `o` and `R`: when even `β = 0` (all multi-hit keys
+//! equally popular) fits a larger α, `β` stays 0; when no `β` fits α as large as published, the
+//! largest reachable is used. [`Popularity::fitted_alpha`] tells what the trace will measure.
 //!
 //! Invariant, checked by [`Popularity::is_valid`]:
 //! `Σ multi + once == requests`, every `multi[i] ≥ 2`, `multi` non-increasing.
@@ -23,10 +24,16 @@
 use crate::stats::LineFit;
 
 /// Largest skew tried; beyond it nearly all multi-hit requests go to one key.
-const BETA_MAX: f64 = 16.0;
+const BETA_MAX: f64 = 8.0;
 
-/// Bisection steps; the interval `[0, 16]` shrinks below 10⁻⁸.
-const COUNT_BISECTION_STEPS: u32 = 32;
+/// Grid step of the climb in [`Popularity::solve_beta`].
+const BETA_STEP: f64 = 0.125;
+
+/// Bisection steps inside one grid step: the step shrinks below 10⁻⁶.
+const COUNT_BISECTION_STEPS: u32 = 17;
+
+/// Counts whose logarithm is tabulated (most counts are small).
+const COUNT_LN_TABLE: usize = 4096;
 
 /// Per-key request counts of a synthetic trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,11 +68,12 @@ impl Popularity {
         }
         let shared = requests - once;
         let mut plan = Self {
-            multi: vec![0; multi_keys as usize],
+            multi: vec![2; multi_keys as usize],
             once,
             beta: 0.0,
         };
-        plan.reshape(shared, 0.0);
+        let ln_rank: Vec<f64> = (1..=multi_keys).map(|r| (r as f64).ln()).collect();
+        plan.reshape(shared, 0.0, &ln_rank);
         if let Some(alpha) = alpha {
             plan.solve_beta(shared, alpha);
         }
@@ -88,26 +96,41 @@ impl Popularity {
 
     /// The Zipf alpha `stats` will fit to a trace with these counts (every rank).
     pub fn fitted_alpha(&self) -> Option<f64> {
+        let ln_rank: Vec<f64> = (1..=self.multi.len()).map(|r| (r as f64).ln()).collect();
+        self.fit(&ln_rank, self.tail_fit())
+    }
+
+    /// The fit of the one-hit tail alone: ranks `M+1 ..= K`, each with count 1 (`ln 1 = 0`).
+    fn tail_fit(&self) -> LineFit {
         let mut fit = LineFit::default();
-        for (i, &count) in self.multi.iter().enumerate() {
-            fit.add(((i + 1) as f64).ln(), f64::from(count).ln(), 1.0);
-        }
-        let first_once = self.multi.len() as u64 + 1;
-        for rank in first_once..=self.keys() {
+        for rank in self.multi.len() as u64 + 1..=self.keys() {
             fit.add((rank as f64).ln(), 0.0, 1.0);
+        }
+        fit
+    }
+
+    /// Adds the multi-hit keys to the tail's fit and returns the alpha.
+    fn fit(&self, ln_rank: &[f64], mut fit: LineFit) -> Option<f64> {
+        let ln_small: Vec<f64> = (0..COUNT_LN_TABLE).map(|c| (c as f64).ln()).collect();
+        for (&x, &count) in ln_rank.iter().zip(&self.multi) {
+            let y = ln_small
+                .get(count as usize)
+                .copied()
+                .unwrap_or_else(|| f64::from(count).ln());
+            fit.add(x, y, 1.0);
         }
         fit.solve().map(|(slope, _, _)| -slope)
     }
 
     /// Redistributes `shared` requests over the multi-hit keys with skew `beta`.
-    fn reshape(&mut self, shared: u64, beta: f64) {
+    fn reshape(&mut self, shared: u64, beta: f64, ln_rank: &[f64]) {
         self.beta = beta;
         let m = self.multi.len();
         if m == 0 {
             return;
         }
         let extra = shared - 2 * m as u64;
-        let weight = |i: usize| ((i + 1) as f64).powf(-beta);
+        let weight = |i: usize| (-beta * ln_rank[i]).exp();
         let total: f64 = (0..m).map(weight).sum();
         let mut given = 0u64;
         for (i, count) in self.multi.iter_mut().enumerate() {
@@ -123,19 +146,36 @@ impl Popularity {
         }
     }
 
-    /// Bisection on `beta` for `fitted_alpha == alpha`, assuming the fit grows with skew.
+    /// Finds `beta` with `fitted_alpha == alpha`.
+    ///
+    /// The fit is not monotone in `beta`: it rises from the flat layout, peaks, then falls as
+    /// one key takes all the extra requests and the rest flatten at 2. So `beta` climbs a grid
+    /// until the fit reaches `alpha` (then bisects inside the last step) or starts falling
+    /// (then keeps the peak: the closest reachable alpha).
     fn solve_beta(&mut self, shared: u64, alpha: f64) {
-        let fitted = |p: &mut Self, beta: f64| {
-            p.reshape(shared, beta);
-            p.fitted_alpha().unwrap_or(0.0)
+        let ln_rank: Vec<f64> = (1..=self.multi.len()).map(|r| (r as f64).ln()).collect();
+        let tail = self.tail_fit();
+        let mut fitted = |p: &mut Self, beta: f64| {
+            p.reshape(shared, beta, &ln_rank);
+            p.fit(&ln_rank, tail).unwrap_or(0.0)
         };
-        if self.multi.len() < 2 || fitted(self, 0.0) >= alpha {
-            self.reshape(shared, 0.0);
+        let (mut lo, mut best) = (0.0, fitted(self, 0.0));
+        if self.multi.len() < 2 || best >= alpha {
+            self.reshape(shared, 0.0, &ln_rank);
             return;
         }
-        let (mut lo, mut hi) = (0.0, BETA_MAX);
-        if fitted(self, hi) <= alpha {
-            return;
+        let mut hi = lo;
+        loop {
+            hi += BETA_STEP;
+            let f = fitted(self, hi);
+            if f >= alpha {
+                break;
+            }
+            if f < best || hi >= BETA_MAX {
+                self.reshape(shared, lo, &ln_rank);
+                return;
+            }
+            (lo, best) = (hi, f);
         }
         for _ in 0..COUNT_BISECTION_STEPS {
             let mid = 0.5 * (lo + hi);
@@ -145,7 +185,7 @@ impl Popularity {
                 hi = mid;
             }
         }
-        self.reshape(shared, 0.5 * (lo + hi));
+        self.reshape(shared, hi, &ln_rank);
     }
 }
 
@@ -159,7 +199,11 @@ mod tests {
         assert!(p.is_valid(100_000));
         assert_eq!(p.keys(), 26_350);
         let alpha = p.fitted_alpha().unwrap();
-        assert!((alpha - 0.4251).abs() < 1e-3, "alpha {alpha}, beta {}", p.beta);
+        assert!(
+            (alpha - 0.4251).abs() < 1e-3,
+            "alpha {alpha}, beta {}",
+            p.beta
+        );
         assert!(p.beta > 0.0);
     }
 

@@ -144,40 +144,40 @@ impl Stats {
     }
 }
 
-/// Running sums of a least-squares line fit `y = a + b x`.
+/// Running centred sums of a least-squares line fit `y = a + b x` (Welford's updates, so a
+/// million points at `x ≈ 14` lose no precision to cancellation).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct LineFit {
     n: f64,
-    sx: f64,
-    sy: f64,
-    sxx: f64,
-    sxy: f64,
-    syy: f64,
+    mean_x: f64,
+    mean_y: f64,
+    cxx: f64,
+    cxy: f64,
+    cyy: f64,
 }
 
 impl LineFit {
     /// Adds the point `(x, y)` `weight` times.
     pub(crate) fn add(&mut self, x: f64, y: f64, weight: f64) {
         self.n += weight;
-        self.sx += weight * x;
-        self.sy += weight * y;
-        self.sxx += weight * x * x;
-        self.sxy += weight * x * y;
-        self.syy += weight * y * y;
+        let dx = x - self.mean_x;
+        let dy = y - self.mean_y;
+        self.mean_x += weight * dx / self.n;
+        self.mean_y += weight * dy / self.n;
+        self.cxx += weight * dx * (x - self.mean_x);
+        self.cxy += weight * dx * (y - self.mean_y);
+        self.cyy += weight * dy * (y - self.mean_y);
     }
 
     /// `(slope, intercept, r²)`, or `None` when all `x` are equal.
     pub(crate) fn solve(&self) -> Option<(f64, f64, f64)> {
-        let vxx = self.sxx - self.sx * self.sx / self.n;
-        let vxy = self.sxy - self.sx * self.sy / self.n;
-        let vyy = self.syy - self.sy * self.sy / self.n;
-        if self.n < 2.0 || vxx <= f64::EPSILON * self.sxx.max(1.0) {
+        if self.n < 2.0 || self.cxx <= 0.0 {
             return None;
         }
-        let slope = vxy / vxx;
-        let intercept = (self.sy - slope * self.sx) / self.n;
-        let r2 = if vyy > 0.0 {
-            (vxy * vxy / (vxx * vyy)).min(1.0)
+        let slope = self.cxy / self.cxx;
+        let intercept = self.mean_y - slope * self.mean_x;
+        let r2 = if self.cyy > 0.0 {
+            (self.cxy * self.cxy / (self.cxx * self.cyy)).min(1.0)
         } else {
             1.0
         };
@@ -379,9 +379,10 @@ impl fmt::Display for Stats {
             .iter()
             .map(|s| format!("{}:{:.2}", format_ttl(s.ttl), s.fraction))
             .collect();
-        let window = self
-            .one_hit_window
-            .map_or_else(|| "whole trace".to_owned(), |w| format!("{w}-request windows"));
+        let window = self.one_hit_window.map_or_else(
+            || "whole trace".to_owned(),
+            |w| format!("{w}-request windows"),
+        );
         let zipf = self.zipf.as_ref().map_or_else(
             || "n/a (fewer than two ranks)".to_owned(),
             |z| {
@@ -396,7 +397,10 @@ impl fmt::Display for Stats {
             ("distinct keys", self.keys.to_string()),
             ("operation", ops.join(" ")),
             ("key size (mean B)", format!("{:.1}", self.mean_key_size)),
-            ("value size (mean B)", format!("{:.1}", self.mean_value_size)),
+            (
+                "value size (mean B)",
+                format!("{:.1}", self.mean_value_size),
+            ),
             ("mean freq", format!("{:.2}", self.mean_frequency)),
             (
                 "one-hit-wonder ratio (%)",
@@ -442,7 +446,7 @@ mod tests {
     fn zipf_fit_needs_two_ranks() {
         assert_eq!(fit_zipf(&[5], 1, None), None);
         assert_eq!(fit_zipf(&[], 1, None), None);
-        assert_eq!(fit_zipf(&[3, 3, 3], 1, None).unwrap().alpha, 0.0);
+        assert!(fit_zipf(&[3, 3, 3], 1, None).unwrap().alpha.abs() < 1e-12);
     }
 
     #[test]
