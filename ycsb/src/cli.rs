@@ -229,8 +229,27 @@ mod tests {
     #[test]
     fn flags_parse() {
         let a = parse(&[
-            "--workload", "a", "-P", "x", "-P", "y", "-p", "k=v", "--records", "5", "--ops", "6",
-            "--seed", "7", "--phase", "run", "--threads", "3", "--dry-run", "--dump-ops", "-",
+            "--workload",
+            "a",
+            "-P",
+            "x",
+            "-P",
+            "y",
+            "-p",
+            "k=v",
+            "--records",
+            "5",
+            "--ops",
+            "6",
+            "--seed",
+            "7",
+            "--phase",
+            "run",
+            "--threads",
+            "3",
+            "--dry-run",
+            "--dump-ops",
+            "-",
         ]);
         assert_eq!(a.workload.as_deref(), Some("a"));
         assert_eq!(a.property_files, [PathBuf::from("x"), PathBuf::from("y")]);
@@ -246,14 +265,32 @@ mod tests {
 
     #[test]
     fn shorthands_override_properties() {
-        let a = parse(&["--workload", "b", "-p", "recordcount=9", "--records", "12", "--ops", "3"]);
+        let a = parse(&[
+            "--workload",
+            "b",
+            "-p",
+            "recordcount=9",
+            "--records",
+            "12",
+            "--ops",
+            "3",
+        ]);
         let w = a.workload().unwrap();
         assert_eq!((w.record_count, w.operation_count), (12, 3));
     }
 
     #[test]
     fn dry_run_counts_phases() {
-        let a = parse(&["--workload", "a", "--records", "100", "--ops", "200", "--threads", "2"]);
+        let a = parse(&[
+            "--workload",
+            "a",
+            "--records",
+            "100",
+            "--ops",
+            "200",
+            "--threads",
+            "2",
+        ]);
         let s = dry_run(&a).unwrap();
         assert_eq!(s.load.unwrap().insert, 100);
         let run = s.run.unwrap();

@@ -102,12 +102,27 @@ mod tests {
         .build(0);
         let k = "user6284781860667377211";
         assert_eq!(text(&Op::Read { key }), format!("read {k}\n"));
-        assert_eq!(text(&Op::Update { key, value_len: 100 }), format!("update {k}\n"));
-        assert_eq!(text(&Op::Insert { key, value_len: 1000 }), format!("insert {k}\n"));
+        assert_eq!(
+            text(&Op::Update {
+                key,
+                value_len: 100
+            }),
+            format!("update {k}\n")
+        );
+        assert_eq!(
+            text(&Op::Insert {
+                key,
+                value_len: 1000
+            }),
+            format!("insert {k}\n")
+        );
         assert_eq!(text(&Op::Delete { key }), format!("delete {k}\n"));
         assert_eq!(text(&Op::Scan { key, len: 42 }), format!("scan {k} 42\n"));
         assert_eq!(
-            text(&Op::ReadModifyWrite { key, value_len: 100 }),
+            text(&Op::ReadModifyWrite {
+                key,
+                value_len: 100
+            }),
             format!("read {k} rmw\nupdate {k} rmw\n")
         );
         let mut out = Vec::new();

@@ -58,7 +58,9 @@ pub enum YcsbError {
     },
 
     /// `--workload NAME` names no shipped workload.
-    #[error("unknown workload `{0}` (expected one of: a, b, c, d, e, f, load, cxlalloc-a, cxlalloc-d)")]
+    #[error(
+        "unknown workload `{0}` (expected one of: a, b, c, d, e, f, load, cxlalloc-a, cxlalloc-d)"
+    )]
     UnknownWorkload(String),
 
     /// A YCSB feature this port does not carry.

@@ -104,9 +104,10 @@ impl Key {
         }
     }
 
-    fn push(&mut self, byte: u8) {
-        self.bytes[usize::from(self.len)] = byte;
-        self.len += 1;
+    fn extend(&mut self, bytes: &[u8]) {
+        let at = usize::from(self.len);
+        self.bytes[at..at + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len() as u8;
     }
 }
 
@@ -133,29 +134,46 @@ fn build_ycsb(keynum: u64, zero_padding: usize, hashed: bool) -> Key {
     let mut digits = [0u8; 20];
     let start = write_decimal(value.unsigned_abs(), &mut digits);
     let digits = &digits[start..];
-    let negative = usize::from(value < 0);
+    let negative = value < 0;
+    let fill = zero_padding
+        .saturating_sub(digits.len() + usize::from(negative))
+        .min(ZERO_PADDING_MAX);
     let mut key = Key::empty(keynum);
-    PREFIX.iter().for_each(|b| key.push(*b));
-    let fill = zero_padding.saturating_sub(digits.len() + negative);
-    (0..fill.min(ZERO_PADDING_MAX)).for_each(|_| key.push(b'0'));
-    if negative == 1 {
-        key.push(b'-');
+    key.extend(PREFIX);
+    key.bytes[key.len as usize..][..fill].fill(b'0');
+    key.len += fill as u8;
+    if negative {
+        key.extend(b"-");
     }
-    digits.iter().for_each(|b| key.push(*b));
+    key.extend(digits);
     key
 }
+
+/// `"00" "01" … "99"`: two digits per division.
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
 
 /// Writes `n` in decimal at the end of `buf`; returns where the digits start.
 fn write_decimal(mut n: u64, buf: &mut [u8; 20]) -> usize {
     let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return at;
-        }
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
     }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        at -= 1;
+        buf[at] = b'0' + n as u8;
+    }
+    at
 }
 
 fn build_8b(keynum: u64, hashed: bool) -> Key {
@@ -164,10 +182,12 @@ fn build_8b(keynum: u64, hashed: bool) -> Key {
     } else {
         keynum & MASK_48
     };
-    let mut key = Key::empty(keynum);
-    for shift in (0..8).rev() {
-        key.push(ALPHABET_8B[((value >> (shift * 6)) & 63) as usize]);
+    let mut chars = [0u8; 8];
+    for (i, c) in chars.iter_mut().enumerate() {
+        *c = ALPHABET_8B[((value >> ((7 - i) * 6)) & 63) as usize];
     }
+    let mut key = Key::empty(keynum);
+    key.extend(&chars);
     key
 }
 
@@ -209,7 +229,15 @@ mod tests {
         assert_eq!(ycsb(5, 8, false), "user00000005");
         assert_eq!(ycsb(123_456_789, 8, false), "user123456789");
         assert_eq!(ycsb(2, 22, true), "user0001820151046732198393");
-        assert_eq!(KeyFormat::Ycsb { zero_padding: 1, hashed: true }.build(7).num(), 7);
+        assert_eq!(
+            KeyFormat::Ycsb {
+                zero_padding: 1,
+                hashed: true
+            }
+            .build(7)
+            .num(),
+            7
+        );
     }
 
     #[test]
@@ -244,6 +272,14 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn decimal_matches_std(n in proptest::num::u64::ANY) {
+            let mut buf = [0u8; 20];
+            let start = write_decimal(n, &mut buf);
+            let expected = n.to_string();
+            proptest::prop_assert_eq!(&buf[start..], expected.as_bytes());
+        }
+
         #[test]
         fn permute48_stays_below_2_48(x in 0u64..COUNT_8B_KEYS) {
             proptest::prop_assert!(permute48(x) < COUNT_8B_KEYS);

@@ -32,6 +32,8 @@
 //! `ThreadLocalRandom`, which cannot be seeded, so the exact sequence of values differs;
 //! every distribution, constant and key name is the same.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod dump;
 pub mod error;

@@ -214,9 +214,9 @@ fn key_chooser(w: &Workload, acked: &Arc<AcknowledgedCounter>) -> Result<KeyChoo
         RequestDistribution::Exponential { percentile, frac } => KeyChooser::Exponential(
             Exponential::with_percentile(percentile, w.record_count as f64 * frac),
         ),
-        RequestDistribution::Sequential => {
-            KeyChooser::Sequential(Sequential::new(first, last.ok_or_else(empty)?).ok_or_else(empty)?)
-        }
+        RequestDistribution::Sequential => KeyChooser::Sequential(
+            Sequential::new(first, last.ok_or_else(empty)?).ok_or_else(empty)?,
+        ),
     })
 }
 
@@ -226,8 +226,10 @@ fn length_gen(lengths: Lengths) -> LengthGen {
     let min = lengths.min.min(lengths.max);
     match lengths.distribution {
         LengthDistribution::Constant => LengthGen::Constant(Constant::new(lengths.max)),
-        LengthDistribution::Uniform => UniformLong::new(min, lengths.max)
-            .map_or(LengthGen::Constant(Constant::new(lengths.max)), LengthGen::Uniform),
+        LengthDistribution::Uniform => UniformLong::new(min, lengths.max).map_or(
+            LengthGen::Constant(Constant::new(lengths.max)),
+            LengthGen::Uniform,
+        ),
         LengthDistribution::Zipfian => LengthGen::Zipfian(Zipfian::with_range(min, lengths.max)),
     }
 }
@@ -325,12 +327,16 @@ impl OpStream {
             unreachable!("Workload::check refuses a run phase without operations")
         };
         match chooser.next_value(&mut self.rng) {
-            OpKind::Read => Op::Read { key: self.chosen_key() },
+            OpKind::Read => Op::Read {
+                key: self.chosen_key(),
+            },
             OpKind::Update => self.next_update(),
             OpKind::Insert => self.next_insert(),
             OpKind::Scan => self.next_scan(),
             OpKind::ReadModifyWrite => self.next_read_modify_write(),
-            OpKind::Delete => Op::Delete { key: self.chosen_key() },
+            OpKind::Delete => Op::Delete {
+                key: self.chosen_key(),
+            },
         }
     }
 
@@ -400,7 +406,9 @@ impl OpStream {
         let count = self.fields.count;
         match &mut self.field_length {
             LengthGen::Constant(c) => (count * c.next_value()) as usize,
-            gen => (0..count).map(|_| gen.next_value(&mut self.rng)).sum::<u64>() as usize,
+            gen => (0..count)
+                .map(|_| gen.next_value(&mut self.rng))
+                .sum::<u64>() as usize,
         }
     }
 
@@ -470,7 +478,10 @@ mod tests {
                 .into_iter()
                 .map(|st| s.spawn(move || st.map(|op| op.key().num()).collect::<Vec<_>>()))
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
         });
         nums.sort_unstable();
         assert!(nums.iter().copied().eq(0..20_000));
@@ -478,7 +489,10 @@ mod tests {
 
     #[test]
     fn inserts_become_readable_after_the_next_call() {
-        let w = workload("d", "recordcount=100\noperationcount=1000\ninsertproportion=1\nreadproportion=0");
+        let w = workload(
+            "d",
+            "recordcount=100\noperationcount=1000\ninsertproportion=1\nreadproportion=0",
+        );
         let mut stream = w.run(1).unwrap().remove(0);
         assert_eq!(stream.read_limit(), 99);
         let first = stream.next().unwrap();
@@ -491,7 +505,14 @@ mod tests {
 
     #[test]
     fn reads_never_pass_the_limit() {
-        for dist in ["uniform", "zipfian", "latest", "hotspot", "exponential", "sequential"] {
+        for dist in [
+            "uniform",
+            "zipfian",
+            "latest",
+            "hotspot",
+            "exponential",
+            "sequential",
+        ] {
             let extra = format!(
                 "recordcount=500\noperationcount=3000\ninsertproportion=0.3\nreadproportion=0.7\nupdateproportion=0\nrequestdistribution={dist}"
             );
@@ -510,12 +531,29 @@ mod tests {
         let w = workload("a", "recordcount=10\nfieldcount=3\nfieldlength=7");
         let op = w.load(1).unwrap().remove(0).next().unwrap();
         assert!(matches!(op, Op::Insert { value_len: 21, .. }));
-        let w = workload("a", "recordcount=10\noperationcount=50\nreadproportion=0\nfieldcount=3\nfieldlength=7");
-        assert!(w.run(1).unwrap().remove(0).all(|op| matches!(op, Op::Update { value_len: 7, .. })));
+        let w = workload(
+            "a",
+            "recordcount=10\noperationcount=50\nreadproportion=0\nfieldcount=3\nfieldlength=7",
+        );
+        assert!(w
+            .run(1)
+            .unwrap()
+            .remove(0)
+            .all(|op| matches!(op, Op::Update { value_len: 7, .. })));
         let w = workload("a", "recordcount=10\noperationcount=50\nreadproportion=0\nwriteallfields=true\nfieldcount=3\nfieldlength=7");
-        assert!(w.run(1).unwrap().remove(0).all(|op| matches!(op, Op::Update { value_len: 21, .. })));
+        assert!(w
+            .run(1)
+            .unwrap()
+            .remove(0)
+            .all(|op| matches!(op, Op::Update { value_len: 21, .. })));
         let w = workload("a", "recordcount=10\nfieldlengthdistribution=uniform\nminfieldlength=5\nfieldlength=9\nfieldcount=1");
-        assert!(w.load(1).unwrap().remove(0).all(|op| matches!(op, Op::Insert { value_len: 5..=9, .. })));
+        assert!(w.load(1).unwrap().remove(0).all(|op| matches!(
+            op,
+            Op::Insert {
+                value_len: 5..=9,
+                ..
+            }
+        )));
     }
 
     #[test]

@@ -168,7 +168,10 @@ mod tests {
             let handles: Vec<_> = (0..4)
                 .map(|_| s.spawn(|| (0..5_000).map(|_| c.next_value()).collect::<Vec<_>>()))
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
         });
         all.sort_unstable();
         assert!(all.iter().copied().eq(0..20_000));
@@ -213,7 +216,7 @@ mod tests {
             order in Just((0..64i64).collect::<Vec<_>>()).prop_shuffle()
         ) {
             let c = AcknowledgedCounter::new(0);
-            let mut acked = vec![false; 64];
+            let mut acked = [false; 64];
             for v in order {
                 c.acknowledge(v).unwrap();
                 acked[v as usize] = true;

@@ -64,9 +64,12 @@ mod tests {
 
     #[test]
     fn proportions_are_normalized_and_held() {
-        let chooser =
-            OperationChooser::new(&[(2.0, OpKind::Read), (0.0, OpKind::Update), (2.0, OpKind::Scan)])
-                .unwrap();
+        let chooser = OperationChooser::new(&[
+            (2.0, OpKind::Read),
+            (0.0, OpKind::Update),
+            (2.0, OpKind::Scan),
+        ])
+        .unwrap();
         assert_eq!(chooser.weights().len(), 2);
         let mut rng = worker_rng(0, 1, 0);
         let n = 100_000;

@@ -36,7 +36,11 @@ impl ScrambledZipfian {
     pub fn new(min: u64, max: u64) -> Option<Self> {
         let itemcount = max.checked_sub(min)?.checked_add(1)?;
         let gen = Zipfian::with_zetan(0, ITEM_COUNT + 1, THETA_DEFAULT, ZETAN);
-        Some(Self { gen, min, itemcount })
+        Some(Self {
+            gen,
+            min,
+            itemcount,
+        })
     }
 
     /// The next item: `min + fnvhash64(zipfian) % itemcount`.
@@ -88,11 +92,19 @@ mod tests {
             counts[v as usize] += 1;
         }
         let hot = (fnvhash64(0) as u64 % 1000) as usize;
-        let top = counts.iter().enumerate().max_by_key(|(_, c)| **c).unwrap().0;
+        let top = counts
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, c)| **c)
+            .unwrap()
+            .0;
         assert_eq!(top, hot);
         // P(rank 0) = 1 / ZETAN, plus the few other ranks that fold onto the same item.
         let frac = f64::from(counts[hot]) / f64::from(n);
-        assert!(frac >= 1.0 / ZETAN - 0.003 && frac < 1.0 / ZETAN + 0.01, "{frac}");
+        assert!(
+            (1.0 / ZETAN - 0.003..1.0 / ZETAN + 0.01).contains(&frac),
+            "{frac}"
+        );
     }
 
     #[test]

@@ -20,7 +20,11 @@ impl Sequential {
     pub fn new(start: u64, end: u64) -> Option<Self> {
         let interval = end.checked_sub(start)?.checked_add(1)?;
         let counter = Arc::new(AtomicU64::new(0));
-        Some(Self { counter, start, interval })
+        Some(Self {
+            counter,
+            start,
+            interval,
+        })
     }
 
     /// The next value; needs no RNG.

@@ -40,6 +40,8 @@ pub struct Zipfian {
     base: u64,
     theta: f64,
     zeta2theta: f64,
+    /// `0.5^theta`, hoisted out of the draw (YCSB computes it on every call).
+    half_pow_theta: f64,
     alpha: f64,
     zetan: f64,
     eta: f64,
@@ -73,6 +75,7 @@ impl Zipfian {
             base,
             theta,
             zeta2theta,
+            half_pow_theta: 0.5f64.powf(theta),
             alpha: 1.0 / (1.0 - theta),
             zetan,
             eta: 0.0,
@@ -99,7 +102,7 @@ impl Zipfian {
         if uz < 1.0 {
             return self.base;
         }
-        if uz < 1.0 + 0.5f64.powf(self.theta) {
+        if uz < 1.0 + self.half_pow_theta {
             return self.base + 1;
         }
         let tail = itemcount as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha);

@@ -196,7 +196,11 @@ impl Workload {
 
     /// Shipped workload `name`, with `recordcount` and `operationcount` replaced when
     /// given.
-    pub fn named_with(name: &str, records: Option<u64>, ops: Option<u64>) -> Result<Self, YcsbError> {
+    pub fn named_with(
+        name: &str,
+        records: Option<u64>,
+        ops: Option<u64>,
+    ) -> Result<Self, YcsbError> {
         let mut props = Properties::named(name)?;
         if let Some(n) = records {
             props.records(n);
@@ -211,7 +215,11 @@ impl Workload {
     pub fn from_properties(props: &Properties) -> Result<Self, YcsbError> {
         check_unsupported(props)?;
         let record_count = integer(props, "recordcount", 0)?;
-        let record_count = if record_count == 0 { RECORD_COUNT_UNSET } else { record_count };
+        let record_count = if record_count == 0 {
+            RECORD_COUNT_UNSET
+        } else {
+            record_count
+        };
         let insert_start = integer(props, "insertstart", 0)?;
         let insert_count = resolve_insert_count(props, record_count, insert_start)?;
         let key_format = key_format(props)?;
@@ -274,7 +282,8 @@ impl Workload {
         if !matches!(self.key_format, KeyFormat::Fixed8 { .. }) {
             return Ok(());
         }
-        let highest = self.insert_start + self.load_count.max(self.record_count) + self.operation_count;
+        let highest =
+            self.insert_start + self.load_count.max(self.record_count) + self.operation_count;
         if highest >= COUNT_8B_KEYS {
             return Err(YcsbError::Inconsistent(format!(
                 "8-byte keys name at most 2^48 records; this workload may need {highest}"
@@ -287,11 +296,19 @@ impl Workload {
 fn check_unsupported(props: &Properties) -> Result<(), YcsbError> {
     if let Some(class) = props.get("workload") {
         if !class.ends_with(".CoreWorkload") && class != "CoreWorkload" {
-            return Err(unsupported("workload", class, "only CoreWorkload is ported"));
+            return Err(unsupported(
+                "workload",
+                class,
+                "only CoreWorkload is ported",
+            ));
         }
     }
     if boolean(props, "dataintegrity", false)? {
-        return Err(unsupported("dataintegrity", "true", "values are sized, not filled"));
+        return Err(unsupported(
+            "dataintegrity",
+            "true",
+            "values are sized, not filled",
+        ));
     }
     Ok(())
 }
@@ -306,7 +323,9 @@ fn unsupported(key: &str, value: &str, reason: &'static str) -> YcsbError {
 
 fn resolve_insert_count(props: &Properties, records: u64, start: u64) -> Result<u64, YcsbError> {
     let default = records.checked_sub(start).ok_or_else(|| {
-        YcsbError::Inconsistent(format!("insertstart {start} is beyond recordcount {records}"))
+        YcsbError::Inconsistent(format!(
+            "insertstart {start} is beyond recordcount {records}"
+        ))
     })?;
     let count = integer(props, "insertcount", default)?;
     if start + count > records {
@@ -337,24 +356,31 @@ fn mix(props: &Properties) -> Result<Mix, YcsbError> {
 
 fn request(props: &Properties) -> Result<RequestDistribution, YcsbError> {
     let allowed = "uniform, zipfian, latest, hotspot, exponential, sequential";
-    Ok(match choice(props, "requestdistribution", "uniform", allowed)? {
-        "zipfian" => RequestDistribution::Zipfian,
-        "latest" => RequestDistribution::Latest,
-        "sequential" => RequestDistribution::Sequential,
-        "hotspot" => RequestDistribution::Hotspot {
-            data_fraction: number(props, "hotspotdatafraction", 0.2)?,
-            opn_fraction: number(props, "hotspotopnfraction", 0.8)?,
+    Ok(
+        match choice(props, "requestdistribution", "uniform", allowed)? {
+            "zipfian" => RequestDistribution::Zipfian,
+            "latest" => RequestDistribution::Latest,
+            "sequential" => RequestDistribution::Sequential,
+            "hotspot" => RequestDistribution::Hotspot {
+                data_fraction: number(props, "hotspotdatafraction", 0.2)?,
+                opn_fraction: number(props, "hotspotopnfraction", 0.8)?,
+            },
+            "exponential" => RequestDistribution::Exponential {
+                percentile: number(props, "exponential.percentile", PERCENTILE_DEFAULT)?,
+                frac: number(props, "exponential.frac", FRAC_DEFAULT)?,
+            },
+            _ => RequestDistribution::Uniform,
         },
-        "exponential" => RequestDistribution::Exponential {
-            percentile: number(props, "exponential.percentile", PERCENTILE_DEFAULT)?,
-            frac: number(props, "exponential.frac", FRAC_DEFAULT)?,
-        },
-        _ => RequestDistribution::Uniform,
-    })
+    )
 }
 
 fn scan_length(props: &Properties) -> Result<Lengths, YcsbError> {
-    let distribution = match choice(props, "scanlengthdistribution", "uniform", "uniform, zipfian")? {
+    let distribution = match choice(
+        props,
+        "scanlengthdistribution",
+        "uniform",
+        "uniform, zipfian",
+    )? {
         "zipfian" => LengthDistribution::Zipfian,
         _ => LengthDistribution::Uniform,
     };
@@ -370,7 +396,11 @@ fn fields(props: &Properties, key_format: KeyFormat) -> Result<Fields, YcsbError
     let allowed = "constant, uniform, zipfian";
     let distribution = match props.get("fieldlengthdistribution") {
         Some("histogram") => {
-            return Err(unsupported("fieldlengthdistribution", "histogram", "use constant, uniform or zipfian"))
+            return Err(unsupported(
+                "fieldlengthdistribution",
+                "histogram",
+                "use constant, uniform or zipfian",
+            ))
         }
         _ => match choice(props, "fieldlengthdistribution", "constant", allowed)? {
             "uniform" => LengthDistribution::Uniform,
@@ -382,7 +412,11 @@ fn fields(props: &Properties, key_format: KeyFormat) -> Result<Fields, YcsbError
         count: integer(props, "fieldcount", if fixed8 { 1 } else { 10 })?,
         length: Lengths {
             min: integer(props, "minfieldlength", 1)?,
-            max: integer(props, "fieldlength", if fixed8 { FIELD_LENGTH_8B_KEYS } else { 100 })?,
+            max: integer(
+                props,
+                "fieldlength",
+                if fixed8 { FIELD_LENGTH_8B_KEYS } else { 100 },
+            )?,
             distribution,
         },
         read_all: boolean(props, "readallfields", true)?,
@@ -448,7 +482,13 @@ mod tests {
         assert_eq!((a.record_count, a.operation_count), (1000, 1000));
         assert_eq!(a.request, RequestDistribution::Zipfian);
         assert_eq!(a.mix.read, 0.5);
-        assert_eq!(a.key_format, KeyFormat::Ycsb { zero_padding: 1, hashed: true });
+        assert_eq!(
+            a.key_format,
+            KeyFormat::Ycsb {
+                zero_padding: 1,
+                hashed: true
+            }
+        );
         assert_eq!((a.fields.count, a.fields.length.max), (10, 100));
         let e = Workload::named("e").unwrap();
         assert_eq!(e.scan_length.max, 100);
@@ -458,7 +498,10 @@ mod tests {
         assert_eq!(d.key_format, KeyFormat::Fixed8 { hashed: true });
         assert_eq!((d.fields.count, d.fields.length.max), (1, 960));
         let ca = Workload::named("cxlalloc-a").unwrap();
-        assert_eq!((ca.mix.read, ca.mix.insert, ca.mix.delete), (0.5, 0.25, 0.25));
+        assert_eq!(
+            (ca.mix.read, ca.mix.insert, ca.mix.delete),
+            (0.5, 0.25, 0.25)
+        );
         let load = Workload::named("load").unwrap();
         assert_eq!((load.load_count, load.operation_count), (8_400_000, 0));
     }
@@ -466,7 +509,10 @@ mod tests {
     #[test]
     fn shorthand_counts() {
         let w = Workload::named_with("cxlalloc-a", Some(100), Some(50)).unwrap();
-        assert_eq!((w.record_count, w.operation_count, w.load_count), (100, 50, 100));
+        assert_eq!(
+            (w.record_count, w.operation_count, w.load_count),
+            (100, 50, 100)
+        );
         assert_eq!(w.insert_count, 100);
     }
 
@@ -485,7 +531,14 @@ mod tests {
         assert_eq!(w.load_count, 0);
         assert_eq!((w.mix.read, w.mix.update), (0.95, 0.05));
         assert_eq!(w.request, RequestDistribution::Uniform);
-        assert_eq!(w.scan_length, Lengths { min: 1, max: 1000, distribution: LengthDistribution::Uniform });
+        assert_eq!(
+            w.scan_length,
+            Lengths {
+                min: 1,
+                max: 1000,
+                distribution: LengthDistribution::Uniform
+            }
+        );
         assert!(w.fields.read_all && !w.fields.write_all);
         assert_eq!(w.seed, SEED_DEFAULT);
     }
@@ -525,7 +578,10 @@ mod tests {
     #[test]
     fn insert_range_follows_insertstart() {
         let w = with("a", "insertstart=400\n").unwrap();
-        assert_eq!((w.insert_start, w.insert_count, w.load_count), (400, 600, 1000));
+        assert_eq!(
+            (w.insert_start, w.insert_count, w.load_count),
+            (400, 600, 1000)
+        );
         let w = with("a", "insertstart=400\ninsertcount=100\n").unwrap();
         assert_eq!((w.insert_count, w.load_count), (100, 100));
     }

@@ -16,8 +16,14 @@ pub const NAMED: [(&str, &str); 9] = [
 
 /// The text of shipped workload `name` (`a`…`f` may also be spelled `workloada`…).
 pub fn named_text(name: &str) -> Option<&'static str> {
-    let short = name.strip_prefix("workload").filter(|s| s.len() == 1).unwrap_or(name);
-    NAMED.iter().find(|(n, _)| *n == short).map(|(_, text)| *text)
+    let short = name
+        .strip_prefix("workload")
+        .filter(|s| s.len() == 1)
+        .unwrap_or(name);
+    NAMED
+        .iter()
+        .find(|(n, _)| *n == short)
+        .map(|(_, text)| *text)
 }
 
 #[cfg(test)]

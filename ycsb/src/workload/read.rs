@@ -81,19 +81,31 @@ mod tests {
         assert_eq!(integer(&p, "missing", 7).unwrap(), 7);
         assert_eq!(number(&p, "x", 0.0).unwrap(), 0.5);
         assert!(boolean(&p, "b", false).unwrap());
-        assert_eq!(choice(&p, "c", "uniform", "uniform, zipfian").unwrap(), "zipfian");
+        assert_eq!(
+            choice(&p, "c", "uniform", "uniform, zipfian").unwrap(),
+            "zipfian"
+        );
     }
 
     #[test]
     fn bad_values_are_typed_errors() {
         let p = props("n=-3\nm=ten\nx=NaN\ny=-0.5\nb=yes\nc=gaussian\n");
         for key in ["n", "m"] {
-            assert!(matches!(integer(&p, key, 0), Err(YcsbError::InvalidValue { .. })));
+            assert!(matches!(
+                integer(&p, key, 0),
+                Err(YcsbError::InvalidValue { .. })
+            ));
         }
         for key in ["x", "y"] {
-            assert!(matches!(number(&p, key, 0.0), Err(YcsbError::InvalidValue { .. })));
+            assert!(matches!(
+                number(&p, key, 0.0),
+                Err(YcsbError::InvalidValue { .. })
+            ));
         }
-        assert!(matches!(boolean(&p, "b", true), Err(YcsbError::InvalidValue { .. })));
+        assert!(matches!(
+            boolean(&p, "b", true),
+            Err(YcsbError::InvalidValue { .. })
+        ));
         let err = choice(&p, "c", "uniform", "uniform, zipfian").unwrap_err();
         assert!(matches!(err, YcsbError::UnknownChoice { .. }));
         assert!(err.to_string().contains("gaussian"));
