@@ -35,12 +35,15 @@ pub struct ThreadHandle {
     me: u32,
     small_desc_at: u64,
     small_data_at: u64,
+    small_data_len: u64,
     _not_send: PhantomData<*mut ()>,
 }
 
 impl std::fmt::Debug for ThreadHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ThreadHandle").field("slot", &self.slot_index).finish()
+        f.debug_struct("ThreadHandle")
+            .field("slot", &self.slot_index)
+            .finish()
     }
 }
 
@@ -61,6 +64,7 @@ impl ThreadHandle {
                     me: i as u32 + 1,
                     small_desc_at: small.desc_at,
                     small_data_at: small.data_at,
+                    small_data_len: small.max << small.shift,
                     heap,
                     _not_send: PhantomData,
                 });
@@ -115,17 +119,23 @@ impl ThreadHandle {
             let head = self.lists(Kind::Small).sized[class].load(Relaxed) as u32;
             if head != 0 {
                 let desc = self.small_desc(head - 1);
-                let (free, cursor) = desc.free_and_cursor();
-                // `free > 1`: taking the last block detaches the slab, in the slow path.
+                let (free, mut cursor) = desc.free_and_cursor();
+                // `free > 1`: taking the last block detaches the slab, in the slow path. With a
+                // free bit somewhere, the search below ends within the bitset.
                 if free > 1 {
-                    let word = &desc.bits[cursor as usize % desc.bits.len()];
-                    let bits = word.load(Relaxed);
-                    if bits != 0 {
-                        word.store(bits & (bits - 1), Relaxed);
-                        desc.set_free_and_cursor(free - 1, cursor);
-                        let block = u64::from(cursor * 64 + bits.trailing_zeros());
-                        let slab = u64::from(head - 1) << SHIFT_SMALL_SLAB;
-                        return Ok(Offset(self.small_data_at + slab + block * u64::from(SMALL.size[class])));
+                    loop {
+                        let word = &desc.bits[cursor as usize % desc.bits.len()];
+                        let bits = word.load(Relaxed);
+                        if bits != 0 {
+                            word.store(bits & (bits - 1), Relaxed);
+                            desc.set_free_and_cursor(free - 1, cursor);
+                            let block = u64::from(cursor * 64 + bits.trailing_zeros());
+                            let slab = u64::from(head - 1) << SHIFT_SMALL_SLAB;
+                            return Ok(Offset(
+                                self.small_data_at + slab + block * u64::from(SMALL.size[class]),
+                            ));
+                        }
+                        cursor = (cursor + 1) % desc.bits.len() as u32;
                     }
                 }
             }
@@ -140,7 +150,7 @@ impl ThreadHandle {
     pub fn free(&self, offset: Offset) {
         let rel = offset.0.wrapping_sub(self.small_data_at);
         let slab = (rel >> SHIFT_SMALL_SLAB) as u32;
-        if rel < self.heap.slab_heap(Kind::Small).max << SHIFT_SMALL_SLAB {
+        if rel < self.small_data_len {
             let desc = self.small_desc(slab);
             let meta = desc.meta.load(Relaxed);
             if meta & MASK_OWNER_STATE == Meta::pack(self.me, 0, State::Sized) {
@@ -167,10 +177,16 @@ impl ThreadHandle {
     #[inline(never)]
     fn allocate_generic(&self, layout: Layout) -> Result<Offset, AllocError> {
         let (size, align) = (layout.size().max(1), layout.align());
-        let unsupported = AllocError::Unsupported { size: layout.size(), align };
+        let unsupported = AllocError::Unsupported {
+            size: layout.size(),
+            align,
+        };
         let small = *self.heap.slab_heap(Kind::Small);
         let large = *self.heap.slab_heap(Kind::Large);
-        let (heap, class) = match (small.classes.class_for(size, align), large.classes.class_for(size, align)) {
+        let (heap, class) = match (
+            small.classes.class_for(size, align),
+            large.classes.class_for(size, align),
+        ) {
             (Some(class), _) if size <= SIZE_SMALL_MAX => (small, class),
             (_, Some(class)) if size <= SIZE_LARGE_MAX => (large, class),
             _ => return Err(unsupported),
@@ -184,9 +200,14 @@ impl ThreadHandle {
                     if left == 0 {
                         self.sized_to_detached(&heap, class, slab);
                     }
-                    return Ok(Offset(heap.data_of(slab) + u64::from(block) * u64::from(heap.classes.size[class])));
+                    return Ok(Offset(
+                        heap.data_of(slab) + u64::from(block) * u64::from(heap.classes.size[class]),
+                    ));
                 }
-                panic!("podkv heap corrupt: sized {} slab {slab} has no free block", heap.kind.name());
+                panic!(
+                    "podkv heap corrupt: sized {} slab {slab} has no free block",
+                    heap.kind.name()
+                );
             }
             let slab = self.take_unsized(&heap)?;
             self.unsized_to_sized(&heap, slab, class);
@@ -227,11 +248,23 @@ impl ThreadHandle {
         panic!("podkv: free of {offset}, which lies in no slab of the heap");
     }
 
-    fn free_local(&self, heap: &SlabHeap, desc: &SlabDesc, slab: u32, class: usize, block: u32, detached: bool) {
+    fn free_local(
+        &self,
+        heap: &SlabHeap,
+        desc: &SlabDesc,
+        slab: u32,
+        class: usize,
+        block: u32,
+        detached: bool,
+    ) {
         let word = &desc.bits[(block / 64) as usize];
         let bits = word.load(Relaxed);
         let bit = 1u64 << (block % 64);
-        assert!(bits & bit == 0, "podkv: double free of block {block} in {} slab {slab}", heap.kind.name());
+        assert!(
+            bits & bit == 0,
+            "podkv: double free of block {block} in {} slab {slab}",
+            heap.kind.name()
+        );
         word.store(bits | bit, Relaxed);
         let (free, cursor) = desc.free_and_cursor();
         desc.set_free_and_cursor(free + 1, cursor.min(block / 64));
@@ -247,7 +280,9 @@ impl ThreadHandle {
     /// block of a detached or disowned slab takes it.
     fn free_remote(&self, heap: &SlabHeap, slab: u32) {
         if remote::free_remote(self.heap.remote(heap, slab)) == RemoteFree::TookSlab {
-            self.heap.desc(heap, slab).set_meta(self.me, 0, State::Unsized);
+            self.heap
+                .desc(heap, slab)
+                .set_meta(self.me, 0, State::Unsized);
             self.keep_or_release(heap, slab);
         }
     }
@@ -276,7 +311,9 @@ impl ThreadHandle {
     /// `detached_to_sized`: the owner freed a block of its full slab locally.
     fn detached_to_sized(&self, heap: &SlabHeap, class: usize, slab: u32) {
         remote::reattach(self.heap.remote(heap, slab));
-        self.heap.desc(heap, slab).set_meta(self.me, class as u8, State::Sized);
+        self.heap
+            .desc(heap, slab)
+            .set_meta(self.me, class as u8, State::Sized);
         self.sized_push_back(heap, class, slab);
     }
 
@@ -289,7 +326,9 @@ impl ThreadHandle {
             return;
         }
         self.sized_unlink(heap, class, slab);
-        self.heap.desc(heap, slab).set_meta(self.me, 0, State::Unsized);
+        self.heap
+            .desc(heap, slab)
+            .set_meta(self.me, 0, State::Unsized);
         self.keep_or_release(heap, slab);
     }
 
@@ -304,7 +343,9 @@ impl ThreadHandle {
             return;
         }
         self.heap.desc(heap, slab).set_links(head, 0);
-        lists.unsized_list.store(pack_ends(slab + 1, count + 1), Relaxed);
+        lists
+            .unsized_list
+            .store(pack_ends(slab + 1, count + 1), Relaxed);
     }
 
     /// An empty slab for this slot: its own unsized list, else the global free list, else a
@@ -314,25 +355,36 @@ impl ThreadHandle {
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
         if head != 0 {
             let next = self.heap.desc(heap, head - 1).next();
-            lists.unsized_list.store(pack_ends(next, count - 1), Relaxed);
+            lists
+                .unsized_list
+                .store(pack_ends(next, count - 1), Relaxed);
             return Ok(head - 1);
         }
         if let Some(slab) = self.heap.pop_free(heap)? {
-            self.heap.desc(heap, slab).set_meta(self.me, 0, State::Unsized);
+            self.heap
+                .desc(heap, slab)
+                .set_meta(self.me, 0, State::Unsized);
             return Ok(slab);
         }
         let grown = self.heap.grow(heap, heap.batch_grow)?;
         for extra in grown.start + 1..grown.end {
-            self.heap.desc(heap, extra).set_meta(self.me, 0, State::Unsized);
+            self.heap
+                .desc(heap, extra)
+                .set_meta(self.me, 0, State::Unsized);
             self.keep_or_release(heap, extra);
         }
-        self.heap.desc(heap, grown.start).set_meta(self.me, 0, State::Unsized);
+        self.heap
+            .desc(heap, grown.start)
+            .set_meta(self.me, 0, State::Unsized);
         Ok(grown.start)
     }
 
     fn write_back(&self, desc: &SlabDesc) {
         let coherence = self.heap.geometry().coherence;
-        coherence.write_back((desc as *const SlabDesc).cast(), std::mem::size_of::<SlabDesc>());
+        coherence.write_back(
+            (desc as *const SlabDesc).cast(),
+            std::mem::size_of::<SlabDesc>(),
+        );
     }
 
     fn sized_push_front(&self, heap: &SlabHeap, class: usize, slab: u32) {
@@ -343,7 +395,10 @@ impl ThreadHandle {
             let old = self.heap.desc(heap, head - 1);
             old.set_links(old.next(), slab + 1);
         }
-        list.store(pack_ends(slab + 1, if tail == 0 { slab + 1 } else { tail }), Relaxed);
+        list.store(
+            pack_ends(slab + 1, if tail == 0 { slab + 1 } else { tail }),
+            Relaxed,
+        );
     }
 
     fn sized_push_back(&self, heap: &SlabHeap, class: usize, slab: u32) {
@@ -354,7 +409,10 @@ impl ThreadHandle {
             let old = self.heap.desc(heap, tail - 1);
             old.set_links(slab + 1, old.prev());
         }
-        list.store(pack_ends(if head == 0 { slab + 1 } else { head }, slab + 1), Relaxed);
+        list.store(
+            pack_ends(if head == 0 { slab + 1 } else { head }, slab + 1),
+            Relaxed,
+        );
     }
 
     fn sized_unlink(&self, heap: &SlabHeap, class: usize, slab: u32) {
@@ -400,7 +458,9 @@ impl ThreadHandle {
                     break;
                 }
                 let next = self.heap.desc(&heap, head - 1).next();
-                self.lists(kind).unsized_list.store(pack_ends(next, count - 1), Relaxed);
+                self.lists(kind)
+                    .unsized_list
+                    .store(pack_ends(next, count - 1), Relaxed);
                 self.heap.push_free(&heap, head - 1);
             }
         }

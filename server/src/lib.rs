@@ -1,6 +1,13 @@
-//! The `podkv` binary's library half: every subcommand lives here so integration tests can reach it.
+//! The `podkv` binary's library half: every subcommand lives here so integration tests can
+//! reach it.
 //!
 //! # Map
+//! - [`cli`]: the command line (clap), one variant per subcommand;
+//! - [`heap_cmd`]: `podkv heap create|info|check`;
+//! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec).
 
+pub mod bench;
+pub mod cli;
+pub mod heap_cmd;
 pub mod protocol;

@@ -1,0 +1,67 @@
+//! The benchmark loops. "Do not use these as tests": they check nothing but their own counts.
+//!
+//! - **threadtest** (Hoard's, as CXLALLOC §5.2.2 runs it): each worker allocates a batch of
+//!   fixed-size objects, writes each once, then frees the batch; entirely thread-local.
+//! - **xmalloc** (producer/consumer): worker `i` allocates, writes and hands every block to
+//!   worker `i + 1` (mod the worker count) through a ring, and frees what worker `i - 1` hands
+//!   it: every free is remote.
+
+use super::alloc::BenchAlloc;
+use super::ring::Ring;
+use std::alloc::Layout;
+
+/// Runs `rounds` threadtest rounds of `batch` objects; returns the allocations made.
+pub fn threadtest<A: BenchAlloc>(a: &A, layout: Layout, rounds: u64, batch: usize) -> u64 {
+    let mut blocks = vec![0u64; batch];
+    for _ in 0..rounds {
+        for slot in blocks.iter_mut() {
+            let block = a.alloc(layout);
+            // SAFETY: the block is at least one byte and ours until freed below.
+            unsafe { a.addr(block).write_volatile(1) };
+            *slot = block;
+        }
+        for &block in &blocks {
+            a.free(block, layout);
+        }
+    }
+    rounds * batch as u64
+}
+
+/// Runs xmalloc for `ops` blocks produced into `out` and `ops` consumed from `input`.
+pub fn xmalloc<A: BenchAlloc>(
+    a: &A,
+    layout: Layout,
+    ops: u64,
+    batch: u64,
+    out: &Ring,
+    input: &Ring,
+) -> u64 {
+    let (mut produced, mut consumed) = (0u64, 0u64);
+    while produced < ops || consumed < ops {
+        let end = (produced + batch).min(ops);
+        while produced < end {
+            let block = a.alloc(layout);
+            // SAFETY: the block is at least one byte and ours until handed over.
+            unsafe { a.addr(block).write_volatile(1) };
+            while !out.push(block) {
+                consumed += drain(a, layout, input);
+                std::hint::spin_loop();
+            }
+            produced += 1;
+        }
+        consumed += drain(a, layout, input);
+        if produced == ops && consumed < ops {
+            std::hint::spin_loop();
+        }
+    }
+    produced
+}
+
+fn drain<A: BenchAlloc>(a: &A, layout: Layout, input: &Ring) -> u64 {
+    let mut n = 0;
+    while let Some(block) = input.pop() {
+        a.free(block, layout);
+        n += 1;
+    }
+    n
+}

@@ -1,0 +1,262 @@
+//! `podkv heap create|info|check PATH`: make a heap, show its geometry and statistics, and
+//! verify every metadata invariant.
+
+use crate::bench::human_bytes;
+use podkv_alloc::{Config, Heap, HeapReport, Kind};
+use std::path::PathBuf;
+
+/// The `podkv heap` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum HeapCommand {
+    /// Create a heap file (or adopt a zero-filled one) with the given geometry.
+    Create {
+        /// Heap file, e.g. /dev/shm/podkv-main or a file on a shared mount.
+        path: PathBuf,
+        #[command(flatten)]
+        geometry: GeometryArgs,
+    },
+    /// Print a heap's geometry, regions and statistics.
+    Info {
+        /// Heap file.
+        path: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify every metadata invariant; exits non-zero naming each violation.
+    Check {
+        /// Heap file.
+        path: PathBuf,
+        /// Also fail if any block is still allocated (for tests that freed everything).
+        #[arg(long)]
+        expect_empty: bool,
+    },
+}
+
+/// Geometry of a new heap.
+#[derive(clap::Args, Debug)]
+pub struct GeometryArgs {
+    /// Most bytes of small (8 B – 1 KiB) slabs, e.g. 64GiB.
+    #[arg(long, default_value = "64GiB", value_parser = parse_bytes)]
+    pub small_bytes: u64,
+    /// Most bytes of large (1 – 512 KiB) slabs.
+    #[arg(long, default_value = "64GiB", value_parser = parse_bytes)]
+    pub large_bytes: u64,
+    /// Thread slots (at most 16384).
+    #[arg(long, default_value_t = 1024)]
+    pub slots: u64,
+}
+
+/// Parses a byte count with an optional binary unit: `4096`, `64KiB`, `2g`, `1TiB`.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a byte count (try 4096, 64KiB, 2GiB)"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}` (use KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{text}` is too large"))
+}
+
+/// Runs a `podkv heap` subcommand.
+pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
+    match command {
+        HeapCommand::Create { path, geometry } => {
+            let config = Config {
+                small_bytes: geometry.small_bytes,
+                large_bytes: geometry.large_bytes,
+                slots: geometry.slots,
+                ..Config::default()
+            };
+            let heap = Heap::open(path, &config)?;
+            print_geometry(&heap);
+            Ok(())
+        }
+        HeapCommand::Info { path, json } => {
+            let heap = open_existing(path)?;
+            let report = heap.check();
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report_json(&heap, &report))?
+                );
+            } else {
+                print_geometry(&heap);
+                print_stats(&report);
+            }
+            Ok(())
+        }
+        HeapCommand::Check { path, expect_empty } => check(path, *expect_empty),
+    }
+}
+
+fn open_existing(path: &PathBuf) -> anyhow::Result<Heap> {
+    Ok(Heap::open(
+        path,
+        &Config {
+            create: false,
+            ..Config::default()
+        },
+    )?)
+}
+
+fn check(path: &PathBuf, expect_empty: bool) -> anyhow::Result<()> {
+    let heap = open_existing(path)?;
+    let report = heap.check();
+    for problem in &report.problems {
+        eprintln!("violation: {problem}");
+    }
+    let dead: Vec<_> = report.claimed_slots.iter().filter(|s| !s.alive).collect();
+    for slot in &dead {
+        eprintln!(
+            "note: slot {} is claimed by pid {}, which is not running",
+            slot.index, slot.pid
+        );
+    }
+    anyhow::ensure!(
+        report.is_valid(),
+        "{} invariant violation(s) in {}",
+        report.problems.len(),
+        path.display()
+    );
+    if expect_empty {
+        anyhow::ensure!(
+            report.live_blocks() == 0,
+            "{} blocks ({}) are still allocated",
+            report.live_blocks(),
+            human_bytes(report.live_bytes())
+        );
+    }
+    println!(
+        "ok: {} small + {} large slabs checked; {} live blocks ({}); every slab's free + live + remote-freed = capacity",
+        report.heaps[0].len,
+        report.heaps[1].len,
+        report.live_blocks(),
+        human_bytes(report.live_bytes())
+    );
+    Ok(())
+}
+
+fn print_geometry(heap: &Heap) {
+    let g = heap.geometry();
+    let l = heap.layout();
+    println!("heap        {}", heap.path().display());
+    println!("coherence   {}", g.coherence.name());
+    println!("slots       {}", g.slots());
+    for kind in Kind::ALL {
+        let h = heap.slab_heap(kind);
+        println!(
+            "{:<11} {} of {} slabs of {} (data at {:#x}, up to {})",
+            kind.name(),
+            heap.len(h),
+            h.max,
+            human_bytes(h.slab_bytes()),
+            h.data_at,
+            human_bytes(h.max << h.shift)
+        );
+    }
+    println!(
+        "reservation {} of address space per process",
+        human_bytes(l.total)
+    );
+    println!(
+        "file        {} long, {} stored",
+        human_bytes(heap.file_len().unwrap_or(0)),
+        human_bytes(heap.file_allocated_bytes().unwrap_or(0))
+    );
+}
+
+fn print_stats(report: &HeapReport) {
+    println!(
+        "in use      {} in {} blocks",
+        human_bytes(report.live_bytes()),
+        report.live_blocks()
+    );
+    println!("hwcc        {}", human_bytes(report.hwcc_bytes));
+    println!("threads     {} slot(s) claimed", report.claimed_slots.len());
+    for (kind, stats) in Kind::ALL.iter().zip(&report.heaps) {
+        let states: Vec<String> = stats
+            .slabs_by_state
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect();
+        println!(
+            "{:<11} slabs: {}",
+            kind.name(),
+            if states.is_empty() {
+                "none".into()
+            } else {
+                states.join(", ")
+            }
+        );
+        for stats in stats.classes.values() {
+            println!(
+                "  class {:>7} B: {:>6} slabs, {:>9} live, {:>9} free",
+                stats.block_bytes, stats.slabs, stats.live_blocks, stats.free_blocks
+            );
+        }
+    }
+    if !report.is_valid() {
+        println!(
+            "problems    {} (run `podkv heap check` for the list)",
+            report.problems.len()
+        );
+    }
+}
+
+fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
+    let heaps: Vec<serde_json::Value> = Kind::ALL
+        .iter()
+        .zip(&report.heaps)
+        .map(|(kind, s)| {
+            let classes: Vec<serde_json::Value> = s
+                .classes
+                .values()
+                .map(|c| serde_json::json!({"block_bytes": c.block_bytes, "slabs": c.slabs, "live_blocks": c.live_blocks, "free_blocks": c.free_blocks}))
+                .collect();
+            serde_json::json!({"kind": kind.name(), "len": s.len, "max": s.max, "slabs_by_state": s.slabs_by_state,
+                "live_bytes": s.live_bytes, "live_blocks": s.live_blocks, "classes": classes})
+        })
+        .collect();
+    serde_json::json!({
+        "path": heap.path(),
+        "coherence": heap.geometry().coherence.name(),
+        "slots": heap.geometry().slots(),
+        "claimed_slots": report.claimed_slots.len(),
+        "reservation_bytes": heap.layout().total,
+        "file_bytes": report.file_bytes,
+        "hwcc_bytes": report.hwcc_bytes,
+        "live_bytes": report.live_bytes(),
+        "live_blocks": report.live_blocks(),
+        "heaps": heaps,
+        "problems": report.problems,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_parse_with_units_and_refuse_garbage() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("3 parsecs").is_err());
+        assert!(parse_bytes("99999999999TiB").is_err());
+    }
+}
