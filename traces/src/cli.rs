@@ -20,13 +20,34 @@ use crate::stats::{Stats, StatsOptions};
 use crate::TraceError;
 
 /// Trace tools: convert between formats, summarise, generate synthetic traces.
+///
+/// The variants' doc comments are the subcommands' `--help` text (clap takes the variant's
+/// comment over the struct's).
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum TraceCommand {
     /// Rewrite a trace in another format (CSV, .zst, Parquet), chosen by extension.
+    ///
+    /// `.parquet` is Parquet (zstd, 1M-row groups); `.zst` is zstd-compressed CSV (the form
+    /// Twitter publishes, e.g. `cluster12.000.zst`); anything else is plain CSV
+    /// `timestamp,key,key size,value size,client id,operation,TTL`. Both sides stream, so files
+    /// of any size convert in constant memory. A malformed line stops the conversion with its
+    /// line number unless --skip-bad-lines is given.
     Convert(ConvertArgs),
     /// Print a trace's statistics in the terms of the published Twitter table.
+    ///
+    /// Request count, operation mix, mean key and value size (over requests), mean frequency,
+    /// one-hit-wonder ratio (share of distinct keys requested exactly once, over the whole
+    /// trace unless --window is given), compulsory miss ratio, Zipf alpha (least-squares slope
+    /// of log request count against log rank, over every rank unless --rank-first/--rank-last
+    /// narrow it) and common TTLs. Memory grows with the number of distinct keys (about 32
+    /// bytes each).
     Stats(StatsArgs),
     /// Write a synthetic trace shaped like one of the published Twitter clusters.
+    ///
+    /// The trace follows the cluster's row of the published statistics table: operation mix,
+    /// mean key and value sizes, distinct keys and one-hit wonders, Zipf alpha, common TTLs and
+    /// request rate. The write-heavy clusters used by the CXLALLOC paper are 12, 15, 31 and 37.
+    /// The same seed always gives the same trace. Memory is about 4 bytes per request.
     Generate(GenerateArgs),
 }
 
@@ -41,12 +62,7 @@ impl TraceCommand {
     }
 }
 
-/// Rewrite a trace in another format.
-///
-/// Formats are chosen by extension: `.parquet` is Parquet (zstd, 1M-row groups); `.zst` is
-/// zstd-compressed CSV (the form Twitter publishes, e.g. `cluster12.000.zst`); anything else is
-/// plain CSV `timestamp,key,key size,value size,client id,operation,TTL`. Both sides stream, so
-/// files of any size convert in constant memory.
+/// Arguments of `podkv trace convert IN OUT` (see [`TraceCommand::Convert`]).
 #[derive(Clone, Debug, clap::Args)]
 pub struct ConvertArgs {
     /// Trace to read (`.csv`, `.zst`, `.parquet`).
@@ -59,12 +75,8 @@ pub struct ConvertArgs {
     pub skip_bad_lines: bool,
 }
 
-/// Print a trace's statistics: request count, operation mix, mean key and value size, mean
-/// frequency, one-hit-wonder and compulsory miss ratios, Zipf alpha and TTLs.
-///
-/// Definitions follow the published table (see the crate docs): the one-hit-wonder ratio is
-/// the share of distinct keys requested exactly once over the whole trace, and the Zipf alpha
-/// is a log-log least-squares fit of request count against rank over every rank.
+/// Arguments of `podkv trace stats FILE` (see [`TraceCommand::Stats`]; definitions in
+/// [`crate::stats`]).
 #[derive(Clone, Debug, clap::Args)]
 pub struct StatsArgs {
     /// Trace to read (`.csv`, `.zst`, `.parquet`).
@@ -90,12 +102,8 @@ pub struct StatsArgs {
     pub skip_bad_lines: bool,
 }
 
-/// Write a synthetic trace shaped like a published Twitter cluster.
-///
-/// The trace follows the cluster's row of the published statistics table: operation mix, mean
-/// key and value sizes, distinct keys and one-hit wonders, Zipf alpha, common TTLs and request
-/// rate. The write-heavy clusters used by the CXLALLOC paper are 12, 15, 31 and 37. The same
-/// seed always gives the same trace. Memory is about 4 bytes per request.
+/// Arguments of `podkv trace generate --cluster N --ops M [--seed S] OUT` (see
+/// [`TraceCommand::Generate`]; the model is in [`crate::generate`]).
 #[derive(Clone, Debug, clap::Args)]
 pub struct GenerateArgs {
     /// Cluster number from the published table (1–54, except 5).

@@ -78,9 +78,10 @@ impl<R: Read> Read for CountingRead<R> {
 }
 
 /// The readers behind [`TraceReader`].
+#[allow(clippy::large_enum_variant)] // one per open file; boxing would only add a hop per record
 enum Source {
     Csv(CsvReader<Box<dyn Read + Send>>),
-    Parquet(Box<ParquetReader>),
+    Parquet(ParquetReader),
 }
 
 /// A stream of requests from a trace file of any format; see [`open`].
@@ -96,7 +97,7 @@ pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, TraceError> {
     if Format::of(path) == Format::Parquet {
         let reader = ParquetReader::open(path)?;
         return Ok(TraceReader {
-            source: Source::Parquet(Box::new(reader)),
+            source: Source::Parquet(reader),
             read: Arc::default(),
             length: 0,
         });

@@ -155,7 +155,7 @@ impl Popularity {
     fn solve_beta(&mut self, shared: u64, alpha: f64) {
         let ln_rank: Vec<f64> = (1..=self.multi.len()).map(|r| (r as f64).ln()).collect();
         let tail = self.tail_fit();
-        let mut fitted = |p: &mut Self, beta: f64| {
+        let fitted = |p: &mut Self, beta: f64| {
             p.reshape(shared, beta, &ln_rank);
             p.fit(&ln_rank, tail).unwrap_or(0.0)
         };

@@ -20,6 +20,7 @@
 //! with the next line, so a caller may count and skip bad lines or stop at the first; an I/O
 //! error ends the stream.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -41,9 +42,43 @@ pub const FIELDS: [&str; 7] = [
 /// Read buffer for the CSV parser; large enough that the decoder, not the parser, sets the pace.
 const SIZE_READ_BUFFER: usize = 1 << 16;
 
+/// A `Read` that notes where each newline falls, so a record's byte offset can be turned into
+/// a line number that counts every line (the csv crate skips blank lines without counting them).
+///
+/// Holds only the newlines read ahead of the parser: `newlines` are absolute byte offsets,
+/// increasing, all at or after the start of the record last asked about.
+struct LineIndex<R> {
+    inner: R,
+    offset: u64,
+    newlines: VecDeque<u64>,
+    lines_before: u64,
+}
+
+impl<R: Read> Read for LineIndex<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let start = self.offset;
+        let found = buf[..n].iter().enumerate().filter(|(_, &b)| b == b'\n');
+        self.newlines.extend(found.map(|(i, _)| start + i as u64));
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R> LineIndex<R> {
+    /// The 1-based line holding byte `at`; `at` must not decrease between calls.
+    fn line_of(&mut self, at: u64) -> u64 {
+        while self.newlines.front().is_some_and(|&nl| nl < at) {
+            self.newlines.pop_front();
+            self.lines_before += 1;
+        }
+        self.lines_before + 1
+    }
+}
+
 /// A streaming reader of CSV trace lines from any byte stream (plain or already decompressed).
 pub struct CsvReader<R> {
-    inner: Reader<R>,
+    inner: Reader<LineIndex<R>>,
     row: ByteRecord,
     path: PathBuf,
     first: bool,
@@ -57,7 +92,12 @@ impl<R: Read> CsvReader<R> {
             .has_headers(false)
             .flexible(true)
             .buffer_capacity(SIZE_READ_BUFFER)
-            .from_reader(source);
+            .from_reader(LineIndex {
+                inner: source,
+                offset: 0,
+                newlines: VecDeque::new(),
+                lines_before: 0,
+            });
         Self {
             inner,
             row: ByteRecord::new(),
@@ -99,12 +139,15 @@ impl<R: Read> CsvReader<R> {
         }
     }
 
-    fn line(&self) -> u64 {
-        self.row.position().map_or(0, |p| p.line())
+    /// The line of the record just read: the line of its last byte, the terminator. (The
+    /// record's own start position may point at blank lines the parser skipped before it.)
+    fn line(&mut self) -> u64 {
+        let end = self.inner.position().byte();
+        self.inner.get_mut().line_of(end.saturating_sub(1))
     }
 
     fn csv_error(&mut self, e: csv::Error) -> TraceError {
-        let line = e.position().map_or_else(|| self.line(), |p| p.line());
+        let line = self.line();
         match e.into_kind() {
             csv::ErrorKind::Io(source) => {
                 self.done = true;
