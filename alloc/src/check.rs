@@ -3,8 +3,9 @@
 //! # Invariants (exact on a quiescent heap; a live heap may show a move half made)
 //! - every slab below `len` is on exactly one list or is detached/disowned, with the state that
 //!   place implies (`slab.rs`); nothing is on two lists and no list has a cycle;
-//! - a sized slab: `popcount(bits) == free`, `1 <= free <= capacity`, `remote >= free`, so
-//!   `free + live + remote_freed == capacity` with `live = remote - free`;
+//! - a sized slab: `free = popcount(bits) <= capacity`, no bit beyond the capacity, no bit
+//!   below the cursor, `remote >= free`, so `free + live + remote_freed == capacity` with
+//!   `live = remote - free`;
 //! - a detached slab: no free bit, `DETACHED` set, `remote >= 1` (= live blocks);
 //! - a disowned slab: no owner, `DETACHED` set, `remote >= 1`;
 //! - a released slot holds no list.
@@ -108,7 +109,10 @@ struct Walk<'h> {
 impl Heap {
     /// Walks all metadata, checks every invariant and gathers statistics.
     pub fn check(&self) -> HeapReport {
-        let mut walk = Walk { heap: self, report: HeapReport::default() };
+        let mut walk = Walk {
+            heap: self,
+            report: HeapReport::default(),
+        };
         walk.report.hwcc_bytes = self.hwcc_bytes();
         walk.report.file_bytes = self.file_allocated_bytes().unwrap_or(0);
         let places = walk.lists();
@@ -130,15 +134,11 @@ impl Walk<'_> {
         for kind in Kind::ALL {
             let heap = *self.heap.slab_heap(kind);
             let len = self.heap.len(&heap);
-            let global = crate::free_list::walk(self.heap.free_head(&heap), len as usize, |s| {
-                if s < len {
-                    self.heap.desc(&heap, s).next()
-                } else {
-                    0
+            for head in [self.heap.free_head(&heap), self.heap.warm_head(&heap)] {
+                let next_of = |s: u32| if s < len { self.heap.desc(&heap, s).next() } else { 0 };
+                for slab in crate::free_list::walk(head, len as usize, next_of) {
+                    self.place(&mut places[kind as usize], &heap, slab, Place::Global);
                 }
-            });
-            for slab in global {
-                self.place(&mut places[kind as usize], &heap, slab, Place::Global);
             }
         }
         for i in 0..self.heap.geometry().slots() {
@@ -147,7 +147,11 @@ impl Walk<'_> {
             let pid = owner_pid(owner);
             if pid != 0 {
                 let alive = process::is_alive(pid, slot.start_time.load(Relaxed));
-                self.report.claimed_slots.push(SlotStats { index: i, pid, alive });
+                self.report.claimed_slots.push(SlotStats {
+                    index: i,
+                    pid,
+                    alive,
+                });
             }
             for kind in Kind::ALL {
                 self.slot_lists(&mut places[kind as usize], kind, i, pid != 0);
@@ -170,7 +174,10 @@ impl Walk<'_> {
             link = self.heap.desc(&heap, link - 1).next();
         }
         if seen != count || link != 0 {
-            self.problem(format!("slot {i} {} unsized list holds {seen} slabs, says {count}", kind.name()));
+            self.problem(format!(
+                "slot {i} {} unsized list holds {seen} slabs, says {count}",
+                kind.name()
+            ));
         }
         for class in 0..heap.classes.len {
             let word = lists.sized[class].load(Relaxed);
@@ -182,30 +189,53 @@ impl Walk<'_> {
                 }
                 let desc = self.heap.desc(&heap, link - 1);
                 if desc.prev() != prev {
-                    self.problem(format!("{} slab {} has prev link {} but follows {prev}", kind.name(), link - 1, desc.prev()));
+                    self.problem(format!(
+                        "{} slab {} has prev link {} but follows {prev}",
+                        kind.name(),
+                        link - 1,
+                        desc.prev()
+                    ));
                 }
                 prev = link;
                 link = desc.next();
             }
             if prev != tail {
-                self.problem(format!("slot {i} {} class {class} list ends at {prev}, tail says {tail}", kind.name()));
+                self.problem(format!(
+                    "slot {i} {} class {class} list ends at {prev}, tail says {tail}",
+                    kind.name()
+                ));
             }
         }
         if !claimed && (unsized_word != 0 || lists.sized.iter().any(|w| w.load(Relaxed) != 0)) {
-            self.problem(format!("released slot {i} still holds {} lists", kind.name()));
+            self.problem(format!(
+                "released slot {i} still holds {} lists",
+                kind.name()
+            ));
         }
     }
 
     /// Records where `slab` was found; false (and a problem) if it was out of range or already
     /// placed, which also ends a cyclic list.
-    fn place(&mut self, places: &mut BTreeMap<u32, Place>, heap: &SlabHeap, slab: u32, at: Place) -> bool {
+    fn place(
+        &mut self,
+        places: &mut BTreeMap<u32, Place>,
+        heap: &SlabHeap,
+        slab: u32,
+        at: Place,
+    ) -> bool {
         let len = self.heap.len(heap);
         if slab >= len {
-            self.problem(format!("{} slab {slab} on a list is beyond the heap's {len} slabs", heap.kind.name()));
+            self.problem(format!(
+                "{} slab {slab} on a list is beyond the heap's {len} slabs",
+                heap.kind.name()
+            ));
             return false;
         }
         if let Some(before) = places.insert(slab, at) {
-            self.problem(format!("{} slab {slab} is on two lists: {before:?} and {at:?}", heap.kind.name()));
+            self.problem(format!(
+                "{} slab {slab} is on two lists: {before:?} and {at:?}",
+                heap.kind.name()
+            ));
             return false;
         }
         true
@@ -228,23 +258,34 @@ impl Walk<'_> {
         let remote_word = self.heap.remote(heap, slab).load(Acquire);
         let count = remote::count(remote_word);
         let detached = remote_word & DETACHED != 0;
-        let (free, _) = desc.free_and_cursor();
         let bits = desc.count_bits();
+        let free = bits;
         let name = heap.kind.name();
         let Some(state) = meta.state else {
-            return self.problem(format!("{name} slab {slab} has an unknown state in {meta:?}"));
+            return self.problem(format!(
+                "{name} slab {slab} has an unknown state in {meta:?}"
+            ));
         };
         let expect_owner = |slot: u64| meta.owner == slot as u32 + 1;
         let ok = match (place, state) {
             (Some(Place::Global), State::Free) => meta.owner == 0,
             (Some(Place::Unsized(i)), State::Unsized) => expect_owner(i),
             (Some(Place::Sized(i, class)), State::Sized) => {
-                expect_owner(i) && usize::from(meta.class) == class && self.sized_ok(heap, slab, meta, free, bits, count, detached)
+                expect_owner(i)
+                    && usize::from(meta.class) == class
+                    && self.sized_ok(heap, slab, meta, free, bits, count, detached)
             }
             (None, State::Detached) => {
-                meta.owner != 0 && bits == 0 && free == 0 && detached && count >= 1 && self.class_ok(heap, slab, meta)
+                meta.owner != 0
+                    && bits == 0
+                    && free == 0
+                    && detached
+                    && count >= 1
+                    && self.class_ok(heap, slab, meta)
             }
-            (None, State::Disowned) => meta.owner == 0 && detached && count >= 1 && self.class_ok(heap, slab, meta),
+            (None, State::Disowned) => {
+                meta.owner == 0 && detached && count >= 1 && self.class_ok(heap, slab, meta)
+            }
             _ => false,
         };
         if !ok {
@@ -259,19 +300,41 @@ impl Walk<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn sized_ok(&mut self, heap: &SlabHeap, slab: u32, meta: Meta, free: u32, bits: u32, count: u32, detached: bool) -> bool {
+    fn sized_ok(
+        &mut self,
+        heap: &SlabHeap,
+        slab: u32,
+        meta: Meta,
+        free: u32,
+        bits: u32,
+        count: u32,
+        detached: bool,
+    ) -> bool {
         if !self.class_ok(heap, slab, meta) {
             return false;
         }
         let capacity = heap.classes.count[usize::from(meta.class)];
-        let stray = desc_bits_beyond(self.heap.desc(heap, slab), capacity);
-        free == bits && (1..=capacity).contains(&free) && count >= free && count <= capacity && !detached && !stray
+        let desc = self.heap.desc(heap, slab);
+        let stray = desc_bits_beyond(desc, capacity);
+        let below_cursor = desc.bits.iter().take(desc.cursor() as usize).any(|w| w.load(Relaxed) != 0);
+        free == bits
+            && free <= capacity
+            && !below_cursor
+            && count >= free
+            && count <= capacity
+            && !detached
+            && !stray
     }
 
     fn class_ok(&mut self, heap: &SlabHeap, slab: u32, meta: Meta) -> bool {
         let ok = usize::from(meta.class) < heap.classes.len;
         if !ok {
-            self.problem(format!("{} slab {slab} has class {} of {}", heap.kind.name(), meta.class, heap.classes.len));
+            self.problem(format!(
+                "{} slab {slab} has class {} of {}",
+                heap.kind.name(),
+                meta.class,
+                heap.classes.len
+            ));
         }
         ok
     }
@@ -286,7 +349,10 @@ impl Walk<'_> {
         };
         let class = usize::from(meta.class);
         let block = heap.classes.size[class];
-        let entry = stats.classes.entry(class).or_insert_with(|| ClassStats { block_bytes: block, ..Default::default() });
+        let entry = stats.classes.entry(class).or_insert_with(|| ClassStats {
+            block_bytes: block,
+            ..Default::default()
+        });
         entry.slabs += 1;
         entry.live_blocks += u64::from(live);
         entry.free_blocks += u64::from(if state == State::Sized { free } else { 0 });

@@ -99,7 +99,44 @@ const fn next_raw(raw: u32) -> u32 {
 /// The small heap's classes: 8 B to 1 KiB in 32 KiB slabs.
 pub static SMALL: Classes = Classes::build(8, SIZE_SMALL_MAX as u32, SHIFT_SMALL_SLAB);
 /// The large heap's classes: just over 1 KiB to 512 KiB in 512 KiB slabs.
-pub static LARGE: Classes = Classes::build(SIZE_SMALL_MAX as u32 + 128, SIZE_LARGE_MAX as u32, SHIFT_LARGE_SLAB);
+pub static LARGE: Classes = Classes::build(
+    SIZE_SMALL_MAX as u32 + 128,
+    SIZE_LARGE_MAX as u32,
+    SHIFT_LARGE_SLAB,
+);
+
+/// Per small class, indexed by a `u8` so the fast paths need no bounds check: block size.
+pub static SMALL_SIZE: [u64; 256] = small_column(0);
+/// Per small class: the reciprocal of the block size (see [`Classes::recip`]).
+pub static SMALL_RECIP: [u64; 256] = small_column(1);
+/// Per small class: the bitset word of a full slab that is not all ones, or its last word.
+pub static SMALL_LAST_WORD: [u64; 256] = small_column(2);
+/// Per small class: that last word's value when every block is free.
+pub static SMALL_LAST_MASK: [u64; 256] = small_column(3);
+
+const fn small_column(which: u32) -> [u64; 256] {
+    let mut out = [0u64; 256];
+    let mut c = 0;
+    while c < SMALL.len {
+        let count = SMALL.count[c];
+        let last = (count - 1) / 64;
+        out[c] = match which {
+            0 => SMALL.size[c] as u64,
+            1 => SMALL.recip[c],
+            2 => last as u64,
+            _ => {
+                let rest = count - last * 64;
+                if rest == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << rest) - 1
+                }
+            }
+        };
+        c += 1;
+    }
+    out
+}
 
 /// Small class by `(size + 7) / 8`, for the allocation fast path (sizes 0..=1024).
 pub static SMALL_BY_WORDS: [u8; SIZE_SMALL_MAX / 8 + 1] = small_lut();
@@ -134,7 +171,10 @@ mod tests {
             for c in 0..classes.len {
                 let (size, count) = (u64::from(classes.size[c]), u64::from(classes.count[c]));
                 assert_eq!(size % 8, 0);
-                assert!(count * size <= slab && slab - count * size < 8 * count, "tail waste of class {c}");
+                assert!(
+                    count * size <= slab && slab - count * size < 8 * count,
+                    "tail waste of class {c}"
+                );
                 assert!(count as usize <= COUNT_BLOCKS_MAX);
                 if c > 0 {
                     assert!(classes.size[c] > classes.size[c - 1]);
@@ -162,8 +202,14 @@ mod tests {
     #[test]
     fn fragmentation_bound() {
         for size in 1..=SIZE_LARGE_MAX {
-            let classes = if size <= SIZE_SMALL_MAX { &SMALL } else { &LARGE };
-            let class = classes.class_for(size, 1).expect("every size up to 512 KiB is served");
+            let classes = if size <= SIZE_SMALL_MAX {
+                &SMALL
+            } else {
+                &LARGE
+            };
+            let class = classes
+                .class_for(size, 1)
+                .expect("every size up to 512 KiB is served");
             let block = classes.size[class] as usize;
             let waste = block - size;
             if size < 64 {
@@ -176,7 +222,10 @@ mod tests {
                     131073..=262144 => 0.34,
                     _ => 0.50,
                 };
-                assert!((waste as f64) < bound * block as f64, "size {size} -> {block}: over {bound}");
+                assert!(
+                    (waste as f64) < bound * block as f64,
+                    "size {size} -> {block}: over {bound}"
+                );
             }
         }
     }
@@ -185,7 +234,11 @@ mod tests {
     fn lookup_table_agrees_with_search() {
         for size in 0..=SIZE_SMALL_MAX {
             let by_table = SMALL_BY_WORDS[size.div_ceil(8)] as usize;
-            assert_eq!(Some(by_table), SMALL.class_for(size.max(1), 1), "size {size}");
+            assert_eq!(
+                Some(by_table),
+                SMALL.class_for(size.max(1), 1),
+                "size {size}"
+            );
         }
     }
 

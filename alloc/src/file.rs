@@ -42,21 +42,33 @@ impl HeapFile {
         if fd < 0 {
             let err = io::Error::last_os_error();
             return Err(match err.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
-                    HeapError::ReadOnly { path: path.to_owned() }
-                }
-                _ => HeapError::Open { path: path.to_owned(), source: err },
+                Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => HeapError::ReadOnly {
+                    path: path.to_owned(),
+                },
+                _ => HeapError::Open {
+                    path: path.to_owned(),
+                    source: err,
+                },
             });
         }
-        let mut file = HeapFile { fd, path: path.to_owned(), is_device: false };
+        let mut file = HeapFile {
+            fd,
+            path: path.to_owned(),
+            is_device: false,
+        };
         let st = file.stat()?;
         let kind = st.st_mode & libc::S_IFMT;
         if kind == libc::S_IFDIR {
-            return Err(HeapError::Open { path: path.to_owned(), source: io::Error::other("is a directory") });
+            return Err(HeapError::Open {
+                path: path.to_owned(),
+                source: io::Error::other("is a directory"),
+            });
         }
         // Root ignores permission bits; refuse a file nobody may write, for everyone alike.
         if st.st_mode & 0o222 == 0 {
-            return Err(HeapError::ReadOnly { path: path.to_owned() });
+            return Err(HeapError::ReadOnly {
+                path: path.to_owned(),
+            });
         }
         file.is_device = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
         Ok(file)
@@ -77,7 +89,11 @@ impl HeapFile {
         if self.is_device {
             // SAFETY: `fd` is open; SEEK_END on a device reports its size.
             let end = unsafe { libc::lseek(self.fd, 0, libc::SEEK_END) };
-            return if end < 0 { Err(self.io("lseek", io::Error::last_os_error())) } else { Ok(end as u64) };
+            return if end < 0 {
+                Err(self.io("lseek", io::Error::last_os_error()))
+            } else {
+                Ok(end as u64)
+            };
         }
         Ok(self.stat()?.st_size as u64)
     }
@@ -90,7 +106,14 @@ impl HeapFile {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, HeapError> {
         // SAFETY: `buf` is valid for `buf.len()` bytes of writes.
-        let n = unsafe { libc::pread(self.fd, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) };
+        let n = unsafe {
+            libc::pread(
+                self.fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                offset as libc::off_t,
+            )
+        };
         if n < 0 {
             return Err(self.io("pread", io::Error::last_os_error()));
         }
@@ -111,7 +134,9 @@ impl HeapFile {
         let err = io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) | Some(libc::ENOMEM) => {
-                Err(HeapError::OutOfMemory { what: format!("cannot back {len} bytes of {}: {err}", self.path.display()) })
+                Err(HeapError::OutOfMemory {
+                    what: format!("cannot back {len} bytes of {}: {err}", self.path.display()),
+                })
             }
             Some(libc::EOPNOTSUPP) => self.back_by_writing(offset, len),
             _ => Err(self.io("fallocate", err)),
@@ -148,7 +173,11 @@ impl HeapFile {
     }
 
     fn io(&self, what: &'static str, source: io::Error) -> HeapError {
-        HeapError::Io { path: self.path.clone(), what, source }
+        HeapError::Io {
+            path: self.path.clone(),
+            what,
+            source,
+        }
     }
 }
 
@@ -172,13 +201,17 @@ impl Mapping {
     /// first `len` bytes over it with `MAP_FIXED`, so offset `o` is at `base + o` here and the
     /// same bytes are at offset `o` in every other process (spatial pointer consistency).
     pub fn new(file: &HeapFile, len: u64) -> Result<Mapping, HeapError> {
-        let len = usize::try_from(len).map_err(|_| HeapError::Map { source: io::Error::other("heap too large") })?;
+        let len = usize::try_from(len).map_err(|_| HeapError::Map {
+            source: io::Error::other("heap too large"),
+        })?;
         let want = len + ALIGN_RESERVATION;
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         // SAFETY: a fresh anonymous PROT_NONE mapping at an address the kernel picks.
         let raw = unsafe { libc::mmap(std::ptr::null_mut(), want, libc::PROT_NONE, flags, -1, 0) };
         if raw == libc::MAP_FAILED {
-            return Err(HeapError::Map { source: io::Error::last_os_error() });
+            return Err(HeapError::Map {
+                source: io::Error::last_os_error(),
+            });
         }
         let start = raw as usize;
         let base = start.next_multiple_of(ALIGN_RESERVATION);
@@ -195,7 +228,14 @@ impl Mapping {
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         // SAFETY: `[base, base + len)` is our own reservation; MAP_FIXED replaces only it.
         let mapped = unsafe {
-            libc::mmap(base as *mut libc::c_void, len, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.fd(), 0)
+            libc::mmap(
+                base as *mut libc::c_void,
+                len,
+                prot,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.fd(),
+                0,
+            )
         };
         if mapped == libc::MAP_FAILED {
             let source = io::Error::last_os_error();
@@ -203,7 +243,10 @@ impl Mapping {
             unsafe { libc::munmap(base as *mut libc::c_void, len) };
             return Err(HeapError::Map { source });
         }
-        Ok(Mapping { base: base as *mut u8, len })
+        Ok(Mapping {
+            base: base as *mut u8,
+            len,
+        })
     }
 
     /// The address of offset zero in this process.

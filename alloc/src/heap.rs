@@ -16,7 +16,10 @@ use crate::class::{Classes, LARGE, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB, SMALL};
 use crate::error::{AllocError, HeapError};
 use crate::file::{HeapFile, Mapping};
 use crate::free_list;
-use crate::layout::{FormatProblem, Geometry, Layout, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE, SIZE_HEADER};
+use crate::layout::{
+    FormatProblem, Geometry, Layout, COUNT_GLOBAL_LINES, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE,
+    SIZE_HEADER,
+};
 use crate::offset::Offset;
 use crate::slab::{SlabDesc, State, SIZE_DESC};
 use crate::slot::{Slot, SIZE_SLOT};
@@ -47,7 +50,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { small_bytes: 64 << 30, large_bytes: 64 << 30, slots: 1024, coherence: Coherence::Hardware, create: true }
+        Config {
+            small_bytes: 64 << 30,
+            large_bytes: 64 << 30,
+            slots: 1024,
+            coherence: Coherence::Hardware,
+            create: true,
+        }
     }
 }
 
@@ -61,7 +70,9 @@ impl Config {
             slots_log2: log2(self.slots),
             coherence: self.coherence,
         };
-        geometry.validate().map_err(|why| HeapError::Config(why.to_owned()))?;
+        geometry
+            .validate()
+            .map_err(|why| HeapError::Config(why.to_owned()))?;
         Ok(geometry)
     }
 }
@@ -106,8 +117,12 @@ pub struct SlabHeap {
     pub max: u64,
     /// The HWcc `len` word (slabs in use).
     pub len_at: u64,
-    /// The HWcc global free list head.
+    /// The HWcc head of the cold global free list (slabs whose pages were released).
     pub free_at: u64,
+    /// The HWcc head of the warm global free list (empty slabs whose pages are kept, bounded).
+    pub warm_at: u64,
+    /// Most slabs on the warm list.
+    pub count_warm_max: u32,
     /// First remote-free word.
     pub remote_at: u64,
     /// First descriptor.
@@ -131,6 +146,8 @@ impl SlabHeap {
                 max: geometry.small_slabs_max(),
                 len_at: global(0),
                 free_at: global(1),
+                warm_at: global(2),
+                count_warm_max: 64,
                 remote_at: layout.small_remote,
                 desc_at: layout.small_desc,
                 data_at: layout.small_data,
@@ -142,8 +159,10 @@ impl SlabHeap {
                 classes: &LARGE,
                 shift: SHIFT_LARGE_SLAB,
                 max: geometry.large_slabs_max(),
-                len_at: global(2),
-                free_at: global(3),
+                len_at: global(3),
+                free_at: global(4),
+                warm_at: global(5),
+                count_warm_max: 8,
                 remote_at: layout.large_remote,
                 desc_at: layout.large_desc,
                 data_at: layout.large_data,
@@ -195,7 +214,10 @@ pub struct Heap {
 
 impl std::fmt::Debug for Heap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Heap").field("path", &self.shared.file.path).field("geometry", &self.shared.geometry).finish()
+        f.debug_struct("Heap")
+            .field("path", &self.shared.file.path)
+            .field("geometry", &self.shared.geometry)
+            .finish()
     }
 }
 
@@ -207,12 +229,25 @@ impl Heap {
         let geometry = install_or_read_geometry(&file, config)?;
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
-        file.back(0, layout.hwcc + 4 * SIZE_GLOBAL_LINE)?;
+        file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
         let mapping = Mapping::new(&file, layout.total)?;
-        let heaps = [SlabHeap::new(Kind::Small, &geometry, &layout), SlabHeap::new(Kind::Large, &geometry, &layout)];
+        let heaps = [
+            SlabHeap::new(Kind::Small, &geometry, &layout),
+            SlabHeap::new(Kind::Large, &geometry, &layout),
+        ];
         let (pid, start_time) = crate::process::me();
-        Ok(Heap { shared: Arc::new(Shared { mapping, file, geometry, layout, heaps, pid, start_time }) })
+        Ok(Heap {
+            shared: Arc::new(Shared {
+                mapping,
+                file,
+                geometry,
+                layout,
+                heaps,
+                pid,
+                start_time,
+            }),
+        })
     }
 
     /// Claims a thread slot for the calling thread.
@@ -274,14 +309,19 @@ impl Heap {
         assert!(i < self.shared.geometry.slots());
         // SAFETY: slot `i` lies in the slots region, which is backed at open and mapped for the
         // heap's lifetime; a slot is plain atomics, valid for any bytes.
-        unsafe { &*(self.resolve(Offset(self.shared.layout.slots + i * SIZE_SLOT as u64)) as *const Slot) }
+        unsafe {
+            &*(self.resolve(Offset(self.shared.layout.slots + i * SIZE_SLOT as u64)) as *const Slot)
+        }
     }
 
     /// Slab `slab`'s descriptor in `heap`. The slab must be below the heap's `len`.
     pub fn desc(&self, heap: &SlabHeap, slab: u32) -> &SlabDesc {
         // SAFETY: descriptors of slabs below `len` are backed (the grower backs them before
         // publishing `len`); a descriptor is plain atomics, valid for any bytes.
-        unsafe { &*(self.resolve(Offset(heap.desc_at + u64::from(slab) * SIZE_DESC as u64)) as *const SlabDesc) }
+        unsafe {
+            &*(self.resolve(Offset(heap.desc_at + u64::from(slab) * SIZE_DESC as u64))
+                as *const SlabDesc)
+        }
     }
 
     /// Slab `slab`'s remote-free word in `heap` (HWcc).
@@ -294,14 +334,23 @@ impl Heap {
         self.word(heap.len_at).load(Ordering::Acquire) as u32
     }
 
-    /// The head word of `heap`'s global free list (HWcc).
+    /// The head word of `heap`'s cold global free list (HWcc).
     pub(crate) fn free_head(&self, heap: &SlabHeap) -> &AtomicU64 {
         self.word(heap.free_at)
     }
 
+    /// The head word of `heap`'s warm global free list (HWcc).
+    pub(crate) fn warm_head(&self, heap: &SlabHeap) -> &AtomicU64 {
+        self.word(heap.warm_at)
+    }
+
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown.
     pub fn hwcc_bytes(&self) -> u64 {
-        4 * SIZE_GLOBAL_LINE + Kind::ALL.iter().map(|&k| 8 * u64::from(self.len(self.slab_heap(k)))).sum::<u64>()
+        COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
+            + Kind::ALL
+                .iter()
+                .map(|&k| 8 * u64::from(self.len(self.slab_heap(k))))
+                .sum::<u64>()
     }
 
     fn word(&self, offset: u64) -> &AtomicU64 {
@@ -313,7 +362,11 @@ impl Heap {
     /// Grows `heap` by up to `batch` slabs, which the caller then owns. Backs the new slabs'
     /// remote words, descriptors and data before publishing the new length, so no process can
     /// touch unbacked memory; exhaustion is an error value.
-    pub(crate) fn grow(&self, heap: &SlabHeap, batch: u32) -> Result<std::ops::Range<u32>, AllocError> {
+    pub(crate) fn grow(
+        &self,
+        heap: &SlabHeap,
+        batch: u32,
+    ) -> Result<std::ops::Range<u32>, AllocError> {
         let len = self.word(heap.len_at);
         let mut cur = len.load(Ordering::Acquire);
         loop {
@@ -321,7 +374,8 @@ impl Heap {
                 return Err(AllocError::OutOfMemory);
             }
             let new = (cur + u64::from(batch)).min(heap.max);
-            self.back_slabs(heap, cur, new).map_err(|_| AllocError::OutOfMemory)?;
+            self.back_slabs(heap, cur, new)
+                .map_err(|_| AllocError::OutOfMemory)?;
             match len.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(cur as u32..new as u32),
                 Err(seen) => cur = seen,
@@ -332,38 +386,57 @@ impl Heap {
     fn back_slabs(&self, heap: &SlabHeap, from: u64, to: u64) -> Result<(), HeapError> {
         let file = &self.shared.file;
         file.back(heap.remote_at + 8 * from, 8 * (to - from))?;
-        file.back(heap.desc_at + SIZE_DESC as u64 * from, SIZE_DESC as u64 * (to - from))?;
+        file.back(
+            heap.desc_at + SIZE_DESC as u64 * from,
+            SIZE_DESC as u64 * (to - from),
+        )?;
         file.back(heap.data_of(from as u32), (to - from) << heap.shift)
     }
 
-    /// Pops a slab from the global free list and backs its pages again.
+    /// Pops a slab from the global free lists: a warm one if any, else a cold one, whose pages
+    /// are backed again first.
     pub(crate) fn pop_free(&self, heap: &SlabHeap) -> Result<Option<u32>, AllocError> {
         let coherence = self.shared.geometry.coherence;
         let next_of = |slab: u32| {
             let desc = self.desc(heap, slab);
-            coherence.invalidate((desc as *const SlabDesc).cast(), 8 * 2);
+            coherence.invalidate((desc as *const SlabDesc).cast(), 16);
             desc.next()
         };
-        let Some(slab) = free_list::pop(self.free_head(heap), next_of) else { return Ok(None) };
+        if let Some(slab) = free_list::pop(self.warm_head(heap), next_of) {
+            return Ok(Some(slab));
+        }
+        let Some(slab) = free_list::pop(self.free_head(heap), next_of) else {
+            return Ok(None);
+        };
         if self.shared.file.back(heap.data_of(slab), heap.slab_bytes()).is_err() {
-            self.push_free(heap, slab);
+            self.push_cold(heap, slab);
             return Err(AllocError::OutOfMemory);
         }
         Ok(Some(slab))
     }
 
-    /// `unsized_to_free`: releases the slab's pages and pushes it on the global free list.
+    /// `unsized_to_free`: the slab joins the warm global list, or, when that already holds
+    /// `count_warm_max` slabs, the cold list with its pages released to the OS (rule 7).
     pub(crate) fn push_free(&self, heap: &SlabHeap, slab: u32) {
-        let desc = self.desc(heap, slab);
-        desc.set_meta(0, 0, State::Free);
+        self.desc(heap, slab).set_meta(0, 0, State::Free);
+        let limit = Some(heap.count_warm_max);
+        if !free_list::push_bounded(self.warm_head(heap), slab, limit, |s, next| self.link_free(heap, s, next)) {
+            self.push_cold(heap, slab);
+        }
+    }
+
+    fn push_cold(&self, heap: &SlabHeap, slab: u32) {
         self.shared.file.release(heap.data_of(slab), heap.slab_bytes());
+        free_list::push(self.free_head(heap), slab, |s, next| self.link_free(heap, s, next));
+    }
+
+    /// Links a slab we own into a global list: its descriptor is written back first, since
+    /// any thread may pop it next (SWcc writer rule).
+    fn link_free(&self, heap: &SlabHeap, slab: u32, next: u32) {
+        let desc = self.desc(heap, slab);
+        desc.set_links(next, 0);
         let coherence = self.shared.geometry.coherence;
-        let set_next = |s: u32, next: u32| {
-            let d = self.desc(heap, s);
-            d.set_links(next, 0);
-            coherence.write_back((d as *const SlabDesc).cast(), std::mem::size_of::<SlabDesc>());
-        };
-        free_list::push(self.free_head(heap), slab, set_next);
+        coherence.write_back((desc as *const SlabDesc).cast(), std::mem::size_of::<SlabDesc>());
     }
 }
 
@@ -373,17 +446,30 @@ fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry
         let mut head = vec![0u8; len as usize];
         file.read_at(&mut head, 0)?;
         if head.iter().any(|&b| b != 0) {
-            return Err(HeapError::Truncated { path: file.path.clone(), len, needed: SIZE_HEADER });
+            return Err(HeapError::Truncated {
+                path: file.path.clone(),
+                len,
+                needed: SIZE_HEADER,
+            });
         }
         file.back(0, SIZE_HEADER)?;
     }
     let word = header_word_cas(file, config)?;
     Geometry::from_word(word).map_err(|problem| match problem {
-        FormatProblem::Foreign(magic) => HeapError::Foreign { path: file.path.clone(), magic, expected: MAGIC },
-        FormatProblem::Version(found) => {
-            HeapError::Version { path: file.path.clone(), found, expected: FORMAT_VERSION }
-        }
-        FormatProblem::Corrupt(what) => HeapError::Corrupt { path: file.path.clone(), what: what.to_owned() },
+        FormatProblem::Foreign(magic) => HeapError::Foreign {
+            path: file.path.clone(),
+            magic,
+            expected: MAGIC,
+        },
+        FormatProblem::Version(found) => HeapError::Version {
+            path: file.path.clone(),
+            found,
+            expected: FORMAT_VERSION,
+        },
+        FormatProblem::Corrupt(what) => HeapError::Corrupt {
+            path: file.path.clone(),
+            what: what.to_owned(),
+        },
     })
 }
 
@@ -391,9 +477,20 @@ fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry
 fn header_word_cas(file: &HeapFile, config: &Config) -> Result<u64, HeapError> {
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     // SAFETY: a fresh shared mapping of the file's first page, which is backed (checked above).
-    let page = unsafe { libc::mmap(std::ptr::null_mut(), SIZE_HEADER as usize, prot, libc::MAP_SHARED, file.fd(), 0) };
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SIZE_HEADER as usize,
+            prot,
+            libc::MAP_SHARED,
+            file.fd(),
+            0,
+        )
+    };
     if page == libc::MAP_FAILED {
-        return Err(HeapError::Map { source: std::io::Error::last_os_error() });
+        return Err(HeapError::Map {
+            source: std::io::Error::last_os_error(),
+        });
     }
     // SAFETY: the page is mapped, 4 KiB aligned, and an AtomicU64 is valid for any bits.
     let word = unsafe { &*(page as *const AtomicU64) };
@@ -411,7 +508,11 @@ fn header_word_cas(file: &HeapFile, config: &Config) -> Result<u64, HeapError> {
 }
 
 /// Refuses a file shorter than the slabs its header says exist.
-fn refuse_truncated(file: &HeapFile, geometry: &Geometry, layout: &Layout) -> Result<(), HeapError> {
+fn refuse_truncated(
+    file: &HeapFile,
+    geometry: &Geometry,
+    layout: &Layout,
+) -> Result<(), HeapError> {
     let len = file.len()?;
     let mut needed = 0;
     for kind in Kind::ALL {
@@ -422,7 +523,11 @@ fn refuse_truncated(file: &HeapFile, geometry: &Geometry, layout: &Layout) -> Re
             if slabs > heap.max {
                 return Err(HeapError::Corrupt {
                     path: file.path.clone(),
-                    what: format!("{} heap length {slabs} over its maximum {}", kind.name(), heap.max),
+                    what: format!(
+                        "{} heap length {slabs} over its maximum {}",
+                        kind.name(),
+                        heap.max
+                    ),
                 });
             }
             if slabs > 0 {
@@ -431,7 +536,11 @@ fn refuse_truncated(file: &HeapFile, geometry: &Geometry, layout: &Layout) -> Re
         }
     }
     if !file.is_device && len < needed {
-        return Err(HeapError::Truncated { path: file.path.clone(), len, needed });
+        return Err(HeapError::Truncated {
+            path: file.path.clone(),
+            len,
+            needed,
+        });
     }
     if file.is_device && len < layout.total {
         return Err(HeapError::Config(format!(

@@ -3,7 +3,8 @@
 //! # Regions, in file (and reservation) order
 //! ```text
 //! 0            header       4 KiB   format word, roots                      (header.rs)
-//! hwcc         HWcc         globals: len + free list head per slab heap,    (one line each)
+//! hwcc         HWcc         globals: len, cold and warm free list heads    (one line each)
+//!                            per slab heap,
 //!                            then one 8 B remote-free word per slab         (remote.rs)
 //! slots        thread slots COUNT_SLOTS × 2 KiB                             (slot.rs)
 //! small_desc   SWcc descs   one 576 B descriptor per small slab            (slab.rs)
@@ -25,6 +26,8 @@ use podkv_hw::Coherence;
 pub const SIZE_HEADER: u64 = 4096;
 /// Bytes of one HWcc global line.
 pub const SIZE_GLOBAL_LINE: u64 = 64;
+/// HWcc global lines: per slab heap, `len`, the cold and the warm free list.
+pub const COUNT_GLOBAL_LINES: u64 = 6;
 const ALIGN_PAGE: u64 = 4096;
 const ALIGN_DATA: u64 = 2 << 20;
 /// The format word's magic ("PKV" in the low 24 bits).
@@ -79,7 +82,8 @@ impl Geometry {
         if version != FORMAT_VERSION {
             return Err(FormatProblem::Version(version));
         }
-        let coherence = Coherence::from_bits((word >> 48) & 0x3).ok_or(FormatProblem::Corrupt("coherence mode"))?;
+        let coherence = Coherence::from_bits((word >> 48) & 0x3)
+            .ok_or(FormatProblem::Corrupt("coherence mode"))?;
         if word >> 50 != 0 {
             return Err(FormatProblem::Corrupt("reserved format bits set"));
         }
@@ -126,7 +130,7 @@ impl Geometry {
     pub fn layout(&self) -> Layout {
         let (small, large) = (self.small_slabs_max(), self.large_slabs_max());
         let hwcc = SIZE_HEADER;
-        let small_remote = hwcc + 4 * SIZE_GLOBAL_LINE;
+        let small_remote = hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE;
         let large_remote = small_remote + 8 * small;
         let slots = (large_remote + 8 * large).next_multiple_of(ALIGN_PAGE);
         let small_desc = slots + SIZE_SLOT as u64 * self.slots();
@@ -134,14 +138,24 @@ impl Geometry {
         let small_data = (large_desc + SIZE_DESC as u64 * large).next_multiple_of(ALIGN_DATA);
         let large_data = (small_data + (small << SHIFT_SMALL_SLAB)).next_multiple_of(ALIGN_DATA);
         let total = large_data + (large << SHIFT_LARGE_SLAB);
-        Layout { hwcc, small_remote, large_remote, slots, small_desc, large_desc, small_data, large_data, total }
+        Layout {
+            hwcc,
+            small_remote,
+            large_remote,
+            slots,
+            small_desc,
+            large_desc,
+            small_data,
+            large_data,
+            total,
+        }
     }
 }
 
 /// Byte offsets of each region from the start of the heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// HWcc globals: small len, small free, large len, large free (one line each).
+    /// HWcc globals: per slab heap `len`, cold free list, warm free list (one line each).
     pub hwcc: u64,
     /// Small slabs' remote-free words.
     pub small_remote: u64,
@@ -173,7 +187,12 @@ mod tests {
     use super::*;
 
     fn geometry() -> Geometry {
-        Geometry { small_slabs_log2: 21, large_slabs_log2: 17, slots_log2: 10, coherence: Coherence::Hardware }
+        Geometry {
+            small_slabs_log2: 21,
+            large_slabs_log2: 17,
+            slots_log2: 10,
+            coherence: Coherence::Hardware,
+        }
     }
 
     #[test]
@@ -185,12 +204,27 @@ mod tests {
 
     #[test]
     fn foreign_version_and_corrupt_words_are_refused() {
-        assert_eq!(Geometry::from_word(0x1234), Err(FormatProblem::Foreign(0x1234)));
+        assert_eq!(
+            Geometry::from_word(0x1234),
+            Err(FormatProblem::Foreign(0x1234))
+        );
         let other_version = (geometry().to_word() & !(0xFF << 24)) | 9 << 24;
-        assert_eq!(Geometry::from_word(other_version), Err(FormatProblem::Version(9)));
-        assert!(matches!(Geometry::from_word(geometry().to_word() | 1 << 60), Err(FormatProblem::Corrupt(_))));
-        let huge = Geometry { small_slabs_log2: 40, ..geometry() };
-        assert!(matches!(Geometry::from_word(huge.to_word()), Err(FormatProblem::Corrupt(_))));
+        assert_eq!(
+            Geometry::from_word(other_version),
+            Err(FormatProblem::Version(9))
+        );
+        assert!(matches!(
+            Geometry::from_word(geometry().to_word() | 1 << 60),
+            Err(FormatProblem::Corrupt(_))
+        ));
+        let huge = Geometry {
+            small_slabs_log2: 40,
+            ..geometry()
+        };
+        assert!(matches!(
+            Geometry::from_word(huge.to_word()),
+            Err(FormatProblem::Corrupt(_))
+        ));
     }
 
     #[test]

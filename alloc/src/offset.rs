@@ -50,7 +50,10 @@ pub struct PodPtr<T> {
 impl<T> PodPtr<T> {
     /// A typed view of `offset`.
     pub const fn new(offset: Offset) -> PodPtr<T> {
-        PodPtr { offset, _type: PhantomData }
+        PodPtr {
+            offset,
+            _type: PhantomData,
+        }
     }
 
     /// The untyped offset.

@@ -30,6 +30,9 @@ mod tests {
         let (pid, start) = super::me();
         assert!(start > 0);
         assert!(super::is_alive(pid, start));
-        assert!(!super::is_alive(pid, start + 1), "another start time is another process");
+        assert!(
+            !super::is_alive(pid, start + 1),
+            "another start time is another process"
+        );
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! `DETACHED` (bit 32) says the owner has given up the right to notice the slab emptying:
 //! whoever takes `count` to zero now owns the slab. The owner sets it when the slab fills
-//! (nothing left to allocate, so every block is live and `count == live`), and clears it again
+//! (nothing left to allocate, so every block is live and `count == live`; if that is already
+//! zero the owner simply keeps the empty slab), and clears it again
 //! if it frees one of the slab's blocks locally before that happens; `count >= 1` throughout,
 //! because the owner's own block is still counted. A slab given up with free bits left
 //! (*disowned*) folds those bits into the count in the same CAS that sets `DETACHED`.
@@ -62,7 +63,8 @@ pub fn reset(word: &AtomicU64, capacity: u32) {
 }
 
 /// The owner filled the slab (no free bit): from now on the last free takes it. Returns the
-/// count at that moment (the slab's live blocks, at least 1).
+/// count at that moment: the slab's live blocks. Zero means remote frees already took every
+/// block back; the owner keeps the slab then (nobody else can reach it).
 #[inline]
 pub fn detach(word: &AtomicU64) -> u32 {
     let prev = word.fetch_or(DETACHED, Ordering::AcqRel);
@@ -74,7 +76,10 @@ pub fn detach(word: &AtomicU64) -> u32 {
 #[inline]
 pub fn reattach(word: &AtomicU64) {
     let prev = word.fetch_and(!DETACHED, Ordering::AcqRel);
-    debug_assert!(prev & DETACHED != 0 && count(prev) >= 1, "reattaching a slab not detached");
+    debug_assert!(
+        prev & DETACHED != 0 && count(prev) >= 1,
+        "reattaching a slab not detached"
+    );
 }
 
 /// What giving up a slab with free bits did.
@@ -94,7 +99,11 @@ pub fn disown(word: &AtomicU64, free_bits: u32) -> Disown {
     loop {
         debug_assert!(count(cur) >= free_bits, "count below the owner's free bits");
         let left = count(cur) - free_bits;
-        let new = if left == 0 { 0 } else { u64::from(left) | DETACHED };
+        let new = if left == 0 {
+            0
+        } else {
+            u64::from(left) | DETACHED
+        };
         match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) if left == 0 => return Disown::Empty,
             Ok(_) => return Disown::Disowned,

@@ -5,12 +5,15 @@
 //! | --- | --- | --- | --- | --- |
 //! | `Free` | none | global free list (or beyond `len`) | — | — |
 //! | `Unsized` | a slot | the slot's unsized list | — | — |
-//! | `Sized` | a slot | the slot's sized list of its class | 1..=capacity | `free_bits + live`, not detached |
+//! | `Sized` | a slot | the slot's sized list of its class | 0..=capacity | `free_bits + live`, not detached |
 //! | `Detached` | a slot | none | 0 | `live` (≥ 1), `DETACHED` |
 //! | `Disowned` | none | none | folded into the count | `live` (≥ 1), `DETACHED` |
 //!
+//! A sized slab with no free bit is full but not yet noticed: the owner's next allocation finds
+//! nothing from the cursor on and detaches it (so the fast paths keep no count).
+//!
 //! Moves: `free_to_unsized` (pop global), `unsized_to_sized` (pick a class), `sized_to_detached`
-//! (the owner allocated the last block), `detached_to_sized` (the owner freed one locally),
+//! (the owner found the slab full), `detached_to_sized` (the owner freed one locally),
 //! `sized_to_unsized` (the owner freed the last live block), `unsized_to_free` (push global,
 //! pages released), `sized_to_disowned` (the owner's slot is released with live blocks left),
 //! and `*_to_unsized` by whoever frees the last block of a detached or disowned slab.
@@ -78,7 +81,11 @@ impl Meta {
     /// Unpacks a word.
     #[inline]
     pub fn unpack(word: u64) -> Meta {
-        Meta { owner: word as u32, class: (word >> 32) as u8, state: State::from_u8((word >> 40) as u8) }
+        Meta {
+            owner: word as u32,
+            class: (word >> 32) as u8,
+            state: State::from_u8((word >> 40) as u8),
+        }
     }
 }
 
@@ -90,8 +97,8 @@ pub struct SlabDesc {
     /// `next + 1` (bits 0..32) and `prev + 1` (bits 32..64) in the list holding the slab.
     /// Written by the owner (or the global-list pusher); `next` read by global-list poppers.
     pub links: AtomicU64,
-    /// Free bits (0..32) and the bitset word where the next search starts (32..64). Owner only.
-    pub free: AtomicU64,
+    /// The bitset word where the next search starts; every word below it is zero. Owner only.
+    pub cursor: AtomicU64,
     reserved: AtomicU64,
     /// Bit `i` set: block `i` is free for the owner to allocate. Owner only.
     pub bits: [AtomicU64; COUNT_BITSET_WORDS],
@@ -127,37 +134,33 @@ impl SlabDesc {
     /// Sets both links (each `slab + 1`, zero for none).
     #[inline]
     pub fn set_links(&self, next: u32, prev: u32) {
-        self.links.store(u64::from(next) | u64::from(prev) << 32, Relaxed);
+        self.links
+            .store(u64::from(next) | u64::from(prev) << 32, Relaxed);
     }
 
-    /// Free bits and search cursor.
+    /// The search cursor.
     #[inline]
-    pub fn free_and_cursor(&self) -> (u32, u32) {
-        let w = self.free.load(Relaxed);
-        (w as u32, (w >> 32) as u32)
+    pub fn cursor(&self) -> u32 {
+        self.cursor.load(Relaxed) as u32
     }
 
-    /// Stores free bits and cursor.
+    /// Moves the search cursor.
     #[inline]
-    pub fn set_free_and_cursor(&self, free: u32, cursor: u32) {
-        self.free.store(u64::from(free) | u64::from(cursor) << 32, Relaxed);
+    pub fn set_cursor(&self, cursor: u32) {
+        self.cursor.store(u64::from(cursor), Relaxed);
     }
 
     /// Makes every one of `capacity` blocks free (the `unsized_to_sized` half that touches bits).
     pub fn fill_bits(&self, capacity: u32) {
-        let full_words = (capacity / 64) as usize;
-        for word in &self.bits[..full_words] {
-            word.store(u64::MAX, Relaxed);
+        for (i, word) in self.bits.iter().enumerate() {
+            word.store(full_word(capacity, i), Relaxed);
         }
-        let rest = capacity % 64;
-        let words_used = full_words + usize::from(rest != 0);
-        if rest != 0 {
-            self.bits[full_words].store((1u64 << rest) - 1, Relaxed);
-        }
-        for word in &self.bits[words_used..] {
-            word.store(0, Relaxed);
-        }
-        self.set_free_and_cursor(capacity, 0);
+        self.set_cursor(0);
+    }
+
+    /// Whether every one of `capacity` blocks is free.
+    pub fn is_empty_of(&self, capacity: u32) -> bool {
+        self.bits.iter().enumerate().all(|(i, w)| w.load(Relaxed) == full_word(capacity, i))
     }
 
     /// Set bits in the bitset (the checker's recount of `free`).
@@ -165,25 +168,33 @@ impl SlabDesc {
         self.bits.iter().map(|w| w.load(Relaxed).count_ones()).sum()
     }
 
-    /// Takes the first free block at or after the cursor word; the caller knows one exists.
-    /// Returns the block index and the free bits left.
+    /// Takes the first free block at or after the cursor word (none before it), moving the
+    /// cursor; `None` when the slab is full.
     #[cold]
-    pub fn take_scanning(&self) -> Option<(u32, u32)> {
-        let (free, cursor) = self.free_and_cursor();
-        if free == 0 {
-            return None;
-        }
-        let start = cursor as usize;
-        let order = (start..COUNT_BITSET_WORDS).chain(0..start);
-        for i in order {
+    pub fn take_scanning(&self) -> Option<u32> {
+        for i in self.cursor() as usize..COUNT_BITSET_WORDS {
             let w = self.bits[i].load(Relaxed);
             if w != 0 {
                 self.bits[i].store(w & (w - 1), Relaxed);
-                self.set_free_and_cursor(free - 1, i as u32);
-                return Some((i as u32 * 64 + w.trailing_zeros(), free - 1));
+                self.set_cursor(i as u32);
+                return Some(i as u32 * 64 + w.trailing_zeros());
             }
         }
+        self.set_cursor(COUNT_BITSET_WORDS as u32);
         None
+    }
+}
+
+/// Word `i` of the bitset of a slab whose `capacity` blocks are all free.
+#[inline]
+pub const fn full_word(capacity: u32, i: usize) -> u64 {
+    let first = i as u32 * 64;
+    if capacity >= first + 64 {
+        u64::MAX
+    } else if capacity > first {
+        (1u64 << (capacity - first)) - 1
+    } else {
+        0
     }
 }
 
@@ -199,8 +210,22 @@ mod tests {
     #[test]
     fn meta_round_trips_and_zero_is_free_and_unowned() {
         let m = Meta::unpack(Meta::pack(7, 3, State::Detached));
-        assert_eq!(m, Meta { owner: 7, class: 3, state: Some(State::Detached) });
-        assert_eq!(Meta::unpack(0), Meta { owner: 0, class: 0, state: Some(State::Free) });
+        assert_eq!(
+            m,
+            Meta {
+                owner: 7,
+                class: 3,
+                state: Some(State::Detached)
+            }
+        );
+        assert_eq!(
+            Meta::unpack(0),
+            Meta {
+                owner: 0,
+                class: 0,
+                state: Some(State::Free)
+            }
+        );
         assert_eq!(Meta::unpack(9 << 40).state, None);
     }
 
@@ -209,11 +234,21 @@ mod tests {
         let d = desc();
         d.fill_bits(100);
         assert_eq!(d.count_bits(), 100);
+        assert!(d.is_empty_of(100));
         let mut seen = std::collections::HashSet::new();
-        while let Some((block, _)) = d.take_scanning() {
+        while let Some(block) = d.take_scanning() {
             assert!(block < 100 && seen.insert(block));
         }
         assert_eq!(seen.len(), 100);
-        assert_eq!(d.free_and_cursor().0, 0);
+        assert_eq!(d.count_bits(), 0);
+        assert!(!d.is_empty_of(100));
+    }
+
+    #[test]
+    fn full_words_cover_exactly_the_capacity() {
+        for capacity in [1u32, 63, 64, 65, 512, 4096] {
+            let bits: u32 = (0..COUNT_BITSET_WORDS).map(|i| full_word(capacity, i).count_ones()).sum();
+            assert_eq!(bits, capacity);
+        }
     }
 }

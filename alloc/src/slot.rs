@@ -57,7 +57,11 @@ impl Slot {
             return false;
         }
         let claimed = u64::from(pid) << 32 | u64::from((cur as u32).wrapping_add(1));
-        if self.owner.compare_exchange(cur, claimed, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        if self
+            .owner
+            .compare_exchange(cur, claimed, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
             return false;
         }
         self.start_time.store(start_time, Ordering::Relaxed);
@@ -67,6 +71,7 @@ impl Slot {
     /// Gives the slot back (its lists must already be empty).
     pub fn release(&self) {
         let cur = self.owner.load(Ordering::Relaxed);
-        self.owner.store(cur & u64::from(u32::MAX), Ordering::Release);
+        self.owner
+            .store(cur & u64::from(u32::MAX), Ordering::Release);
     }
 }

@@ -12,7 +12,10 @@
 //! instructions). Every state change of a slab happens in the cold paths, named after the
 //! transition it makes (`slab.rs`).
 
-use crate::class::{SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL, SMALL_BY_WORDS};
+use crate::class::{
+    SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_LAST_MASK, SMALL_LAST_WORD, SMALL_RECIP,
+    SMALL_SIZE,
+};
 use crate::error::{AllocError, HeapError};
 use crate::heap::{Heap, Kind, SlabHeap};
 use crate::offset::Offset;
@@ -36,6 +39,8 @@ pub struct ThreadHandle {
     small_desc_at: u64,
     small_data_at: u64,
     small_data_len: u64,
+    /// `meta` of a sized slab this slot owns, class bits masked out.
+    meta_sized: u64,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -65,6 +70,7 @@ impl ThreadHandle {
                     small_desc_at: small.desc_at,
                     small_data_at: small.data_at,
                     small_data_len: small.max << small.shift,
+                    meta_sized: Meta::pack(i as u32 + 1, 0, State::Sized),
                     heap,
                     _not_send: PhantomData,
                 });
@@ -110,33 +116,31 @@ impl ThreadHandle {
 
     /// Allocates a block for `layout` and returns its offset.
     ///
-    /// The fast path pops a block of the head slab of the class's sized list: loads and stores
-    /// on this slot's own metadata only — no atomic read-modify-write and no flush.
+    /// The fast path takes the first free bit of the head slab of the class's sized list, from
+    /// its cursor on: loads and stores on this slot's own metadata only — no atomic
+    /// read-modify-write and no flush.
     #[inline]
     pub fn allocate(&self, layout: Layout) -> Result<Offset, AllocError> {
         if layout.size() <= SIZE_SMALL_MAX && layout.align() <= 8 {
-            let class = SMALL_BY_WORDS[layout.size().div_ceil(8)] as usize;
-            let head = self.lists(Kind::Small).sized[class].load(Relaxed) as u32;
+            let class = SMALL_BY_WORDS[layout.size().div_ceil(8)];
+            let head = self.lists(Kind::Small).sized[usize::from(class)].load(Relaxed) as u32;
             if head != 0 {
                 let desc = self.small_desc(head - 1);
-                let (free, mut cursor) = desc.free_and_cursor();
-                // `free > 1`: taking the last block detaches the slab, in the slow path. With a
-                // free bit somewhere, the search below ends within the bitset.
-                if free > 1 {
-                    loop {
-                        let word = &desc.bits[cursor as usize % desc.bits.len()];
-                        let bits = word.load(Relaxed);
-                        if bits != 0 {
-                            word.store(bits & (bits - 1), Relaxed);
-                            desc.set_free_and_cursor(free - 1, cursor);
-                            let block = u64::from(cursor * 64 + bits.trailing_zeros());
-                            let slab = u64::from(head - 1) << SHIFT_SMALL_SLAB;
-                            return Ok(Offset(
-                                self.small_data_at + slab + block * u64::from(SMALL.size[class]),
-                            ));
+                let cursor = desc.cursor() as usize;
+                let mut i = cursor;
+                while i < desc.bits.len() {
+                    let bits = desc.bits[i].load(Relaxed);
+                    if bits != 0 {
+                        desc.bits[i].store(bits & (bits - 1), Relaxed);
+                        if i != cursor {
+                            desc.set_cursor(i as u32);
                         }
-                        cursor = (cursor + 1) % desc.bits.len() as u32;
+                        let block = i as u64 * 64 + u64::from(bits.trailing_zeros());
+                        let slab = u64::from(head - 1) << SHIFT_SMALL_SLAB;
+                        let at = slab + block * SMALL_SIZE[usize::from(class)];
+                        return Ok(Offset(self.small_data_at + at));
                     }
+                    i += 1;
                 }
             }
         }
@@ -146,31 +150,48 @@ impl ThreadHandle {
     /// Frees the block at `offset`, which must have come from this heap's `allocate` and not
     /// been freed since. Panics on an offset that is not an allocated block it can recognise
     /// (outside the heap, inside a block, or a double free within the owning slot).
+    ///
+    /// The fast path sets the block's bit in a sized slab this slot owns: plain loads and
+    /// stores again. A word that fills up may mean an empty slab: that check is cold.
     #[inline]
     pub fn free(&self, offset: Offset) {
         let rel = offset.0.wrapping_sub(self.small_data_at);
-        let slab = (rel >> SHIFT_SMALL_SLAB) as u32;
         if rel < self.small_data_len {
+            let slab = (rel >> SHIFT_SMALL_SLAB) as u32;
             let desc = self.small_desc(slab);
             let meta = desc.meta.load(Relaxed);
-            if meta & MASK_OWNER_STATE == Meta::pack(self.me, 0, State::Sized) {
-                let class = (meta >> 32) as u8 as usize;
+            if meta & MASK_OWNER_STATE == self.meta_sized {
+                let class = usize::from((meta >> 32) as u8);
                 let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
-                let block = SMALL.block_index(class, in_slab);
-                let word = &desc.bits[(block / 64) as usize % desc.bits.len()];
-                let bit = 1u64 << (block % 64);
+                let block = (in_slab * SMALL_RECIP[class]) >> 32;
+                let i = (block / 64) as usize % desc.bits.len();
+                let word = &desc.bits[i];
                 let bits = word.load(Relaxed);
-                let (free, cursor) = desc.free_and_cursor();
-                let exact = u64::from(block) * u64::from(SMALL.size[class]) == in_slab;
-                // `free + 1 < count`: emptying the slab is a transition, in the slow path.
-                if exact && bits & bit == 0 && free + 1 < SMALL.count[class] {
+                let bit = 1u64 << (block % 64);
+                if bits & bit == 0 && block * SMALL_SIZE[class] == in_slab {
                     word.store(bits | bit, Relaxed);
-                    desc.set_free_and_cursor(free + 1, cursor.min(block / 64));
+                    if (i as u32) < desc.cursor() {
+                        desc.set_cursor(i as u32);
+                    }
+                    let full = if i as u64 == SMALL_LAST_WORD[class] { SMALL_LAST_MASK[class] } else { u64::MAX };
+                    if bits | bit == full {
+                        self.free_maybe_empty(Kind::Small, class, slab);
+                    }
                     return;
                 }
             }
         }
         self.free_generic(offset);
+    }
+
+    /// A word of the slab filled up: if every block is free, the slab is empty.
+    #[cold]
+    #[inline(never)]
+    fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32) {
+        let heap = *self.heap.slab_heap(kind);
+        if self.heap.desc(&heap, slab).is_empty_of(heap.classes.count[class]) {
+            self.sized_to_unsized(&heap, class, slab);
+        }
     }
 
     #[cold]
@@ -195,19 +216,12 @@ impl ThreadHandle {
             let head = self.lists(heap.kind).sized[class].load(Relaxed) as u32;
             if head != 0 {
                 let slab = head - 1;
-                let desc = self.heap.desc(&heap, slab);
-                if let Some((block, left)) = desc.take_scanning() {
-                    if left == 0 {
-                        self.sized_to_detached(&heap, class, slab);
-                    }
-                    return Ok(Offset(
-                        heap.data_of(slab) + u64::from(block) * u64::from(heap.classes.size[class]),
-                    ));
+                if let Some(block) = self.heap.desc(&heap, slab).take_scanning() {
+                    let at = u64::from(block) * u64::from(heap.classes.size[class]);
+                    return Ok(Offset(heap.data_of(slab) + at));
                 }
-                panic!(
-                    "podkv heap corrupt: sized {} slab {slab} has no free block",
-                    heap.kind.name()
-                );
+                self.sized_to_detached(&heap, class, slab);
+                continue;
             }
             let slab = self.take_unsized(&heap)?;
             self.unsized_to_sized(&heap, slab, class);
@@ -266,12 +280,11 @@ impl ThreadHandle {
             heap.kind.name()
         );
         word.store(bits | bit, Relaxed);
-        let (free, cursor) = desc.free_and_cursor();
-        desc.set_free_and_cursor(free + 1, cursor.min(block / 64));
+        desc.set_cursor(desc.cursor().min(block / 64));
         if detached {
             self.detached_to_sized(heap, class, slab);
         }
-        if free + 1 == heap.classes.count[class] {
+        if desc.is_empty_of(heap.classes.count[class]) {
             self.sized_to_unsized(heap, class, slab);
         }
     }
@@ -297,15 +310,18 @@ impl ThreadHandle {
         self.sized_push_front(heap, class, slab);
     }
 
-    /// `sized_to_detached`: the owner took the last free block. The slab leaves the sized list;
-    /// the last free of its blocks, local or remote, decides its future.
+    /// `sized_to_detached`: the owner found no free block. The slab leaves the sized list; the
+    /// last free of its blocks, local or remote, decides its future. If remote frees already
+    /// took every block back, nobody else can reach the slab and the owner keeps it, empty.
     fn sized_to_detached(&self, heap: &SlabHeap, class: usize, slab: u32) {
         self.sized_unlink(heap, class, slab);
         let desc = self.heap.desc(heap, slab);
         desc.set_meta(self.me, class as u8, State::Detached);
         self.write_back(desc);
-        let live = remote::detach(self.heap.remote(heap, slab));
-        debug_assert!(live >= 1);
+        if remote::detach(self.heap.remote(heap, slab)) == 0 {
+            desc.set_meta(self.me, 0, State::Unsized);
+            self.keep_or_release(heap, slab);
+        }
     }
 
     /// `detached_to_sized`: the owner freed a block of its full slab locally.
@@ -470,7 +486,7 @@ impl ThreadHandle {
     /// remote free takes it. With no live block left it goes straight to the global list.
     fn sized_to_disowned(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let desc = self.heap.desc(heap, slab);
-        let (free, _) = desc.free_and_cursor();
+        let free = desc.count_bits();
         desc.set_meta(0, class as u8, State::Disowned);
         self.write_back(desc);
         if remote::disown(self.heap.remote(heap, slab), free) == Disown::Empty {
