@@ -1,0 +1,39 @@
+//! The store's errors: typed, one line each; exhaustion is a value, never a panic.
+
+use podkv_alloc::HeapError;
+
+/// Why a store operation failed.
+///
+/// Outcomes that memcached reports as replies (`NOT_STORED`, `EXISTS`, `NOT_FOUND`) are not
+/// errors: they are [`crate::Outcome`] values. These are the failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The heap could not be opened or a thread slot claimed.
+    #[error(transparent)]
+    Heap(#[from] HeapError),
+    /// A key that is empty or longer than the configured maximum.
+    #[error("key of {len} bytes: keys are 1 to {max} bytes")]
+    KeyLength {
+        /// The key's length.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A value over the configured maximum, or over what the heap serves today.
+    #[error("value of {len} bytes is too large: at most {max} bytes")]
+    TooLarge {
+        /// The value's length.
+        len: usize,
+        /// The largest value that fits.
+        max: usize,
+    },
+    /// The heap (or the store's capacity, with eviction off) is full.
+    #[error("out of memory: the store is full and eviction is off or found nothing to evict")]
+    OutOfMemory,
+    /// `incr`/`decr` on a value that is not a decimal `u64`.
+    #[error("cannot increment or decrement non-numeric value")]
+    NonNumeric,
+    /// The heap's root names something that is not a podkv store.
+    #[error("store is corrupt: {0}")]
+    Corrupt(String),
+}
