@@ -1,0 +1,186 @@
+//! Where nodes live: the pod heap ([`PodArena`]) or process-local memory from mimalloc
+//! ([`LocalArena`], evaluation only). The index, epochs and item code are written once over
+//! [`Arena`], so the two differ only in allocator and mapping.
+//!
+//! An arena hands out 8-byte-aligned blocks named by `u64` *offsets* from [`Arena::base`]; zero
+//! is never a block, so zero means "none" in links. For the pod heap the base is the mapping's
+//! start (offsets are the same in every process); for the local arena the base is null and an
+//! offset is simply an address.
+
+use crate::StoreError;
+use podkv_alloc::{AllocError, Heap, Offset, ThreadHandle};
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Memory for the index: blocks, per-thread slots and one root word.
+pub trait Arena: Clone + Send + Sync + 'static {
+    /// One thread's allocation handle; it names the thread's slot.
+    type Thread;
+    /// Claims a slot and an allocation handle for the calling thread.
+    fn thread(&self) -> Result<Self::Thread, StoreError>;
+    /// The slot `thread` holds, in `0..self.slots()`.
+    fn slot_index(thread: &Self::Thread) -> u32;
+    /// How many slots exist.
+    fn slots(&self) -> u32;
+    /// The address offsets are relative to.
+    fn base(&self) -> *mut u8;
+    /// Allocates `size` bytes aligned to 8.
+    fn allocate(thread: &Self::Thread, size: usize) -> Result<u64, AllocError>;
+    /// Frees a block from [`Arena::allocate`] of any thread.
+    fn free(thread: &Self::Thread, at: u64);
+    /// The root word that holds the store descriptor's offset (zero: no store yet).
+    fn root(&self) -> &AtomicU64;
+    /// Largest block this arena serves today.
+    fn block_max(&self) -> usize;
+}
+
+/// The pod heap, shared by processes.
+#[derive(Clone, Debug)]
+pub struct PodArena {
+    /// The heap.
+    pub heap: Heap,
+    /// Which of the heap's roots holds the descriptor (0 by default; roots 0..4 are the store's).
+    pub root_index: usize,
+}
+
+impl Arena for PodArena {
+    type Thread = ThreadHandle;
+
+    fn thread(&self) -> Result<ThreadHandle, StoreError> {
+        Ok(self.heap.thread()?)
+    }
+
+    #[inline]
+    fn slot_index(thread: &ThreadHandle) -> u32 {
+        thread.slot_index()
+    }
+
+    fn slots(&self) -> u32 {
+        self.heap.geometry().slots() as u32
+    }
+
+    #[inline]
+    fn base(&self) -> *mut u8 {
+        self.heap.resolve(Offset(0))
+    }
+
+    #[inline]
+    fn allocate(thread: &ThreadHandle, size: usize) -> Result<u64, AllocError> {
+        let layout = Layout::from_size_align(size, 8)
+            .map_err(|_| AllocError::Unsupported { size, align: 8 })?;
+        thread.allocate(layout).map(|o| o.0)
+    }
+
+    #[inline]
+    fn free(thread: &ThreadHandle, at: u64) {
+        thread.free(Offset(at));
+    }
+
+    fn root(&self) -> &AtomicU64 {
+        self.heap.root(self.root_index)
+    }
+
+    fn block_max(&self) -> usize {
+        512 * 1024
+    }
+}
+
+/// Process-local memory from mimalloc: the same index without the pod heap (evaluation only).
+#[derive(Clone, Debug, Default)]
+pub struct LocalArena {
+    shared: Arc<LocalShared>,
+}
+
+#[derive(Debug)]
+struct LocalShared {
+    root: AtomicU64,
+    /// Slot `i` is claimed while `claimed[i]` is true.
+    claimed: Vec<AtomicBool>,
+}
+
+impl Default for LocalShared {
+    fn default() -> Self {
+        LocalShared {
+            root: AtomicU64::new(0),
+            claimed: (0..COUNT_LOCAL_SLOTS)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        }
+    }
+}
+
+/// Slots of a local arena.
+const COUNT_LOCAL_SLOTS: usize = 256;
+
+/// A thread's claim on a [`LocalArena`] slot, released on drop.
+#[derive(Debug)]
+pub struct LocalThread {
+    shared: Arc<LocalShared>,
+    slot: u32,
+}
+
+impl Drop for LocalThread {
+    fn drop(&mut self) {
+        self.shared.claimed[self.slot as usize].store(false, Ordering::Release);
+    }
+}
+
+impl Arena for LocalArena {
+    type Thread = LocalThread;
+
+    fn thread(&self) -> Result<LocalThread, StoreError> {
+        let free = self.shared.claimed.iter().position(|c| {
+            c.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        let slot = free.ok_or(StoreError::Heap(podkv_alloc::HeapError::NoSlot {
+            count: COUNT_LOCAL_SLOTS as u64,
+        }))?;
+        Ok(LocalThread {
+            shared: self.shared.clone(),
+            slot: slot as u32,
+        })
+    }
+
+    #[inline]
+    fn slot_index(thread: &LocalThread) -> u32 {
+        thread.slot
+    }
+
+    fn slots(&self) -> u32 {
+        COUNT_LOCAL_SLOTS as u32
+    }
+
+    #[inline]
+    fn base(&self) -> *mut u8 {
+        std::ptr::null_mut()
+    }
+
+    #[inline]
+    fn allocate(_: &LocalThread, size: usize) -> Result<u64, AllocError> {
+        let layout = Layout::from_size_align(size, 8)
+            .map_err(|_| AllocError::Unsupported { size, align: 8 })?;
+        // SAFETY: `layout` has a non-zero size (every node has a header).
+        let ptr = unsafe { mimalloc::MiMalloc.alloc(layout) };
+        if ptr.is_null() {
+            return Err(AllocError::OutOfMemory);
+        }
+        Ok(ptr as u64)
+    }
+
+    #[inline]
+    fn free(_: &LocalThread, at: u64) {
+        // SAFETY: `at` came from `allocate` above (contract of `Arena::free`); mimalloc's
+        // `dealloc` ignores the layout.
+        unsafe { mimalloc::MiMalloc.dealloc(at as *mut u8, Layout::new::<u64>()) };
+    }
+
+    fn root(&self) -> &AtomicU64 {
+        &self.shared.root
+    }
+
+    fn block_max(&self) -> usize {
+        usize::MAX >> 1
+    }
+}

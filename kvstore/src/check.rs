@@ -1,0 +1,218 @@
+//! `podkv store check` and `stats`: walk the index and every limbo list on a quiescent heap and
+//! prove the accounting equation
+//!
+//! ```text
+//! live blocks of the heap == 1 descriptor + 1 slot array + segments + sentinels
+//!                            + items + limbo bags + limbo entries
+//! ```
+//! with every block counted once (a block reached twice — an item both linked and in limbo, or
+//! in two limbo lists — is a *double reference*; a live block reached never is a *leak*).
+
+use crate::arena::Arena;
+use crate::item::{self, View};
+use crate::layout::*;
+use crate::list::MARK;
+use crate::map::Map;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+/// What a walk of the store found.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StoreReport {
+    /// Items linked in the index (visible or not).
+    pub items: u64,
+    /// Linked items marked deleted but not yet snipped (a thread stopped mid-unlink).
+    pub marked: u64,
+    /// Bucket sentinels linked.
+    pub sentinels: u64,
+    /// Bucket segments made.
+    pub segments: u64,
+    /// log2 of the bucket count.
+    pub buckets_log2: u32,
+    /// Limbo bags.
+    pub bags: u64,
+    /// Retired nodes waiting in limbo.
+    pub limbo_entries: u64,
+    /// Bytes of linked items (header + key + value).
+    pub item_bytes: u64,
+    /// Bytes of keys + values of linked items.
+    pub payload_bytes: u64,
+    /// Blocks the store references (all kinds above, plus descriptor and slot array).
+    pub blocks: u64,
+    /// The global epoch.
+    pub epoch: u64,
+    /// The descriptor's approximate item count (batched by handles).
+    pub count_approx: u64,
+    /// The descriptor's approximate item bytes.
+    pub used_approx: u64,
+    /// Capacity in bytes (0: unlimited).
+    pub capacity: u64,
+    /// Violations found; empty when the store is sound.
+    pub problems: Vec<String>,
+}
+
+impl StoreReport {
+    /// Whether no violation was found.
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+struct Walk<'m, A: Arena> {
+    map: &'m Map<A>,
+    view: View,
+    seen: HashSet<u64>,
+    report: StoreReport,
+}
+
+impl<A: Arena> Map<A> {
+    /// Walks the index and limbo lists. Run it on a quiescent store (no writer running):
+    /// concurrent writes make it report transient states as problems.
+    pub fn walk(&self) -> StoreReport {
+        let mut w = Walk {
+            map: self,
+            view: self.view(),
+            seen: HashSet::new(),
+            report: StoreReport::default(),
+        };
+        w.header();
+        w.list();
+        w.buckets();
+        w.limbo();
+        w.report.blocks = w.seen.len() as u64;
+        w.report
+    }
+}
+
+impl<A: Arena> Walk<'_, A> {
+    fn block(&mut self, at: u64, what: &str) -> bool {
+        if at == 0 || at % 8 != 0 || !self.seen.insert(at) {
+            self.report.problems.push(format!(
+                "{what} at {at:#x} is null, misaligned or reached twice"
+            ));
+            return false;
+        }
+        true
+    }
+
+    fn header(&mut self) {
+        let d = self.map.desc();
+        self.block(self.map.inner.desc_at, "descriptor");
+        self.block(d.slots_at, "slot array");
+        self.report.epoch = d.epoch.word.load(Ordering::Relaxed);
+        self.report.count_approx = d.count.word.load(Ordering::Relaxed);
+        self.report.used_approx = d.used.word.load(Ordering::Relaxed);
+        self.report.capacity = d.capacity;
+        self.report.buckets_log2 = self.map.buckets_log2();
+        for (i, seg) in d.directory.iter().enumerate() {
+            let seg = seg.load(Ordering::Relaxed);
+            if seg != 0 && self.block(seg, &format!("segment {i}")) {
+                self.report.segments += 1;
+            }
+        }
+    }
+
+    /// The one list from bucket 0's sentinel: strictly increasing (order, key).
+    fn list(&mut self) {
+        let d = self.map.desc();
+        let seg0 = d.directory[0].load(Ordering::Relaxed);
+        let mut at = self.view.word(seg0).load(Ordering::Relaxed);
+        let mut last: Option<(u64, Vec<u8>)> = None;
+        while at != 0 {
+            if !self.block(at, "list node") {
+                return;
+            }
+            let next = self.view.word(at).load(Ordering::Relaxed);
+            self.node(at, next & MARK != 0, &mut last);
+            at = next & !MARK;
+        }
+    }
+
+    fn node(&mut self, at: u64, marked: bool, last: &mut Option<(u64, Vec<u8>)>) {
+        let order = self.view.order(at);
+        let key = if self.view.is_item(at) {
+            self.view.key(at).to_vec()
+        } else {
+            Vec::new()
+        };
+        if self.view.is_item(at) {
+            self.report.items += 1;
+            self.report.marked += u64::from(marked);
+            let size = self.view.item_size(at) as u64;
+            self.report.item_bytes += size;
+            self.report.payload_bytes += size - item::SIZE_HEADER as u64;
+            if item::item_order(item::hash(&key)) != order {
+                self.report
+                    .problems
+                    .push(format!("item {at:#x}: order is not its key's hash"));
+            }
+        } else {
+            self.report.sentinels += 1;
+        }
+        let this = (order, key);
+        if !marked {
+            if let Some(prev) = last.as_ref() {
+                if *prev >= this {
+                    self.report
+                        .problems
+                        .push(format!("node {at:#x} out of order"));
+                }
+            }
+            *last = Some(this);
+        }
+    }
+
+    /// Every made bucket's word names a sentinel of that bucket already on the list.
+    fn buckets(&mut self) {
+        let d = self.map.desc();
+        for (s, seg) in d.directory.iter().enumerate() {
+            let seg = seg.load(Ordering::Relaxed);
+            if seg == 0 {
+                continue;
+            }
+            for i in 0..COUNT_SEGMENT {
+                let at = self.view.word(seg + i * 8).load(Ordering::Relaxed);
+                let bucket = s as u64 * COUNT_SEGMENT + i;
+                if at != 0
+                    && (!self.seen.contains(&at)
+                        || self.view.order(at) != item::sentinel_order(bucket))
+                {
+                    self.report.problems.push(format!(
+                        "bucket {bucket} names {at:#x}, not its linked sentinel"
+                    ));
+                }
+            }
+        }
+    }
+
+    fn limbo(&mut self) {
+        let d = self.map.desc();
+        for slot in 0..d.slots as u32 {
+            let mut bag = self.map.slot(slot).limbo.load(Ordering::Relaxed);
+            while bag != 0 {
+                if !self.block(bag, "limbo bag") {
+                    break;
+                }
+                self.report.bags += 1;
+                self.bag(bag, slot);
+                bag = self.view.word(bag).load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn bag(&mut self, bag: u64, slot: u32) {
+        let len = self.view.word(bag + 8).load(Ordering::Relaxed);
+        if len > COUNT_BAG as u64 {
+            self.report.problems.push(format!(
+                "slot {slot}: limbo bag {bag:#x} holds {len} entries"
+            ));
+            return;
+        }
+        for i in 0..len {
+            let node = self.view.word(bag + 16 + i * 16).load(Ordering::Relaxed);
+            if self.block(node, &format!("slot {slot} limbo entry")) {
+                self.report.limbo_entries += 1;
+            }
+        }
+    }
+}

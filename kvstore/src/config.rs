@@ -1,0 +1,89 @@
+//! Store configuration and the clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// How a store is opened. The first opener's `key_max`, `value_max`, `capacity`, `eviction`
+/// and `table` are written into the heap; later openers use the stored values.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// The heap's geometry (for the pod store; ignored by the local store).
+    pub heap: podkv_alloc::Config,
+    /// Longest key in bytes (memcached: 250).
+    pub key_max: usize,
+    /// Longest value in bytes (memcached: 1 MiB). Values over what the heap serves today
+    /// (about 512 KiB until the huge heap lands) fail with `TooLarge`.
+    pub value_max: usize,
+    /// Bytes of items (header + key + value) the store may hold; `None`: until the heap is
+    /// full.
+    pub capacity: Option<u64>,
+    /// What a write does when the store is full.
+    pub eviction: Eviction,
+    /// How the bucket table is sized.
+    pub table: Table,
+    /// The clock expiry is measured against.
+    pub clock: Clock,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            heap: podkv_alloc::Config::default(),
+            key_max: 250,
+            value_max: 1 << 20,
+            capacity: None,
+            eviction: Eviction::SampledOldest,
+            table: Table::Growing,
+            clock: Clock::System,
+        }
+    }
+}
+
+/// What happens when a write finds the store full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// Evict the oldest-written of a few sampled items (expired ones first); see `evict`.
+    SampledOldest,
+    /// Fail the write with `StoreError::OutOfMemory`.
+    Off,
+}
+
+/// Bucket table sizing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// Start small and double as items are added (load factor 2), migrating lazily.
+    Growing,
+    /// Exactly `2^n` buckets, never grown (for comparison with the paper's fixed table).
+    Fixed(u32),
+}
+
+/// Where "now" comes from.
+#[derive(Clone, Debug, Default)]
+pub enum Clock {
+    /// The system's Unix time.
+    #[default]
+    System,
+    /// A settable Unix time (tests).
+    Fake(Arc<AtomicU64>),
+}
+
+impl Clock {
+    /// A fake clock starting at `unix_seconds`, and the handle that moves it.
+    pub fn fake(unix_seconds: u64) -> (Clock, Arc<AtomicU64>) {
+        let t = Arc::new(AtomicU64::new(unix_seconds));
+        (Clock::Fake(t.clone()), t)
+    }
+
+    /// Now, in Unix seconds.
+    #[inline]
+    pub fn now(&self) -> u32 {
+        match self {
+            Clock::System => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs() as u32)
+                .unwrap_or(0),
+            Clock::Fake(t) => t.load(Ordering::Relaxed) as u32,
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Epoch-based reclamation across processes (after crossbeam-epoch, CXLALLOC §5.2.1).
+//!
+//! # Words (all in the heap)
+//! - the **global epoch** (descriptor): advanced by one CAS by any thread; read by pinners;
+//! - one **announcement** per thread slot: `epoch << 1 | PINNED` while the slot's thread is
+//!   inside an operation, zero otherwise. Written only by the slot's owner (and, once, by the
+//!   recovery of a dead owner, see `Map::release_dead_slot`); read by advancers;
+//! - one **limbo list** per slot (`limbo`): retired nodes with the epoch they were retired in.
+//!   Written only by the slot's owner; a new owner of the slot inherits it, so garbage of a
+//!   thread that exits or dies is never lost.
+//!
+//! # Rule
+//! A node unlinked and retired when the global epoch was `r` is freed once the global epoch is
+//! `r + 2` or more ([`is_reclaimable`]): the advance `r+1 → r+2` needs every pinned slot to have
+//! announced `r+1`, i.e. to have pinned after the node was unreachable.
+//!
+//! A slot that is not pinned (including a released slot, whose announcement its handle zeroed on
+//! drop) never holds the epoch back. A slot pinned by a *dead* owner would; the slot-recovery
+//! issue calls `Map::release_dead_slot` after proving the owner dead, which zeroes the
+//! announcement (see there).
+//!
+//! These functions are written over `&AtomicU64` so `tests/loom.rs` checks them as they are.
+
+use podkv_hw::sync::{fence, AtomicU64, Ordering};
+
+/// Bit 0 of an announcement: the slot is pinned.
+pub const PINNED: u64 = 1;
+
+/// Pins: announces the current global epoch. Returns the epoch announced.
+#[inline]
+pub fn pin(global: &AtomicU64, announce: &AtomicU64) -> u64 {
+    let epoch = global.load(Ordering::Relaxed);
+    announce.store(epoch << 1 | PINNED, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    epoch
+}
+
+/// Unpins: nothing this slot read while pinned is used afterwards.
+#[inline]
+pub fn unpin(announce: &AtomicU64) {
+    announce.store(0, Ordering::Release);
+}
+
+/// The epoch to stamp a node unlinked just now with.
+#[inline]
+pub fn retire_epoch(global: &AtomicU64) -> u64 {
+    global.load(Ordering::SeqCst)
+}
+
+/// Advances the global epoch by one if every pinned slot has announced it; returns the global
+/// epoch afterwards.
+pub fn try_advance<'a>(
+    global: &AtomicU64,
+    announcements: impl IntoIterator<Item = &'a AtomicU64>,
+) -> u64 {
+    let epoch = global.load(Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    for a in announcements {
+        let word = a.load(Ordering::Relaxed);
+        if word & PINNED != 0 && word >> 1 != epoch {
+            return epoch;
+        }
+    }
+    fence(Ordering::Acquire);
+    match global.compare_exchange(epoch, epoch + 1, Ordering::Release, Ordering::Relaxed) {
+        Ok(_) => epoch + 1,
+        Err(now) => now,
+    }
+}
+
+/// Whether a node retired in epoch `retired` may be freed when the global epoch is `global`.
+#[inline]
+pub fn is_reclaimable(retired: u64, global: u64) -> bool {
+    global >= retired + 2
+}

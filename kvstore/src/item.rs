@@ -1,0 +1,231 @@
+//! Items and bucket sentinels: the two kinds of list node, both in one allocation each.
+//!
+//! # Item layout (one block: [`SIZE_HEADER`] = 48 bytes of header, then key, then value)
+//! ```text
+//!  0 next    u64  link | MARK       CAS by any writer (list protocol); read by anyone
+//!  8 order   u64  reverse(hash)|1   written once before publication; read by anyone
+//! 16 cas     u64  CAS token         written once before publication
+//! 24 expiry  u32  unix s, 0 = never written once before publication
+//! 28 time    u32  unix s of write   written once before publication (flush_all)
+//! 32 flags   u32  client flags      written once before publication
+//! 36 vlen    u32  value bytes       written once before publication
+//! 40 klen    u16  key bytes         written once before publication
+//! 42 kind    u16  KIND_ITEM         written once before publication
+//! 44 (pad)   u32
+//! 48 key, then value
+//! ```
+//! Everything but `next` is immutable once the item is linked: a change is a new item that
+//! replaces the old one by one CAS (see `list`), so readers need no locks and no copies.
+//! Per-item overhead: **48 bytes** (memcached's header is 48–56 B), plus the allocator's
+//! rounding to its size class.
+//!
+//! # Sentinels
+//! A bucket's sentinel (split-ordered lists, Shalev–Shavit) is a 16-byte node: `next`, then
+//! `order = reverse(bucket)` (bit 0 clear, so it sorts before every item of its bucket).
+
+use crate::list::{Nodes, Probe};
+use podkv_hw::sync::AtomicU64;
+use std::cmp::Ordering as Order;
+
+/// Bytes of item header before the key.
+pub const SIZE_HEADER: usize = 48;
+/// Bytes of a bucket sentinel.
+pub const SIZE_SENTINEL: usize = 16;
+/// `kind` of an item.
+pub const KIND_ITEM: u16 = 0x4954;
+
+/// An item's header fields (everything but `next`), as written before publication.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// The item's split order: `reverse(hash) | 1`.
+    pub order: u64,
+    /// CAS token.
+    pub cas: u64,
+    /// Expiry in Unix seconds; zero: never.
+    pub expiry: u32,
+    /// Unix second of the write (for delayed `flush_all`).
+    pub time: u32,
+    /// Client flags.
+    pub flags: u32,
+}
+
+/// The split order of a key's hash: bit-reversed, low bit set (items sort after sentinels).
+#[inline]
+pub fn item_order(hash: u64) -> u64 {
+    hash.reverse_bits() | 1
+}
+
+/// The split order of bucket `b`'s sentinel.
+#[inline]
+pub fn sentinel_order(bucket: u64) -> u64 {
+    bucket.reverse_bits()
+}
+
+/// Hashes a key (64-bit multiply–xorshift over 8-byte words; good low and high bits).
+#[inline]
+pub fn hash(key: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = (key.len() as u64).wrapping_mul(K);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        h = (h ^ w).wrapping_mul(K).rotate_left(29);
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    h ^ (h >> 32)
+}
+
+/// A view of nodes at `base + offset` in this process (a heap mapping or, for the local arena,
+/// address zero).
+#[derive(Clone, Copy, Debug)]
+pub struct View {
+    base: *mut u8,
+}
+
+// SAFETY: a view is a base address; the memory it names is shared deliberately and accessed
+// only through atomics (links) or fields immutable after publication (see the layout above).
+unsafe impl Send for View {}
+// SAFETY: as above.
+unsafe impl Sync for View {}
+
+impl View {
+    /// A view over memory starting at `base`.
+    pub fn new(base: *mut u8) -> View {
+        View { base }
+    }
+
+    /// This process's address of `at`.
+    #[inline]
+    pub fn ptr(self, at: u64) -> *mut u8 {
+        self.base.wrapping_add(at as usize)
+    }
+
+    /// The word at `at`.
+    #[inline]
+    pub fn word<'a>(self, at: u64) -> &'a AtomicU64 {
+        // SAFETY: callers pass offsets of live nodes (or store words), 8-aligned, protected by
+        // the caller's epoch pin (INVARIANT: reachable ⇒ not freed before the pin ends); the
+        // caller bounds 'a by that pin (or by the map, for store words that are never freed).
+        unsafe { &*(self.ptr(at) as *const AtomicU64) }
+    }
+
+    #[inline]
+    fn u64_at(self, at: u64) -> u64 {
+        // SAFETY: header fields of a pinned node, immutable after publication.
+        unsafe { (self.ptr(at) as *const u64).read() }
+    }
+
+    #[inline]
+    fn u32_at(self, at: u64) -> u32 {
+        // SAFETY: as `u64_at`.
+        unsafe { (self.ptr(at) as *const u32).read() }
+    }
+
+    /// The node's split order.
+    #[inline]
+    pub fn order(self, at: u64) -> u64 {
+        self.u64_at(at + 8)
+    }
+
+    /// Whether the node is an item (not a sentinel).
+    #[inline]
+    pub fn is_item(self, at: u64) -> bool {
+        self.order(at) & 1 == 1
+    }
+
+    /// An item's header fields.
+    #[inline]
+    pub fn meta(self, at: u64) -> Meta {
+        Meta {
+            order: self.order(at),
+            cas: self.u64_at(at + 16),
+            expiry: self.u32_at(at + 24),
+            time: self.u32_at(at + 28),
+            flags: self.u32_at(at + 32),
+        }
+    }
+
+    /// An item's key.
+    #[inline]
+    pub fn key<'a>(self, at: u64) -> &'a [u8] {
+        // SAFETY: `u16` at 40 of a pinned item; immutable after publication.
+        let len = unsafe { (self.ptr(at + 40) as *const u16).read() } as usize;
+        // SAFETY: the key's bytes follow the header inside the item's block (layout above),
+        // immutable after publication; the caller's pin outlives the slice ('a is bounded by
+        // the guard that pins, see `store::Guard`).
+        unsafe { std::slice::from_raw_parts(self.ptr(at + SIZE_HEADER as u64), len) }
+    }
+
+    /// An item's value.
+    #[inline]
+    pub fn value<'a>(self, at: u64) -> &'a [u8] {
+        let klen = self.key(at).len() as u64;
+        let vlen = self.u32_at(at + 36) as usize;
+        // SAFETY: as `key`: the value follows the key inside the block.
+        unsafe { std::slice::from_raw_parts(self.ptr(at + SIZE_HEADER as u64 + klen), vlen) }
+    }
+
+    /// Bytes of an item's block as requested from the arena.
+    #[inline]
+    pub fn item_size(self, at: u64) -> usize {
+        SIZE_HEADER + self.key(at).len() + self.value(at).len()
+    }
+
+    /// Writes a new, unpublished item at `at` (a fresh block of `SIZE_HEADER + key + value`
+    /// bytes); `value` is given in parts so append/prepend copy once.
+    pub fn write_item(self, at: u64, meta: &Meta, key: &[u8], value: &[&[u8]]) {
+        let vlen: usize = value.iter().map(|v| v.len()).sum();
+        let p = self.ptr(at);
+        // SAFETY: `at` is a fresh block this thread allocated and has not published, of at
+        // least `SIZE_HEADER + key.len() + vlen` bytes, 8-aligned; nobody else can see it.
+        unsafe {
+            (p as *mut u64).write(0);
+            (p.add(8) as *mut u64).write(meta.order);
+            (p.add(16) as *mut u64).write(meta.cas);
+            (p.add(24) as *mut u32).write(meta.expiry);
+            (p.add(28) as *mut u32).write(meta.time);
+            (p.add(32) as *mut u32).write(meta.flags);
+            (p.add(36) as *mut u32).write(vlen as u32);
+            (p.add(40) as *mut u16).write(key.len() as u16);
+            (p.add(42) as *mut u16).write(KIND_ITEM);
+            (p.add(44) as *mut u32).write(0);
+            let mut q = p.add(SIZE_HEADER);
+            std::ptr::copy_nonoverlapping(key.as_ptr(), q, key.len());
+            q = q.add(key.len());
+            for part in value {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), q, part.len());
+                q = q.add(part.len());
+            }
+        }
+    }
+
+    /// Writes an unpublished sentinel for `bucket` at `at` (a fresh 16-byte block).
+    pub fn write_sentinel(self, at: u64, bucket: u64) {
+        let p = self.ptr(at);
+        // SAFETY: a fresh, unpublished 16-byte block of this thread.
+        unsafe {
+            (p as *mut u64).write(0);
+            (p.add(8) as *mut u64).write(sentinel_order(bucket));
+        }
+    }
+}
+
+impl Nodes for View {
+    #[inline]
+    fn next(&self, at: u64) -> &AtomicU64 {
+        self.word(at)
+    }
+
+    #[inline]
+    fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
+        let order = View::order(*self, at);
+        match order.cmp(&probe.order) {
+            Order::Equal if order & 1 == 1 => self.key(at).cmp(probe.key),
+            other => other,
+        }
+    }
+}

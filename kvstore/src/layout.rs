@@ -1,0 +1,111 @@
+//! The store's heap structures: the descriptor (reachable from a heap root), slot records,
+//! limbo bags and bucket segments.
+//!
+//! ```text
+//! root[0] ─► Descriptor ─ directory[i] ─► Segment i: COUNT_SEGMENT bucket words ─► sentinel
+//!                       └ slots_at ─► [SlotRecord; slots] ─ limbo ─► Bag ─► Bag ─► …
+//! ```
+//! Bucket `b` lives in segment `b / COUNT_SEGMENT`; its word is zero until the bucket's sentinel
+//! is linked into the one split-ordered list (then it holds the sentinel's offset, forever).
+
+use std::sync::atomic::AtomicU64;
+
+/// "podkvST1": the descriptor's magic.
+pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;
+/// Layout version of the descriptor.
+pub const VERSION: u64 = 1;
+/// Buckets per segment (a 32 KiB block).
+pub const COUNT_SEGMENT: u64 = 4096;
+/// Segments in the directory: at most `COUNT_SEGMENT * COUNT_SEGMENTS` = 2^26 buckets.
+pub const COUNT_SEGMENTS: usize = 16384;
+/// log2 of the most buckets.
+pub const SHIFT_BUCKETS_MAX: u64 = 26;
+/// Entries in a limbo bag (a 512-byte block).
+pub const COUNT_BAG: usize = 31;
+
+/// A word alone on its cache line (the hot shared counters).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Line {
+    /// The word.
+    pub word: AtomicU64,
+}
+
+/// The store's root structure (one large block).
+///
+/// # Fields (who may touch them)
+/// The first eight words are written once by the creator before the root CAS publishes the
+/// descriptor, and read by anyone after.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Descriptor {
+    /// [`MAGIC`]. Written once before publication.
+    pub magic: u64,
+    /// [`VERSION`]. Written once before publication.
+    pub version: u64,
+    /// Longest key. Written once before publication.
+    pub key_max: u64,
+    /// Longest value. Written once before publication.
+    pub value_max: u64,
+    /// Bytes of items allowed (0: unlimited). Written once before publication.
+    pub capacity: u64,
+    /// 1: evict when full; 0: fail with out-of-memory. Written once before publication.
+    pub evict: u64,
+    /// Offset of the `[SlotRecord; slots]` array. Written once before publication.
+    pub slots_at: u64,
+    /// Number of slot records. Written once before publication.
+    pub slots: u64,
+    /// log2 of the bucket count; only grows, by CAS from any writer; a fixed table stores its
+    /// size with bit 63 set and never changes it.
+    pub size: Line,
+    /// Global epoch: CAS +1 by any thread (`epoch::try_advance`); read by every pin.
+    pub epoch: Line,
+    /// Last CAS token handed out: `fetch_add` by every write.
+    pub cas: Line,
+    /// Items linked (approximate: per-handle deltas flushed in batches). `fetch_add` by writers.
+    pub count: Line,
+    /// Bytes of linked items (header + key + value; approximate like `count`).
+    pub used: Line,
+    /// `flush_all`: oldest live Unix second (0: none). Stored by `flush_all`; read by readers.
+    pub oldest_live: Line,
+    /// `flush_all`: items with a smaller CAS token are flushed (0: none). As `oldest_live`.
+    pub oldest_cas: Line,
+    /// Segment offsets (0: not yet made), each installed once by CAS 0 → offset.
+    pub directory: [AtomicU64; COUNT_SEGMENTS],
+}
+
+/// Bit 63 of `size`: the table is fixed-size.
+pub const FIXED: u64 = 1 << 63;
+
+/// One thread slot's epoch state (one cache line).
+///
+/// # Fields (who may touch them)
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct SlotRecord {
+    /// Announcement (`epoch::pin`): written by the slot's owner; read by every advancer.
+    pub announce: AtomicU64,
+    /// Offset of the first limbo bag (0: none). Written and read only by the slot's owner
+    /// (and by `check`, on a quiescent heap).
+    pub limbo: AtomicU64,
+}
+
+/// A block of retired nodes: `next` bag, `len` entries of `(offset, epoch)`.
+///
+/// # Fields (who may touch them)
+/// Only the owning slot's thread, and `check` on a quiescent heap.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Bag {
+    /// Next bag of the same slot (0: none).
+    pub next: AtomicU64,
+    /// Entries in use.
+    pub len: AtomicU64,
+    /// `(node offset, retire epoch)`.
+    pub entries: [[AtomicU64; 2]; COUNT_BAG],
+}
+
+/// Bytes of a [`Bag`].
+pub const SIZE_BAG: usize = std::mem::size_of::<Bag>();
+/// Bytes of a segment.
+pub const SIZE_SEGMENT: usize = COUNT_SEGMENT as usize * 8;

@@ -1,0 +1,122 @@
+//! Eviction and the expiry crawler: both remove one *exact* item by one CAS (a concurrent
+//! replace of the same key wins, and the newer item stays).
+//!
+//! # Eviction policy: sampled oldest-written
+//! Lookups never write shared memory, so nothing can record a read: CLOCK's reference bit and
+//! LRU's bump are both writes on the read path (on CXL, a cache-line write-back per hit, and
+//! contention on hot keys). We evict instead by *write age*: sample up to
+//! [`COUNT_SAMPLE`] items from random buckets and remove an invisible one (expired or flushed)
+//! if any, else the one with the smallest CAS token — tokens are handed out in write order,
+//! so this is approximate FIFO by last write (Redis-style sampling, without an access clock).
+//! Hot keys that are rewritten stay young; read-only hot keys can be evicted, the price of
+//! read-only lookups.
+
+use crate::arena::Arena;
+use crate::item;
+use crate::layout::COUNT_SEGMENT;
+use crate::list::{self, Probe, MARK};
+use crate::map::Handle;
+use std::sync::atomic::Ordering;
+
+/// Items examined per eviction.
+pub const COUNT_SAMPLE: usize = 8;
+/// Buckets visited per eviction at most.
+const COUNT_SAMPLE_BUCKETS: usize = 8;
+
+/// What one crawl did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CrawlReport {
+    /// Items looked at.
+    pub visited: u64,
+    /// Expired or flushed items removed.
+    pub reclaimed: u64,
+}
+
+impl<A: Arena> Handle<A> {
+    /// Evicts one item chosen by the sampled-oldest policy; whether it removed one.
+    pub(crate) fn evict_one(&self) -> bool {
+        let _pin = self.pin();
+        let now = self.map.now();
+        let view = self.map.view();
+        let mut best: Option<(bool, u64, u64)> = None; // (visible, cas, item)
+        let mut seen = 0;
+        for _ in 0..COUNT_SAMPLE_BUCKETS {
+            let head = self.head_for_read(self.random());
+            self.walk_bucket(head, |at| {
+                let candidate = (self.visible(at, now), view.meta(at).cas, at);
+                if best.is_none_or(|b| (candidate.0, candidate.1) < (b.0, b.1)) {
+                    best = Some(candidate);
+                }
+                seen += 1;
+                seen < COUNT_SAMPLE
+            });
+            if seen >= COUNT_SAMPLE {
+                break;
+            }
+        }
+        best.is_some_and(|(_, _, at)| self.remove_exact(at))
+    }
+
+    /// Calls `visit` on each unmarked item from sentinel `head` to the next sentinel, while it
+    /// returns true. Read-only. The caller is pinned.
+    fn walk_bucket(&self, head: &std::sync::atomic::AtomicU64, mut visit: impl FnMut(u64) -> bool) {
+        let view = self.map.view();
+        let mut at = head.load(Ordering::Acquire) & !MARK;
+        while at != 0 && view.is_item(at) {
+            let next = view.word(at).load(Ordering::Acquire);
+            if next & MARK == 0 && !visit(at) {
+                return;
+            }
+            at = next & !MARK;
+        }
+    }
+
+    /// Deletes `item` if it is still linked and unmarked: one CAS; whether this call did it.
+    pub(crate) fn remove_exact(&self, item: u64) -> bool {
+        let _pin = self.pin();
+        let view = self.map.view();
+        let key = view.key(item);
+        let order = view.meta(item).order;
+        let probe = Probe { order, key };
+        let Ok(head) = self.head_for_write(item::hash(key)) else {
+            return false;
+        };
+        let mut retire = |n| self.retire(n);
+        let pos = list::find(&view, head, &probe, &mut retire);
+        if !pos.found || pos.curr != item || !list::try_delete(&view, &pos) {
+            return false;
+        }
+        self.account(-1, -(view.item_size(item) as i64));
+        list::unlink(&view, head, &pos, &probe, &mut retire);
+        true
+    }
+
+    /// One pass of the expiry crawler over every made bucket: removes invisible items.
+    pub fn crawl(&self) -> CrawlReport {
+        let mut report = CrawlReport::default();
+        let buckets = 1u64 << self.map.buckets_log2();
+        let now = self.map.now();
+        for bucket in 0..buckets {
+            if bucket % COUNT_SEGMENT == 0 && self.segment_missing(bucket) {
+                continue;
+            }
+            let Some(head) = self.made_head(bucket) else {
+                continue;
+            };
+            let mut dead = Vec::new();
+            let _pin = self.pin();
+            self.walk_bucket(head, |at| {
+                report.visited += 1;
+                if !self.visible(at, now) {
+                    dead.push(at);
+                }
+                true
+            });
+            for at in dead {
+                report.reclaimed += u64::from(self.remove_exact(at));
+            }
+        }
+        self.flush_counters();
+        report
+    }
+}

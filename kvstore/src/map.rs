@@ -1,0 +1,599 @@
+//! The index: one split-ordered Harris–Michael list, a growing bucket table of sentinels, and
+//! epoch reclamation, over an [`Arena`].
+//!
+//! # Reading order
+//! - [`Map::open_in`]: find or create the descriptor (root CAS 0 → offset; a loser frees its own);
+//! - buckets: `head_for_write` (makes the bucket's sentinel on first use, recursively from its
+//!   parent: this *is* the incremental migration of a doubling) and `head_for_read` (uses the
+//!   nearest made ancestor: lookups never write);
+//! - pins and retirement: `Pin`, `retire`, `collect`;
+//! - `update`: the one write loop every memcached command goes through.
+//!
+//! # Growth
+//! `size` doubles (one CAS) when `count > 2 · buckets`. Nothing moves: bucket `b + 2^k`'s
+//! sentinel is spliced in front of its items the first time a writer needs it, so a doubling
+//! costs O(1) and the work is spread over later writes (Shalev–Shavit split-ordered lists).
+
+use crate::arena::Arena;
+use crate::config::{Clock, Eviction, StoreConfig, Table};
+use crate::epoch;
+use crate::item::{self, View, SIZE_SENTINEL};
+use crate::layout::*;
+use crate::list::{self, Probe};
+use crate::StoreError;
+use podkv_alloc::AllocError;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The index over arena `A`: [`crate::Store`] in the pod heap, [`crate::LocalStore`] in
+/// process memory. Cheap to clone (an `Arc`).
+pub struct Map<A: Arena> {
+    pub(crate) inner: Arc<Inner<A>>,
+}
+
+impl<A: Arena> Clone for Map<A> {
+    fn clone(&self) -> Self {
+        Map {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<A: Arena> std::fmt::Debug for Map<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Map")
+            .field("descriptor", &self.inner.desc_at)
+            .finish()
+    }
+}
+
+pub(crate) struct Inner<A: Arena> {
+    pub(crate) arena: A,
+    pub(crate) view: View,
+    pub(crate) desc_at: u64,
+    pub(crate) clock: Clock,
+}
+
+// SAFETY: `View` is a base address into memory shared on purpose; all shared words are atomics.
+unsafe impl<A: Arena> Send for Inner<A> {}
+// SAFETY: as above.
+unsafe impl<A: Arena> Sync for Inner<A> {}
+
+/// Buckets of a new growing table (log2).
+const SHIFT_BUCKETS_START: u64 = 10;
+/// Items per bucket before the table doubles.
+const COUNT_LOAD: u64 = 2;
+/// Per-handle `count`/`used` deltas are flushed to the descriptor beyond these.
+const BATCH_COUNT: i64 = 64;
+const BATCH_USED: i64 = 16 * 1024;
+
+impl<A: Arena> Map<A> {
+    /// Opens the store in `arena`, creating it if the root is empty.
+    pub fn open_in(arena: A, config: &StoreConfig) -> Result<Map<A>, StoreError> {
+        let view = View::new(arena.base());
+        let mut desc_at = arena.root().load(Ordering::Acquire);
+        if desc_at == 0 {
+            desc_at = create(&arena, view, config)?;
+        }
+        let map = Map {
+            inner: Arc::new(Inner {
+                arena,
+                view,
+                desc_at,
+                clock: config.clock.clone(),
+            }),
+        };
+        map.validate_descriptor()?;
+        Ok(map)
+    }
+
+    fn validate_descriptor(&self) -> Result<(), StoreError> {
+        let d = self.desc();
+        if d.magic != MAGIC || d.version != VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "root names {:#x}, which is not a podkv store descriptor (version {VERSION})",
+                self.inner.desc_at
+            )));
+        }
+        if d.slots < u64::from(self.inner.arena.slots()) {
+            return Err(StoreError::Corrupt(
+                "fewer slot records than heap slots".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The descriptor.
+    #[inline]
+    pub(crate) fn desc(&self) -> &Descriptor {
+        // SAFETY: `desc_at` was published by the root CAS after its fields were written and is
+        // never freed (INVARIANT: root[0] ≠ 0 ⇒ a live descriptor); its shared words are atomics.
+        unsafe { &*(self.inner.view.ptr(self.inner.desc_at) as *const Descriptor) }
+    }
+
+    /// Slot record `i`.
+    #[inline]
+    pub(crate) fn slot(&self, i: u32) -> &SlotRecord {
+        let at = self.desc().slots_at + u64::from(i) * std::mem::size_of::<SlotRecord>() as u64;
+        // SAFETY: `i < slots` (arena slots ≤ descriptor slots, checked at open); the array is
+        // never freed and its words are atomics.
+        unsafe { &*(self.inner.view.ptr(at) as *const SlotRecord) }
+    }
+
+    /// The node view.
+    #[inline]
+    pub(crate) fn view(&self) -> View {
+        self.inner.view
+    }
+
+    /// Now, in Unix seconds.
+    #[inline]
+    pub fn now(&self) -> u32 {
+        self.inner.clock.now()
+    }
+
+    /// Longest key this store accepts.
+    pub fn key_max(&self) -> usize {
+        self.desc().key_max as usize
+    }
+
+    /// Longest value this store accepts (and the heap serves today).
+    pub fn value_max(&self) -> usize {
+        let block = self.inner.arena.block_max() - item::SIZE_HEADER - self.key_max();
+        (self.desc().value_max as usize).min(block)
+    }
+
+    /// log2 of the bucket count now.
+    pub fn buckets_log2(&self) -> u32 {
+        (self.desc().size.word.load(Ordering::Relaxed) & !FIXED) as u32
+    }
+
+    /// A handle for the calling thread (claims an arena slot).
+    pub fn handle(&self) -> Result<Handle<A>, StoreError> {
+        let thread = self.inner.arena.thread()?;
+        let slot = A::slot_index(&thread);
+        let h = Handle {
+            map: self.clone(),
+            thread,
+            slot,
+            pins: Cell::new(0),
+            count_delta: Cell::new(0),
+            used_delta: Cell::new(0),
+            seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
+        };
+        Ok(h)
+    }
+
+    /// Hook for slot recovery (another issue): the owner of `slot` is proven dead and its
+    /// recovery is taking the slot over. Zeroes the slot's announcement so the dead owner no
+    /// longer holds the epoch back; its limbo list stays in the slot record and the slot's next
+    /// owner frees it as usual. Call only after liveness says the owner is gone and before
+    /// the slot is handed to a new thread.
+    pub fn release_dead_slot(&self, slot: u32) {
+        epoch::unpin(&self.slot(slot).announce);
+    }
+}
+
+/// Makes a descriptor, its slot records, segment 0 and bucket 0's sentinel, and installs it at
+/// the root; returns whichever descriptor won.
+fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, StoreError> {
+    let thread = arena.thread()?;
+    let slots = u64::from(arena.slots());
+    let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
+    let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
+    let seg0 = alloc_zeroed::<A>(&thread, view, SIZE_SEGMENT)?;
+    let sentinel0 = alloc_zeroed::<A>(&thread, view, SIZE_SENTINEL)?;
+    view.write_sentinel(sentinel0, 0);
+    view.word(seg0).store(sentinel0, Ordering::Relaxed);
+    // SAFETY: a fresh zeroed block of `size_of::<Descriptor>()` bytes, unpublished.
+    let d = unsafe { &mut *(view.ptr(desc_at) as *mut Descriptor) };
+    d.magic = MAGIC;
+    d.version = VERSION;
+    d.key_max = config.key_max as u64;
+    d.value_max = config.value_max as u64;
+    d.capacity = config.capacity.unwrap_or(0);
+    d.evict = u64::from(config.eviction == Eviction::SampledOldest);
+    d.slots_at = slots_at;
+    d.slots = slots;
+    let size = match config.table {
+        Table::Growing => SHIFT_BUCKETS_START,
+        Table::Fixed(n) => FIXED | u64::from(n).min(SHIFT_BUCKETS_MAX),
+    };
+    d.size.word.store(size, Ordering::Relaxed);
+    d.epoch.word.store(2, Ordering::Relaxed);
+    d.directory[0].store(seg0, Ordering::Relaxed);
+    match arena
+        .root()
+        .compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire)
+    {
+        Ok(_) => Ok(desc_at),
+        Err(winner) => {
+            for at in [sentinel0, seg0, slots_at, desc_at] {
+                A::free(&thread, at);
+            }
+            Ok(winner)
+        }
+    }
+}
+
+fn alloc_zeroed<A: Arena>(thread: &A::Thread, view: View, size: usize) -> Result<u64, StoreError> {
+    let at = A::allocate(thread, size).map_err(|_| StoreError::OutOfMemory)?;
+    // SAFETY: a fresh block of `size` bytes this thread owns and has not published.
+    unsafe { std::ptr::write_bytes(view.ptr(at), 0, size) };
+    Ok(at)
+}
+
+/// One thread's handle on a [`Map`]: its arena slot, its epoch pin, and batched counters.
+/// Not `Send`: it holds the thread's slot.
+pub struct Handle<A: Arena> {
+    pub(crate) map: Map<A>,
+    pub(crate) thread: A::Thread,
+    pub(crate) slot: u32,
+    /// Nesting depth of pins (guards alive).
+    pins: Cell<u32>,
+    count_delta: Cell<i64>,
+    used_delta: Cell<i64>,
+    seed: Cell<u64>,
+}
+
+impl<A: Arena> std::fmt::Debug for Handle<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").field("slot", &self.slot).finish()
+    }
+}
+
+/// An epoch pin: while it lives, no node this thread can reach is freed.
+pub(crate) struct Pin<'h, A: Arena> {
+    pub(crate) handle: &'h Handle<A>,
+}
+
+impl<A: Arena> Drop for Pin<'_, A> {
+    fn drop(&mut self) {
+        self.handle.unpin();
+    }
+}
+
+impl<A: Arena> Drop for Handle<A> {
+    fn drop(&mut self) {
+        self.flush_counters();
+        self.collect();
+    }
+}
+
+impl<A: Arena> Handle<A> {
+    /// The map this handle works on.
+    pub fn map(&self) -> &Map<A> {
+        &self.map
+    }
+
+    /// The arena slot this handle holds.
+    pub fn slot_index(&self) -> u32 {
+        self.slot
+    }
+
+    #[inline]
+    pub(crate) fn pin(&self) -> Pin<'_, A> {
+        let depth = self.pins.get();
+        if depth == 0 {
+            let d = self.map.desc();
+            epoch::pin(&d.epoch.word, &self.map.slot(self.slot).announce);
+        }
+        self.pins.set(depth + 1);
+        Pin { handle: self }
+    }
+
+    #[inline]
+    fn unpin(&self) {
+        let depth = self.pins.get() - 1;
+        self.pins.set(depth);
+        if depth == 0 {
+            epoch::unpin(&self.map.slot(self.slot).announce);
+            if self.limbo_len() >= COUNT_BAG as u64 / 2 {
+                self.collect();
+            }
+        }
+    }
+
+    fn limbo_len(&self) -> u64 {
+        let head = self.map.slot(self.slot).limbo.load(Ordering::Relaxed);
+        if head == 0 {
+            return 0;
+        }
+        self.bag(head).len.load(Ordering::Relaxed)
+    }
+
+    fn bag(&self, at: u64) -> &Bag {
+        // SAFETY: bags are blocks of this slot's limbo list, touched only by this slot's owner
+        // (this thread); their words are atomics.
+        unsafe { &*(self.map.view().ptr(at) as *const Bag) }
+    }
+
+    /// Puts an unlinked node on this slot's limbo list, stamped with the epoch now.
+    pub(crate) fn retire(&self, node: u64) {
+        let record = self.map.slot(self.slot);
+        let mut head = record.limbo.load(Ordering::Relaxed);
+        if head == 0 || self.bag(head).len.load(Ordering::Relaxed) == COUNT_BAG as u64 {
+            match alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_BAG) {
+                Ok(bag) => {
+                    self.bag(bag).next.store(head, Ordering::Relaxed);
+                    record.limbo.store(bag, Ordering::Relaxed);
+                    head = bag;
+                }
+                // No room for a bag: the node leaks (counted by `check` as unreachable). Bags
+                // are 512 B and items are freed first, so this needs a heap with no free slab.
+                Err(_) => return,
+            }
+        }
+        let bag = self.bag(head);
+        let len = bag.len.load(Ordering::Relaxed) as usize;
+        let stamp = epoch::retire_epoch(&self.map.desc().epoch.word);
+        bag.entries[len][0].store(node, Ordering::Relaxed);
+        bag.entries[len][1].store(stamp, Ordering::Relaxed);
+        bag.len.store(len as u64 + 1, Ordering::Relaxed);
+    }
+
+    /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
+    pub fn collect(&self) {
+        let d = self.map.desc();
+        let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
+        let mut global = epoch::try_advance(&d.epoch.word, slots);
+        if self.pins.get() == 0 {
+            let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
+            global = epoch::try_advance(&d.epoch.word, slots);
+        }
+        let record = self.map.slot(self.slot);
+        let mut link = &record.limbo;
+        loop {
+            let at = link.load(Ordering::Relaxed);
+            if at == 0 {
+                return;
+            }
+            let bag = self.bag(at);
+            self.free_reclaimable(bag, global);
+            if bag.len.load(Ordering::Relaxed) == 0 && link as *const _ != &record.limbo as *const _
+            {
+                link.store(bag.next.load(Ordering::Relaxed), Ordering::Relaxed);
+                A::free(&self.thread, at);
+                continue;
+            }
+            link = &bag.next;
+        }
+    }
+
+    fn free_reclaimable(&self, bag: &Bag, global: u64) {
+        let len = bag.len.load(Ordering::Relaxed) as usize;
+        let mut kept = 0;
+        for i in 0..len {
+            let node = bag.entries[i][0].load(Ordering::Relaxed);
+            let stamp = bag.entries[i][1].load(Ordering::Relaxed);
+            if epoch::is_reclaimable(stamp, global) {
+                A::free(&self.thread, node);
+            } else {
+                bag.entries[kept][0].store(node, Ordering::Relaxed);
+                bag.entries[kept][1].store(stamp, Ordering::Relaxed);
+                kept += 1;
+            }
+        }
+        bag.len.store(kept as u64, Ordering::Relaxed);
+    }
+
+    /// Allocates `size` bytes for a new node, evicting to make room as configured.
+    pub(crate) fn allocate(&self, size: usize) -> Result<u64, StoreError> {
+        let d = self.map.desc();
+        if d.capacity != 0 {
+            self.make_room(size as u64)?;
+        }
+        loop {
+            match A::allocate(&self.thread, size) {
+                Ok(at) => return Ok(at),
+                Err(AllocError::Unsupported { .. }) => {
+                    return Err(StoreError::TooLarge {
+                        len: size,
+                        max: self.map.value_max(),
+                    })
+                }
+                Err(AllocError::OutOfMemory) => {
+                    if d.evict == 0 || !self.evict_one() {
+                        return Err(StoreError::OutOfMemory);
+                    }
+                    self.collect();
+                }
+            }
+        }
+    }
+
+    /// Evicts until `used + size ≤ capacity`, or fails with out-of-memory when eviction is off
+    /// or finds nothing.
+    fn make_room(&self, size: u64) -> Result<(), StoreError> {
+        let d = self.map.desc();
+        let mut tries = 0;
+        while self.used_now() + size > d.capacity {
+            if d.evict == 0 || tries > 64 {
+                return Err(StoreError::OutOfMemory);
+            }
+            if !self.evict_one() {
+                tries += 8;
+            }
+            tries += 1;
+        }
+        Ok(())
+    }
+
+    /// Bytes of linked items as this handle sees them (shared count plus its own delta).
+    pub(crate) fn used_now(&self) -> u64 {
+        let shared = self.map.desc().used.word.load(Ordering::Relaxed) as i64;
+        (shared + self.used_delta.get()).max(0) as u64
+    }
+
+    /// Frees a node this thread allocated and never published.
+    pub(crate) fn free_unpublished(&self, at: u64) {
+        A::free(&self.thread, at);
+    }
+
+    /// Counts a linked (+) or unlinked (−) item of `bytes`.
+    #[inline]
+    pub(crate) fn account(&self, items: i64, bytes: i64) {
+        let c = self.count_delta.get() + items;
+        let u = self.used_delta.get() + bytes;
+        self.count_delta.set(c);
+        self.used_delta.set(u);
+        if c.abs() >= BATCH_COUNT || u.abs() >= BATCH_USED {
+            self.flush_counters();
+        }
+    }
+
+    /// Publishes this handle's batched counters (and grows the table if due).
+    pub fn flush_counters(&self) {
+        let d = self.map.desc();
+        let c = self.count_delta.replace(0);
+        let u = self.used_delta.replace(0);
+        let count = d
+            .count
+            .word
+            .fetch_add(c as u64, Ordering::Relaxed)
+            .wrapping_add(c as u64);
+        d.used.word.fetch_add(u as u64, Ordering::Relaxed);
+        if c > 0 {
+            self.maybe_grow(count);
+        }
+    }
+
+    /// Doubles the table (one CAS) when `count > COUNT_LOAD · buckets`.
+    fn maybe_grow(&self, count: u64) {
+        let size = &self.map.desc().size.word;
+        let log2 = size.load(Ordering::Relaxed);
+        if log2 & FIXED == 0 && log2 < SHIFT_BUCKETS_MAX && count > COUNT_LOAD << log2 {
+            let _ = size.compare_exchange(log2, log2 + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// A pseudo-random number (xorshift; for eviction sampling).
+    pub(crate) fn random(&self) -> u64 {
+        let mut x = self.seed.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.seed.set(x);
+        x
+    }
+
+    /// The bucket word of `bucket`, making its segment if `make`.
+    fn bucket_word(&self, bucket: u64, make: bool) -> Option<&AtomicU64> {
+        let d = self.map.desc();
+        let entry = &d.directory[(bucket / COUNT_SEGMENT) as usize];
+        let mut seg = entry.load(Ordering::Acquire);
+        if seg == 0 {
+            if !make {
+                return None;
+            }
+            seg = self.make_segment(entry)?;
+        }
+        Some(self.map.view().word(seg + (bucket % COUNT_SEGMENT) * 8))
+    }
+
+    #[cold]
+    fn make_segment(&self, entry: &AtomicU64) -> Option<u64> {
+        let fresh = alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_SEGMENT).ok()?;
+        match entry.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(fresh),
+            Err(won) => {
+                A::free(&self.thread, fresh);
+                Some(won)
+            }
+        }
+    }
+
+    /// The bucket `hash` falls in now.
+    #[inline]
+    fn bucket_of(&self, hash: u64) -> u64 {
+        let log2 = self.map.buckets_log2();
+        hash & ((1u64 << log2) - 1)
+    }
+
+    /// The sentinel of the nearest made ancestor of `hash`'s bucket. Never writes.
+    #[inline]
+    pub(crate) fn head_for_read(&self, hash: u64) -> &AtomicU64 {
+        let mut bucket = self.bucket_of(hash);
+        loop {
+            if let Some(word) = self.bucket_word(bucket, false) {
+                let sentinel = word.load(Ordering::Acquire);
+                if sentinel != 0 {
+                    return self.map.view().word(sentinel);
+                }
+            }
+            bucket = parent(bucket);
+        }
+    }
+
+    /// The sentinel of `hash`'s bucket, making it (and its ancestors) if needed.
+    #[inline]
+    pub(crate) fn head_for_write(&self, hash: u64) -> Result<&AtomicU64, StoreError> {
+        let bucket = self.bucket_of(hash);
+        let sentinel = self.sentinel(bucket)?;
+        Ok(self.map.view().word(sentinel))
+    }
+
+    /// Bucket `bucket`'s sentinel, made on first use.
+    fn sentinel(&self, bucket: u64) -> Result<u64, StoreError> {
+        let word = self
+            .bucket_word(bucket, true)
+            .ok_or(StoreError::OutOfMemory)?;
+        match word.load(Ordering::Acquire) {
+            0 => self.make_sentinel(bucket, word),
+            at => Ok(at),
+        }
+    }
+
+    /// Splices bucket `bucket`'s sentinel into the list after its parent's (the lazy
+    /// migration step); a thread that loses the race frees its own sentinel.
+    #[cold]
+    fn make_sentinel(&self, bucket: u64, word: &AtomicU64) -> Result<u64, StoreError> {
+        let parent_at = self.sentinel(parent(bucket))?;
+        let view = self.map.view();
+        let fresh =
+            A::allocate(&self.thread, SIZE_SENTINEL).map_err(|_| StoreError::OutOfMemory)?;
+        view.write_sentinel(fresh, bucket);
+        let probe = Probe {
+            order: item::sentinel_order(bucket),
+            key: &[],
+        };
+        let head = view.word(parent_at);
+        let at = loop {
+            let pos = list::find(&view, head, &probe, &mut |n| self.retire(n));
+            if pos.found {
+                A::free(&self.thread, fresh);
+                break pos.curr;
+            }
+            if list::try_insert(&view, &pos, fresh) {
+                break fresh;
+            }
+        };
+        word.store(at, Ordering::Release);
+        Ok(at)
+    }
+}
+
+/// The bucket a bucket was split from: its highest set bit cleared.
+#[inline]
+fn parent(bucket: u64) -> u64 {
+    if bucket == 0 {
+        0
+    } else {
+        bucket & !(1u64 << (63 - bucket.leading_zeros()))
+    }
+}
+
+impl<A: Arena> Handle<A> {
+    /// Whether the segment holding `bucket` was never made.
+    pub(crate) fn segment_missing(&self, bucket: u64) -> bool {
+        let d = self.map.desc();
+        d.directory[(bucket / COUNT_SEGMENT) as usize].load(Ordering::Acquire) == 0
+    }
+
+    /// The sentinel word of `bucket` if it was made.
+    pub(crate) fn made_head(&self, bucket: u64) -> Option<&AtomicU64> {
+        let at = self.bucket_word(bucket, false)?.load(Ordering::Acquire);
+        (at != 0).then(|| self.map.view().word(at))
+    }
+}

@@ -1,0 +1,401 @@
+//! memcached 1.6 semantics over the index: every command is one pass of [`Handle::update`],
+//! whose `decide` closure sees the key's current *visible* item and returns one [`Step`].
+//!
+//! # Rules (as memcached 1.6 behaves)
+//! - expiry `0` never expires; `1..=30 days` is relative; larger is a Unix time; negative is
+//!   already expired. An item with `expiry != 0 && expiry <= now` is invisible at once.
+//! - `flush_all [delay]`: `oldest_live = realtime(delay) - 1`, and for an immediate flush
+//!   `oldest_cas = next token`; an item is flushed when `oldest_live != 0 && oldest_live <= now`
+//!   and (`time <= oldest_live` or `cas < oldest_cas`). (memcached's `time` is last access with
+//!   60-second granularity; ours is the write time.)
+//! - `incr`/`decr`: the value (leading spaces allowed, trailing spaces allowed) must be a
+//!   decimal `u64`, else `NonNumeric`; incr wraps at 2^64, decr stops at 0; a shorter result is
+//!   padded with spaces to the old length (as memcached's in-place update does), a longer one
+//!   makes a new item; a new CAS token either way, flags and expiry kept.
+//! - `append`/`prepend` keep flags and expiry; `touch`/`gat` keep the CAS token.
+
+use crate::arena::Arena;
+use crate::item::{self, Meta, View, SIZE_HEADER};
+use crate::list::{self, Probe};
+use crate::map::{Handle, Pin};
+use crate::StoreError;
+use std::sync::atomic::Ordering;
+
+/// memcached's boundary between relative and absolute expiry (30 days).
+pub const SECONDS_RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
+
+/// A command's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// `STORED`.
+    Stored,
+    /// `NOT_STORED` (add on a present key, replace/append/prepend on an absent one).
+    NotStored,
+    /// `EXISTS` (cas with a stale token).
+    Exists,
+    /// `NOT_FOUND`.
+    NotFound,
+    /// `DELETED`.
+    Deleted,
+    /// `TOUCHED`.
+    Touched,
+}
+
+/// What a store command does when the key is present or absent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Always store.
+    Set,
+    /// Store only if absent.
+    Add,
+    /// Store only if present.
+    Replace,
+    /// Add the data after the present value.
+    Append,
+    /// Add the data before the present value.
+    Prepend,
+    /// Store only if present with this CAS token.
+    Cas(u64),
+}
+
+/// One decision of an update.
+pub(crate) enum Step {
+    /// Change nothing; reply with this.
+    Keep(Outcome),
+    /// Link this new (unpublished) item in place of the current one.
+    Put(u64, Outcome),
+    /// Delete the current item.
+    Remove(Outcome),
+}
+
+/// The absolute expiry of a command's `exptime` at `now` (0: never; 1: already expired).
+pub fn expiry_of(exptime: i64, now: u32) -> u32 {
+    match exptime {
+        0 => 0,
+        e if e < 0 => 1,
+        e if e > SECONDS_RELATIVE_MAX => {
+            if e <= i64::from(now) {
+                1
+            } else {
+                e.min(i64::from(u32::MAX)) as u32
+            }
+        }
+        e => (i64::from(now) + e).min(i64::from(u32::MAX)) as u32,
+    }
+}
+
+/// Parses a counter value as memcached's `safe_strtoull` does on item data.
+pub fn parse_counter(value: &[u8]) -> Option<u64> {
+    let text = value.trim_ascii();
+    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+/// A value read through a pin: valid for the guard's lifetime, never longer.
+pub struct Guard<'h, A: Arena> {
+    _pin: Pin<'h, A>,
+    view: View,
+    item: u64,
+}
+
+impl<'h, A: Arena> Guard<'h, A> {
+    /// The value, in place in the heap.
+    pub fn value(&self) -> &[u8] {
+        self.view.value(self.item)
+    }
+
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        self.view.key(self.item)
+    }
+
+    /// Client flags.
+    pub fn flags(&self) -> u32 {
+        self.view.meta(self.item).flags
+    }
+
+    /// CAS token (`gets`).
+    pub fn cas(&self) -> u64 {
+        self.view.meta(self.item).cas
+    }
+
+    /// Absolute expiry in Unix seconds (0: never).
+    pub fn expiry(&self) -> u32 {
+        self.view.meta(self.item).expiry
+    }
+}
+
+impl<'h, A: Arena> std::fmt::Debug for Guard<'h, A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard").field("item", &self.item).finish()
+    }
+}
+
+impl<A: Arena> Handle<A> {
+    fn check_key(&self, key: &[u8]) -> Result<(), StoreError> {
+        let max = self.map.key_max();
+        if key.is_empty() || key.len() > max {
+            return Err(StoreError::KeyLength {
+                len: key.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `item` is visible now (not expired, not flushed).
+    #[inline]
+    pub(crate) fn visible(&self, item: u64, now: u32) -> bool {
+        let m = self.map.view().meta(item);
+        if m.expiry != 0 && m.expiry <= now {
+            return false;
+        }
+        let d = self.map.desc();
+        let oldest = d.oldest_live.word.load(Ordering::Acquire);
+        if oldest == 0 || oldest > u64::from(now) {
+            return true;
+        }
+        let oldest_cas = d.oldest_cas.word.load(Ordering::Acquire);
+        !(u64::from(m.time) <= oldest || (oldest_cas != 0 && m.cas < oldest_cas))
+    }
+
+    /// `get`/`gets`: the visible item of `key`, read in place through a guard.
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Result<Option<Guard<'_, A>>, StoreError> {
+        self.check_key(key)?;
+        let h = item::hash(key);
+        let pin = self.pin();
+        let view = self.map.view();
+        let probe = Probe {
+            order: item::item_order(h),
+            key,
+        };
+        let at = list::lookup(&view, self.head_for_read(h), &probe);
+        if at == 0 || !self.visible(at, self.map.now()) {
+            return Ok(None);
+        }
+        Ok(Some(Guard {
+            _pin: pin,
+            view,
+            item: at,
+        }))
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.map.desc().cas.word.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Allocates and writes a new item.
+    fn new_item(
+        &self,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        expiry: u32,
+        cas: u64,
+    ) -> Result<u64, StoreError> {
+        let vlen: usize = value.iter().map(|v| v.len()).sum();
+        let max = self.map.value_max();
+        if vlen > max {
+            return Err(StoreError::TooLarge { len: vlen, max });
+        }
+        let at = self.allocate(SIZE_HEADER + key.len() + vlen)?;
+        let meta = Meta {
+            order: item::item_order(item::hash(key)),
+            cas,
+            expiry,
+            time: self.map.now(),
+            flags,
+        };
+        self.map.view().write_item(at, &meta, key, value);
+        Ok(at)
+    }
+
+    /// The write loop: search, let `decide` choose from the visible item, make it so by one CAS;
+    /// on a lost race, free what `decide` made and search again.
+    pub(crate) fn update(
+        &self,
+        key: &[u8],
+        mut decide: impl FnMut(Option<u64>) -> Result<Step, StoreError>,
+    ) -> Result<Outcome, StoreError> {
+        self.check_key(key)?;
+        let h = item::hash(key);
+        let _pin = self.pin();
+        let view = self.map.view();
+        let probe = Probe {
+            order: item::item_order(h),
+            key,
+        };
+        let head = self.head_for_write(h)?;
+        let mut retire = |n| self.retire(n);
+        loop {
+            let pos = list::find(&view, head, &probe, &mut retire);
+            let visible = (pos.found && self.visible(pos.curr, self.map.now())).then_some(pos.curr);
+            match decide(visible)? {
+                Step::Keep(outcome) => return Ok(outcome),
+                Step::Put(new, outcome) => {
+                    let done = if pos.found {
+                        list::try_replace(&view, &pos, new)
+                    } else {
+                        list::try_insert(&view, &pos, new)
+                    };
+                    if !done {
+                        self.free_unpublished(new);
+                        continue;
+                    }
+                    self.account(1, view.item_size(new) as i64);
+                    if pos.found {
+                        self.account(-1, -(view.item_size(pos.curr) as i64));
+                        list::unlink(&view, head, &pos, &probe, &mut retire);
+                    }
+                    return Ok(outcome);
+                }
+                Step::Remove(outcome) => {
+                    if !list::try_delete(&view, &pos) {
+                        continue;
+                    }
+                    self.account(-1, -(view.item_size(pos.curr) as i64));
+                    list::unlink(&view, head, &pos, &probe, &mut retire);
+                    return Ok(outcome);
+                }
+            }
+        }
+    }
+
+    /// `set`/`add`/`replace`/`append`/`prepend`/`cas`, with memcached's `exptime`.
+    pub fn store(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<Outcome, StoreError> {
+        let view = self.map.view();
+        self.update(key, |current| {
+            let expiry = expiry_of(exptime, self.map.now());
+            let put = |parts: &[&[u8]], flags, expiry| -> Result<Step, StoreError> {
+                let new = self.new_item(key, parts, flags, expiry, self.next_cas())?;
+                Ok(Step::Put(new, Outcome::Stored))
+            };
+            match (mode, current) {
+                (Mode::Set, _) | (Mode::Add, None) | (Mode::Replace, Some(_)) => {
+                    put(&[value], flags, expiry)
+                }
+                (Mode::Add, Some(_)) => Ok(Step::Keep(Outcome::NotStored)),
+                (Mode::Replace | Mode::Append | Mode::Prepend, None) => {
+                    Ok(Step::Keep(Outcome::NotStored))
+                }
+                (Mode::Append, Some(cur)) => {
+                    let m = view.meta(cur);
+                    put(&[view.value(cur), value], m.flags, m.expiry)
+                }
+                (Mode::Prepend, Some(cur)) => {
+                    let m = view.meta(cur);
+                    put(&[value, view.value(cur)], m.flags, m.expiry)
+                }
+                (Mode::Cas(_), None) => Ok(Step::Keep(Outcome::NotFound)),
+                (Mode::Cas(token), Some(cur)) if view.meta(cur).cas != token => {
+                    Ok(Step::Keep(Outcome::Exists))
+                }
+                (Mode::Cas(_), Some(_)) => put(&[value], flags, expiry),
+            }
+        })
+    }
+
+    /// `set key flags exptime`.
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<(), StoreError> {
+        self.store(Mode::Set, key, value, flags, exptime).map(drop)
+    }
+
+    /// `delete key`: `Deleted` or `NotFound`.
+    pub fn delete(&self, key: &[u8]) -> Result<Outcome, StoreError> {
+        self.update(key, |current| {
+            Ok(match current {
+                Some(_) => Step::Remove(Outcome::Deleted),
+                None => Step::Keep(Outcome::NotFound),
+            })
+        })
+    }
+
+    /// `incr key delta`: the new value, `None` if absent.
+    pub fn incr(&self, key: &[u8], delta: u64) -> Result<Option<u64>, StoreError> {
+        self.counter(key, |v| v.wrapping_add(delta))
+    }
+
+    /// `decr key delta`: the new value (stops at 0), `None` if absent.
+    pub fn decr(&self, key: &[u8], delta: u64) -> Result<Option<u64>, StoreError> {
+        self.counter(key, |v| v.saturating_sub(delta))
+    }
+
+    fn counter(&self, key: &[u8], op: impl Fn(u64) -> u64) -> Result<Option<u64>, StoreError> {
+        let view = self.map.view();
+        let mut result = None;
+        self.update(key, |current| {
+            let Some(cur) = current else {
+                result = None;
+                return Ok(Step::Keep(Outcome::NotFound));
+            };
+            let old = view.value(cur);
+            let value = op(parse_counter(old).ok_or(StoreError::NonNumeric)?);
+            result = Some(value);
+            let mut text = value.to_string().into_bytes();
+            if text.len() < old.len() {
+                text.resize(old.len(), b' ');
+            }
+            let m = view.meta(cur);
+            let new = self.new_item(key, &[&text], m.flags, m.expiry, self.next_cas())?;
+            Ok(Step::Put(new, Outcome::Stored))
+        })?;
+        Ok(result)
+    }
+
+    /// `touch key exptime`: `Touched` or `NotFound`.
+    pub fn touch(&self, key: &[u8], exptime: i64) -> Result<Outcome, StoreError> {
+        let view = self.map.view();
+        self.update(key, |current| {
+            let Some(cur) = current else {
+                return Ok(Step::Keep(Outcome::NotFound));
+            };
+            let m = view.meta(cur);
+            let expiry = expiry_of(exptime, self.map.now());
+            let new = self.new_item(key, &[view.value(cur)], m.flags, expiry, m.cas)?;
+            Ok(Step::Put(new, Outcome::Touched))
+        })
+    }
+
+    /// `gat`/`gats`: touch, then read the touched item.
+    pub fn gat(&self, key: &[u8], exptime: i64) -> Result<Option<Guard<'_, A>>, StoreError> {
+        match self.touch(key, exptime)? {
+            Outcome::Touched => self.get(key),
+            _ => Ok(None),
+        }
+    }
+
+    /// `flush_all [delay]`: every item stored before now (or before `delay` seconds from now,
+    /// memcached's rules for `exptime`) becomes invisible then; the crawler reclaims them.
+    pub fn flush_all(&self, delay: i64) {
+        let d = self.map.desc();
+        let now = self.map.now();
+        let new_oldest = if delay > 0 {
+            expiry_of(delay, now)
+        } else {
+            now
+        };
+        let oldest_live = u64::from(new_oldest).saturating_sub(1);
+        if oldest_live <= u64::from(now) {
+            d.oldest_cas.word.store(self.next_cas(), Ordering::Release);
+        }
+        d.oldest_live
+            .word
+            .store(oldest_live.max(1), Ordering::Release);
+    }
+}

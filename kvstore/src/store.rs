@@ -1,0 +1,176 @@
+//! The embedding API: [`Store`] in the pod heap, [`LocalStore`] in process memory, the
+//! background crawler, and the heap-wide check behind `podkv store check|stats`.
+
+use crate::arena::{Arena, LocalArena, PodArena};
+use crate::check::StoreReport;
+use crate::config::StoreConfig;
+use crate::maintain::CrawlReport;
+use crate::map::{Handle, Map};
+use crate::StoreError;
+use podkv_alloc::{Config, Heap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The store in a pod heap: any process that opens the same file shares it.
+pub type Store = Map<PodArena>;
+/// One thread's handle on a [`Store`].
+pub type StoreHandle = Handle<PodArena>;
+/// The same index over process-local memory from mimalloc (evaluation only).
+pub type LocalStore = Map<LocalArena>;
+
+impl Store {
+    /// Opens (creating if needed) the heap at `path` and the store in it. Any number of
+    /// processes may do this at once; they agree on one store (root CAS).
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, StoreError> {
+        let heap = Heap::open(path, &config.heap)?;
+        Store::open_heap(heap, &config)
+    }
+
+    /// Opens the store in an already opened heap (root 0).
+    pub fn open_heap(heap: Heap, config: &StoreConfig) -> Result<Store, StoreError> {
+        Map::open_in(
+            PodArena {
+                heap,
+                root_index: 0,
+            },
+            config,
+        )
+    }
+
+    /// The heap the store lives in.
+    pub fn heap(&self) -> &Heap {
+        &self.inner.arena.heap
+    }
+
+    /// Walks the store and the allocator and proves every live block belongs to exactly one
+    /// item, sentinel, segment, limbo bag or limbo entry (or the descriptor / slot array).
+    /// Run on a quiescent heap.
+    pub fn check(&self) -> CheckReport {
+        let store = self.walk();
+        let heap = self.heap().check();
+        let mut problems: Vec<String> = store.problems.clone();
+        problems.extend(heap.problems.iter().map(|p| format!("heap: {p}")));
+        let live = heap.live_blocks();
+        if live != store.blocks {
+            problems.push(format!(
+                "heap has {live} live blocks but the store references {}: {} leaked",
+                store.blocks,
+                live as i64 - store.blocks as i64
+            ));
+        }
+        CheckReport {
+            heap_live_blocks: live,
+            heap_live_bytes: heap.live_bytes(),
+            store,
+            problems,
+        }
+    }
+}
+
+impl LocalStore {
+    /// A fresh index in process memory (mimalloc).
+    pub fn new_local(config: &StoreConfig) -> Result<LocalStore, StoreError> {
+        Map::open_in(LocalArena::default(), config)
+    }
+}
+
+/// The result of [`Store::check`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CheckReport {
+    /// What the store walk found.
+    pub store: StoreReport,
+    /// Live blocks according to the allocator.
+    pub heap_live_blocks: u64,
+    /// Live bytes according to the allocator (block sizes).
+    pub heap_live_bytes: u64,
+    /// Store and heap problems, and the leak equation if it fails.
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    /// Whether the store and heap are sound and account for each other.
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Heap bytes per linked item (all live blocks, metadata included).
+    pub fn heap_bytes_per_item(&self) -> f64 {
+        self.heap_live_bytes as f64 / self.store.items.max(1) as f64
+    }
+}
+
+/// Opens an existing store read-only in spirit (no creation) and checks it.
+pub fn check_path(path: impl AsRef<Path>) -> Result<CheckReport, StoreError> {
+    let heap = Heap::open(
+        path,
+        &Config {
+            create: false,
+            ..Config::default()
+        },
+    )?;
+    if heap.root(0).load(Ordering::Acquire) == 0 {
+        return Err(StoreError::Corrupt(
+            "the heap holds no store (root 0 is zero)".into(),
+        ));
+    }
+    Ok(Store::open_heap(heap, &StoreConfig::default())?.check())
+}
+
+/// A background thread running the expiry crawler every `interval`; stops on drop.
+#[derive(Debug)]
+pub struct Crawler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<CrawlReport>>,
+}
+
+impl<A: Arena> Map<A> {
+    /// Starts the expiry crawler on a background thread (its own handle and slot).
+    pub fn spawn_crawler(&self, interval: Duration) -> Crawler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (map, flag) = (self.clone(), stop.clone());
+        let thread = std::thread::spawn(move || crawl_loop(&map, &flag, interval));
+        Crawler {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+fn crawl_loop<A: Arena>(map: &Map<A>, stop: &AtomicBool, interval: Duration) -> CrawlReport {
+    let mut total = CrawlReport::default();
+    let Ok(handle) = map.handle() else {
+        return total;
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let pass = handle.crawl();
+        total.visited += pass.visited;
+        total.reclaimed += pass.reclaimed;
+        handle.collect();
+        std::thread::park_timeout(interval);
+    }
+    total
+}
+
+impl Crawler {
+    /// Stops the crawler and returns what it did.
+    pub fn stop(mut self) -> CrawlReport {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> CrawlReport {
+        self.stop.store(true, Ordering::Relaxed);
+        let Some(thread) = self.thread.take() else {
+            return CrawlReport::default();
+        };
+        thread.thread().unpark();
+        thread.join().unwrap_or_default()
+    }
+}
+
+impl Drop for Crawler {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

@@ -1,0 +1,49 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use podkv_store::{Clock, Store, StoreConfig};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// A small heap geometry for tests (sparse file, few slots).
+pub fn heap_config() -> podkv_alloc::Config {
+    podkv_alloc::Config {
+        small_bytes: 1 << 30,
+        large_bytes: 1 << 30,
+        slots: 64,
+        ..podkv_alloc::Config::default()
+    }
+}
+
+/// A store config over [`heap_config`].
+pub fn config() -> StoreConfig {
+    StoreConfig {
+        heap: heap_config(),
+        ..StoreConfig::default()
+    }
+}
+
+/// A fresh heap file path in a temp dir (kept alive by the returned dir).
+pub fn heap_path(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir_in(shm()).expect("tempdir");
+    let path = dir.path().join(name);
+    (dir, path)
+}
+
+fn shm() -> &'static Path {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        Path::new("/tmp")
+    }
+}
+
+/// A fresh store with a fake clock at `t0`.
+pub fn fake_store(t0: u64) -> (tempfile::TempDir, Store, Arc<AtomicU64>) {
+    let (dir, path) = heap_path("heap");
+    let (clock, time) = Clock::fake(t0);
+    let store = Store::open(&path, StoreConfig { clock, ..config() }).expect("open");
+    (dir, store, time)
+}

@@ -1,0 +1,226 @@
+//! memcached 1.6 semantics, command by command, with a fake clock.
+
+mod common;
+
+use podkv_store::{Mode, Outcome, StoreError};
+use std::sync::atomic::Ordering;
+
+const T0: u64 = 1_700_000_000;
+
+fn value(h: &podkv_store::StoreHandle, key: &[u8]) -> Option<Vec<u8>> {
+    h.get(key).unwrap().map(|g| g.value().to_vec())
+}
+
+#[test]
+fn set_get_delete() {
+    let (_d, store, _t) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    assert_eq!(value(&h, b"a"), None);
+    h.set(b"a", b"one", 7, 0).unwrap();
+    let g = h.get(b"a").unwrap().unwrap();
+    assert_eq!((g.value(), g.flags()), (&b"one"[..], 7));
+    drop(g);
+    h.set(b"a", b"two", 0, 0).unwrap();
+    assert_eq!(value(&h, b"a").as_deref(), Some(&b"two"[..]));
+    assert_eq!(h.delete(b"a").unwrap(), Outcome::Deleted);
+    assert_eq!(h.delete(b"a").unwrap(), Outcome::NotFound);
+    assert_eq!(value(&h, b"a"), None);
+}
+
+#[test]
+fn add_replace_append_prepend_cas() {
+    let (_d, store, _t) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    assert_eq!(
+        h.store(Mode::Replace, b"k", b"x", 0, 0).unwrap(),
+        Outcome::NotStored
+    );
+    assert_eq!(
+        h.store(Mode::Append, b"k", b"x", 0, 0).unwrap(),
+        Outcome::NotStored
+    );
+    assert_eq!(
+        h.store(Mode::Add, b"k", b"mid", 3, 0).unwrap(),
+        Outcome::Stored
+    );
+    assert_eq!(
+        h.store(Mode::Add, b"k", b"no", 0, 0).unwrap(),
+        Outcome::NotStored
+    );
+    h.store(Mode::Append, b"k", b">", 9, 0).unwrap();
+    h.store(Mode::Prepend, b"k", b"<", 9, 0).unwrap();
+    let g = h.get(b"k").unwrap().unwrap();
+    assert_eq!(
+        (g.value(), g.flags()),
+        (&b"<mid>"[..], 3),
+        "append/prepend keep flags"
+    );
+    let token = g.cas();
+    drop(g);
+    assert_eq!(
+        h.store(Mode::Cas(token + 100), b"k", b"v", 0, 0).unwrap(),
+        Outcome::Exists
+    );
+    assert_eq!(
+        h.store(Mode::Cas(token), b"k", b"v", 0, 0).unwrap(),
+        Outcome::Stored
+    );
+    assert_eq!(
+        h.store(Mode::Cas(token), b"k", b"w", 0, 0).unwrap(),
+        Outcome::Exists
+    );
+    assert_eq!(
+        h.store(Mode::Cas(1), b"nope", b"w", 0, 0).unwrap(),
+        Outcome::NotFound
+    );
+    assert_ne!(h.get(b"k").unwrap().unwrap().cas(), token);
+}
+
+#[test]
+fn incr_decr_edges() {
+    let (_d, store, _t) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    assert_eq!(h.incr(b"n", 1).unwrap(), None);
+    h.set(b"n", b"18446744073709551615", 0, 0).unwrap();
+    assert_eq!(h.incr(b"n", 2).unwrap(), Some(1), "incr wraps at 2^64");
+    assert_eq!(
+        value(&h, b"n").unwrap(),
+        b"1                   ",
+        "padded like memcached"
+    );
+    assert_eq!(h.decr(b"n", 5).unwrap(), Some(0), "decr stops at 0");
+    assert_eq!(h.incr(b"n", 10).unwrap(), Some(10));
+    h.set(b"n", b"100", 0, 0).unwrap();
+    assert_eq!(h.decr(b"n", 1).unwrap(), Some(99));
+    assert_eq!(value(&h, b"n").unwrap(), b"99 ");
+    assert_eq!(h.incr(b"n", 1).unwrap(), Some(100));
+    assert_eq!(value(&h, b"n").unwrap(), b"100");
+    h.set(b"n", b"99", 0, 0).unwrap();
+    assert_eq!(h.incr(b"n", 1).unwrap(), Some(100));
+    assert_eq!(
+        value(&h, b"n").unwrap(),
+        b"100",
+        "a longer result is a new item"
+    );
+    for bad in [&b"abc"[..], b"", b"12a", b"-1", b"18446744073709551616"] {
+        h.set(b"n", bad, 0, 0).unwrap();
+        assert!(
+            matches!(h.incr(b"n", 1), Err(StoreError::NonNumeric)),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn expiry_rules() {
+    let (_d, store, time) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    h.set(b"rel", b"v", 0, 10).unwrap();
+    h.set(b"abs", b"v", 0, (T0 + 20) as i64).unwrap();
+    h.set(b"past", b"v", 0, (T0 - 1) as i64).unwrap();
+    h.set(b"neg", b"v", 0, -1).unwrap();
+    h.set(b"never", b"v", 0, 0).unwrap();
+    h.set(b"month", b"v", 0, 60 * 60 * 24 * 30).unwrap();
+    assert!(value(&h, b"rel").is_some() && value(&h, b"abs").is_some());
+    assert!(value(&h, b"past").is_none() && value(&h, b"neg").is_none());
+    time.store(T0 + 10, Ordering::Relaxed);
+    assert!(value(&h, b"rel").is_none(), "expired at exactly now + 10");
+    assert!(value(&h, b"abs").is_some());
+    time.store(T0 + 20, Ordering::Relaxed);
+    assert!(value(&h, b"abs").is_none());
+    time.store(T0 + 60 * 60 * 24 * 30 - 1, Ordering::Relaxed);
+    assert!(value(&h, b"month").is_some(), "30 days is still relative");
+    assert!(value(&h, b"never").is_some());
+    assert_eq!(
+        h.store(Mode::Add, b"rel", b"new", 0, 0).unwrap(),
+        Outcome::Stored
+    );
+    assert_eq!(h.touch(b"past", 100).unwrap(), Outcome::NotFound);
+}
+
+#[test]
+fn touch_and_gat_keep_cas() {
+    let (_d, store, time) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    h.set(b"k", b"v", 5, 10).unwrap();
+    let token = h.get(b"k").unwrap().unwrap().cas();
+    assert_eq!(h.touch(b"k", 100).unwrap(), Outcome::Touched);
+    time.store(T0 + 50, Ordering::Relaxed);
+    let g = h.gat(b"k", 0).unwrap().unwrap();
+    assert_eq!(
+        (g.value(), g.flags(), g.cas(), g.expiry()),
+        (&b"v"[..], 5, token, 0)
+    );
+}
+
+#[test]
+fn flush_all_now_and_delayed() {
+    let (_d, store, time) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    h.set(b"a", b"1", 0, 0).unwrap();
+    h.flush_all(0);
+    assert!(value(&h, b"a").is_none());
+    h.set(b"b", b"2", 0, 0).unwrap();
+    assert!(
+        value(&h, b"b").is_some(),
+        "items stored after the flush survive"
+    );
+    h.flush_all(10);
+    assert!(value(&h, b"b").is_some());
+    time.store(T0 + 5, Ordering::Relaxed);
+    h.set(b"c", b"3", 0, 0).unwrap();
+    time.store(T0 + 10, Ordering::Relaxed);
+    assert!(value(&h, b"b").is_none() && value(&h, b"c").is_none());
+    h.set(b"d", b"4", 0, 0).unwrap();
+    assert!(value(&h, b"d").is_some());
+}
+
+#[test]
+fn key_and_value_limits() {
+    let (_d, store, _t) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    assert!(matches!(
+        h.set(b"", b"v", 0, 0),
+        Err(StoreError::KeyLength { .. })
+    ));
+    assert!(matches!(
+        h.set(&[b'k'; 251], b"v", 0, 0),
+        Err(StoreError::KeyLength { .. })
+    ));
+    h.set(&[b'k'; 250], b"v", 0, 0).unwrap();
+    let big = vec![7u8; 400 * 1024];
+    h.set(b"big", &big, 0, 0).unwrap();
+    assert_eq!(value(&h, b"big").unwrap(), big);
+    let huge = vec![7u8; 600 * 1024];
+    assert!(matches!(
+        h.set(b"huge", &huge, 0, 0),
+        Err(StoreError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn crawler_reclaims_expired_and_check_is_clean() {
+    let (_d, store, time) = common::fake_store(T0);
+    let h = store.handle().unwrap();
+    for i in 0..5000u32 {
+        h.set(
+            format!("k{i}").as_bytes(),
+            b"value",
+            0,
+            if i % 2 == 0 { 5 } else { 0 },
+        )
+        .unwrap();
+    }
+    time.store(T0 + 6, Ordering::Relaxed);
+    let crawl = h.crawl();
+    assert_eq!(crawl.reclaimed, 2500);
+    drop(h);
+    let h = store.handle().unwrap();
+    h.collect();
+    h.collect();
+    drop(h);
+    let report = store.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.store.items, 2500);
+    assert!(report.store.buckets_log2 > 10, "the table grew");
+}
