@@ -33,7 +33,7 @@ fn sextet(byte: u8) -> Option<u32> {
 
 /// Decodes padded base64; `None` when malformed or empty.
 pub fn decode(input: &[u8]) -> Option<Vec<u8>> {
-    if input.is_empty() || input.len() % 4 != 0 {
+    if input.is_empty() || !input.chunks_exact(4).remainder().is_empty() {
         return None;
     }
     let mut out = Vec::with_capacity(input.len() / 4 * 3);

@@ -242,15 +242,15 @@ pub fn parse(kind: u8, tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
 }
 
 /// The checks `md` and `ma` share before pre-parsing; `Err` is the reply.
-fn common_checks(tokens: &[Bytes], limits: &ProtocolLimits) -> Result<(), Parsed> {
+fn common_checks(tokens: &[Bytes], limits: &ProtocolLimits) -> Result<(), ErrorReply> {
     if tokens.len() < 2 {
-        return Err(Parsed::Error(ErrorReply::ERROR));
+        return Err(ErrorReply::ERROR);
     }
     if tokens[1].len() > limits.max_key_len {
-        return Err(Parsed::Error(ErrorReply::BAD_FORMAT));
+        return Err(ErrorReply::BAD_FORMAT);
     }
     if tokens.len() + 1 > COUNT_TOKENS_MAX {
-        return Err(Parsed::Error(ErrorReply::OPTIONS_TOO_LONG));
+        return Err(ErrorReply::OPTIONS_TOO_LONG);
     }
     Ok(())
 }
@@ -340,8 +340,8 @@ fn parse_set(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
 
 /// `md <key> <flags>*`.
 fn parse_delete(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
-    if let Err(reply) = common_checks(tokens, limits) {
-        return reply;
+    if let Err(error) = common_checks(tokens, limits) {
+        return Parsed::Error(error);
     }
     let of = match MetaFlags::parse(&tokens[1], &tokens[2..]) {
         Ok(of) => of,
@@ -361,8 +361,8 @@ fn parse_delete(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
 
 /// `ma <key> <flags>*`.
 fn parse_arithmetic(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
-    if let Err(reply) = common_checks(tokens, limits) {
-        return reply;
+    if let Err(error) = common_checks(tokens, limits) {
+        return Parsed::Error(error);
     }
     let of = match MetaFlags::parse(&tokens[1], &tokens[2..]) {
         Ok(of) => of,

@@ -528,3 +528,21 @@ fn meta_arithmetic() {
         ),
     ]);
 }
+
+#[tokio::test]
+async fn serve_over_a_stream_with_small_reads() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let model = ModelStorage::at(NOW);
+    let (client, server) = tokio::io::duplex(7);
+    let served = super::connection::serve(&model, server, ProtocolLimits::default());
+    let (mut rx, mut tx) = tokio::io::split(client);
+    let write = tx.write_all(b"set k 0 0 2\r\nhi\r\nget k\r\nmn\r\nquit\r\n");
+    let mut reply = Vec::new();
+    let read = rx.read_to_end(&mut reply);
+    let (served, written, read) = tokio::join!(served, write, read);
+    served.unwrap();
+    written.unwrap();
+    read.unwrap();
+    assert_eq!(reply, b"STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\nMN\r\n");
+}

@@ -240,7 +240,7 @@ fn parse_store(
     let Some(cas_unique) = cas_unique else {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     };
-    if len < 0 || len > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&len) {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     }
     let store = Store {
