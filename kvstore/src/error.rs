@@ -1,5 +1,6 @@
 //! The store's errors: typed, one line each; exhaustion is a value, never a panic.
 
+#[cfg(not(podkv_loom))]
 use podkv_alloc::HeapError;
 
 /// Why a store operation failed.
@@ -9,6 +10,7 @@ use podkv_alloc::HeapError;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The heap could not be opened or a thread slot claimed.
+    #[cfg(not(podkv_loom))]
     #[error(transparent)]
     Heap(#[from] HeapError),
     /// A key that is empty or longer than the configured maximum.

@@ -5,9 +5,12 @@
 //! - expiry `0` never expires; `1..=30 days` is relative; larger is a Unix time; negative is
 //!   already expired. An item with `expiry != 0 && expiry <= now` is invisible at once.
 //! - `flush_all [delay]`: `oldest_live = realtime(delay) - 1`, and for an immediate flush
-//!   `oldest_cas = next token`; an item is flushed when `oldest_live != 0 && oldest_live <= now`
-//!   and (`time <= oldest_live` or `cas < oldest_cas`). (memcached's `time` is last access with
-//!   60-second granularity; ours is the write time.)
+//!   `oldest_cas = next token`; an item is flushed when `cas < oldest_cas`, or when
+//!   `oldest_live != 0 && oldest_live <= now && time <= oldest_live`. Two deliberate
+//!   differences: memcached checks `cas < oldest_cas` only while `oldest_live <= now`, so a
+//!   later *delayed* flush revives items an immediate flush hid (unless a get had unlinked
+//!   them); here an immediate flush is final. memcached's `time` is last access (60-second
+//!   granularity); ours is the last write (reads never write).
 //! - `incr`/`decr`: the value (leading spaces allowed, trailing spaces allowed) must be a
 //!   decimal `u64`, else `NonNumeric`; incr wraps at 2^64, decr stops at 0; a shorter result is
 //!   padded with spaces to the old length (as memcached's in-place update does), a longer one
@@ -153,12 +156,12 @@ impl<A: Arena> Handle<A> {
             return false;
         }
         let d = self.map.desc();
-        let oldest = d.oldest_live.word.load(Ordering::Acquire);
-        if oldest == 0 || oldest > u64::from(now) {
-            return true;
-        }
         let oldest_cas = d.oldest_cas.word.load(Ordering::Acquire);
-        !(u64::from(m.time) <= oldest || (oldest_cas != 0 && m.cas < oldest_cas))
+        if oldest_cas != 0 && m.cas < oldest_cas {
+            return false;
+        }
+        let oldest = d.oldest_live.word.load(Ordering::Acquire);
+        oldest == 0 || oldest > u64::from(now) || u64::from(m.time) > oldest
     }
 
     /// `get`/`gets`: the visible item of `key`, read in place through a guard.
@@ -360,22 +363,35 @@ impl<A: Arena> Handle<A> {
 
     /// `touch key exptime`: `Touched` or `NotFound`.
     pub fn touch(&self, key: &[u8], exptime: i64) -> Result<Outcome, StoreError> {
+        self.touch_item(key, exptime).map(|(outcome, _)| outcome)
+    }
+
+    /// Touch, returning the new item too (the caller is pinned if it will read it).
+    fn touch_item(&self, key: &[u8], exptime: i64) -> Result<(Outcome, u64), StoreError> {
         let view = self.map.view();
-        self.update(key, |current| {
+        let mut made = 0;
+        let outcome = self.update(key, |current| {
             let Some(cur) = current else {
                 return Ok(Step::Keep(Outcome::NotFound));
             };
             let m = view.meta(cur);
             let expiry = expiry_of(exptime, self.map.now());
-            let new = self.new_item(key, &[view.value(cur)], m.flags, expiry, m.cas)?;
-            Ok(Step::Put(new, Outcome::Touched))
-        })
+            made = self.new_item(key, &[view.value(cur)], m.flags, expiry, m.cas)?;
+            Ok(Step::Put(made, Outcome::Touched))
+        })?;
+        Ok((outcome, made))
     }
 
-    /// `gat`/`gats`: touch, then read the touched item.
+    /// `gat`/`gats`: touch and return the touched item (memcached returns it even when the
+    /// new expiry has already passed).
     pub fn gat(&self, key: &[u8], exptime: i64) -> Result<Option<Guard<'_, A>>, StoreError> {
-        match self.touch(key, exptime)? {
-            Outcome::Touched => self.get(key),
+        let pin = self.pin();
+        match self.touch_item(key, exptime)? {
+            (Outcome::Touched, item) => Ok(Some(Guard {
+                _pin: pin,
+                view: self.map.view(),
+                item,
+            })),
             _ => Ok(None),
         }
     }

@@ -1,0 +1,188 @@
+//! Get/set mixes (95/5 and 50/50, scrambled zipfian 0.99, 8-byte keys, 960-byte values — the
+//! paper's YCSB shape) with 1 and 2 threads: the podkv store vs the same index over mimalloc
+//! vs dashmap, all in one run, through `KvMap`; then bytes of heap per item.
+//! Do not use the tests as benchmarks; use this:
+//!
+//! ```text
+//! cargo run -p podkv-store --release --example mix -- [KEYS] [OPS_PER_THREAD]
+//! ```
+//! Prints a table and one NDJSON line per measurement.
+
+use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig};
+use std::time::Instant;
+
+const SIZE_VALUE: usize = 960;
+
+/// YCSB's ZipfianGenerator (Gray et al.), scrambled with FNV like ScrambledZipfianGenerator.
+struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    fn new(n: u64, theta: f64) -> Zipf {
+        let zeta = |m: u64| (1..=m).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zetan = zeta(n);
+        let zeta2 = zeta(2);
+        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+        Zipf {
+            n,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            eta,
+        }
+    }
+
+    fn next(&self, u: f64) -> u64 {
+        let uz = u * self.zetan;
+        let rank = if uz < 1.0 {
+            0
+        } else if uz < 1.0 + 0.5f64.powf(self.theta) {
+            1
+        } else {
+            (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
+        };
+        fnv(rank.min(self.n - 1)) % self.n
+    }
+}
+
+fn fnv(x: u64) -> u64 {
+    let mut h = 0xCBF2_9CE4_8422_2325u64;
+    for b in x.to_le_bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
+    }
+    h
+}
+
+/// One thread's pre-generated operations: (key, is_set).
+fn stream(zipf: &Zipf, ops: usize, set_percent: u64, seed: u64) -> Vec<(u64, bool)> {
+    let mut x = seed | 1;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..ops)
+        .map(|_| {
+            let u = (rand() >> 11) as f64 / (1u64 << 53) as f64;
+            (zipf.next(u), rand() % 100 < set_percent)
+        })
+        .collect()
+}
+
+fn preload<M: KvMap>(map: &M, keys: u64) {
+    let mut h = map.handle().unwrap();
+    let value = vec![b'v'; SIZE_VALUE];
+    for k in 0..keys {
+        h.set(&k.to_be_bytes(), &value).unwrap();
+    }
+}
+
+/// Runs the streams on `threads` threads; returns Mops/s.
+fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
+    let barrier = std::sync::Barrier::new(streams.len() + 1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = streams
+            .iter()
+            .map(|ops| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut h = map.handle().unwrap();
+                    let value = vec![b'w'; SIZE_VALUE];
+                    let mut sum = 0usize;
+                    barrier.wait();
+                    let start = Instant::now();
+                    for &(k, set) in ops {
+                        let key = k.to_be_bytes();
+                        if set {
+                            h.set(&key, &value).unwrap();
+                        } else {
+                            h.get_with(&key, &mut |v| sum += v[0] as usize).unwrap();
+                        }
+                    }
+                    std::hint::black_box(sum);
+                    start.elapsed()
+                })
+            })
+            .collect();
+        barrier.wait();
+        let total: usize = streams.iter().map(Vec::len).sum();
+        let slowest = workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .max()
+            .unwrap();
+        total as f64 / slowest.as_secs_f64() / 1e6
+    })
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let keys = args.first().copied().unwrap_or(100_000);
+    let ops = args.get(1).copied().unwrap_or(1_000_000) as usize;
+    let path = format!("/dev/shm/podkv-mix-{}", std::process::id());
+    let heap = podkv_alloc::Config {
+        small_bytes: 4 << 30,
+        large_bytes: 4 << 30,
+        slots: 64,
+        ..Default::default()
+    };
+    let config = StoreConfig {
+        heap,
+        ..StoreConfig::default()
+    };
+    let store = Store::open(&path, config.clone()).unwrap();
+    let local = LocalStore::new_local(&config).unwrap();
+    let dash = DashBaseline::new();
+    preload(&store, keys);
+    preload(&local, keys);
+    preload(&dash, keys);
+    let zipf = Zipf::new(keys, 0.99);
+    println!("keys {keys}, {ops} ops/thread, 8 B keys, {SIZE_VALUE} B values, zipfian 0.99");
+    println!(
+        "{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9}",
+        "mix", "threads", "podkv", "local", "dashmap", "vs local", "vs dash"
+    );
+    for (name, set_percent) in [("95/5", 5), ("50/50", 50)] {
+        for threads in [1usize, 2] {
+            let streams: Vec<_> = (0..threads)
+                .map(|t| stream(&zipf, ops, set_percent, 17 + t as u64))
+                .collect();
+            let p = run(&store, &streams);
+            let l = run(&local, &streams);
+            let d = run(&dash, &streams);
+            println!(
+                "{name:>6} {threads:>7} {p:>10.2} {l:>10.2} {d:>10.2} {:>9.2} {:>9.2}",
+                p / l,
+                p / d
+            );
+            println!(
+                "{{\"mix\":\"{name}\",\"threads\":{threads},\"mops\":{{\"podkv\":{p:.3},\"local-mimalloc\":{l:.3},\"dashmap\":{d:.3}}},\"ratio_local\":{:.3},\"ratio_dashmap\":{:.3}}}",
+                p / l,
+                p / d
+            );
+        }
+    }
+    let h = store.handle().unwrap();
+    h.collect();
+    h.collect();
+    drop(h);
+    let report = store.check();
+    let ideal = 8 + SIZE_VALUE + podkv_store::item::SIZE_HEADER;
+    let per_item = report.heap_bytes_per_item();
+    println!(
+        "heap bytes/item {per_item:.1} (all live blocks incl. index and limbo) vs key+value+header {ideal} = {:.3}x; item blocks only: {:.1} B; check valid: {}",
+        per_item / ideal as f64,
+        report.store.item_bytes as f64 / report.store.items as f64,
+        report.is_valid()
+    );
+    let _ = std::fs::remove_file(&path);
+}
