@@ -166,14 +166,16 @@ impl Arena for LocalArena {
         if ptr.is_null() {
             return Err(AllocError::OutOfMemory);
         }
-        Ok(ptr as u64)
+        Ok(ptr.expose_provenance() as u64)
     }
 
     #[inline]
     fn free(_: &LocalThread, at: u64) {
-        // SAFETY: `at` came from `allocate` above (contract of `Arena::free`); mimalloc's
+        // `at` came from `allocate` above (contract of `Arena::free`), which exposed it.
+        let ptr = std::ptr::with_exposed_provenance_mut(at as usize);
+        // SAFETY: `ptr` is a live mimalloc block (contract of `Arena::free`); mimalloc's
         // `dealloc` ignores the layout.
-        unsafe { mimalloc::MiMalloc.dealloc(at as *mut u8, Layout::new::<u64>()) };
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, Layout::new::<u64>()) };
     }
 
     fn root(&self) -> &AtomicU64 {

@@ -57,10 +57,13 @@ impl<A: Arena> KvHandle for Handle<A> {
     }
 }
 
+/// The shared map of the baseline.
+type Shared = Arc<DashMap<Box<[u8]>, Box<[u8]>>>;
+
 /// A `dashmap` of owned keys and values behind [`KvMap`] (evaluation only).
 #[derive(Clone, Debug, Default)]
 pub struct DashBaseline {
-    map: Arc<DashMap<Box<[u8]>, Box<[u8]>>>,
+    map: Shared,
 }
 
 impl DashBaseline {
@@ -73,7 +76,7 @@ impl DashBaseline {
 /// A thread's handle on a [`DashBaseline`].
 #[derive(Debug)]
 pub struct DashHandle {
-    map: Arc<DashMap<Box<[u8]>, Box<[u8]>>>,
+    map: Shared,
 }
 
 impl KvMap for DashBaseline {

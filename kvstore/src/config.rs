@@ -79,11 +79,36 @@ impl Clock {
     #[inline]
     pub fn now(&self) -> u32 {
         match self {
-            Clock::System => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs() as u32)
-                .unwrap_or(0),
+            Clock::System => coarse_now(),
             Clock::Fake(t) => t.load(Ordering::Relaxed) as u32,
         }
     }
+}
+
+/// Unix seconds from the kernel's coarse real-time clock (a few ns; expiry is in seconds).
+#[cfg(target_os = "linux")]
+fn coarse_now() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME_COARSE always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc == 0 {
+        ts.tv_sec as u32
+    } else {
+        system_now()
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn coarse_now() -> u32 {
+    system_now()
+}
+
+fn system_now() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
 }

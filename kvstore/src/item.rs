@@ -98,10 +98,15 @@ impl View {
         View { base }
     }
 
-    /// This process's address of `at`.
+    /// This process's address of `at`. A null base is the local arena, whose offsets are
+    /// addresses with exposed provenance (see `LocalArena::allocate`).
     #[inline]
     pub fn ptr(self, at: u64) -> *mut u8 {
-        self.base.wrapping_add(at as usize)
+        if self.base.is_null() {
+            std::ptr::with_exposed_provenance_mut(at as usize)
+        } else {
+            self.base.wrapping_add(at as usize)
+        }
     }
 
     /// The word at `at`.

@@ -23,12 +23,14 @@ pub const SHIFT_BUCKETS_MAX: u64 = 26;
 /// Entries in a limbo bag (a 512-byte block).
 pub const COUNT_BAG: usize = 31;
 
-/// A word alone on its cache line (the hot shared counters).
-#[repr(C, align(64))]
+/// A word padded to a cache line (the hot shared counters). Padded, not `align(64)`: arena
+/// blocks are only 8-aligned, and heap blocks of 64 B multiples keep lines apart.
+#[repr(C)]
 #[derive(Debug)]
 pub struct Line {
     /// The word.
     pub word: AtomicU64,
+    _pad: [u64; 7],
 }
 
 /// The store's root structure (one large block).
@@ -77,10 +79,10 @@ pub struct Descriptor {
 /// Bit 63 of `size`: the table is fixed-size.
 pub const FIXED: u64 = 1 << 63;
 
-/// One thread slot's epoch state (one cache line).
+/// One thread slot's epoch state (one cache line, padded: blocks are only 8-aligned).
 ///
 /// # Fields (who may touch them)
-#[repr(C, align(64))]
+#[repr(C)]
 #[derive(Debug)]
 pub struct SlotRecord {
     /// Announcement (`epoch::pin`): written by the slot's owner; read by every advancer.
@@ -88,6 +90,7 @@ pub struct SlotRecord {
     /// Offset of the first limbo bag (0: none). Written and read only by the slot's owner
     /// (and by `check`, on a quiescent heap).
     pub limbo: AtomicU64,
+    _pad: [u64; 6],
 }
 
 /// A block of retired nodes: `next` bag, `len` entries of `(offset, epoch)`.
@@ -109,3 +112,6 @@ pub struct Bag {
 pub const SIZE_BAG: usize = std::mem::size_of::<Bag>();
 /// Bytes of a segment.
 pub const SIZE_SEGMENT: usize = COUNT_SEGMENT as usize * 8;
+
+const _: () = assert!(std::mem::size_of::<SlotRecord>() == 64 && std::mem::size_of::<Line>() == 64);
+const _: () = assert!(std::mem::align_of::<Descriptor>() == 8 && std::mem::align_of::<Bag>() == 8);

@@ -25,6 +25,8 @@
 //! # Ok::<(), podkv_store::StoreError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod epoch;
 pub mod error;
 pub mod kvmap;

@@ -67,6 +67,8 @@ const COUNT_LOAD: u64 = 2;
 /// Per-handle `count`/`used` deltas are flushed to the descriptor beyond these.
 const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
+/// Retirements between two `collect`s.
+const BATCH_COLLECT: u64 = 64;
 
 impl<A: Arena> Map<A> {
     /// Opens the store in `arena`, creating it if the root is empty.
@@ -158,6 +160,7 @@ impl<A: Arena> Map<A> {
             thread,
             slot,
             pins: Cell::new(0),
+            retired_since: Cell::new(0),
             count_delta: Cell::new(0),
             used_delta: Cell::new(0),
             seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
@@ -232,6 +235,9 @@ pub struct Handle<A: Arena> {
     pub(crate) slot: u32,
     /// Nesting depth of pins (guards alive).
     pins: Cell<u32>,
+    /// Nodes retired since the last `collect` (which scans every slot's announcement, so it
+    /// runs once per `BATCH_COLLECT` retirements).
+    retired_since: Cell<u64>,
     count_delta: Cell<i64>,
     used_delta: Cell<i64>,
     seed: Cell<u64>,
@@ -289,18 +295,10 @@ impl<A: Arena> Handle<A> {
         self.pins.set(depth);
         if depth == 0 {
             epoch::unpin(&self.map.slot(self.slot).announce);
-            if self.limbo_len() >= COUNT_BAG as u64 / 2 {
+            if self.retired_since.get() >= BATCH_COLLECT {
                 self.collect();
             }
         }
-    }
-
-    fn limbo_len(&self) -> u64 {
-        let head = self.map.slot(self.slot).limbo.load(Ordering::Relaxed);
-        if head == 0 {
-            return 0;
-        }
-        self.bag(head).len.load(Ordering::Relaxed)
     }
 
     fn bag(&self, at: u64) -> &Bag {
@@ -331,10 +329,12 @@ impl<A: Arena> Handle<A> {
         bag.entries[len][0].store(node, Ordering::Relaxed);
         bag.entries[len][1].store(stamp, Ordering::Relaxed);
         bag.len.store(len as u64 + 1, Ordering::Relaxed);
+        self.retired_since.set(self.retired_since.get() + 1);
     }
 
     /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
     pub fn collect(&self) {
+        self.retired_since.set(0);
         let d = self.map.desc();
         let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
         let mut global = epoch::try_advance(&d.epoch.word, slots);
@@ -351,8 +351,7 @@ impl<A: Arena> Handle<A> {
             }
             let bag = self.bag(at);
             self.free_reclaimable(bag, global);
-            if bag.len.load(Ordering::Relaxed) == 0 && link as *const _ != &record.limbo as *const _
-            {
+            if bag.len.load(Ordering::Relaxed) == 0 && !std::ptr::eq(link, &record.limbo) {
                 link.store(bag.next.load(Ordering::Relaxed), Ordering::Relaxed);
                 A::free(&self.thread, at);
                 continue;
