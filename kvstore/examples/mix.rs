@@ -12,6 +12,8 @@ use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig}
 use std::time::Instant;
 
 const SIZE_VALUE: usize = 960;
+/// Interleaved rounds per measurement; the best is reported.
+const ROUNDS: usize = 3;
 
 /// YCSB's ZipfianGenerator (Gray et al.), scrambled with FNV like ScrambledZipfianGenerator.
 struct Zipf {
@@ -121,7 +123,60 @@ fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
     })
 }
 
+fn config() -> StoreConfig {
+    let heap = podkv_alloc::Config {
+        small_bytes: 4 << 30,
+        large_bytes: 4 << 30,
+        slots: 64,
+        ..Default::default()
+    };
+    StoreConfig {
+        heap,
+        ..StoreConfig::default()
+    }
+}
+
+/// A child process of the 2-process rows: `PODKV_MIX_CHILD=path,keys,ops,set_percent,seed`.
+fn child(spec: &str) {
+    let f: Vec<&str> = spec.split(',').collect();
+    let store = Store::open(f[0], config()).unwrap();
+    let n = |i: usize| f[i].parse::<u64>().unwrap();
+    let zipf = Zipf::new(n(1), 0.99);
+    let streams = vec![stream(&zipf, n(2) as usize, n(3), n(4))];
+    println!("{}", run(&store, &streams));
+}
+
+/// Runs one stream in each of two processes on the shared store; total Mops/s (each child
+/// times itself, so this assumes the two overlap; zipf set-up dominates their start).
+fn run_processes(path: &str, keys: u64, ops: usize, set_percent: u64) -> f64 {
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|i| {
+            std::process::Command::new(&exe)
+                .env(
+                    "PODKV_MIX_CHILD",
+                    format!("{path},{keys},{ops},{set_percent},{}", 17 + i),
+                )
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let rate = |c: std::process::Child| {
+        let out = c.wait_with_output().unwrap().stdout;
+        String::from_utf8(out)
+            .unwrap()
+            .trim()
+            .parse::<f64>()
+            .unwrap()
+    };
+    children.into_iter().map(rate).sum()
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("PODKV_MIX_CHILD") {
+        return child(&spec);
+    }
     let args: Vec<u64> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
@@ -129,16 +184,7 @@ fn main() {
     let keys = args.first().copied().unwrap_or(100_000);
     let ops = args.get(1).copied().unwrap_or(1_000_000) as usize;
     let path = format!("/dev/shm/podkv-mix-{}", std::process::id());
-    let heap = podkv_alloc::Config {
-        small_bytes: 4 << 30,
-        large_bytes: 4 << 30,
-        slots: 64,
-        ..Default::default()
-    };
-    let config = StoreConfig {
-        heap,
-        ..StoreConfig::default()
-    };
+    let config = config();
     let store = Store::open(&path, config.clone()).unwrap();
     let local = LocalStore::new_local(&config).unwrap();
     let dash = DashBaseline::new();
@@ -156,9 +202,14 @@ fn main() {
             let streams: Vec<_> = (0..threads)
                 .map(|t| stream(&zipf, ops, set_percent, 17 + t as u64))
                 .collect();
-            let p = run(&store, &streams);
-            let l = run(&local, &streams);
-            let d = run(&dash, &streams);
+            // Best of `ROUNDS` interleaved rounds: the machine is shared, and interleaving
+            // exposes all three maps to the same background load.
+            let (mut p, mut l, mut d) = (0f64, 0f64, 0f64);
+            for _ in 0..ROUNDS {
+                p = p.max(run(&store, &streams));
+                l = l.max(run(&local, &streams));
+                d = d.max(run(&dash, &streams));
+            }
             println!(
                 "{name:>6} {threads:>7} {p:>10.2} {l:>10.2} {d:>10.2} {:>9.2} {:>9.2}",
                 p / l,
@@ -170,6 +221,12 @@ fn main() {
                 p / d
             );
         }
+        let p2 = run_processes(&path, keys, ops, set_percent);
+        println!(
+            "{name:>6} {:>7} {p2:>10.2} {:>10} {:>10}",
+            "2 procs", "-", "-"
+        );
+        println!("{{\"mix\":\"{name}\",\"processes\":2,\"mops\":{{\"podkv\":{p2:.3}}}}}");
     }
     let h = store.handle().unwrap();
     h.collect();

@@ -2,11 +2,13 @@
 //! prove the accounting equation
 //!
 //! ```text
-//! live blocks of the heap == 1 descriptor + 1 slot array + segments + sentinels
+//! live blocks of the heap == 1 descriptor + 1 slot array + segments
 //!                            + items + limbo bags + limbo entries
 //! ```
 //! with every block counted once (a block reached twice — an item both linked and in limbo, or
 //! in two limbo lists — is a *double reference*; a live block reached never is a *leak*).
+//! Sentinels live inside segments: each linked one must be on the list exactly once, at its
+//! bucket's slot, and each one on the list must be marked linked or claimed.
 
 use crate::arena::Arena;
 use crate::item::{self, View};
@@ -23,8 +25,10 @@ pub struct StoreReport {
     pub items: u64,
     /// Linked items marked deleted but not yet snipped (a thread stopped mid-unlink).
     pub marked: u64,
-    /// Bucket sentinels linked.
+    /// Bucket sentinels on the list.
     pub sentinels: u64,
+    /// Sentinels claimed but never marked linked (a claimer stopped mid-link).
+    pub sentinels_claimed: u64,
     /// Bucket segments made.
     pub segments: u64,
     /// log2 of the bucket count.
@@ -62,6 +66,7 @@ struct Walk<'m, A: Arena> {
     map: &'m Map<A>,
     view: View,
     seen: HashSet<u64>,
+    sentinels: HashSet<u64>,
     report: StoreReport,
 }
 
@@ -73,6 +78,7 @@ impl<A: Arena> Map<A> {
             map: self,
             view: self.view(),
             seen: HashSet::new(),
+            sentinels: HashSet::new(),
             report: StoreReport::default(),
         };
         w.header();
@@ -115,17 +121,38 @@ impl<A: Arena> Walk<'_, A> {
     /// The one list from bucket 0's sentinel: strictly increasing (order, key).
     fn list(&mut self) {
         let d = self.map.desc();
-        let seg0 = d.directory[0].load(Ordering::Relaxed);
-        let mut at = self.view.word(seg0).load(Ordering::Relaxed);
+        let head = d.directory[0].load(Ordering::Relaxed);
+        self.sentinels.insert(head);
+        let mut at = self.view.word(head).load(Ordering::Relaxed);
         let mut last: Option<(u64, Vec<u8>)> = None;
         while at != 0 {
-            if !self.block(at, "list node") {
+            let fresh = if self.view.is_item(at) {
+                self.block(at, "item")
+            } else {
+                self.sentinel(at)
+            };
+            if !fresh {
                 return;
             }
             let next = self.view.word(at).load(Ordering::Relaxed);
             self.node(at, next & MARK != 0, &mut last);
             at = next & !MARK;
         }
+    }
+
+    /// A sentinel met on the list: at its bucket's slot, claimed or linked, met once.
+    fn sentinel(&mut self, at: u64) -> bool {
+        let bucket = self.view.order(at).reverse_bits();
+        let seg =
+            self.map.desc().directory[(bucket / COUNT_SEGMENT) as usize].load(Ordering::Relaxed);
+        let home = seg + (bucket % COUNT_SEGMENT) * item::SIZE_SENTINEL as u64;
+        if seg == 0 || home != at || !self.sentinels.insert(at) {
+            self.report.problems.push(format!(
+                "sentinel of bucket {bucket} at {at:#x}: not its slot, or met twice"
+            ));
+            return false;
+        }
+        true
     }
 
     fn node(&mut self, at: u64, marked: bool, last: &mut Option<(u64, Vec<u8>)>) {
@@ -162,7 +189,7 @@ impl<A: Arena> Walk<'_, A> {
         }
     }
 
-    /// Every made bucket's word names a sentinel of that bucket already on the list.
+    /// Every sentinel marked linked is on the list; claimed-only ones are counted.
     fn buckets(&mut self) {
         let d = self.map.desc();
         for (s, seg) in d.directory.iter().enumerate() {
@@ -171,15 +198,16 @@ impl<A: Arena> Walk<'_, A> {
                 continue;
             }
             for i in 0..COUNT_SEGMENT {
-                let at = self.view.word(seg + i * 8).load(Ordering::Relaxed);
+                let at = seg + i * item::SIZE_SENTINEL as u64;
+                let state = self.view.sentinel_state(at).load(Ordering::Relaxed);
                 let bucket = s as u64 * COUNT_SEGMENT + i;
-                if at != 0
-                    && (!self.seen.contains(&at)
-                        || self.view.order(at) != item::sentinel_order(bucket))
-                {
-                    self.report.problems.push(format!(
-                        "bucket {bucket} names {at:#x}, not its linked sentinel"
-                    ));
+                if state & item::SENTINEL_LINKED != 0 && !self.sentinels.contains(&at) {
+                    self.report
+                        .problems
+                        .push(format!("bucket {bucket}: linked sentinel not on the list"));
+                }
+                if state != 0 && state & item::SENTINEL_LINKED == 0 {
+                    self.report.sentinels_claimed += 1;
                 }
             }
         }

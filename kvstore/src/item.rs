@@ -1,4 +1,4 @@
-//! Items and bucket sentinels: the two kinds of list node, both in one allocation each.
+//! Items and bucket sentinels: the two kinds of list node.
 //!
 //! # Item layout (one block: [`SIZE_HEADER`] = 48 bytes of header, then key, then value)
 //! ```text
@@ -20,8 +20,14 @@
 //! rounding to its size class.
 //!
 //! # Sentinels
-//! A bucket's sentinel (split-ordered lists, Shalev–Shavit) is a 16-byte node: `next`, then
-//! `order = reverse(bucket)` (bit 0 clear, so it sorts before every item of its bucket).
+//! A bucket's sentinel (split-ordered lists, Shalev–Shavit) is a 16-byte node *inside its
+//! bucket segment* (no allocation): `next`, then a state word `reverse(bucket) | flags`. Bit 0
+//! is clear (it sorts before every item of its bucket); bits 1–2 are free in a reversed bucket
+//! number (buckets < 2^26) and hold [`SENTINEL_CLAIMED`] and [`SENTINEL_LINKED`]. The state
+//! word goes `0 → order|CLAIMED` (one CAS: the one thread that may link it) `→ order|LINKED`
+//! (after the insert CAS). A sentinel that is not linked is simply not used: searches start
+//! from the nearest linked ancestor, which is always correct in a split-ordered list, so a
+//! claimer that dies only slows its bucket down (slot recovery may finish the link).
 
 use crate::list::{Nodes, Probe};
 use podkv_hw::sync::AtomicU64;
@@ -29,8 +35,12 @@ use std::cmp::Ordering as Order;
 
 /// Bytes of item header before the key.
 pub const SIZE_HEADER: usize = 48;
-/// Bytes of a bucket sentinel.
+/// Bytes of a bucket sentinel (in its segment).
 pub const SIZE_SENTINEL: usize = 16;
+/// Sentinel state bit: a thread claimed the sentinel to link it.
+pub const SENTINEL_CLAIMED: u64 = 2;
+/// Sentinel state bit: the sentinel is linked; searches may start from it.
+pub const SENTINEL_LINKED: u64 = 4;
 /// `kind` of an item.
 pub const KIND_ITEM: u16 = 0x4954;
 
@@ -130,10 +140,21 @@ impl View {
         unsafe { (self.ptr(at) as *const u32).read() }
     }
 
-    /// The node's split order.
+    /// The node's split order (a sentinel's state flags masked off).
     #[inline]
     pub fn order(self, at: u64) -> u64 {
-        self.u64_at(at + 8)
+        let raw = self.word(at + 8).load(std::sync::atomic::Ordering::Relaxed);
+        if raw & 1 == 0 {
+            raw & !(SENTINEL_CLAIMED | SENTINEL_LINKED)
+        } else {
+            raw
+        }
+    }
+
+    /// A sentinel's state word (`order | flags`; zero: never claimed).
+    #[inline]
+    pub fn sentinel_state<'a>(self, at: u64) -> &'a AtomicU64 {
+        self.word(at + 8)
     }
 
     /// Whether the node is an item (not a sentinel).
@@ -205,16 +226,6 @@ impl View {
                 std::ptr::copy_nonoverlapping(part.as_ptr(), q, part.len());
                 q = q.add(part.len());
             }
-        }
-    }
-
-    /// Writes an unpublished sentinel for `bucket` at `at` (a fresh 16-byte block).
-    pub fn write_sentinel(self, at: u64, bucket: u64) {
-        let p = self.ptr(at);
-        // SAFETY: a fresh, unpublished 16-byte block of this thread.
-        unsafe {
-            (p as *mut u64).write(0);
-            (p.add(8) as *mut u64).write(sentinel_order(bucket));
         }
     }
 }

@@ -2,11 +2,11 @@
 //! limbo bags and bucket segments.
 //!
 //! ```text
-//! root[0] ─► Descriptor ─ directory[i] ─► Segment i: COUNT_SEGMENT bucket words ─► sentinel
+//! root[0] ─► Descriptor ─ directory[i] ─► Segment i: COUNT_SEGMENT sentinels (16 B each)
 //!                       └ slots_at ─► [SlotRecord; slots] ─ limbo ─► Bag ─► Bag ─► …
 //! ```
-//! Bucket `b` lives in segment `b / COUNT_SEGMENT`; its word is zero until the bucket's sentinel
-//! is linked into the one split-ordered list (then it holds the sentinel's offset, forever).
+//! Bucket `b`'s sentinel is slot `b % COUNT_SEGMENT` of segment `b / COUNT_SEGMENT`; it is all
+//! zero until a writer links it into the one split-ordered list (see `item`, # Sentinels).
 
 use std::sync::atomic::AtomicU64;
 
@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicU64;
 pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;
 /// Layout version of the descriptor.
 pub const VERSION: u64 = 1;
-/// Buckets per segment (a 32 KiB block).
+/// Buckets per segment (a 64 KiB block of sentinels).
 pub const COUNT_SEGMENT: u64 = 4096;
 /// Segments in the directory: at most `COUNT_SEGMENT * COUNT_SEGMENTS` = 2^26 buckets.
 pub const COUNT_SEGMENTS: usize = 16384;
@@ -111,7 +111,7 @@ pub struct Bag {
 /// Bytes of a [`Bag`].
 pub const SIZE_BAG: usize = std::mem::size_of::<Bag>();
 /// Bytes of a segment.
-pub const SIZE_SEGMENT: usize = COUNT_SEGMENT as usize * 8;
+pub const SIZE_SEGMENT: usize = COUNT_SEGMENT as usize * crate::item::SIZE_SENTINEL;
 
 const _: () = assert!(std::mem::size_of::<SlotRecord>() == 64 && std::mem::size_of::<Line>() == 64);
 const _: () = assert!(std::mem::align_of::<Descriptor>() == 8 && std::mem::align_of::<Bag>() == 8);

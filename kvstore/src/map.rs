@@ -10,14 +10,14 @@
 //! - `update`: the one write loop every memcached command goes through.
 //!
 //! # Growth
-//! `size` doubles (one CAS) when `count > 2 · buckets`. Nothing moves: bucket `b + 2^k`'s
+//! `size` doubles (one CAS) when `count > buckets` (load factor 1). Nothing moves: bucket `b + 2^k`'s
 //! sentinel is spliced in front of its items the first time a writer needs it, so a doubling
 //! costs O(1) and the work is spread over later writes (Shalev–Shavit split-ordered lists).
 
 use crate::arena::Arena;
 use crate::config::{Clock, Eviction, StoreConfig, Table};
 use crate::epoch;
-use crate::item::{self, View, SIZE_SENTINEL};
+use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::StoreError;
@@ -63,7 +63,7 @@ unsafe impl<A: Arena> Sync for Inner<A> {}
 /// Buckets of a new growing table (log2).
 const SHIFT_BUCKETS_START: u64 = 10;
 /// Items per bucket before the table doubles.
-const COUNT_LOAD: u64 = 2;
+const COUNT_LOAD: u64 = 1;
 /// Per-handle `count`/`used` deltas are flushed to the descriptor beyond these.
 const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
@@ -178,7 +178,7 @@ impl<A: Arena> Map<A> {
     }
 }
 
-/// Makes a descriptor, its slot records, segment 0 and bucket 0's sentinel, and installs it at
+/// Makes a descriptor, its slot records and segment 0 (holding bucket 0's sentinel), installs it at
 /// the root; returns whichever descriptor won.
 fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, StoreError> {
     let thread = arena.thread()?;
@@ -186,9 +186,9 @@ fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, 
     let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
     let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
     let seg0 = alloc_zeroed::<A>(&thread, view, SIZE_SEGMENT)?;
-    let sentinel0 = alloc_zeroed::<A>(&thread, view, SIZE_SENTINEL)?;
-    view.write_sentinel(sentinel0, 0);
-    view.word(seg0).store(sentinel0, Ordering::Relaxed);
+    // Bucket 0's sentinel is the list's head: linked from birth.
+    view.sentinel_state(seg0)
+        .store(item::sentinel_order(0) | SENTINEL_LINKED, Ordering::Relaxed);
     // SAFETY: a fresh zeroed block of `size_of::<Descriptor>()` bytes, unpublished.
     let d = unsafe { &mut *(view.ptr(desc_at) as *mut Descriptor) };
     d.magic = MAGIC;
@@ -212,7 +212,7 @@ fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, 
     {
         Ok(_) => Ok(desc_at),
         Err(winner) => {
-            for at in [sentinel0, seg0, slots_at, desc_at] {
+            for at in [seg0, slots_at, desc_at] {
                 A::free(&thread, at);
             }
             Ok(winner)
@@ -477,8 +477,9 @@ impl<A: Arena> Handle<A> {
         x
     }
 
-    /// The bucket word of `bucket`, making its segment if `make`.
-    fn bucket_word(&self, bucket: u64, make: bool) -> Option<&AtomicU64> {
+    /// The offset of `bucket`'s sentinel, making its segment if `make`.
+    #[inline]
+    fn sentinel_at(&self, bucket: u64, make: bool) -> Option<u64> {
         let d = self.map.desc();
         let entry = &d.directory[(bucket / COUNT_SEGMENT) as usize];
         let mut seg = entry.load(Ordering::Acquire);
@@ -488,7 +489,7 @@ impl<A: Arena> Handle<A> {
             }
             seg = self.make_segment(entry)?;
         }
-        Some(self.map.view().word(seg + (bucket % COUNT_SEGMENT) * 8))
+        Some(seg + (bucket % COUNT_SEGMENT) * SIZE_SENTINEL as u64)
     }
 
     #[cold]
@@ -503,6 +504,12 @@ impl<A: Arena> Handle<A> {
         }
     }
 
+    /// Whether the sentinel at `at` is linked.
+    #[inline]
+    fn is_linked(&self, at: u64) -> bool {
+        self.map.view().sentinel_state(at).load(Ordering::Acquire) & SENTINEL_LINKED != 0
+    }
+
     /// The bucket `hash` falls in now.
     #[inline]
     fn bucket_of(&self, hash: u64) -> u64 {
@@ -510,65 +517,68 @@ impl<A: Arena> Handle<A> {
         hash & ((1u64 << log2) - 1)
     }
 
-    /// The sentinel of the nearest made ancestor of `hash`'s bucket. Never writes.
+    /// The `next` word of the nearest linked sentinel at or above `hash`'s bucket. Never writes.
     #[inline]
     pub(crate) fn head_for_read(&self, hash: u64) -> &AtomicU64 {
         let mut bucket = self.bucket_of(hash);
         loop {
-            if let Some(word) = self.bucket_word(bucket, false) {
-                let sentinel = word.load(Ordering::Acquire);
-                if sentinel != 0 {
-                    return self.map.view().word(sentinel);
+            if let Some(at) = self.sentinel_at(bucket, false) {
+                if self.is_linked(at) {
+                    return self.map.view().word(at);
                 }
             }
             bucket = parent(bucket);
         }
     }
 
-    /// The sentinel of `hash`'s bucket, making it (and its ancestors) if needed.
+    /// The `next` word of `hash`'s bucket sentinel, linking it (and its ancestors) if needed.
     #[inline]
     pub(crate) fn head_for_write(&self, hash: u64) -> Result<&AtomicU64, StoreError> {
-        let bucket = self.bucket_of(hash);
-        let sentinel = self.sentinel(bucket)?;
-        Ok(self.map.view().word(sentinel))
+        let at = self.sentinel(self.bucket_of(hash))?;
+        Ok(self.map.view().word(at))
     }
 
-    /// Bucket `bucket`'s sentinel, made on first use.
+    /// Bucket `bucket`'s sentinel if linked (linking it first), else its nearest linked
+    /// ancestor's (when another thread holds the claim).
     fn sentinel(&self, bucket: u64) -> Result<u64, StoreError> {
-        let word = self
-            .bucket_word(bucket, true)
+        let at = self
+            .sentinel_at(bucket, true)
             .ok_or(StoreError::OutOfMemory)?;
-        match word.load(Ordering::Acquire) {
-            0 => self.make_sentinel(bucket, word),
-            at => Ok(at),
+        if self.is_linked(at) {
+            return Ok(at);
         }
+        self.link_sentinel(bucket, at)
     }
 
-    /// Splices bucket `bucket`'s sentinel into the list after its parent's (the lazy
-    /// migration step); a thread that loses the race frees its own sentinel.
+    /// The lazy migration step: claims bucket `bucket`'s sentinel (one CAS) and splices it
+    /// into the list after its parent's (one CAS, retried), then marks it linked.
     #[cold]
-    fn make_sentinel(&self, bucket: u64, word: &AtomicU64) -> Result<u64, StoreError> {
+    fn link_sentinel(&self, bucket: u64, at: u64) -> Result<u64, StoreError> {
         let parent_at = self.sentinel(parent(bucket))?;
         let view = self.map.view();
-        let fresh =
-            A::allocate(&self.thread, SIZE_SENTINEL).map_err(|_| StoreError::OutOfMemory)?;
-        view.write_sentinel(fresh, bucket);
-        let probe = Probe {
-            order: item::sentinel_order(bucket),
-            key: &[],
-        };
+        let order = item::sentinel_order(bucket);
+        let state = view.sentinel_state(at);
+        if state
+            .compare_exchange(
+                0,
+                order | SENTINEL_CLAIMED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return Ok(if self.is_linked(at) { at } else { parent_at });
+        }
+        let probe = Probe { order, key: &[] };
         let head = view.word(parent_at);
-        let at = loop {
+        loop {
             let pos = list::find(&view, head, &probe, &mut |n| self.retire(n));
-            if pos.found {
-                A::free(&self.thread, fresh);
-                break pos.curr;
+            debug_assert!(!pos.found, "only the claimer links a sentinel");
+            if list::try_insert(&view, &pos, at) {
+                break;
             }
-            if list::try_insert(&view, &pos, fresh) {
-                break fresh;
-            }
-        };
-        word.store(at, Ordering::Release);
+        }
+        state.store(order | SENTINEL_LINKED, Ordering::Release);
         Ok(at)
     }
 }
@@ -590,9 +600,9 @@ impl<A: Arena> Handle<A> {
         d.directory[(bucket / COUNT_SEGMENT) as usize].load(Ordering::Acquire) == 0
     }
 
-    /// The sentinel word of `bucket` if it was made.
+    /// The `next` word of `bucket`'s sentinel if it is linked.
     pub(crate) fn made_head(&self, bucket: u64) -> Option<&AtomicU64> {
-        let at = self.bucket_word(bucket, false)?.load(Ordering::Acquire);
-        (at != 0).then(|| self.map.view().word(at))
+        let at = self.sentinel_at(bucket, false)?;
+        self.is_linked(at).then(|| self.map.view().word(at))
     }
 }
