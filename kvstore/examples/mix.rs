@@ -205,10 +205,19 @@ fn main() {
             // Best of `ROUNDS` interleaved rounds: the machine is shared, and interleaving
             // exposes all three maps to the same background load.
             let (mut p, mut l, mut d) = (0f64, 0f64, 0f64);
+            // MIX_ONLY=podkv|local|dashmap runs one map (for profiling); ratios then read 0 or inf.
+            let only = std::env::var("MIX_ONLY").unwrap_or_default();
+            let wants = |m: &str| only.is_empty() || only == m;
             for _ in 0..ROUNDS {
-                p = p.max(run(&store, &streams));
-                l = l.max(run(&local, &streams));
-                d = d.max(run(&dash, &streams));
+                if wants("podkv") {
+                    p = p.max(run(&store, &streams));
+                }
+                if wants("local") {
+                    l = l.max(run(&local, &streams));
+                }
+                if wants("dashmap") {
+                    d = d.max(run(&dash, &streams));
+                }
             }
             println!(
                 "{name:>6} {threads:>7} {p:>10.2} {l:>10.2} {d:>10.2} {:>9.2} {:>9.2}",

@@ -33,6 +33,8 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn root(&self) -> &AtomicU64;
     /// Largest block this arena serves today.
     fn block_max(&self) -> usize;
+    /// The map's name in reports (`KvMap::name`).
+    const NAME: &'static str;
 }
 
 /// The pod heap, shared by processes.
@@ -46,6 +48,7 @@ pub struct PodArena {
 
 impl Arena for PodArena {
     type Thread = ThreadHandle;
+    const NAME: &'static str = "podkv";
 
     fn thread(&self) -> Result<ThreadHandle, StoreError> {
         Ok(self.heap.thread()?)
@@ -128,6 +131,7 @@ impl Drop for LocalThread {
 
 impl Arena for LocalArena {
     type Thread = LocalThread;
+    const NAME: &'static str = "local-mimalloc";
 
     fn thread(&self) -> Result<LocalThread, StoreError> {
         let free = self.shared.claimed.iter().position(|c| {

@@ -11,11 +11,7 @@ impl<A: Arena> KvMap for Map<A> {
     type Handle = Handle<A>;
 
     fn name(&self) -> &'static str {
-        if std::any::type_name::<A>().ends_with("LocalArena") {
-            "local-mimalloc"
-        } else {
-            "podkv"
-        }
+        A::NAME
     }
 
     fn handle(&self) -> Result<Handle<A>, StoreError> {

@@ -224,3 +224,48 @@ fn crawler_reclaims_expired_and_check_is_clean() {
     assert_eq!(report.store.items, 2500);
     assert!(report.store.buckets_log2 > 10, "the table grew");
 }
+
+#[test]
+fn check_path_reports_a_clean_store_and_refuses_an_empty_heap() {
+    let (_d, path) = common::heap_path("heap");
+    {
+        let store = podkv_store::Store::open(&path, common::config()).unwrap();
+        let h = store.handle().unwrap();
+        for i in 0..100u32 {
+            h.set(format!("k{i}").as_bytes(), b"v", 0, 0).unwrap();
+        }
+        h.delete(b"k0").unwrap();
+    }
+    let report = podkv_store::check_path(&path).unwrap();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.store.items, 99);
+    assert!(report.store.limbo_entries <= 1);
+    let (_d2, empty) = common::heap_path("empty");
+    podkv_alloc::Heap::open(&empty, &common::heap_config()).unwrap();
+    assert!(podkv_store::check_path(&empty).is_err());
+}
+
+#[test]
+fn fixed_table_never_grows() {
+    let (_d, path) = common::heap_path("heap");
+    let config = podkv_store::StoreConfig {
+        table: podkv_store::Table::Fixed(4),
+        ..common::config()
+    };
+    let store = podkv_store::Store::open(&path, config).unwrap();
+    let h = store.handle().unwrap();
+    for i in 0..1000u32 {
+        h.set(format!("k{i}").as_bytes(), &i.to_le_bytes(), 0, 0)
+            .unwrap();
+    }
+    h.flush_counters();
+    assert_eq!(store.buckets_log2(), 4);
+    for i in 0..1000u32 {
+        assert_eq!(
+            value(&h, format!("k{i}").as_bytes()).unwrap(),
+            i.to_le_bytes()
+        );
+    }
+    drop(h);
+    assert!(store.check().is_valid());
+}
