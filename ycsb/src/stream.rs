@@ -85,6 +85,9 @@ struct Shared {
     load_keys: Counter,
     /// YCSB's `transactioninsertkeysequence`: run-phase inserts, and the read limit.
     insert_keys: Arc<AcknowledgedCounter>,
+    /// Record numbers that no part of this process inserts: the run-phase inserts of the
+    /// workers before this part (empty for a whole run). Reads redraw them.
+    gap: std::ops::Range<i64>,
 }
 
 /// The key chooser (`keychooser`) of one worker.
@@ -144,14 +147,38 @@ impl Workload {
 
     /// One stream per worker for `phase`, sharing that phase's counters.
     pub fn streams(&self, phase: Phase, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
-        if workers == 0 || workers > u32::MAX as usize {
+        self.streams_part(phase, workers, 0..workers)
+    }
+
+    /// The streams of workers `part` out of `workers`, for one process of a multi-process
+    /// run: the same budgets and RNG seeds as [`Workload::streams`] gives those workers, so
+    /// the parts of all processes together make the same operation mix.
+    ///
+    /// Counters cannot be shared across processes, so each part gets its own, over disjoint
+    /// numbers: the load phase's key sequence starts after the records of the workers
+    /// before `part` (so the parts load exactly the records one process would), and the
+    /// run phase's inserts start at `recordcount` plus the run budget of the workers
+    /// before `part`. A part's reads see the loaded records and its own acknowledged
+    /// inserts: numbers between `recordcount` and the start of the part's inserts are
+    /// redrawn, as numbers above the acknowledged limit are.
+    pub fn streams_part(
+        &self,
+        phase: Phase,
+        workers: usize,
+        part: std::ops::Range<usize>,
+    ) -> Result<Vec<OpStream>, YcsbError> {
+        if workers == 0 || workers > u32::MAX as usize || part.end > workers {
             return Err(YcsbError::Inconsistent(format!(
-                "{workers} workers: need between 1 and 2^32 - 1"
+                "{workers} workers (part {part:?}): need between 1 and 2^32 - 1, part inside"
             )));
         }
+        let before =
+            |total: u64| -> u64 { (0..part.start).map(|w| share(total, w, workers)).sum() };
+        let inserts_from = (self.record_count + before(self.operation_count)) as i64;
         let shared = Arc::new(Shared {
-            load_keys: Counter::new(self.insert_start as i64),
-            insert_keys: Arc::new(AcknowledgedCounter::new(self.record_count as i64)),
+            load_keys: Counter::new((self.insert_start + before(self.load_count)) as i64),
+            insert_keys: Arc::new(AcknowledgedCounter::new(inserts_from)),
+            gap: self.record_count as i64..inserts_from,
         });
         let keys = match phase {
             Phase::Run if self.operation_count > 0 => key_chooser(self, &shared.insert_keys)?,
@@ -176,7 +203,7 @@ impl Workload {
             Phase::Load => self.load_count,
             Phase::Run => self.operation_count,
         };
-        Ok((0..workers)
+        Ok(part
             .map(|w| prototype.for_worker(self.seed, w, share(total, w, workers)))
             .collect())
     }
@@ -382,7 +409,7 @@ impl OpStream {
         let limit = self.shared.insert_keys.last_value();
         loop {
             let keynum = self.draw_keynum(limit);
-            if (0..=limit).contains(&keynum) {
+            if (0..=limit).contains(&keynum) && !self.shared.gap.contains(&keynum) {
                 return keynum as u64;
             }
         }
@@ -554,6 +581,31 @@ mod tests {
                 ..
             }
         )));
+    }
+
+    #[test]
+    fn parts_load_the_records_of_a_whole_run_and_read_no_gap() {
+        let w = workload("a", "recordcount=1001\noperationcount=4000");
+        let nums = |streams: Vec<OpStream>| -> Vec<u64> {
+            streams
+                .into_iter()
+                .flat_map(|s| s.map(|op| op.key().num()).collect::<Vec<_>>())
+                .collect()
+        };
+        let mut whole = nums(w.load(4).unwrap());
+        let mut parts = nums(w.streams_part(Phase::Load, 4, 0..2).unwrap());
+        parts.extend(nums(w.streams_part(Phase::Load, 4, 2..4).unwrap()));
+        whole.sort_unstable();
+        parts.sort_unstable();
+        assert_eq!(whole, parts);
+        assert_eq!(parts, (0..1001).collect::<Vec<u64>>());
+        let reads = nums(w.streams_part(Phase::Run, 4, 2..4).unwrap());
+        assert_eq!(reads.len(), 2000);
+        assert!(
+            reads.iter().all(|&n| n < 1001),
+            "a later part reads only records"
+        );
+        assert!(w.streams_part(Phase::Run, 4, 3..5).is_err());
     }
 
     #[test]

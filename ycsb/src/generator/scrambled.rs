@@ -12,6 +12,7 @@
 
 use rand::RngCore;
 
+use super::modulo::Modulus;
 use super::zipfian::{Zipfian, THETA_DEFAULT};
 use crate::fnv::fnvhash64;
 
@@ -29,6 +30,8 @@ pub struct ScrambledZipfian {
     gen: Zipfian,
     min: u64,
     itemcount: u64,
+    /// `itemcount`, for the reduction.
+    modulus: Modulus,
 }
 
 impl ScrambledZipfian {
@@ -40,6 +43,7 @@ impl ScrambledZipfian {
             gen,
             min,
             itemcount,
+            modulus: Modulus::new(itemcount)?,
         })
     }
 
@@ -50,7 +54,7 @@ impl ScrambledZipfian {
     #[inline]
     pub fn next_value<R: RngCore + ?Sized>(&mut self, rng: &mut R) -> u64 {
         let rank = self.gen.next_value(rng);
-        self.min + (fnvhash64(rank as i64) as u64) % self.itemcount
+        self.min + self.modulus.reduce(fnvhash64(rank as i64) as u64)
     }
 
     /// The middle of the range (YCSB assumes the scramble is uniform).

@@ -2,6 +2,7 @@
 
 use rand::RngCore;
 
+use super::modulo::Modulus;
 use crate::rng::next_abs_long;
 
 /// Uniform over `[lb, ub]`, both inclusive.
@@ -11,19 +12,25 @@ use crate::rng::next_abs_long;
 pub struct UniformLong {
     lb: u64,
     interval: u64,
+    /// `interval`, for the reduction.
+    modulus: Modulus,
 }
 
 impl UniformLong {
     /// Uniform over `[lb, ub]`; `None` when the interval is empty (`ub < lb`).
     pub fn new(lb: u64, ub: u64) -> Option<Self> {
         let interval = ub.checked_sub(lb)?.checked_add(1)?;
-        Some(Self { lb, interval })
+        Some(Self {
+            lb,
+            interval,
+            modulus: Modulus::new(interval)?,
+        })
     }
 
     /// The next value.
     #[inline]
     pub fn next_value<R: RngCore + ?Sized>(&self, rng: &mut R) -> u64 {
-        next_abs_long(rng) % self.interval + self.lb
+        self.modulus.reduce(next_abs_long(rng)) + self.lb
     }
 
     /// `(lb + ub) / 2`.
