@@ -2,6 +2,7 @@
 
 use crate::bench::{self, BenchArgs};
 use crate::heap_cmd::{self, HeapCommand};
+use crate::runner::{self, cli as run_cli};
 use std::path::PathBuf;
 
 /// podkv: a key-value store for a CXL pod — several hosts (or processes) sharing one memory.
@@ -22,6 +23,34 @@ pub enum Command {
     /// Allocator microbenchmarks: podkv against mimalloc and the system allocator.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run a YCSB workload against a target (or only generate it, with --dry-run).
+    ///
+    /// Examples: `podkv ycsb --workload a --records 100000 --ops 1000000 --threads 4
+    /// --target dashmap`; `podkv ycsb --workload cxlalloc-a --dry-run --dump-ops ops.txt`.
+    /// The load phase is untimed unless it is the only phase (--phase load).
+    Ycsb(run_cli::YcsbCommand),
+    /// Twitter cache traces: convert, summarise, generate.
+    #[command(subcommand)]
+    Trace(podkv_traces::TraceCommand),
+    /// Replay a Twitter cache trace (CSV, .zst or Parquet) against a target.
+    Replay(run_cli::ReplayCommand),
+    /// Run an experiment suite: a TOML file whose lists are run as a cartesian product.
+    Suite(run_cli::SuiteCommand),
+    /// Plot NDJSON results: throughput and memory against workers, a panel per workload.
+    Plot(run_cli::PlotCommand),
+    /// One process of a multi-process run (started by `podkv ycsb` / `podkv replay`).
+    #[command(hide = true)]
+    RunWorker {
+        /// The control file.
+        #[arg(long)]
+        control: PathBuf,
+        /// This process's index.
+        #[arg(long)]
+        process: usize,
+        /// The run, as JSON.
+        #[arg(long)]
+        spec: String,
+    },
     /// One process of a multi-process benchmark (started by `podkv bench`).
     #[command(hide = true)]
     BenchWorker {
@@ -56,6 +85,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Xmalloc(args)) => {
             bench::run(bench::Kind::Xmalloc, &args).map(drop)
         }
+        Command::Ycsb(c) => run_cli::ycsb(&c),
+        Command::Trace(c) => c.run().map_err(Into::into),
+        Command::Replay(c) => run_cli::replay(&c),
+        Command::Suite(c) => runner::suite::run(&c.file, c.list),
+        Command::Plot(c) => runner::plot::plot(&c.input, &c.output),
+        Command::RunWorker {
+            control,
+            process,
+            spec,
+        } => runner::worker_main(&control, process, &spec),
         Command::BenchWorker {
             heap,
             control,

@@ -5,9 +5,12 @@
 //! - [`cli`]: the command line (clap), one variant per subcommand;
 //! - [`heap_cmd`]: `podkv heap create|info|check`;
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
-//! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec).
+//! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
+//! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
+//!   and `podkv plot` (processes, targets, metrics, NDJSON, plots).
 
 pub mod bench;
 pub mod cli;
 pub mod heap_cmd;
 pub mod protocol;
+pub mod runner;

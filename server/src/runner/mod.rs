@@ -1,0 +1,452 @@
+//! The shared runner: drives a workload (YCSB, a trace) against a target with `P` processes
+//! of `T` pinned threads, and reports throughput, latency, hits, memory and faults.
+//!
+//! # Map
+//! - [`RunArgs`] / [`RunSpec`]: what to run; the spec travels to worker processes as JSON;
+//! - [`launch`]: the launcher — control file, worker processes (`podkv run-worker`), start
+//!   lines, `--duration`, progress bar, merged results;
+//! - [`worker`]: one process — target, sources, pinned worker threads, the timed loop;
+//! - [`control`]: start/stop barriers in a shared-memory file;
+//! - [`source`]: YCSB streams and trace shares as target commands;
+//! - [`target`]: the [`target::Target`] trait; `null`, `dashmap`, `mimalloc`, `embedded`;
+//!   [`memcached`]: the memcached client target;
+//! - [`metrics`]: per-kind histograms and hit/miss counts; [`report`]: table and NDJSON;
+//! - [`suite`]: TOML experiment suites; [`plot`]: plots from NDJSON;
+//! - [`cli`]: `podkv ycsb`, `podkv replay`, `podkv suite`, `podkv plot`.
+//!
+//! # Phases
+//! A YCSB run has a load phase and a run phase (`--phase`); a replay has one phase (its
+//! requests are read into memory, per worker, before it). Only the last phase is timed:
+//! `--phase both` loads untimed and times the run; `--phase load` times the load.
+
+pub mod cli;
+pub mod control;
+pub mod memcached;
+pub mod metrics;
+pub mod plot;
+pub mod report;
+pub mod source;
+pub mod suite;
+pub mod target;
+pub mod worker;
+
+use anyhow::Context;
+use control::{Control, ControlFile, COUNT_WORKERS_MAX};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use metrics::Tally;
+use report::RunRecord;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use target::TargetSpec;
+use worker::ProcessReport;
+
+/// Runner flags shared by `podkv ycsb` and `podkv replay`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// What to run against: `embedded` (the podkv store in a pod heap), `mimalloc` (the
+    /// same index in process-local memory), `dashmap`, `null` (nothing: measures the
+    /// runner), or `memcached://HOST:PORT[,HOST:PORT...]`.
+    #[arg(long, default_value = "embedded", value_name = "TARGET")]
+    pub target: String,
+    /// Heap file of `--target embedded` [default: a fresh file under /dev/shm, removed
+    /// afterwards].
+    #[arg(long, value_name = "PATH")]
+    pub heap: Option<PathBuf>,
+    /// Worker processes (the runner re-executes podkv); only targets that can be shared
+    /// (embedded, memcached, null) allow more than one.
+    #[arg(long, default_value_t = 1, value_name = "P")]
+    pub processes: usize,
+    /// End the timed phase after this many seconds, even if operations remain.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Do not pin worker threads to CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Append one NDJSON record of the run to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// A YCSB job as sent to worker processes (the `podkv ycsb` flags that shape operations).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct YcsbJob {
+    /// `--workload`.
+    pub workload: Option<String>,
+    /// `-P`.
+    pub property_files: Vec<PathBuf>,
+    /// `-p`.
+    pub properties: Vec<String>,
+    /// `--records`.
+    pub records: Option<u64>,
+    /// `--ops`.
+    pub ops: Option<u64>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--phase`: `load`, `run` or `both`.
+    pub phase: String,
+}
+
+impl YcsbJob {
+    /// The job of `podkv ycsb` flags.
+    pub fn from_args(a: &podkv_ycsb::YcsbArgs) -> Self {
+        let phase = match a.phase {
+            podkv_ycsb::PhaseArg::Load => "load",
+            podkv_ycsb::PhaseArg::Run => "run",
+            podkv_ycsb::PhaseArg::Both => "both",
+        };
+        Self {
+            workload: a.workload.clone(),
+            property_files: a.property_files.clone(),
+            properties: a.properties.clone(),
+            records: a.records,
+            ops: a.ops,
+            seed: a.seed,
+            phase: phase.into(),
+        }
+    }
+
+    /// Back to `podkv ycsb` flags (threads and dumping aside).
+    pub fn args(&self) -> podkv_ycsb::YcsbArgs {
+        podkv_ycsb::YcsbArgs {
+            workload: self.workload.clone(),
+            property_files: self.property_files.clone(),
+            properties: self.properties.clone(),
+            records: self.records,
+            ops: self.ops,
+            seed: self.seed,
+            phase: self.phase_arg(),
+            threads: 1,
+            dry_run: false,
+            dump_ops: None,
+        }
+    }
+
+    fn phase_arg(&self) -> podkv_ycsb::PhaseArg {
+        match self.phase.as_str() {
+            "load" => podkv_ycsb::PhaseArg::Load,
+            "run" => podkv_ycsb::PhaseArg::Run,
+            _ => podkv_ycsb::PhaseArg::Both,
+        }
+    }
+
+    /// The phases, in order.
+    pub fn phases(&self) -> Vec<podkv_ycsb::Phase> {
+        self.phase_arg().phases().to_vec()
+    }
+}
+
+/// What a run executes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Job {
+    /// A YCSB workload.
+    Ycsb(YcsbJob),
+    /// A trace replay.
+    Replay {
+        /// The trace file (CSV, .zst or Parquet).
+        trace: PathBuf,
+    },
+}
+
+impl Job {
+    /// Names of the operation kinds, indexed as the sources report them.
+    pub fn kind_names(&self) -> &'static [&'static str] {
+        match self {
+            Job::Ycsb(_) => &source::NAMES_YCSB,
+            Job::Replay { .. } => &podkv_traces::Op::NAMES,
+        }
+    }
+
+    /// Number of phases (the last is timed).
+    pub fn phase_count(&self) -> usize {
+        match self {
+            Job::Ycsb(j) => j.phases().len(),
+            Job::Replay { .. } => 1,
+        }
+    }
+
+    /// `ycsb` or `replay`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Job::Ycsb(_) => "ycsb",
+            Job::Replay { .. } => "replay",
+        }
+    }
+
+    /// The workload's name in results: the YCSB workload, or the trace's file name.
+    pub fn workload_name(&self) -> String {
+        match self {
+            Job::Ycsb(j) => j.workload.clone().unwrap_or_else(|| "core".into()),
+            Job::Replay { trace } => trace.file_name().map_or_else(
+                || trace.display().to_string(),
+                |n| n.to_string_lossy().into(),
+            ),
+        }
+    }
+
+    /// Operations the timed phase will run, when known in advance.
+    pub fn expected_ops(&self) -> anyhow::Result<Option<u64>> {
+        Ok(match self {
+            Job::Ycsb(j) => {
+                let w = j.args().workload()?;
+                Some(match j.phases().last() {
+                    Some(podkv_ycsb::Phase::Load) => w.load_count,
+                    _ => w.operation_count,
+                })
+            }
+            Job::Replay { .. } => None,
+        })
+    }
+}
+
+/// Everything a run needs; sent to worker processes as JSON.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// What to run.
+    pub job: Job,
+    /// Against what.
+    pub target: TargetSpec,
+    /// Worker processes.
+    pub processes: usize,
+    /// Threads per process.
+    pub threads: usize,
+    /// `--duration`.
+    pub duration: Option<f64>,
+    /// Pin threads to CPUs.
+    pub pin: bool,
+}
+
+impl RunSpec {
+    /// The spec of a command line.
+    pub fn new(job: Job, args: &RunArgs, threads: usize) -> anyhow::Result<Self> {
+        let spec = Self {
+            job,
+            target: TargetSpec::parse(&args.target, args.heap.clone())?,
+            processes: args.processes,
+            threads,
+            duration: args.duration,
+            pin: !args.no_pin,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Workers in all.
+    pub fn workers(&self) -> usize {
+        self.processes * self.threads
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.processes >= 1 && self.threads >= 1,
+            "--processes and --threads must be at least 1"
+        );
+        anyhow::ensure!(
+            self.workers() <= COUNT_WORKERS_MAX,
+            "at most {COUNT_WORKERS_MAX} workers (processes × threads)"
+        );
+        anyhow::ensure!(
+            self.processes == 1 || self.target.spans_processes(),
+            "target {} lives in process-local memory: it cannot run with --processes > 1",
+            self.target.name()
+        );
+        if let Some(d) = self.duration {
+            anyhow::ensure!(d > 0.0 && d.is_finite(), "--duration must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// Runs `spec`: its record (also printed as a table, and appended to `json` if given).
+pub fn launch(spec: &RunSpec, json: Option<&std::path::Path>) -> anyhow::Result<RunRecord> {
+    spec.validate()?;
+    let expected = spec.job.expected_ops()?;
+    let ctl_file = ControlFile::create()?;
+    let ctl = ctl_file.control();
+    let started = Instant::now();
+    let reports = if spec.processes == 1 {
+        std::thread::scope(|s| {
+            let worker = s.spawn(|| worker::run_process(spec, ctl, 0));
+            let coordinated = coordinate(spec, ctl, &mut [], expected);
+            let report = worker
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            coordinated.and(report.map(|r| vec![r]))
+        })?
+    } else {
+        run_processes(spec, &ctl_file, expected)?
+    };
+    let wall = started.elapsed();
+    let record = RunRecord::from_reports(spec, &reports, wall)?;
+    record.print_table(spec.job.kind_names());
+    if let Some(path) = json {
+        record.append_json(path)?;
+    }
+    Ok(record)
+}
+
+fn run_processes(
+    spec: &RunSpec,
+    ctl_file: &ControlFile,
+    expected: Option<u64>,
+) -> anyhow::Result<Vec<ProcessReport>> {
+    let exe = std::env::current_exe()?;
+    let spec_json = serde_json::to_string(spec)?;
+    let mut children = Vec::new();
+    for p in 0..spec.processes {
+        let child = std::process::Command::new(&exe)
+            .arg("run-worker")
+            .arg("--control")
+            .arg(ctl_file.path())
+            .args(["--process", &p.to_string(), "--spec", &spec_json])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start a worker process")?;
+        children.push(child);
+    }
+    let coordinated = coordinate(spec, ctl_file.control(), &mut children, expected);
+    if coordinated.is_err() {
+        ctl_file.control().failed.store(1, Ordering::Release);
+    }
+    let mut reports = Vec::new();
+    for child in children {
+        let out = child.wait_with_output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "a worker process failed: {}",
+            out.status
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().last().unwrap_or_default();
+        reports.push(serde_json::from_str(line).context("bad report from a worker process")?);
+    }
+    coordinated?;
+    Ok(reports)
+}
+
+/// The hidden `podkv run-worker`: one worker process; prints its report as one JSON line.
+pub fn worker_main(control: &std::path::Path, process: usize, spec: &str) -> anyhow::Result<()> {
+    let spec: RunSpec = serde_json::from_str(spec).context("bad --spec")?;
+    let ctl_file = ControlFile::open(control)?;
+    let report = worker::run_process(&spec, ctl_file.control(), process)?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// The launcher's side of the barriers: start each phase when every worker is ready,
+/// stop the timed phase at `--duration`, show progress.
+fn coordinate(
+    spec: &RunSpec,
+    ctl: &Control,
+    children: &mut [Child],
+    expected: Option<u64>,
+) -> anyhow::Result<()> {
+    let workers = spec.workers() as u64;
+    let timed = spec.job.phase_count() - 1;
+    for phase in 0..=timed {
+        wait_all(ctl, &ctl.ready[phase], workers, children, || ())?;
+        for p in &ctl.progress[..spec.workers()] {
+            p.store(0, Ordering::Relaxed);
+        }
+        let start = Instant::now();
+        ctl.go[phase].store(1, Ordering::Release);
+        if phase < timed {
+            wait_all(ctl, &ctl.done[phase], workers, children, || ())?;
+            continue;
+        }
+        let bar = Progress::new(expected);
+        let deadline = spec.duration.map(Duration::from_secs_f64);
+        wait_all(ctl, &ctl.done[phase], workers, children, || {
+            bar.update(start, ctl.progress_sum(spec.workers()));
+            if deadline.is_some_and(|d| start.elapsed() >= d) {
+                ctl.stop.store(1, Ordering::Release);
+            }
+        })?;
+        bar.finish();
+    }
+    Ok(())
+}
+
+/// Waits for `word` to reach `target`, calling `tick` about every 10 ms; fails when a
+/// worker process exits early or any process reports a failure.
+fn wait_all(
+    ctl: &Control,
+    word: &std::sync::atomic::AtomicU64,
+    target: u64,
+    children: &mut [Child],
+    mut tick: impl FnMut(),
+) -> anyhow::Result<()> {
+    let mut last_tick = Instant::now();
+    while word.load(Ordering::Acquire) < target {
+        anyhow::ensure!(
+            ctl.failed.load(Ordering::Acquire) == 0,
+            "a worker failed (see its message above)"
+        );
+        for child in children.iter_mut() {
+            if let Some(status) = child.try_wait()? {
+                anyhow::ensure!(
+                    status.success() || word.load(Ordering::Acquire) >= target,
+                    "a worker process exited early: {status}"
+                );
+            }
+        }
+        if last_tick.elapsed() >= Duration::from_millis(10) {
+            tick();
+            last_tick = Instant::now();
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
+}
+
+/// The progress bar of the timed phase: on stderr, shown once the phase has lasted a
+/// second, never when stderr is not a terminal.
+struct Progress {
+    bar: ProgressBar,
+    shown: std::cell::Cell<bool>,
+}
+
+impl Progress {
+    fn new(expected: Option<u64>) -> Self {
+        let bar = match expected {
+            Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::hidden())
+                .with_style(
+                    ProgressStyle::with_template(
+                        "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} ops ({per_sec}, eta {eta})",
+                    )
+                    .expect("valid template"),
+                ),
+            None => ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()).with_style(
+                ProgressStyle::with_template("{elapsed_precise} {spinner} {human_pos} ops ({per_sec})")
+                    .expect("valid template"),
+            ),
+        };
+        Self {
+            bar,
+            shown: false.into(),
+        }
+    }
+
+    fn update(&self, start: Instant, done: u64) {
+        if !self.shown.get() && start.elapsed() >= Duration::from_secs(1) {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.shown.set(true);
+        }
+        self.bar.set_position(done);
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Merges the reports of all processes.
+pub fn merge(spec: &RunSpec, reports: &[ProcessReport]) -> anyhow::Result<Tally> {
+    let mut tally = Tally::new(spec.job.kind_names().len());
+    for r in reports {
+        tally.merge(&r.tally.decode()?);
+    }
+    Ok(tally)
+}

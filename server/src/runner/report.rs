@@ -1,0 +1,202 @@
+//! A run's results: one [`RunRecord`], printed as a table and appended as one NDJSON line.
+
+use super::worker::ProcessReport;
+use super::{merge, RunSpec};
+use crate::bench::{human_bytes, metrics};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+/// Latency and outcomes of one operation kind.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct KindSummary {
+    /// Operations.
+    pub ops: u64,
+    /// Hits (found, stored, deleted).
+    pub hits: u64,
+    /// Misses (absent, not stored).
+    pub misses: u64,
+    /// Median latency.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Slowest.
+    pub max_us: f64,
+}
+
+/// One run, as written to NDJSON.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RunRecord {
+    /// `ycsb` or `replay`.
+    pub kind: String,
+    /// YCSB workload name, or trace file name.
+    pub workload: String,
+    /// The target (`embedded`, `dashmap`, `memcached://…`).
+    pub target: String,
+    /// The timed phase (`load`, `run`, `replay`).
+    pub phase: String,
+    /// Worker processes.
+    pub processes: usize,
+    /// Threads per process.
+    pub threads: usize,
+    /// Operations done in the timed phase.
+    pub ops: u64,
+    /// Timed seconds (the slowest worker's).
+    pub seconds: f64,
+    /// `ops / seconds`.
+    pub ops_per_sec: f64,
+    /// Median latency over all kinds.
+    pub p50_us: f64,
+    /// 99th percentile over all kinds.
+    pub p99_us: f64,
+    /// 99.9th percentile over all kinds.
+    pub p999_us: f64,
+    /// Slowest operation.
+    pub max_us: f64,
+    /// Hits over all kinds.
+    pub hits: u64,
+    /// Misses over all kinds.
+    pub misses: u64,
+    /// PSS summed over the worker processes at the end of the timed phase.
+    pub pss_bytes: u64,
+    /// Minor page faults during the timed phase, summed over processes.
+    pub page_faults: u64,
+    /// HWcc bytes of the heap, for heap targets.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hwcc_bytes: Option<u64>,
+    /// Per-kind details (kinds that ran).
+    pub per_op: BTreeMap<String, KindSummary>,
+    /// CPU nanoseconds the workers' timed loops spent per operation (against
+    /// `--target null`: the runner's own cost, immune to other processes' load).
+    pub cpu_ns_per_op: f64,
+    /// Wall-clock seconds of the whole run, set-up and load included.
+    pub wall_seconds: f64,
+    /// The commit of the binary.
+    pub git_commit: String,
+}
+
+impl RunRecord {
+    /// Builds the record from every process's report.
+    pub fn from_reports(
+        spec: &RunSpec,
+        reports: &[ProcessReport],
+        wall: Duration,
+    ) -> anyhow::Result<Self> {
+        let tally = merge(spec, reports)?;
+        let us = tally.ns_per_tick() / 1000.0;
+        let at = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 * us;
+        let mut per_op = BTreeMap::new();
+        for (i, name) in spec.job.kind_names().iter().enumerate() {
+            let h = &tally.histograms[i];
+            if tally.count(i) > 0 {
+                per_op.insert(
+                    (*name).to_owned(),
+                    KindSummary {
+                        ops: tally.count(i),
+                        hits: tally.hits[i],
+                        misses: tally.misses[i],
+                        p50_us: at(h, 0.5),
+                        p99_us: at(h, 0.99),
+                        p999_us: at(h, 0.999),
+                        max_us: h.max() as f64 * us,
+                    },
+                );
+            }
+        }
+        let all = tally.overall();
+        let ops = tally.total();
+        let seconds = (tally.elapsed_ns_max.max(1)) as f64 / 1e9;
+        let phase = match &spec.job {
+            super::Job::Ycsb(j) => j.phases().last().map_or("run", |p| p.as_str()),
+            super::Job::Replay { .. } => "replay",
+        };
+        Ok(RunRecord {
+            kind: spec.job.kind().into(),
+            workload: spec.job.workload_name(),
+            target: spec.target.name(),
+            phase: phase.into(),
+            processes: spec.processes,
+            threads: spec.threads,
+            ops,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            p50_us: at(&all, 0.5),
+            p99_us: at(&all, 0.99),
+            p999_us: at(&all, 0.999),
+            max_us: all.max() as f64 * us,
+            hits: tally.hits.iter().sum(),
+            misses: tally.misses.iter().sum(),
+            pss_bytes: reports.iter().map(|r| r.pss_bytes).sum(),
+            page_faults: reports.iter().map(|r| r.page_faults).sum(),
+            hwcc_bytes: reports.iter().find_map(|r| r.hwcc_bytes),
+            per_op,
+            cpu_ns_per_op: tally.cpu_ns_sum as f64 / ops.max(1) as f64,
+            wall_seconds: wall.as_secs_f64(),
+            git_commit: metrics::git_commit().into(),
+        })
+    }
+
+    /// The runner's cost per operation in nanoseconds, meaningful against `--target null`:
+    /// timed seconds × workers / ops.
+    pub fn ns_per_op_per_worker(&self) -> f64 {
+        self.seconds * 1e9 * (self.processes * self.threads) as f64 / self.ops.max(1) as f64
+    }
+
+    /// Prints the table on stdout.
+    pub fn print_table(&self, kinds: &[&str]) {
+        println!(
+            "{} {} on {}: {} processes × {} threads, {} phase",
+            self.kind, self.workload, self.target, self.processes, self.threads, self.phase
+        );
+        println!(
+            "  {} ops in {:.3} s = {:.0} ops/s ({:.1} ns/op per worker, {:.1} CPU ns/op); pss {}, {} page faults{}",
+            self.ops,
+            self.seconds,
+            self.ops_per_sec,
+            self.ns_per_op_per_worker(),
+            self.cpu_ns_per_op,
+            human_bytes(self.pss_bytes),
+            self.page_faults,
+            self.hwcc_bytes
+                .map_or(String::new(), |b| format!(", hwcc {}", human_bytes(b)))
+        );
+        println!(
+            "  {:<10} {:>12} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10}",
+            "op", "count", "hits", "misses", "p50 us", "p99 us", "p99.9 us", "max us"
+        );
+        for name in kinds {
+            if let Some(k) = self.per_op.get(*name) {
+                println!(
+                    "  {:<10} {:>12} {:>12} {:>12} {:>10.2} {:>10.2} {:>10.2} {:>10.1}",
+                    name, k.ops, k.hits, k.misses, k.p50_us, k.p99_us, k.p999_us, k.max_us
+                );
+            }
+        }
+        println!(
+            "  {:<10} {:>12} {:>12} {:>12} {:>10.2} {:>10.2} {:>10.2} {:>10.1}",
+            "all",
+            self.ops,
+            self.hits,
+            self.misses,
+            self.p50_us,
+            self.p99_us,
+            self.p999_us,
+            self.max_us
+        );
+    }
+
+    /// Appends the record as one line of JSON.
+    pub fn append_json(&self, path: &Path) -> anyhow::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+        writeln!(file, "{}", serde_json::to_string(self)?)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,155 @@
+//! Where a worker's operations come from: a YCSB [`OpStream`] or its share of a trace,
+//! and how each operation becomes target commands.
+//!
+//! # YCSB operations as memcached commands
+//! `read` → `get`; `update` and `insert` → `set`; `delete` → `delete`; `scan K N` → `get K`
+//! (a hash store has no order to scan; the scan length is ignored); read-modify-write →
+//! `get` then `set`, timed as one operation. Values are `value_len` ASCII zeros.
+//!
+//! # Trace requests
+//! Each request's command runs as recorded, with `value_size` ASCII zeros as its value
+//! (zeros so that `incr`/`decr` find a number).
+
+use super::target::{Outcome, Session};
+use podkv_traces::{Command, Request};
+use podkv_ycsb::{Op, OpKind, OpStream};
+
+/// Names of the YCSB kinds, indexed by `OpKind as usize`.
+pub const NAMES_YCSB: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "delete"];
+
+/// A worker's operations.
+pub trait Source {
+    /// One operation.
+    type Op;
+    /// The next operation, `None` at the end.
+    fn next_op(&mut self) -> anyhow::Result<Option<Self::Op>>;
+    /// Runs `op` on `session`; returns its kind index and outcome.
+    fn perform<S: Session>(
+        op: &Self::Op,
+        session: &mut S,
+        values: &mut Values,
+    ) -> anyhow::Result<(usize, Outcome)>;
+    /// Reports an error that ended the source early.
+    fn finish(self) -> anyhow::Result<()>;
+}
+
+/// A buffer of ASCII zeros that value slices are cut from; grows on demand.
+#[derive(Default)]
+pub struct Values {
+    zeros: Vec<u8>,
+}
+
+impl Values {
+    /// `len` zero digits.
+    #[inline]
+    pub fn get(&mut self, len: usize) -> &[u8] {
+        if self.zeros.len() < len {
+            self.grow(len);
+        }
+        &self.zeros[..len]
+    }
+
+    #[cold]
+    fn grow(&mut self, len: usize) {
+        self.zeros.resize(len.next_power_of_two(), b'0');
+    }
+}
+
+impl Source for OpStream {
+    type Op = Op;
+
+    #[inline]
+    fn next_op(&mut self) -> anyhow::Result<Option<Op>> {
+        Ok(self.try_next()?)
+    }
+
+    #[inline]
+    fn perform<S: Session>(
+        op: &Op,
+        session: &mut S,
+        values: &mut Values,
+    ) -> anyhow::Result<(usize, Outcome)> {
+        let set = Command::Set { ttl: 0 };
+        let outcome = match *op {
+            Op::Read { ref key } | Op::Scan { ref key, .. } => {
+                session.execute(Command::Get, key.as_bytes(), &[])?
+            }
+            Op::Update { ref key, value_len } | Op::Insert { ref key, value_len } => {
+                session.execute(set, key.as_bytes(), values.get(value_len))?
+            }
+            Op::Delete { ref key } => session.execute(Command::Delete, key.as_bytes(), &[])?,
+            Op::ReadModifyWrite { ref key, value_len } => {
+                let read = session.execute(Command::Get, key.as_bytes(), &[])?;
+                session.execute(set, key.as_bytes(), values.get(value_len))?;
+                read
+            }
+        };
+        Ok((op.kind() as usize, outcome))
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        Ok(OpStream::finish(self)?)
+    }
+}
+
+/// A worker's share of a trace, read into memory before the timed run.
+pub struct TraceShare {
+    requests: std::vec::IntoIter<Request>,
+}
+
+impl TraceShare {
+    /// Replays `requests` in order.
+    pub fn new(requests: Vec<Request>) -> Self {
+        Self {
+            requests: requests.into_iter(),
+        }
+    }
+}
+
+impl Source for TraceShare {
+    type Op = Request;
+
+    #[inline]
+    fn next_op(&mut self) -> anyhow::Result<Option<Request>> {
+        Ok(self.requests.next())
+    }
+
+    #[inline]
+    fn perform<S: Session>(
+        r: &Request,
+        session: &mut S,
+        values: &mut Values,
+    ) -> anyhow::Result<(usize, Outcome)> {
+        let value = if r.command.op().stores_value() {
+            values.get(r.value_size as usize)
+        } else {
+            &[]
+        };
+        let outcome = session.execute(r.command, r.key.as_bytes(), value)?;
+        Ok((r.command.op().index(), outcome))
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// The kind index of a YCSB kind.
+pub fn ycsb_index(kind: OpKind) -> usize {
+    kind as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ycsb_names_follow_op_kind_order() {
+        assert_eq!(NAMES_YCSB[ycsb_index(OpKind::ReadModifyWrite)], "rmw");
+        assert_eq!(NAMES_YCSB[ycsb_index(OpKind::Delete)], "delete");
+        assert_eq!(NAMES_YCSB[ycsb_index(OpKind::Scan)], "scan");
+        let mut v = Values::default();
+        assert_eq!(v.get(3), b"000");
+        assert_eq!(v.get(1000).len(), 1000);
+    }
+}

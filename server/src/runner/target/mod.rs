@@ -1,0 +1,155 @@
+//! What a workload runs against: one [`Target`] per process, one [`Session`] per worker
+//! thread, one [`Session::execute`] per memcached-style command.
+//!
+//! Every target speaks the replay op model of `podkv-traces` ([`Command`]: get, gets, set,
+//! add, replace, cas, append, prepend, delete, incr, decr); YCSB operations map onto it
+//! (see [`crate::runner::source`]). The worker loop is generic over the target, so the
+//! timed loop has no dynamic dispatch.
+//!
+//! | `--target` | what | processes |
+//! | --- | --- | --- |
+//! | `null` | does nothing: measures the runner itself | any |
+//! | `dashmap` | `podkv_store::DashBaseline` through `KvMap` ([`kv`]) | 1 |
+//! | `mimalloc` | the podkv index in process-local mimalloc memory ([`store`]) | 1 |
+//! | `embedded` | the podkv store in a pod heap file ([`store`]) | any |
+//! | `memcached://H:P[,H:P…]` | memcached text protocol over TCP, keys spread by hash | any |
+
+pub mod kv;
+pub mod null;
+pub mod store;
+
+use podkv_traces::Command;
+use std::path::PathBuf;
+
+/// What a command found: a hit (found / stored / deleted) or a miss (absent / not stored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The key was there (reads, delete, incr/decr) or the store happened.
+    Hit,
+    /// The key was absent, or the conditional store did not happen.
+    Miss,
+}
+
+impl Outcome {
+    /// `Hit` if `b`.
+    pub fn from_bool(b: bool) -> Self {
+        if b {
+            Outcome::Hit
+        } else {
+            Outcome::Miss
+        }
+    }
+}
+
+/// One worker thread's connection to a target.
+pub trait Session {
+    /// Runs one command. `value` is the bytes a storage command writes (ignored otherwise).
+    /// A `cas` uses the token of this session's last `gets` of the key (or misses).
+    fn execute(&mut self, command: Command, key: &[u8], value: &[u8]) -> anyhow::Result<Outcome>;
+}
+
+/// A store that workers open sessions on.
+pub trait Target: Sync {
+    /// A worker thread's session.
+    type Session<'t>: Session
+    where
+        Self: 't;
+
+    /// Opens the session of worker `worker` (global index).
+    fn session(&self, worker: usize) -> anyhow::Result<Self::Session<'_>>;
+
+    /// Bytes of hardware-coherent metadata, for targets with a pod heap.
+    fn hwcc_bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A parsed `--target`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TargetSpec {
+    /// No store at all.
+    Null,
+    /// A process-local `DashMap`.
+    Dashmap,
+    /// The podkv index in process-local mimalloc memory.
+    Mimalloc,
+    /// The podkv store in a pod heap file.
+    Embedded {
+        /// The heap file.
+        heap: PathBuf,
+    },
+    /// memcached servers.
+    Memcached {
+        /// `HOST:PORT` of each server.
+        servers: Vec<String>,
+    },
+}
+
+impl TargetSpec {
+    /// Parses `--target`; `heap` is `--heap` (embedded only).
+    pub fn parse(text: &str, heap: Option<PathBuf>) -> anyhow::Result<Self> {
+        Ok(match text {
+            "null" => TargetSpec::Null,
+            "dashmap" => TargetSpec::Dashmap,
+            "mimalloc" => TargetSpec::Mimalloc,
+            "embedded" => TargetSpec::Embedded {
+                heap: heap.unwrap_or_else(fresh_heap_path),
+            },
+            _ => match text.strip_prefix("memcached://") {
+                Some(list) => {
+                    let servers: Vec<String> = list.split(',').map(str::to_owned).collect();
+                    anyhow::ensure!(
+                        servers.iter().all(|s| s.rsplit_once(':').is_some_and(|(h, p)| {
+                            !h.is_empty() && p.parse::<u16>().is_ok()
+                        })),
+                        "bad target {text:?}: expected memcached://HOST:PORT[,HOST:PORT...]"
+                    );
+                    TargetSpec::Memcached { servers }
+                }
+                None => anyhow::bail!(
+                    "unknown target {text:?}: expected embedded, mimalloc, dashmap, null or memcached://HOST:PORT[,...]"
+                ),
+            },
+        })
+    }
+
+    /// The name written in results (`memcached://…` as given).
+    pub fn name(&self) -> String {
+        match self {
+            TargetSpec::Null => "null".into(),
+            TargetSpec::Dashmap => "dashmap".into(),
+            TargetSpec::Mimalloc => "mimalloc".into(),
+            TargetSpec::Embedded { .. } => "embedded".into(),
+            TargetSpec::Memcached { servers } => format!("memcached://{}", servers.join(",")),
+        }
+    }
+
+    /// Whether several processes can share this target (process-local memory cannot).
+    pub fn spans_processes(&self) -> bool {
+        !matches!(self, TargetSpec::Dashmap | TargetSpec::Mimalloc)
+    }
+}
+
+/// A fresh heap file name under `/dev/shm`.
+fn fresh_heap_path() -> PathBuf {
+    PathBuf::from(format!("/dev/shm/podkv-store-{}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        assert_eq!(TargetSpec::parse("null", None).unwrap(), TargetSpec::Null);
+        assert_eq!(
+            TargetSpec::parse("memcached://a:1,b:2", None).unwrap(),
+            TargetSpec::Memcached {
+                servers: vec!["a:1".into(), "b:2".into()]
+            }
+        );
+        assert!(TargetSpec::parse("memcached://a", None).is_err());
+        assert!(TargetSpec::parse("redis", None).is_err());
+        assert!(!TargetSpec::Dashmap.spans_processes());
+    }
+}

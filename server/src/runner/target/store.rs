@@ -1,0 +1,135 @@
+//! The podkv store as a target: `embedded` ([`podkv_store::Store`] in a pod heap file,
+//! shared by every process that opens it) and `mimalloc` ([`podkv_store::LocalStore`], the
+//! same index over process-local memory). Both run every command with the store's own
+//! memcached semantics (TTLs, CAS tokens, append/prepend, incr/decr).
+
+use super::{Outcome, Session, Target};
+use podkv_store::{Arena, Handle, LocalArena, Map, Mode, PodArena, StoreConfig, StoreError};
+use podkv_traces::Command;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A store target over arena `A`.
+pub struct StoreTarget<A: Arena> {
+    map: Map<A>,
+    hwcc_bytes: Option<u64>,
+}
+
+impl StoreTarget<PodArena> {
+    /// Opens (creating if needed) the store in the heap file at `path`.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let map = podkv_store::Store::open(path, StoreConfig::default())
+            .map_err(|e| anyhow::anyhow!("cannot open the store in {}: {e}", path.display()))?;
+        let hwcc_bytes = Some(map.heap().hwcc_bytes());
+        Ok(Self { map, hwcc_bytes })
+    }
+}
+
+impl StoreTarget<LocalArena> {
+    /// A fresh index in process memory.
+    pub fn local() -> anyhow::Result<Self> {
+        Ok(Self {
+            map: podkv_store::LocalStore::new_local(&StoreConfig::default())?,
+            hwcc_bytes: None,
+        })
+    }
+}
+
+/// A worker's handle, remembering its `gets` tokens for `cas`.
+pub struct StoreSession<A: Arena> {
+    handle: Handle<A>,
+    tokens: HashMap<Box<[u8]>, u64>,
+}
+
+impl<A: Arena> Target for StoreTarget<A> {
+    type Session<'t> = StoreSession<A>;
+
+    fn session(&self, _worker: usize) -> anyhow::Result<StoreSession<A>> {
+        Ok(StoreSession {
+            handle: self.map.handle()?,
+            tokens: HashMap::new(),
+        })
+    }
+
+    fn hwcc_bytes(&self) -> Option<u64> {
+        self.hwcc_bytes
+    }
+}
+
+impl<A: Arena> StoreSession<A> {
+    fn store(
+        &mut self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        ttl: u32,
+    ) -> Result<bool, StoreError> {
+        let outcome = self.handle.store(mode, key, value, 0, i64::from(ttl))?;
+        Ok(outcome == podkv_store::Outcome::Stored)
+    }
+
+    fn run(&mut self, command: Command, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
+        match command {
+            Command::Get => Ok(self.handle.get(key)?.is_some()),
+            Command::Gets => {
+                let token = self.handle.get(key)?.map(|g| g.cas());
+                if let Some(t) = token {
+                    self.tokens.insert(key.into(), t);
+                }
+                Ok(token.is_some())
+            }
+            Command::Set { ttl } => self.store(Mode::Set, key, value, ttl),
+            Command::Add { ttl } => self.store(Mode::Add, key, value, ttl),
+            Command::Replace { ttl } => self.store(Mode::Replace, key, value, ttl),
+            Command::Append { ttl } => self.store(Mode::Append, key, value, ttl),
+            Command::Prepend { ttl } => self.store(Mode::Prepend, key, value, ttl),
+            Command::Cas { ttl } => match self.tokens.remove(key) {
+                Some(token) => self.store(Mode::Cas(token), key, value, ttl),
+                None => Ok(false),
+            },
+            Command::Delete => Ok(self.handle.delete(key)? == podkv_store::Outcome::Deleted),
+            Command::Incr { delta } => Ok(self.handle.incr(key, delta)?.is_some()),
+            Command::Decr { delta } => Ok(self.handle.decr(key, delta)?.is_some()),
+        }
+    }
+}
+
+impl<A: Arena> Session for StoreSession<A> {
+    #[inline]
+    fn execute(&mut self, command: Command, key: &[u8], value: &[u8]) -> anyhow::Result<Outcome> {
+        match self.run(command, key, value) {
+            Ok(hit) => Ok(Outcome::from_bool(hit)),
+            Err(StoreError::NonNumeric) => Ok(Outcome::Miss),
+            Err(e) => Err(anyhow::anyhow!("{} on the store: {e}", command.op())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_store_speaks_memcached() {
+        let t = StoreTarget::local().unwrap();
+        let mut s = t.session(0).unwrap();
+        let mut run = |c, k: &[u8], v: &[u8]| s.execute(c, k, v).unwrap() == Outcome::Hit;
+        assert!(!run(Command::Get, b"k", b""));
+        assert!(run(Command::Add { ttl: 0 }, b"k", b"1"));
+        assert!(!run(Command::Add { ttl: 0 }, b"k", b"2"));
+        assert!(run(Command::Incr { delta: 4 }, b"k", b""));
+        assert!(
+            !run(Command::Cas { ttl: 0 }, b"k", b"x"),
+            "no gets, no token"
+        );
+        assert!(run(Command::Gets, b"k", b""));
+        assert!(run(Command::Cas { ttl: 0 }, b"k", b"7"));
+        assert!(run(Command::Append { ttl: 0 }, b"k", b"x"));
+        assert!(
+            !run(Command::Incr { delta: 1 }, b"k", b""),
+            "7x is not a number"
+        );
+        assert!(run(Command::Delete, b"k", b""));
+        assert!(!run(Command::Delete, b"k", b""));
+    }
+}

@@ -1,0 +1,258 @@
+//! One process of a run: its target, its workers' sources, one pinned thread per worker,
+//! and what it measured.
+//!
+//! Every worker thread goes through the phases in order: untimed set-up, `ready`, wait
+//! for `go`, run its source to the end (or to `stop` in the timed phase), `done` (see
+//! [`super::control`]). Only the last phase is timed.
+
+use super::control::{Control, COUNT_OPS_PER_PROGRESS};
+use super::metrics::{ticks, Recorder, Tally, TallyWire};
+use super::source::{Source, TraceShare, Values};
+use super::target::kv::KvTarget;
+use super::target::store::StoreTarget;
+use super::target::{null::NullTarget, Outcome, Session, Target, TargetSpec};
+use super::{Job, RunSpec};
+use crate::bench::metrics;
+use podkv_traces::Partitioner;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+
+/// What one process measured in the timed phase.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcessReport {
+    /// The process's index.
+    pub process: usize,
+    /// Its workers' merged measurements.
+    pub tally: TallyWire,
+    /// Its proportional set size at the end of the timed phase.
+    pub pss_bytes: u64,
+    /// Its minor page faults during the timed phase.
+    pub page_faults: u64,
+    /// The target's HWcc bytes, for heap targets.
+    pub hwcc_bytes: Option<u64>,
+}
+
+/// Runs process `process` of `spec`; any failure also raises `failed` in the control block.
+pub fn run_process(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<ProcessReport> {
+    let result = run_target(spec, ctl, process);
+    if result.is_err() {
+        ctl.failed.store(1, Ordering::Release);
+    }
+    result
+}
+
+fn run_target(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<ProcessReport> {
+    match &spec.target {
+        TargetSpec::Null => run_sources(spec, ctl, process, &NullTarget),
+        TargetSpec::Dashmap => {
+            let target = KvTarget(podkv_store::DashBaseline::new());
+            run_sources(spec, ctl, process, &target)
+        }
+        TargetSpec::Mimalloc => run_sources(spec, ctl, process, &StoreTarget::local()?),
+        TargetSpec::Embedded { heap } => run_sources(spec, ctl, process, &StoreTarget::open(heap)?),
+        TargetSpec::Memcached { servers } => {
+            let target = crate::runner::memcached::MemcachedTarget::new(servers.clone());
+            run_sources(spec, ctl, process, &target)
+        }
+    }
+}
+
+/// This process's workers, as global indices.
+fn workers_of(spec: &RunSpec, process: usize) -> Range<usize> {
+    process * spec.threads..(process + 1) * spec.threads
+}
+
+fn run_sources<T: Target>(
+    spec: &RunSpec,
+    ctl: &Control,
+    process: usize,
+    target: &T,
+) -> anyhow::Result<ProcessReport> {
+    let part = workers_of(spec, process);
+    match &spec.job {
+        Job::Ycsb(job) => {
+            let workload = job.args().workload()?;
+            let mut per_thread: Vec<Vec<podkv_ycsb::OpStream>> =
+                (0..spec.threads).map(|_| Vec::new()).collect();
+            for &phase in &job.phases() {
+                let streams = workload.streams_part(phase, spec.workers(), part.clone())?;
+                for (t, s) in streams.into_iter().enumerate() {
+                    per_thread[t].push(s);
+                }
+            }
+            run_threads(spec, ctl, process, target, per_thread)
+        }
+        Job::Replay { trace } => {
+            let shares = read_shares(trace, spec.workers(), part)?;
+            let per_thread = shares
+                .into_iter()
+                .map(|r| vec![TraceShare::new(r)])
+                .collect();
+            run_threads(spec, ctl, process, target, per_thread)
+        }
+    }
+}
+
+/// Reads the trace once and keeps the requests of this process's workers, in order.
+fn read_shares(
+    trace: &std::path::Path,
+    workers: usize,
+    part: Range<usize>,
+) -> anyhow::Result<Vec<Vec<podkv_traces::Request>>> {
+    let partitioner = Partitioner::new(workers)?;
+    let mut shares: Vec<Vec<podkv_traces::Request>> = part.clone().map(|_| Vec::new()).collect();
+    for request in podkv_traces::requests(trace)? {
+        let request = request?;
+        let w = partitioner.worker_of(request.key.as_bytes());
+        if part.contains(&w) {
+            shares[w - part.start].push(request);
+        }
+    }
+    Ok(shares)
+}
+
+fn run_threads<T: Target, S: Source + Send>(
+    spec: &RunSpec,
+    ctl: &Control,
+    process: usize,
+    target: &T,
+    per_thread: Vec<Vec<S>>,
+) -> anyhow::Result<ProcessReport> {
+    let kinds = spec.job.kind_names().len();
+    let timed = spec.job.phase_count() - 1;
+    let cpus = allowed_cpus();
+    let first = process * spec.threads;
+    let (tallies, faults) = std::thread::scope(|s| {
+        let handles: Vec<_> = per_thread
+            .into_iter()
+            .enumerate()
+            .map(|(t, sources)| {
+                let cpus = &cpus;
+                s.spawn(move || {
+                    let w = first + t;
+                    if spec.pin && !cpus.is_empty() {
+                        pin_to(cpus[w % cpus.len()]);
+                    }
+                    let result = run_worker(target, ctl, w, sources, kinds, timed);
+                    if result.is_err() {
+                        ctl.failed.store(1, Ordering::Release);
+                    }
+                    result
+                })
+            })
+            .collect();
+        let faults = ctl
+            .wait_for(&ctl.go[timed], 1)
+            .map(|()| metrics::minor_faults());
+        let tallies: Vec<anyhow::Result<Tally>> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        (tallies, faults)
+    });
+    let mut tally = Tally::new(kinds);
+    for t in tallies {
+        tally.merge(&t?);
+    }
+    Ok(ProcessReport {
+        process,
+        tally: tally.to_wire(),
+        pss_bytes: metrics::pss_bytes(),
+        page_faults: metrics::minor_faults().saturating_sub(faults?),
+        hwcc_bytes: target.hwcc_bytes(),
+    })
+}
+
+/// One worker thread: every phase in order; returns the timed phase's tally.
+fn run_worker<T: Target, S: Source>(
+    target: &T,
+    ctl: &Control,
+    w: usize,
+    sources: Vec<S>,
+    kinds: usize,
+    timed: usize,
+) -> anyhow::Result<Tally> {
+    let mut session = target.session(w)?;
+    let mut values = Values::default();
+    let mut tally = Tally::new(kinds);
+    for (phase, source) in sources.into_iter().enumerate() {
+        ctl.ready[phase].fetch_add(1, Ordering::AcqRel);
+        ctl.wait_for(&ctl.go[phase], 1)?;
+        let stoppable = phase == timed;
+        let recorder = run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?;
+        ctl.done[phase].fetch_add(1, Ordering::AcqRel);
+        if phase == timed {
+            tally = recorder.into_tally();
+        }
+    }
+    Ok(tally)
+}
+
+/// The timed loop: next op, tick, perform, tick, record.
+#[inline(never)]
+fn run_source<S: Source, X: Session>(
+    mut source: S,
+    session: &mut X,
+    values: &mut Values,
+    ctl: &Control,
+    w: usize,
+    kinds: usize,
+    stoppable: bool,
+) -> anyhow::Result<Recorder> {
+    let mut recorder = Recorder::new(kinds);
+    let mut done = 0u64;
+    recorder.start();
+    while let Some(op) = source.next_op()? {
+        let start = ticks();
+        let (kind, outcome) = S::perform(&op, session, values)?;
+        let end = ticks();
+        recorder.record(kind, end.wrapping_sub(start), outcome == Outcome::Hit);
+        done += 1;
+        if done % COUNT_OPS_PER_PROGRESS == 0 {
+            ctl.progress[w].store(done, Ordering::Relaxed);
+            if stoppable && ctl.stop.load(Ordering::Relaxed) != 0 {
+                break;
+            }
+        }
+    }
+    recorder.stop();
+    ctl.progress[w].store(done, Ordering::Relaxed);
+    source.finish()?;
+    Ok(recorder)
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is plain data; sched_getaffinity fills it or fails.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// Pins the calling thread to `cpu` (best effort: a refusal leaves it unpinned).
+fn pin_to(cpu: usize) {
+    // SAFETY: `cpu_set_t` is plain data.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` comes from `allowed_cpus`, so it is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu set of the size passed.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_may_run_somewhere() {
+        assert!(!allowed_cpus().is_empty());
+    }
+}

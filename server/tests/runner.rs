@@ -1,0 +1,227 @@
+//! The runner end to end, through the built `podkv` binary: exact counts across processes,
+//! trace replay, NDJSON records, suites and plots.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn podkv(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
+        .args(args)
+        .output()
+        .expect("podkv runs");
+    assert!(
+        out.status.success(),
+        "podkv {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn per_op(record: &Value, kind: &str) -> u64 {
+    record["per_op"][kind]["ops"].as_u64().unwrap_or(0)
+}
+
+/// Counts of each run-phase line kind in a dump: (read, update, rmw).
+fn dump_counts(dump: &Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(dump).unwrap();
+    let run = text.split("# phase run\n").nth(1).unwrap();
+    let (mut read, mut update, mut rmw) = (0, 0, 0);
+    for line in run.lines() {
+        if line.ends_with(" rmw") {
+            rmw += u64::from(line.starts_with("read "));
+        } else if line.starts_with("read ") {
+            read += 1;
+        } else if line.starts_with("update ") {
+            update += 1;
+        }
+    }
+    (read, update, rmw)
+}
+
+const MIX: [&str; 12] = [
+    "--workload",
+    "a",
+    "-p",
+    "readproportion=0.5",
+    "-p",
+    "updateproportion=0.2",
+    "-p",
+    "readmodifywriteproportion=0.3",
+    "--records",
+    "3000",
+    "--seed",
+    "11",
+];
+
+#[test]
+fn two_processes_add_up_to_the_dry_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, dump) = (dir.path().join("r.ndjson"), dir.path().join("ops.txt"));
+    let mut dry: Vec<&str> = vec!["ycsb"];
+    dry.extend(MIX);
+    dry.extend([
+        "--ops",
+        "30001",
+        "--threads",
+        "4",
+        "--dry-run",
+        "--dump-ops",
+        s(&dump),
+    ]);
+    podkv(&dry);
+    let mut run: Vec<&str> = vec!["ycsb"];
+    run.extend(MIX);
+    run.extend(["--ops", "30001", "--threads", "2", "--processes", "2"]);
+    run.extend(["--target", "null", "--json", s(&json)]);
+    let out = podkv(&run);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ops/s"));
+    let r = &records(&json)[0];
+    assert_eq!(r["ops"], 30001);
+    assert_eq!(
+        (r["processes"].as_u64(), r["threads"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let (read, update, rmw) = dump_counts(&dump);
+    assert_eq!(read + update + rmw, 30001);
+    assert_eq!(per_op(r, "read"), read);
+    assert_eq!(per_op(r, "update"), update);
+    assert_eq!(per_op(r, "rmw"), rmw);
+    assert_eq!(r["hits"], 30001, "the null target hits every time");
+    for field in [
+        "kind",
+        "workload",
+        "target",
+        "processes",
+        "threads",
+        "ops",
+        "seconds",
+        "ops_per_sec",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "max_us",
+        "pss_bytes",
+        "page_faults",
+        "git_commit",
+        "hits",
+        "misses",
+    ] {
+        assert!(r.get(field).is_some(), "NDJSON record lacks {field}: {r}");
+    }
+    assert_eq!(
+        (r["kind"].as_str(), r["target"].as_str()),
+        (Some("ycsb"), Some("null"))
+    );
+    assert!(r["pss_bytes"].as_u64().unwrap() > 0);
+    assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn loaded_records_are_all_found_by_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.ndjson");
+    podkv(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "2000",
+        "--ops",
+        "10000",
+        "--threads",
+        "2",
+        "--target",
+        "dashmap",
+        "--json",
+        s(&json),
+    ]);
+    let r = &records(&json)[0];
+    assert_eq!(per_op(r, "read"), 10000);
+    assert_eq!(r["per_op"]["read"]["hits"], 10000, "{r}");
+    assert_eq!(r["misses"], 0);
+}
+
+#[test]
+fn process_local_targets_refuse_several_processes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
+        .args([
+            "ycsb",
+            "--workload",
+            "a",
+            "--target",
+            "dashmap",
+            "--processes",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("process-local"));
+}
+
+/// Writes `podkv trace generate --cluster 12 --ops N` into `dir`.
+fn generated_trace(dir: &Path, ops: u64) -> PathBuf {
+    let trace = dir.join("mc12.csv");
+    podkv(&[
+        "trace",
+        "generate",
+        "--cluster",
+        "12",
+        "--ops",
+        &ops.to_string(),
+        s(&trace),
+    ]);
+    trace
+}
+
+/// Requests per operation name, counted from the CSV.
+fn trace_mix(trace: &Path) -> std::collections::BTreeMap<String, u64> {
+    let mut mix = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(trace).unwrap().lines() {
+        let op = line.rsplit(',').nth(1).unwrap().to_owned();
+        *mix.entry(op).or_insert(0) += 1;
+    }
+    mix
+}
+
+#[test]
+fn replay_of_a_generated_trace_against_dashmap() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 20_000);
+    let json = dir.path().join("r.ndjson");
+    podkv(&[
+        "replay",
+        s(&trace),
+        "--threads",
+        "2",
+        "--target",
+        "dashmap",
+        "--json",
+        s(&json),
+    ]);
+    let r = &records(&json)[0];
+    assert_eq!(r["kind"], "replay");
+    assert_eq!(r["ops"], 20_000);
+    for (op, n) in trace_mix(&trace) {
+        assert_eq!(per_op(r, &op), n, "{op}");
+    }
+    let get = &r["per_op"]["get"];
+    assert!(
+        get["hits"].as_u64().unwrap() > 0,
+        "gets after sets must hit: {r}"
+    );
+}
