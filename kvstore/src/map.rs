@@ -164,6 +164,8 @@ impl<A: Arena> Map<A> {
             count_delta: Cell::new(0),
             used_delta: Cell::new(0),
             seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
+            cas_next: Cell::new(0),
+            cas_end: Cell::new(0),
         };
         Ok(h)
     }
@@ -241,6 +243,9 @@ pub struct Handle<A: Arena> {
     count_delta: Cell<i64>,
     used_delta: Cell<i64>,
     seed: Cell<u64>,
+    /// This handle's block of CAS tokens: `cas_next..cas_end` (see `next_cas`).
+    pub(crate) cas_next: Cell<u64>,
+    pub(crate) cas_end: Cell<u64>,
 }
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
