@@ -2,6 +2,7 @@
 
 use crate::bench::{self, BenchArgs};
 use crate::heap_cmd::{self, HeapCommand};
+use crate::store_cmd::{self, StoreCommand};
 use crate::runner::{self, cli as run_cli};
 use std::path::PathBuf;
 
@@ -20,6 +21,9 @@ pub enum Command {
     /// Create, inspect and verify pod heap files.
     #[command(subcommand)]
     Heap(HeapCommand),
+    /// Verify a store (no leak, no double reference) and show its statistics.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Allocator microbenchmarks: podkv against mimalloc and the system allocator.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -79,6 +83,7 @@ pub enum BenchCommand {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Heap(command) => heap_cmd::run(&command),
+        Command::Store(command) => store_cmd::run(&command),
         Command::Bench(BenchCommand::Threadtest(args)) => {
             bench::run(bench::Kind::Threadtest, &args).map(drop)
         }

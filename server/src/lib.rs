@@ -4,6 +4,7 @@
 //! # Map
 //! - [`cli`]: the command line (clap), one variant per subcommand;
 //! - [`heap_cmd`]: `podkv heap create|info|check`;
+//! - [`store_cmd`]: `podkv store check|stats` (the store's walker, `podkv_store::check_path`);
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
@@ -14,3 +15,4 @@ pub mod cli;
 pub mod heap_cmd;
 pub mod protocol;
 pub mod runner;
+pub mod store_cmd;
