@@ -14,7 +14,8 @@
 //!   whose snip succeeds — and only it — retires `curr` (a node has one predecessor link).
 //!
 //! Readers ([`lookup`]) never write: they skip marked nodes without snipping, so lookups never
-//! write shared memory. Writers ([`find`]) snip what they pass.
+//! write shared memory (the only store a `get` makes is its epoch announcement, a line owned by
+//! its own slot). Writers ([`find`]) snip what they pass.
 //!
 //! # Invariant
 //! `keys along any path from a head are strictly increasing among unmarked nodes`, and a node is
