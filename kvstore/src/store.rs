@@ -9,7 +9,7 @@ use crate::map::{Handle, Map};
 use crate::StoreError;
 use podkv_alloc::{Config, Heap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,6 +122,7 @@ pub fn check_path(path: impl AsRef<Path>) -> Result<CheckReport, StoreError> {
 #[derive(Debug)]
 pub struct Crawler {
     stop: Arc<AtomicBool>,
+    passes: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<CrawlReport>>,
 }
 
@@ -129,17 +130,25 @@ impl<A: Arena> Map<A> {
     /// Starts the expiry crawler on a background thread (its own handle and slot).
     pub fn spawn_crawler(&self, interval: Duration) -> Crawler {
         let stop = Arc::new(AtomicBool::new(false));
-        let (map, flag) = (self.clone(), stop.clone());
-        let thread = std::thread::spawn(move || crawl_loop(&map, &flag, interval));
+        let passes = Arc::new(AtomicU64::new(0));
+        let (map, flag, count) = (self.clone(), stop.clone(), passes.clone());
+        let thread = std::thread::spawn(move || crawl_loop(&map, &flag, &count, interval));
         Crawler {
             stop,
+            passes,
             thread: Some(thread),
         }
     }
 }
 
-fn crawl_loop<A: Arena>(map: &Map<A>, stop: &AtomicBool, interval: Duration) -> CrawlReport {
+fn crawl_loop<A: Arena>(
+    map: &Map<A>,
+    stop: &AtomicBool,
+    passes: &AtomicU64,
+    interval: Duration,
+) -> CrawlReport {
     let mut total = CrawlReport::default();
+    // No free slot: nothing to crawl with; `stop` reports zero passes.
     let Ok(handle) = map.handle() else {
         return total;
     };
@@ -148,12 +157,18 @@ fn crawl_loop<A: Arena>(map: &Map<A>, stop: &AtomicBool, interval: Duration) -> 
         total.visited += pass.visited;
         total.reclaimed += pass.reclaimed;
         handle.collect();
+        passes.fetch_add(1, Ordering::Release);
         std::thread::park_timeout(interval);
     }
     total
 }
 
 impl Crawler {
+    /// Passes completed so far.
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Acquire)
+    }
+
     /// Stops the crawler and returns what it did.
     pub fn stop(mut self) -> CrawlReport {
         self.finish()
