@@ -242,6 +242,15 @@ fn main() {
     h.collect();
     drop(h);
     let report = store.check();
+    eprintln!(
+        "items {} limbo {} bags {} segments {} epoch {} heap live {} B",
+        report.store.items,
+        report.store.limbo_entries,
+        report.store.bags,
+        report.store.segments,
+        report.store.epoch,
+        report.heap_live_bytes
+    );
     let ideal = 8 + SIZE_VALUE + podkv_store::item::SIZE_HEADER;
     let per_item = report.heap_bytes_per_item();
     println!(

@@ -266,11 +266,23 @@ impl<A: Arena> Drop for Pin<'_, A> {
 }
 
 impl<A: Arena> Drop for Handle<A> {
+    /// Publishes the counters and empties this slot's limbo if the epoch lets it within a
+    /// few tries (other threads unpin within one operation); what remains waits for the
+    /// slot's next owner.
     fn drop(&mut self) {
         self.flush_counters();
-        self.collect();
+        for _ in 0..COUNT_DROP_COLLECTS {
+            self.collect();
+            if self.limbo_is_empty() {
+                break;
+            }
+            std::thread::yield_now();
+        }
     }
 }
+
+/// `collect` attempts when a handle is dropped.
+const COUNT_DROP_COLLECTS: usize = 64;
 
 impl<A: Arena> Handle<A> {
     /// The map this handle works on.
@@ -304,6 +316,14 @@ impl<A: Arena> Handle<A> {
                 self.collect();
             }
         }
+    }
+
+    /// Whether this slot's limbo holds nothing.
+    fn limbo_is_empty(&self) -> bool {
+        let head = self.map.slot(self.slot).limbo.load(Ordering::Relaxed);
+        head == 0
+            || (self.bag(head).len.load(Ordering::Relaxed) == 0
+                && self.bag(head).next.load(Ordering::Relaxed) == 0)
     }
 
     fn bag(&self, at: u64) -> &Bag {
