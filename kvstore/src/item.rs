@@ -245,3 +245,40 @@ impl Nodes for View {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Split order: an item lies after its bucket's sentinel and before every other sentinel
+    /// that sorts after that one, at every table size.
+    #[test]
+    fn items_sort_between_their_sentinel_and_the_next() {
+        for key in [&b"a"[..], b"key:1", b"a much longer key than eight bytes"] {
+            let h = hash(key);
+            for log2 in [0u32, 1, 4, 10] {
+                let bucket = h & ((1u64 << log2) - 1);
+                assert!(sentinel_order(bucket) < item_order(h));
+                for other in (0..1u64 << log2).filter(|&b| b != bucket) {
+                    let o = sentinel_order(other);
+                    assert!(
+                        o < sentinel_order(bucket) || o > item_order(h),
+                        "{key:?} {log2} {other}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hash_spreads_low_bits() {
+        let mut buckets = [0u32; 16];
+        for i in 0..16_000u32 {
+            buckets[(hash(&i.to_be_bytes()) & 15) as usize] += 1;
+        }
+        assert!(
+            buckets.iter().all(|&n| (800..1200).contains(&n)),
+            "{buckets:?}"
+        );
+    }
+}

@@ -438,3 +438,40 @@ impl<A: Arena> Handle<A> {
             .store(oldest_live.max(1), Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u32 = 1_700_000_000;
+
+    #[test]
+    fn expiry_boundaries() {
+        assert_eq!(expiry_of(0, NOW), 0);
+        assert_eq!(expiry_of(-1, NOW), 1);
+        assert_eq!(expiry_of(10, NOW), NOW + 10);
+        assert_eq!(
+            expiry_of(SECONDS_RELATIVE_MAX, NOW),
+            NOW + SECONDS_RELATIVE_MAX as u32
+        );
+        assert_eq!(
+            expiry_of(SECONDS_RELATIVE_MAX + 1, NOW),
+            1,
+            "an absolute time in 1970"
+        );
+        assert_eq!(expiry_of(i64::from(NOW) + 5, NOW), NOW + 5);
+        assert_eq!(expiry_of(i64::from(NOW), NOW), 1);
+    }
+
+    #[test]
+    fn counters_parse_like_strtoull() {
+        assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_counter(b"18446744073709551616"), None);
+        assert_eq!(parse_counter(b"99 "), Some(99));
+        assert_eq!(parse_counter(b" 7"), Some(7));
+        assert_eq!(parse_counter(b"00000000000000000012"), Some(12));
+        for bad in [&b""[..], b" ", b"1 2", b"-1", b"+1", b"0x10", b"1.0"] {
+            assert_eq!(parse_counter(bad), None, "{bad:?}");
+        }
+    }
+}
