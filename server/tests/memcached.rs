@@ -99,7 +99,7 @@ fn value(data: &[u8]) -> Reply {
 #[test]
 fn round_trips_against_real_memcached() {
     let Some(server) = start() else { return };
-    let mut c = Client::connect(&[server.addr.clone()]).unwrap();
+    let mut c = Client::connect(std::slice::from_ref(&server.addr)).unwrap();
     let set = Command::Set { ttl: 0 };
     assert_eq!(
         c.request(Request::new(Command::Get, b"k")).unwrap(),
@@ -189,7 +189,7 @@ fn pipelines_keep_order_across_two_servers() {
     let servers: std::collections::BTreeSet<usize> = keys.iter().map(|k| c.server_of(k)).collect();
     assert_eq!(servers.len(), 2, "keys spread over both servers");
     // Each server holds only its own keys.
-    let mut only_a = Client::connect(&[a.addr.clone()]).unwrap();
+    let mut only_a = Client::connect(std::slice::from_ref(&a.addr)).unwrap();
     let on_a = keys.iter().filter(|k| c.server_of(k) == 0).count();
     let found = keys
         .iter()

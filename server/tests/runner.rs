@@ -3,13 +3,33 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest a single `podkv` invocation may take before the test fails (instead of hanging).
+const SECONDS_COMMAND_MAX: u64 = 120;
 
 fn podkv(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podkv"))
         .args(args)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("podkv runs");
+    let deadline = Instant::now() + Duration::from_secs(SECONDS_COMMAND_MAX);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            // Worker processes die with the launcher (PR_SET_PDEATHSIG).
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "podkv {args:?} did not finish in {SECONDS_COMMAND_MAX} s:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "podkv {args:?} failed:\n{}\n{}",
@@ -224,4 +244,67 @@ fn replay_of_a_generated_trace_against_dashmap() {
         get["hits"].as_u64().unwrap() > 0,
         "gets after sets must hit: {r}"
     );
+}
+
+#[test]
+fn replay_of_a_generated_trace_against_the_store_index_in_local_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 20_000);
+    let json = dir.path().join("r.ndjson");
+    podkv(&[
+        "replay",
+        s(&trace),
+        "--threads",
+        "2",
+        "--target",
+        "mimalloc",
+        "--json",
+        s(&json),
+    ]);
+    let r = &records(&json)[0];
+    assert_eq!(r["ops"], 20_000);
+    for (op, n) in trace_mix(&trace) {
+        assert_eq!(per_op(r, &op), n, "{op}");
+    }
+    assert!(r["per_op"]["get"]["hits"].as_u64().unwrap() > 0, "{r}");
+}
+
+/// Ignored: with the store as of kvstore commit d9cb01d this replay never finishes (a
+/// worker spins in `podkv_store::list::find` / `Handle::link_sentinel`; the first 2331
+/// requests of `trace generate --cluster 12 --ops 20000` reproduce it with one thread).
+/// Run it with `cargo test -p podkv --test runner -- --ignored` once the store is fixed.
+#[test]
+#[ignore = "store hangs in list::find on this trace (see the doc comment)"]
+fn replay_of_a_generated_trace_against_the_embedded_store_from_two_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 20_000);
+    let (json, heap) = (dir.path().join("r.ndjson"), dir.path().join("pod.heap"));
+    podkv(&[
+        "replay",
+        s(&trace),
+        "--processes",
+        "2",
+        "--threads",
+        "1",
+        "--target",
+        "embedded",
+        "--heap",
+        s(&heap),
+        "--json",
+        s(&json),
+    ]);
+    let r = &records(&json)[0];
+    assert_eq!(
+        (r["ops"].as_u64(), r["processes"].as_u64()),
+        (Some(20_000), Some(2))
+    );
+    for (op, n) in trace_mix(&trace) {
+        assert_eq!(per_op(r, &op), n, "{op}");
+    }
+    assert!(r["per_op"]["get"]["hits"].as_u64().unwrap() > 0, "{r}");
+    assert!(
+        r["hwcc_bytes"].as_u64().unwrap() > 0,
+        "heap targets report HWcc bytes"
+    );
+    assert!(heap.exists(), "a heap named by --heap is kept");
 }

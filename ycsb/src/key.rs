@@ -133,14 +133,24 @@ fn build_ycsb(keynum: u64, zero_padding: usize, hashed: bool) -> Key {
     } else {
         keynum as i64
     };
-    let mut digits = [0u8; 20];
-    let start = write_decimal(value.unsigned_abs(), &mut digits);
-    let digits = &digits[start..];
+    let mut buf = [b'0'; 20];
+    let start = write_decimal(value.unsigned_abs(), &mut buf);
+    let digits = &buf[start..];
     let negative = value < 0;
     let fill = zero_padding
         .saturating_sub(digits.len() + usize::from(negative))
         .min(ZERO_PADDING_MAX);
     let mut key = Key::empty(keynum);
+    let end = PREFIX.len() + fill + digits.len();
+    if !negative && fill <= start && end >= buf.len() {
+        // Fast path (every hashed key of 16 or more digits): `buf` holds the digits
+        // behind '0's, so writing all 20 bytes to end at `end` lays down the padding and
+        // the digits with fixed-size stores; the prefix goes on top of anything before.
+        key.bytes[end - buf.len()..end].copy_from_slice(&buf);
+        key.bytes[..PREFIX.len()].copy_from_slice(PREFIX);
+        key.len = end as u8;
+        return key;
+    }
     key.extend(PREFIX);
     key.bytes[key.len as usize..][..fill].fill(b'0');
     key.len += fill as u8;
@@ -327,6 +337,21 @@ mod tests {
             let start = write_decimal(n, &mut buf);
             let expected = n.to_string();
             proptest::prop_assert_eq!(&buf[start..], expected.as_bytes());
+        }
+
+        #[test]
+        fn ycsb_names_match_java_build_key_name(
+            keynum in proptest::num::u64::ANY,
+            padding in 0usize..30,
+            hashed in proptest::bool::ANY,
+        ) {
+            let value = if hashed { fnvhash64(keynum as i64) } else { keynum as i64 };
+            let text = value.to_string();
+            let fill = padding.saturating_sub(text.len()).min(ZERO_PADDING_MAX);
+            let expected = format!("user{}{text}", "0".repeat(fill));
+            let key = build_ycsb(keynum, padding, hashed);
+            proptest::prop_assert_eq!(key.as_str(), expected.as_str());
+            proptest::prop_assert!(key.bytes[usize::from(key.len)..].iter().all(|&b| b == 0));
         }
 
         #[test]

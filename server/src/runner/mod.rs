@@ -328,6 +328,9 @@ fn run_processes(
 
 /// The hidden `podkv run-worker`: one worker process; prints its report as one JSON line.
 pub fn worker_main(control: &std::path::Path, process: usize, spec: &str) -> anyhow::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a signal for this process: a worker must
+    // not outlive its launcher (a killed run would leave it spinning at a barrier).
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let spec: RunSpec = serde_json::from_str(spec).context("bad --spec")?;
     let ctl_file = ControlFile::open(control)?;
     let report = worker::run_process(&spec, ctl_file.control(), process)?;

@@ -14,8 +14,11 @@ use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// One point: (panel, series, workers) → values of each repeat.
-type Points = BTreeMap<String, BTreeMap<String, BTreeMap<u64, (Vec<f64>, Vec<f64>)>>>;
+/// One series: workers → (ops/s, PSS bytes) of each repeat.
+type Series = BTreeMap<u64, (Vec<f64>, Vec<f64>)>;
+
+/// Every point: panel → series name → [`Series`].
+type Points = BTreeMap<String, BTreeMap<String, Series>>;
 
 /// Fonts tried for PNG output, in order.
 const FONT_PATHS: [&str; 3] = [
@@ -146,7 +149,7 @@ fn err<E: std::error::Error + Send + Sync + 'static>(e: DrawingAreaErrorKind<E>)
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     panel: &str,
-    series: &BTreeMap<String, BTreeMap<u64, (Vec<f64>, Vec<f64>)>>,
+    series: &BTreeMap<String, Series>,
     names: &[&String],
     y_label: &str,
     value: impl Fn(&(Vec<f64>, Vec<f64>)) -> f64,
