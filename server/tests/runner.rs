@@ -308,3 +308,33 @@ fn replay_of_a_generated_trace_against_the_embedded_store_from_two_processes() {
     );
     assert!(heap.exists(), "a heap named by --heap is kept");
 }
+
+#[test]
+fn duration_ends_the_timed_phase_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.ndjson");
+    let started = Instant::now();
+    podkv(&[
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "1000",
+        "--ops",
+        "1000000000",
+        "--phase",
+        "run",
+        "--target",
+        "null",
+        "--duration",
+        "0.3",
+        "--json",
+        s(&json),
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let r = &records(&json)[0];
+    let ops = r["ops"].as_u64().unwrap();
+    assert!(ops > 0 && ops < 1_000_000_000, "{r}");
+    let seconds = r["seconds"].as_f64().unwrap();
+    assert!((0.25..5.0).contains(&seconds), "{r}");
+}

@@ -18,6 +18,14 @@
 //! A YCSB run has a load phase and a run phase (`--phase`); a replay has one phase (its
 //! requests are read into memory, per worker, before it). Only the last phase is timed:
 //! `--phase both` loads untimed and times the run; `--phase load` times the load.
+//!
+//! # Cost
+//! The runner's own cost per operation is what a run against `--target null` reports as
+//! `cpu_ns_per_op` (CPU time of the timed loops / ops; `scripts/runner-cost.toml`). On the
+//! project's shared 2-core VM (Xeon 2.5 GHz, load 5-7) it is 114 ns (cxlalloc-d, 8-byte keys)
+//! to 150-180 ns (YCSB a-f and cxlalloc-a, `user…` keys); generation alone is 86-131 ns of it
+//! (`cargo run --release -p podkv-ycsb --example gen_cost`), timing and counting ~30 ns (two
+//! time-stamp-counter reads and one histogram record per op).
 
 pub mod cli;
 pub mod control;
