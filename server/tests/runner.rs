@@ -269,12 +269,9 @@ fn replay_of_a_generated_trace_against_the_store_index_in_local_memory() {
     assert!(r["per_op"]["get"]["hits"].as_u64().unwrap() > 0, "{r}");
 }
 
-/// Ignored: with the store as of kvstore commit d9cb01d this replay never finishes (a
-/// worker spins in `podkv_store::list::find` / `Handle::link_sentinel`; the first 2331
-/// requests of `trace generate --cluster 12 --ops 20000` reproduce it with one thread).
-/// Run it with `cargo test -p podkv --test runner -- --ignored` once the store is fixed.
+/// Both processes open one heap file; each replays its workers' keys. (With the store as
+/// of kvstore commit d9cb01d this hung in `list::find`; fixed by later store commits.)
 #[test]
-#[ignore = "store hangs in list::find on this trace (see the doc comment)"]
 fn replay_of_a_generated_trace_against_the_embedded_store_from_two_processes() {
     let dir = tempfile::tempdir().unwrap();
     let trace = generated_trace(dir.path(), 20_000);
