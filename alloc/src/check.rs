@@ -3,8 +3,8 @@
 //! # Invariants (exact on a quiescent heap; a live heap may show a move half made)
 //! - every slab below `len` is on exactly one list or is detached/disowned, with the state that
 //!   place implies (`slab.rs`); nothing is on two lists and no list has a cycle;
-//! - a sized slab: `free = popcount(bits) <= capacity`, no bit beyond the capacity, no bit
-//!   below the cursor, `remote >= free`, so `free + live + remote_freed == capacity` with
+//! - a sized slab: `free = popcount(bits) <= capacity`, no bit beyond the capacity,
+//!   `remote >= free`, so `free + live + remote_freed == capacity` with
 //!   `live = remote - free`;
 //! - a detached slab: no free bit, `DETACHED` set, `remote >= 1` (= live blocks);
 //! - a disowned slab: no owner, `DETACHED` set, `remote >= 1`;
@@ -135,7 +135,13 @@ impl Walk<'_> {
             let heap = *self.heap.slab_heap(kind);
             let len = self.heap.len(&heap);
             for head in [self.heap.free_head(&heap), self.heap.warm_head(&heap)] {
-                let next_of = |s: u32| if s < len { self.heap.desc(&heap, s).next() } else { 0 };
+                let next_of = |s: u32| {
+                    if s < len {
+                        self.heap.desc(&heap, s).next()
+                    } else {
+                        0
+                    }
+                };
                 for slab in crate::free_list::walk(head, len as usize, next_of) {
                     self.place(&mut places[kind as usize], &heap, slab, Place::Global);
                 }
@@ -259,7 +265,14 @@ impl Walk<'_> {
         let count = remote::count(remote_word);
         let detached = remote_word & DETACHED != 0;
         let bits = desc.count_bits();
-        let free = bits;
+        let free = usize::from(meta.class)
+            .lt(&heap.classes.len)
+            .then(|| {
+                bits.saturating_sub(crate::slab::phantom_bits(
+                    heap.classes.count[usize::from(meta.class)],
+                ))
+            })
+            .unwrap_or(bits);
         let name = heap.kind.name();
         let Some(state) = meta.state else {
             return self.problem(format!(
@@ -273,11 +286,10 @@ impl Walk<'_> {
             (Some(Place::Sized(i, class)), State::Sized) => {
                 expect_owner(i)
                     && usize::from(meta.class) == class
-                    && self.sized_ok(heap, slab, meta, free, bits, count, detached)
+                    && self.sized_ok(heap, slab, meta, free, count, detached)
             }
             (None, State::Detached) => {
                 meta.owner != 0
-                    && bits == 0
                     && free == 0
                     && detached
                     && count >= 1
@@ -306,7 +318,6 @@ impl Walk<'_> {
         slab: u32,
         meta: Meta,
         free: u32,
-        bits: u32,
         count: u32,
         detached: bool,
     ) -> bool {
@@ -316,14 +327,7 @@ impl Walk<'_> {
         let capacity = heap.classes.count[usize::from(meta.class)];
         let desc = self.heap.desc(heap, slab);
         let stray = desc_bits_beyond(desc, capacity);
-        let below_cursor = desc.bits.iter().take(desc.cursor() as usize).any(|w| w.load(Relaxed) != 0);
-        free == bits
-            && free <= capacity
-            && !below_cursor
-            && count >= free
-            && count <= capacity
-            && !detached
-            && !stray
+        free <= capacity && count >= free && count <= capacity && !detached && !stray
     }
 
     fn class_ok(&mut self, heap: &SlabHeap, slab: u32, meta: Meta) -> bool {
@@ -361,6 +365,8 @@ impl Walk<'_> {
     }
 }
 
+/// Whether the bitset breaks the phantom rule: the last word's bits past the capacity all set,
+/// every later word zero.
 fn desc_bits_beyond(desc: &crate::slab::SlabDesc, capacity: u32) -> bool {
     desc.bits.iter().enumerate().any(|(i, w)| {
         let w = w.load(Relaxed);
@@ -368,7 +374,7 @@ fn desc_bits_beyond(desc: &crate::slab::SlabDesc, capacity: u32) -> bool {
         if first >= capacity {
             w != 0
         } else if first + 64 > capacity {
-            w >> (capacity - first) != 0
+            w | ((1u64 << (capacity - first)) - 1) != u64::MAX
         } else {
             false
         }

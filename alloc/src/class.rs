@@ -109,29 +109,27 @@ pub static LARGE: Classes = Classes::build(
 pub static SMALL_SIZE: [u64; 256] = small_column(0);
 /// Per small class: the reciprocal of the block size (see [`Classes::recip`]).
 pub static SMALL_RECIP: [u64; 256] = small_column(1);
-/// Per small class: the bitset word of a full slab that is not all ones, or its last word.
-pub static SMALL_LAST_WORD: [u64; 256] = small_column(2);
-/// Per small class: that last word's value when every block is free.
-pub static SMALL_LAST_MASK: [u64; 256] = small_column(3);
+/// Per small class: blocks per slab (zero past the last class).
+pub static SMALL_COUNT: [u32; 256] = small_counts();
+
+const fn small_counts() -> [u32; 256] {
+    let mut out = [0u32; 256];
+    let mut c = 0;
+    while c < SMALL.len {
+        out[c] = SMALL.count[c];
+        c += 1;
+    }
+    out
+}
 
 const fn small_column(which: u32) -> [u64; 256] {
     let mut out = [0u64; 256];
     let mut c = 0;
     while c < SMALL.len {
-        let count = SMALL.count[c];
-        let last = (count - 1) / 64;
-        out[c] = match which {
-            0 => SMALL.size[c] as u64,
-            1 => SMALL.recip[c],
-            2 => last as u64,
-            _ => {
-                let rest = count - last * 64;
-                if rest == 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << rest) - 1
-                }
-            }
+        out[c] = if which == 0 {
+            SMALL.size[c] as u64
+        } else {
+            SMALL.recip[c]
         };
         c += 1;
     }

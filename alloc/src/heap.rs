@@ -408,7 +408,12 @@ impl Heap {
         let Some(slab) = free_list::pop(self.free_head(heap), next_of) else {
             return Ok(None);
         };
-        if self.shared.file.back(heap.data_of(slab), heap.slab_bytes()).is_err() {
+        if self
+            .shared
+            .file
+            .back(heap.data_of(slab), heap.slab_bytes())
+            .is_err()
+        {
             self.push_cold(heap, slab);
             return Err(AllocError::OutOfMemory);
         }
@@ -420,14 +425,20 @@ impl Heap {
     pub(crate) fn push_free(&self, heap: &SlabHeap, slab: u32) {
         self.desc(heap, slab).set_meta(0, 0, State::Free);
         let limit = Some(heap.count_warm_max);
-        if !free_list::push_bounded(self.warm_head(heap), slab, limit, |s, next| self.link_free(heap, s, next)) {
+        if !free_list::push_bounded(self.warm_head(heap), slab, limit, |s, next| {
+            self.link_free(heap, s, next)
+        }) {
             self.push_cold(heap, slab);
         }
     }
 
     fn push_cold(&self, heap: &SlabHeap, slab: u32) {
-        self.shared.file.release(heap.data_of(slab), heap.slab_bytes());
-        free_list::push(self.free_head(heap), slab, |s, next| self.link_free(heap, s, next));
+        self.shared
+            .file
+            .release(heap.data_of(slab), heap.slab_bytes());
+        free_list::push(self.free_head(heap), slab, |s, next| {
+            self.link_free(heap, s, next)
+        });
     }
 
     /// Links a slab we own into a global list: its descriptor is written back first, since
@@ -436,7 +447,10 @@ impl Heap {
         let desc = self.desc(heap, slab);
         desc.set_links(next, 0);
         let coherence = self.shared.geometry.coherence;
-        coherence.write_back((desc as *const SlabDesc).cast(), std::mem::size_of::<SlabDesc>());
+        coherence.write_back(
+            (desc as *const SlabDesc).cast(),
+            std::mem::size_of::<SlabDesc>(),
+        );
     }
 }
 

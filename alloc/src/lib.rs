@@ -45,6 +45,8 @@ pub mod slab;
 #[cfg(not(podkv_loom))]
 pub mod slot;
 #[cfg(not(podkv_loom))]
+pub mod stress;
+#[cfg(not(podkv_loom))]
 pub mod thread;
 
 #[cfg(not(podkv_loom))]

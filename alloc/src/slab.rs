@@ -10,7 +10,7 @@
 //! | `Disowned` | none | none | folded into the count | `live` (≥ 1), `DETACHED` |
 //!
 //! A sized slab with no free bit is full but not yet noticed: the owner's next allocation finds
-//! nothing from the cursor on and detaches it (so the fast paths keep no count).
+//! no free bit in a whole scan of the bitset and detaches it (so the fast paths keep no count).
 //!
 //! Moves: `free_to_unsized` (pop global), `unsized_to_sized` (pick a class), `sized_to_detached`
 //! (the owner found the slab full), `detached_to_sized` (the owner freed one locally),
@@ -97,7 +97,8 @@ pub struct SlabDesc {
     /// `next + 1` (bits 0..32) and `prev + 1` (bits 32..64) in the list holding the slab.
     /// Written by the owner (or the global-list pusher); `next` read by global-list poppers.
     pub links: AtomicU64,
-    /// The bitset word where the next search starts; every word below it is zero. Owner only.
+    /// The bitset word where the next search starts (a hint: frees do not move it back, and a
+    /// search wraps around before it calls the slab full). Owner only.
     pub cursor: AtomicU64,
     reserved: AtomicU64,
     /// Bit `i` set: block `i` is free for the owner to allocate. Owner only.
@@ -150,7 +151,8 @@ impl SlabDesc {
         self.cursor.store(u64::from(cursor), Relaxed);
     }
 
-    /// Makes every one of `capacity` blocks free (the `unsized_to_sized` half that touches bits).
+    /// Makes every one of `capacity` blocks free (the `unsized_to_sized` half that touches
+    /// bits), with the phantom bits past the capacity set in the last word.
     pub fn fill_bits(&self, capacity: u32) {
         for (i, word) in self.bits.iter().enumerate() {
             word.store(full_word(capacity, i), Relaxed);
@@ -160,7 +162,15 @@ impl SlabDesc {
 
     /// Whether every one of `capacity` blocks is free.
     pub fn is_empty_of(&self, capacity: u32) -> bool {
-        self.bits.iter().enumerate().all(|(i, w)| w.load(Relaxed) == full_word(capacity, i))
+        self.bits
+            .iter()
+            .enumerate()
+            .all(|(i, w)| w.load(Relaxed) == full_word(capacity, i))
+    }
+
+    /// Free blocks of a slab of `capacity` blocks: set bits, less the phantom ones.
+    pub fn count_free(&self, capacity: u32) -> u32 {
+        self.count_bits() - phantom_bits(capacity)
     }
 
     /// Set bits in the bitset (the checker's recount of `free`).
@@ -168,31 +178,37 @@ impl SlabDesc {
         self.bits.iter().map(|w| w.load(Relaxed).count_ones()).sum()
     }
 
-    /// Takes the first free block at or after the cursor word (none before it), moving the
-    /// cursor; `None` when the slab is full.
+    /// Takes the first free block from the cursor word on, wrapping around, and moves the
+    /// cursor there; `None` when none of the `capacity` blocks is free.
     #[cold]
-    pub fn take_scanning(&self) -> Option<u32> {
-        for i in self.cursor() as usize..COUNT_BITSET_WORDS {
+    pub fn take_scanning(&self, capacity: u32) -> Option<u32> {
+        let start = self.cursor() as usize % COUNT_BITSET_WORDS;
+        for i in (start..COUNT_BITSET_WORDS).chain(0..start) {
             let w = self.bits[i].load(Relaxed);
-            if w != 0 {
+            let block = i as u32 * 64 + w.trailing_zeros();
+            // The lowest set bit is phantom: only phantom bits are left in this word.
+            if w != 0 && block < capacity {
                 self.bits[i].store(w & (w - 1), Relaxed);
                 self.set_cursor(i as u32);
-                return Some(i as u32 * 64 + w.trailing_zeros());
+                return Some(block);
             }
         }
-        self.set_cursor(COUNT_BITSET_WORDS as u32);
         None
     }
 }
 
-/// Word `i` of the bitset of a slab whose `capacity` blocks are all free.
+/// Phantom bits of a slab of `capacity` blocks: the last bitset word's bits past the capacity,
+/// always set and never allocated, so "this word is all free" is a test against `u64::MAX`.
+pub const fn phantom_bits(capacity: u32) -> u32 {
+    (64 - capacity % 64) % 64
+}
+
+/// Word `i` of the bitset of a slab whose `capacity` blocks are all free: all ones up to the
+/// last word (phantom bits included), zero after it.
 #[inline]
 pub const fn full_word(capacity: u32, i: usize) -> u64 {
-    let first = i as u32 * 64;
-    if capacity >= first + 64 {
+    if (i as u32) < capacity.div_ceil(64) {
         u64::MAX
-    } else if capacity > first {
-        (1u64 << (capacity - first)) - 1
     } else {
         0
     }
@@ -230,25 +246,29 @@ mod tests {
     }
 
     #[test]
-    fn fill_then_take_every_block_once() {
+    fn fill_then_take_every_block_once_and_never_a_phantom() {
         let d = desc();
         d.fill_bits(100);
-        assert_eq!(d.count_bits(), 100);
+        assert_eq!(d.count_free(100), 100);
         assert!(d.is_empty_of(100));
         let mut seen = std::collections::HashSet::new();
-        while let Some(block) = d.take_scanning() {
+        while let Some(block) = d.take_scanning(100) {
             assert!(block < 100 && seen.insert(block));
         }
         assert_eq!(seen.len(), 100);
-        assert_eq!(d.count_bits(), 0);
+        assert_eq!(d.count_free(100), 0);
+        assert_eq!(d.count_bits(), phantom_bits(100), "phantom bits stay set");
         assert!(!d.is_empty_of(100));
     }
 
     #[test]
-    fn full_words_cover_exactly_the_capacity() {
+    fn full_words_cover_the_capacity_plus_its_phantoms() {
         for capacity in [1u32, 63, 64, 65, 512, 4096] {
-            let bits: u32 = (0..COUNT_BITSET_WORDS).map(|i| full_word(capacity, i).count_ones()).sum();
-            assert_eq!(bits, capacity);
+            let bits: u32 = (0..COUNT_BITSET_WORDS)
+                .map(|i| full_word(capacity, i).count_ones())
+                .sum();
+            assert_eq!(bits - phantom_bits(capacity), capacity);
+            assert_eq!(bits % 64, 0);
         }
     }
 }

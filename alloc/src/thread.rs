@@ -13,7 +13,7 @@
 //! transition it makes (`slab.rs`).
 
 use crate::class::{
-    SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_LAST_MASK, SMALL_LAST_WORD, SMALL_RECIP,
+    SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_COUNT, SMALL_RECIP,
     SMALL_SIZE,
 };
 use crate::error::{AllocError, HeapError};
@@ -22,7 +22,7 @@ use crate::offset::Offset;
 use crate::remote::{self, Disown, RemoteFree};
 use crate::slab::{Meta, SlabDesc, State, SIZE_DESC};
 use crate::slot::{LocalLists, Slot};
-use podkv_hw::sync::Ordering::Relaxed;
+use podkv_hw::sync::{AtomicU64, Ordering::Relaxed};
 use std::alloc::Layout;
 use std::marker::PhantomData;
 
@@ -39,6 +39,7 @@ pub struct ThreadHandle {
     small_desc_at: u64,
     small_data_at: u64,
     small_data_len: u64,
+    small_remote_at: u64,
     /// `meta` of a sized slab this slot owns, class bits masked out.
     meta_sized: u64,
     _not_send: PhantomData<*mut ()>,
@@ -70,6 +71,7 @@ impl ThreadHandle {
                     small_desc_at: small.desc_at,
                     small_data_at: small.data_at,
                     small_data_len: small.max << small.shift,
+                    small_remote_at: small.remote_at,
                     meta_sized: Meta::pack(i as u32 + 1, 0, State::Sized),
                     heap,
                     _not_send: PhantomData,
@@ -126,23 +128,37 @@ impl ThreadHandle {
             let head = self.lists(Kind::Small).sized[usize::from(class)].load(Relaxed) as u32;
             if head != 0 {
                 let desc = self.small_desc(head - 1);
-                let cursor = desc.cursor() as usize;
-                let mut i = cursor;
-                while i < desc.bits.len() {
-                    let bits = desc.bits[i].load(Relaxed);
-                    if bits != 0 {
-                        desc.bits[i].store(bits & (bits - 1), Relaxed);
-                        if i != cursor {
-                            desc.set_cursor(i as u32);
-                        }
-                        let block = i as u64 * 64 + u64::from(bits.trailing_zeros());
+                let i = desc.cursor() as usize;
+                if let Some(word) = desc.bits.get(i) {
+                    let bits = word.load(Relaxed);
+                    let block = i as u64 * 64 + u64::from(bits.trailing_zeros());
+                    // A block past the capacity is a phantom bit: only phantoms are left here.
+                    if bits != 0 && block < u64::from(SMALL_COUNT[usize::from(class)]) {
+                        word.store(bits & (bits - 1), Relaxed);
                         let slab = u64::from(head - 1) << SHIFT_SMALL_SLAB;
                         let at = slab + block * SMALL_SIZE[usize::from(class)];
                         return Ok(Offset(self.small_data_at + at));
                     }
-                    i += 1;
                 }
+                return self.allocate_small_scan(layout, head - 1, class);
             }
+        }
+        self.allocate_generic(layout)
+    }
+
+    /// The cursor word of the head slab is used up: scan on from it, else the slow path.
+    #[inline(never)]
+    fn allocate_small_scan(
+        &self,
+        layout: Layout,
+        slab: u32,
+        class: u8,
+    ) -> Result<Offset, AllocError> {
+        let capacity = SMALL_COUNT[usize::from(class)];
+        if let Some(block) = self.small_desc(slab).take_scanning(capacity) {
+            let at = (u64::from(slab) << SHIFT_SMALL_SLAB)
+                + u64::from(block) * SMALL_SIZE[usize::from(class)];
+            return Ok(Offset(self.small_data_at + at));
         }
         self.allocate_generic(layout)
     }
@@ -170,18 +186,50 @@ impl ThreadHandle {
                 let bit = 1u64 << (block % 64);
                 if bits & bit == 0 && block * SMALL_SIZE[class] == in_slab {
                     word.store(bits | bit, Relaxed);
-                    if (i as u32) < desc.cursor() {
-                        desc.set_cursor(i as u32);
-                    }
-                    let full = if i as u64 == SMALL_LAST_WORD[class] { SMALL_LAST_MASK[class] } else { u64::MAX };
-                    if bits | bit == full {
+                    // All ones: every block of this word is free (phantom bits included).
+                    if bits | bit == u64::MAX {
                         self.free_maybe_empty(Kind::Small, class, slab);
                     }
                     return;
                 }
             }
+            if meta as u32 != self.me && meta != 0 {
+                return self.free_remote_small(offset, slab, meta, rel);
+            }
         }
         self.free_generic(offset);
+    }
+
+    /// The remote path for a small block: validate, then one atomic decrement.
+    #[inline(never)]
+    fn free_remote_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
+        let meta = Meta::unpack(meta);
+        let class = usize::from(meta.class);
+        let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
+        let live = matches!(
+            meta.state,
+            Some(State::Sized | State::Detached | State::Disowned)
+        );
+        let block = (in_slab * SMALL_RECIP[class]) >> 32;
+        let exact = block * SMALL_SIZE[class] == in_slab && block < u64::from(SMALL_COUNT[class]);
+        if !live || !exact {
+            return self.free_generic(offset);
+        }
+        // SAFETY: `slab` lies below the heap's maximum, so its remote word is inside the HWcc
+        // region; it is backed because the slab has a live block (it was grown into).
+        let word = unsafe {
+            &*(self
+                .base
+                .add((self.small_remote_at + 8 * u64::from(slab)) as usize)
+                as *const AtomicU64)
+        };
+        if remote::free_remote(word) == RemoteFree::TookSlab {
+            let heap = *self.heap.slab_heap(Kind::Small);
+            self.heap
+                .desc(&heap, slab)
+                .set_meta(self.me, 0, State::Unsized);
+            self.keep_or_release(&heap, slab);
+        }
     }
 
     /// A word of the slab filled up: if every block is free, the slab is empty.
@@ -189,7 +237,11 @@ impl ThreadHandle {
     #[inline(never)]
     fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32) {
         let heap = *self.heap.slab_heap(kind);
-        if self.heap.desc(&heap, slab).is_empty_of(heap.classes.count[class]) {
+        if self
+            .heap
+            .desc(&heap, slab)
+            .is_empty_of(heap.classes.count[class])
+        {
             self.sized_to_unsized(&heap, class, slab);
         }
     }
@@ -216,7 +268,8 @@ impl ThreadHandle {
             let head = self.lists(heap.kind).sized[class].load(Relaxed) as u32;
             if head != 0 {
                 let slab = head - 1;
-                if let Some(block) = self.heap.desc(&heap, slab).take_scanning() {
+                let capacity = heap.classes.count[class];
+                if let Some(block) = self.heap.desc(&heap, slab).take_scanning(capacity) {
                     let at = u64::from(block) * u64::from(heap.classes.size[class]);
                     return Ok(Offset(heap.data_of(slab) + at));
                 }
@@ -280,7 +333,6 @@ impl ThreadHandle {
             heap.kind.name()
         );
         word.store(bits | bit, Relaxed);
-        desc.set_cursor(desc.cursor().min(block / 64));
         if detached {
             self.detached_to_sized(heap, class, slab);
         }
@@ -486,7 +538,7 @@ impl ThreadHandle {
     /// remote free takes it. With no live block left it goes straight to the global list.
     fn sized_to_disowned(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let desc = self.heap.desc(heap, slab);
-        let free = desc.count_bits();
+        let free = desc.count_free(heap.classes.count[class]);
         desc.set_meta(0, class as u8, State::Disowned);
         self.write_back(desc);
         if remote::disown(self.heap.remote(heap, slab), free) == Disown::Empty {

@@ -149,7 +149,10 @@ fn released_slabs_give_their_pages_back() {
         .iter()
         .map(|&k| u64::from(heap.slab_heap(k).count_warm_max) * heap.slab_heap(k).slab_bytes())
         .sum();
-    assert!(after <= baseline + warm + (1 << 20), "baseline {baseline}, warm {warm}, after {after}");
+    assert!(
+        after <= baseline + warm + (1 << 20),
+        "baseline {baseline}, warm {warm}, after {after}"
+    );
 }
 
 #[test]
@@ -429,4 +432,69 @@ fn collections_live_in_the_heap() {
     let report = heap.check();
     assert!(report.is_valid(), "{:#?}", report.problems);
     assert_eq!(report.live_blocks(), 0);
+}
+
+/// The file system refuses to back more (here: a file-size limit, as a full `/dev/shm` would):
+/// the allocation is an `OutOfMemory` value, never a `SIGBUS`, and the heap stays usable.
+/// Runs in a child process so the limit does not touch the test harness.
+#[test]
+fn a_full_file_system_is_out_of_memory_not_sigbus() {
+    const ROLE: &str = "PODKV_FSIZE_CHILD";
+    if let Ok(path) = std::env::var(ROLE) {
+        // SAFETY: ignoring SIGXFSZ makes an over-limit write fail with EFBIG instead of killing.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        let heap = Heap::open(&path, &small_config()).unwrap();
+        let limit = heap.layout().large_data + 10 * (512 << 10);
+        let rlimit = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit,
+        };
+        // SAFETY: a valid rlimit for this process only.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) }, 0);
+        let t = heap.thread().unwrap();
+        let mut blocks = Vec::new();
+        let err = loop {
+            match t.allocate(layout(300_000)) {
+                Ok(off) => {
+                    // SAFETY: a fresh 300 000-byte block: touching it must not fault.
+                    unsafe { std::ptr::write_bytes(t.resolve(off), 0xAB, 300_000) };
+                    blocks.push(off);
+                }
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, AllocError::OutOfMemory);
+        assert!(
+            (1..=10).contains(&blocks.len()),
+            "{} blocks fit",
+            blocks.len()
+        );
+        for off in blocks {
+            t.free(off);
+        }
+        let again = t
+            .allocate(layout(300_000))
+            .expect("usable after the file system refused");
+        t.free(again);
+        drop(t);
+        assert!(heap.check().is_valid());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_full_file_system_is_out_of_memory_not_sigbus",
+            "--nocapture",
+        ])
+        .env(ROLE, &path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -69,7 +69,9 @@ impl std::str::FromStr for Coherence {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "hardware" => Ok(Coherence::Hardware),
-            other => Err(format!("unknown coherence mode `{other}` (known: hardware)")),
+            other => Err(format!(
+                "unknown coherence mode `{other}` (known: hardware)"
+            )),
         }
     }
 }
@@ -87,7 +89,10 @@ mod tests {
 
     #[test]
     fn bits_round_trip_and_unknown_bits_are_refused() {
-        assert_eq!(Coherence::from_bits(Coherence::Hardware.to_bits()), Some(Coherence::Hardware));
+        assert_eq!(
+            Coherence::from_bits(Coherence::Hardware.to_bits()),
+            Some(Coherence::Hardware)
+        );
         assert_eq!(Coherence::from_bits(3), None);
         assert_eq!("hardware".parse::<Coherence>(), Ok(Coherence::Hardware));
         assert!("bogus".parse::<Coherence>().is_err());

@@ -15,7 +15,9 @@
 //! | `clflush` | CPUID.1:EDX[19] | every x86-64 CPU has it; serialising and slow |
 //! | none | not x86-64 | a compiler fence only; such builds support hardware coherence alone |
 
-use crate::sync::{AtomicU64, AtomicU8, Ordering};
+// Process-global detection state and counters, not shared protocol state: plain std atomics
+// even under loom.
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Bytes in one cache line on every CPU podkv targets.
 pub const SIZE_CACHE_LINE: usize = 64;
@@ -121,7 +123,10 @@ pub fn write_back(ptr: *const u8, len: usize) {
         flush_line(kind, line as *const u8);
         line += SIZE_CACHE_LINE;
     }
-    LINES_WRITTEN_BACK.fetch_add(((end - first).div_ceil(SIZE_CACHE_LINE)) as u64, Ordering::Relaxed);
+    LINES_WRITTEN_BACK.fetch_add(
+        ((end - first).div_ceil(SIZE_CACHE_LINE)) as u64,
+        Ordering::Relaxed,
+    );
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -130,11 +135,15 @@ fn flush_line(kind: Flush, line: *const u8) {
     // only move the line between cache and memory and never change its bytes.
     unsafe {
         match kind {
-            Flush::Clwb => std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags)),
+            Flush::Clwb => {
+                std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
+            }
             Flush::ClflushOpt => {
                 std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
             }
-            Flush::Clflush => std::arch::asm!("clflush [{0}]", in(reg) line, options(nostack, preserves_flags)),
+            Flush::Clflush => {
+                std::arch::asm!("clflush [{0}]", in(reg) line, options(nostack, preserves_flags))
+            }
             Flush::None => {}
         }
     }
@@ -183,6 +192,9 @@ mod tests {
         write_back(unsafe { aligned.add(SIZE_CACHE_LINE - 1) }, 2);
         fence();
         assert!(lines_written_back() - before >= 2);
-        assert!(buf.iter().all(|&b| b == 7), "write-back never changes bytes");
+        assert!(
+            buf.iter().all(|&b| b == 7),
+            "write-back never changes bytes"
+        );
     }
 }

@@ -23,6 +23,39 @@ pub enum HeapCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Torture a heap from several processes: random sizes in both slab heaps, most blocks
+    /// handed to other processes through a stack in the heap and freed there; then check it.
+    Stress {
+        /// Heap file (created if missing).
+        path: PathBuf,
+        /// Separate processes.
+        #[arg(long, default_value_t = 4)]
+        processes: u64,
+        /// Threads per process.
+        #[arg(long, default_value_t = 2)]
+        threads: u64,
+        /// Steps per thread.
+        #[arg(long, default_value_t = 50_000)]
+        ops: u64,
+        /// Seed of the first thread (each thread derives its own).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// One process of `podkv heap stress` (started by it).
+    #[command(hide = true)]
+    StressWorker {
+        /// Heap file.
+        path: PathBuf,
+        /// Threads.
+        #[arg(long)]
+        threads: u64,
+        /// Steps per thread.
+        #[arg(long)]
+        ops: u64,
+        /// Seed of this process's first thread.
+        #[arg(long)]
+        seed: u64,
+    },
     /// Verify every metadata invariant; exits non-zero naming each violation.
     Check {
         /// Heap file.
@@ -100,7 +133,71 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
             Ok(())
         }
         HeapCommand::Check { path, expect_empty } => check(path, *expect_empty),
+        HeapCommand::Stress {
+            path,
+            processes,
+            threads,
+            ops,
+            seed,
+        } => stress(path, *processes, *threads, *ops, *seed),
+        HeapCommand::StressWorker {
+            path,
+            threads,
+            ops,
+            seed,
+        } => stress_worker(path, *threads, *ops, *seed),
     }
+}
+
+fn stress(path: &PathBuf, processes: u64, threads: u64, ops: u64, seed: u64) -> anyhow::Result<()> {
+    let heap = Heap::open(path, &Config::default())?;
+    let exe = std::env::current_exe()?;
+    let start = std::time::Instant::now();
+    let children = (0..processes)
+        .map(|p| {
+            std::process::Command::new(&exe)
+                .args(["heap", "stress-worker"])
+                .arg(path)
+                .args(["--threads", &threads.to_string(), "--ops", &ops.to_string()])
+                .args(["--seed", &(seed + p * threads).to_string()])
+                .spawn()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for mut child in children {
+        let status = child.wait()?;
+        anyhow::ensure!(status.success(), "a stress process failed: {status}");
+    }
+    let (left, corrupt) = podkv_alloc::stress::drain(&heap);
+    anyhow::ensure!(corrupt == 0, "{corrupt} handed-over blocks were corrupt");
+    println!(
+        "stress: {processes} processes × {threads} threads × {ops} steps in {:.1} s; {left} blocks drained from the stack",
+        start.elapsed().as_secs_f64()
+    );
+    drop(heap);
+    check(path, true)
+}
+
+fn stress_worker(path: &PathBuf, threads: u64, ops: u64, seed: u64) -> anyhow::Result<()> {
+    let heap = open_existing(path)?;
+    let reports: Vec<_> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let heap = &heap;
+                s.spawn(move || podkv_alloc::stress::worker(heap, seed + t, ops))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("stress thread"))
+            .collect()
+    });
+    let corrupt: u64 = reports.iter().map(|r| r.corrupt).sum();
+    anyhow::ensure!(
+        corrupt == 0,
+        "pid {}: {corrupt} corrupt blocks",
+        std::process::id()
+    );
+    Ok(())
 }
 
 fn open_existing(path: &PathBuf) -> anyhow::Result<Heap> {

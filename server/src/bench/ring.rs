@@ -1,4 +1,6 @@
 //! A single-producer single-consumer ring of block names, the hand-over queue of xmalloc.
+//! Values move in batches: one index store publishes many, so the ring's own cache-line traffic
+//! does not drown the allocator's.
 //!
 //! It lives in whatever memory its owner gives it: the pod heap when producer and consumer are
 //! separate processes, an ordinary allocation when they are threads.
@@ -28,28 +30,29 @@ impl Ring {
     /// Bytes a ring needs.
     pub const SIZE: usize = std::mem::size_of::<Ring>();
 
-    /// Adds `value`; false when full.
+    /// Adds as many of `values` as fit, publishing them with one store; returns how many.
     #[inline]
-    pub fn push(&self, value: u64) -> bool {
+    pub fn push_many(&self, values: &[u64]) -> usize {
         let tail = self.tail.load(Ordering::Relaxed);
-        if tail - self.head.load(Ordering::Acquire) == COUNT_RING_SLOTS as u64 {
-            return false;
+        let room = COUNT_RING_SLOTS as u64 - (tail - self.head.load(Ordering::Acquire));
+        let n = values.len().min(room as usize);
+        for (i, &value) in values[..n].iter().enumerate() {
+            self.slots[(tail as usize + i) % COUNT_RING_SLOTS].store(value, Ordering::Relaxed);
         }
-        self.slots[tail as usize % COUNT_RING_SLOTS].store(value, Ordering::Relaxed);
-        self.tail.store(tail + 1, Ordering::Release);
-        true
+        self.tail.store(tail + n as u64, Ordering::Release);
+        n
     }
 
-    /// Takes the oldest value, if any.
+    /// Takes every value published so far, oldest first, giving each to `f`; returns how many.
     #[inline]
-    pub fn pop(&self) -> Option<u64> {
+    pub fn pop_all(&self, mut f: impl FnMut(u64)) -> u64 {
         let head = self.head.load(Ordering::Relaxed);
-        if head == self.tail.load(Ordering::Acquire) {
-            return None;
+        let tail = self.tail.load(Ordering::Acquire);
+        for i in head..tail {
+            f(self.slots[i as usize % COUNT_RING_SLOTS].load(Ordering::Relaxed));
         }
-        let value = self.slots[head as usize % COUNT_RING_SLOTS].load(Ordering::Relaxed);
-        self.head.store(head + 1, Ordering::Release);
-        Some(value)
+        self.head.store(tail, Ordering::Release);
+        tail - head
     }
 }
 
@@ -61,14 +64,21 @@ mod tests {
     fn fifo_until_full_then_refuses() {
         // SAFETY: a ring is plain atomics; all-zero is an empty ring.
         let ring: Box<Ring> = unsafe { Box::new(std::mem::zeroed()) };
-        assert_eq!(ring.pop(), None);
-        for i in 0..COUNT_RING_SLOTS as u64 {
-            assert!(ring.push(i));
-        }
-        assert!(!ring.push(99));
-        for i in 0..COUNT_RING_SLOTS as u64 {
-            assert_eq!(ring.pop(), Some(i));
-        }
-        assert_eq!(ring.pop(), None);
+        let mut seen = Vec::new();
+        assert_eq!(ring.pop_all(|v| seen.push(v)), 0);
+        let values: Vec<u64> = (0..COUNT_RING_SLOTS as u64 + 10).collect();
+        assert_eq!(ring.push_many(&values[..100]), 100);
+        assert_eq!(
+            ring.push_many(&values[100..]),
+            COUNT_RING_SLOTS - 100,
+            "only what fits"
+        );
+        assert_eq!(ring.push_many(&[1]), 0);
+        assert_eq!(ring.pop_all(|v| seen.push(v)), COUNT_RING_SLOTS as u64);
+        assert_eq!(seen, values[..COUNT_RING_SLOTS]);
+        assert_eq!(ring.push_many(&[7, 8]), 2, "wraps around");
+        seen.clear();
+        ring.pop_all(|v| seen.push(v));
+        assert_eq!(seen, [7, 8]);
     }
 }

@@ -27,7 +27,8 @@ pub fn threadtest<A: BenchAlloc>(a: &A, layout: Layout, rounds: u64, batch: usiz
     rounds * batch as u64
 }
 
-/// Runs xmalloc for `ops` blocks produced into `out` and `ops` consumed from `input`.
+/// Runs xmalloc for `ops` blocks produced into `out` (in batches of `batch`) and `ops`
+/// consumed from `input`.
 pub fn xmalloc<A: BenchAlloc>(
     a: &A,
     layout: Layout,
@@ -37,31 +38,21 @@ pub fn xmalloc<A: BenchAlloc>(
     input: &Ring,
 ) -> u64 {
     let (mut produced, mut consumed) = (0u64, 0u64);
-    while produced < ops || consumed < ops {
-        let end = (produced + batch).min(ops);
-        while produced < end {
+    let mut pending: Vec<u64> = Vec::with_capacity(batch as usize);
+    while produced < ops || consumed < ops || !pending.is_empty() {
+        while produced < ops && pending.len() < batch as usize {
             let block = a.alloc(layout);
             // SAFETY: the block is at least one byte and ours until handed over.
             unsafe { a.addr(block).write_volatile(1) };
-            while !out.push(block) {
-                consumed += drain(a, layout, input);
-                std::hint::spin_loop();
-            }
+            pending.push(block);
             produced += 1;
         }
-        consumed += drain(a, layout, input);
-        if produced == ops && consumed < ops {
+        let sent = out.push_many(&pending);
+        pending.drain(..sent);
+        consumed += input.pop_all(|block| a.free(block, layout));
+        if sent == 0 && produced == ops {
             std::hint::spin_loop();
         }
     }
     produced
-}
-
-fn drain<A: BenchAlloc>(a: &A, layout: Layout, input: &Ring) -> u64 {
-    let mut n = 0;
-    while let Some(block) = input.pop() {
-        a.free(block, layout);
-        n += 1;
-    }
-    n
 }
