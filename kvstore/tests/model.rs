@@ -149,6 +149,20 @@ fn written(h: &StoreHandle, m: &mut Model, k: usize, item: Item) {
     m.items.insert(k, item);
 }
 
+/// An item written in the very second a delayed flush came due is invisible at once, so its
+/// CAS token could not be read; a later delayed `flush_all` moves the deadline and revives it
+/// (memcached overwrites `oldest_live` the same way). Learn the token now that it shows.
+fn learn_revived_tokens(h: &StoreHandle, m: &mut Model) {
+    let unknown: Vec<usize> = m.items.iter().filter(|(_, it)| it.cas == 0).map(|(&k, _)| k).collect();
+    for k in unknown {
+        if m.live(k).is_some() {
+            let token = h.get(&key(k)).unwrap().map(|g| g.cas());
+            let token = token.expect("a revived item is visible in the store too");
+            m.items.get_mut(&k).unwrap().cas = token;
+        }
+    }
+}
+
 fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::AtomicU64) {
     let now = m.now;
     match op.clone() {
@@ -318,6 +332,7 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
                 m.oldest_live = m.now - 1;
             } else {
                 m.oldest_live = m.expiry(delay) - 1;
+                learn_revived_tokens(h, m);
             }
         }
         Op::Advance(s) => {
