@@ -265,14 +265,12 @@ impl Walk<'_> {
         let count = remote::count(remote_word);
         let detached = remote_word & DETACHED != 0;
         let bits = desc.count_bits();
-        let free = usize::from(meta.class)
-            .lt(&heap.classes.len)
-            .then(|| {
-                bits.saturating_sub(crate::slab::phantom_bits(
-                    heap.classes.count[usize::from(meta.class)],
-                ))
-            })
-            .unwrap_or(bits);
+        let class = usize::from(meta.class);
+        let free = if class < heap.classes.len {
+            bits.saturating_sub(crate::slab::phantom_bits(heap.classes.count[class]))
+        } else {
+            bits
+        };
         let name = heap.kind.name();
         let Some(state) = meta.state else {
             return self.problem(format!(

@@ -85,6 +85,7 @@ impl HeapFile {
     }
 
     /// The file's length in bytes (a device's size for DAX).
+    #[allow(clippy::len_without_is_empty)] // a heap file is never empty once open
     pub fn len(&self) -> Result<u64, HeapError> {
         if self.is_device {
             // SAFETY: `fd` is open; SEEK_END on a device reports its size.
@@ -256,6 +257,7 @@ impl Mapping {
     }
 
     /// The reservation's length.
+    #[allow(clippy::len_without_is_empty)] // a reservation is never empty
     pub fn len(&self) -> usize {
         self.len
     }

@@ -49,7 +49,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -58,7 +58,7 @@ impl Rng {
 
     /// A value below `n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }
 
@@ -109,7 +109,9 @@ fn pattern(seed: u64, len: usize) -> &'static [u8] {
     static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     let bytes = BYTES.get_or_init(|| {
         let mut rng = Rng::new(0x5EED);
-        (0..512 * 1024 + 4096).map(|_| rng.next() as u8).collect()
+        (0..512 * 1024 + 4096)
+            .map(|_| rng.next_u64() as u8)
+            .collect()
     });
     let start = (seed % 4096) as usize;
     &bytes[start..start + len]
@@ -162,7 +164,7 @@ pub fn worker(heap: &Heap, seed: u64, ops: u64) -> StressReport {
                     continue;
                 };
                 report.allocated += 1;
-                fill(&t, off, size, rng.next());
+                fill(&t, off, size, rng.next_u64());
                 if rng.below(10) < 8 {
                     push(&t, off);
                     report.handed += 1;

@@ -153,7 +153,12 @@ fn written(h: &StoreHandle, m: &mut Model, k: usize, item: Item) {
 /// CAS token could not be read; a later delayed `flush_all` moves the deadline and revives it
 /// (memcached overwrites `oldest_live` the same way). Learn the token now that it shows.
 fn learn_revived_tokens(h: &StoreHandle, m: &mut Model) {
-    let unknown: Vec<usize> = m.items.iter().filter(|(_, it)| it.cas == 0).map(|(&k, _)| k).collect();
+    let unknown: Vec<usize> = m
+        .items
+        .iter()
+        .filter(|(_, it)| it.cas == 0)
+        .map(|(&k, _)| k)
+        .collect();
     for k in unknown {
         if m.live(k).is_some() {
             let token = h.get(&key(k)).unwrap().map(|g| g.cas());

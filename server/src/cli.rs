@@ -2,8 +2,8 @@
 
 use crate::bench::{self, BenchArgs};
 use crate::heap_cmd::{self, HeapCommand};
-use crate::store_cmd::{self, StoreCommand};
 use crate::runner::{self, cli as run_cli};
+use crate::store_cmd::{self, StoreCommand};
 use std::path::PathBuf;
 
 /// podkv: a key-value store for a CXL pod — several hosts (or processes) sharing one memory.
