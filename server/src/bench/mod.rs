@@ -435,10 +435,16 @@ fn run_process<A: BenchAlloc, F: Fn() -> A + Sync>(
     let done_here = AtomicU64::new(0);
     let measured = AtomicU64::new(0);
     let faults_before = metrics::minor_faults();
+    let cpus = crate::runner::worker::allowed_cpus();
     std::thread::scope(|s| {
         for t in 0..threads {
-            let (done_here, measured) = (&done_here, &measured);
+            let (done_here, measured, cpus) = (&done_here, &measured, &cpus);
             s.spawn(move || {
+                // Each worker on its own CPU (round robin), as the runner does, so runs of
+                // different allocators see the same placement.
+                if !cpus.is_empty() {
+                    crate::runner::worker::pin_to(cpus[(process * threads + t) % cpus.len()]);
+                }
                 let a = make();
                 run_worker(&a, ctl, rings, process * threads + t);
                 done_here.fetch_add(1, Ordering::AcqRel);

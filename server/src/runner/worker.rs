@@ -223,7 +223,7 @@ fn run_source<S: Source, X: Session>(
 }
 
 /// The CPUs this process may run on.
-fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: `cpu_set_t` is plain data; sched_getaffinity fills it or fails.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: valid out pointer of the size passed.
@@ -238,7 +238,7 @@ fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `cpu` (best effort: a refusal leaves it unpinned).
-fn pin_to(cpu: usize) {
+pub(crate) fn pin_to(cpu: usize) {
     // SAFETY: `cpu_set_t` is plain data.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `cpu` comes from `allowed_cpus`, so it is below CPU_SETSIZE.
