@@ -9,7 +9,14 @@ use std::process::Command;
 
 const ENV_ROLE: &str = "PODKV_STRESS_CHILD";
 const COUNT_PROCESSES: u64 = 4;
-const COUNT_OPS: u64 = 20_000;
+/// Steps per thread: 20 000 by default, 400 000 under `scripts/test --soak` (PODKV_SOAK=1).
+fn count_ops() -> u64 {
+    if std::env::var_os("PODKV_SOAK").is_some() {
+        400_000
+    } else {
+        20_000
+    }
+}
 
 fn config() -> Config {
     Config {
@@ -32,7 +39,7 @@ fn stress_child() {
     let threads: Vec<_> = (0..2)
         .map(|t| {
             let heap = heap.clone();
-            std::thread::spawn(move || stress::worker(&heap, index * 10 + t, COUNT_OPS))
+            std::thread::spawn(move || stress::worker(&heap, index * 10 + t, count_ops()))
         })
         .collect();
     for thread in threads {
