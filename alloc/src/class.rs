@@ -68,12 +68,6 @@ impl Classes {
         out
     }
 
-    /// The block size of `class`.
-    #[inline]
-    pub const fn size_of(&self, class: usize) -> u32 {
-        self.size[class]
-    }
-
     /// The smallest class serving `size` bytes at alignment `align`, if this heap serves it.
     pub fn class_for(&self, size: usize, align: usize) -> Option<usize> {
         let first = self.size[..self.len].partition_point(|&s| (s as usize) < size);

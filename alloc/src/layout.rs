@@ -175,13 +175,6 @@ pub struct Layout {
     pub total: u64,
 }
 
-impl Layout {
-    /// End of the fixed-size part every heap backs at open (header, globals, slots).
-    pub fn fixed_end(&self) -> u64 {
-        self.small_desc
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

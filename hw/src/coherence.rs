@@ -4,8 +4,6 @@
 //! in a small HWcc region, and memory with no inter-host coherence at all. A heap records its
 //! mode at creation; the allocator asks the mode whether an ownership move must write back.
 
-use crate::persist;
-
 /// How the pod keeps caches coherent across hosts.
 ///
 /// A closed enum: later modes (limited HWcc, memory-side CAS) are added as variants, and every
@@ -74,13 +72,6 @@ impl std::str::FromStr for Coherence {
             )),
         }
     }
-}
-
-/// Writes back and fences a range regardless of mode: for callers that must publish bytes to
-/// a device (for example before handing memory to another host by hand).
-pub fn write_back_always(ptr: *const u8, len: usize) {
-    persist::write_back(ptr, len);
-    persist::fence();
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! ordinary memory when they are threads.
 //!
 //! # Fields
-//! Parameters are written by the launcher before any worker starts; `ready`, `finished` are
+//! Parameters are written by the launcher before any worker starts; `ready` is
 //! incremented by workers; `go` is set once by the launcher; each worker writes only its own
 //! `elapsed_ns` entry and each process only its own `pss`/`faults` entry.
 
@@ -31,8 +31,6 @@ pub struct Control {
     pub ready: AtomicU64,
     /// Set once to start every worker.
     pub go: AtomicU64,
-    /// Workers done.
-    pub finished: AtomicU64,
     /// Offset (or address) of worker `i`'s output ring.
     pub rings: [AtomicU64; COUNT_WORKERS_MAX],
     /// Each worker's timed nanoseconds.

@@ -487,7 +487,6 @@ fn run_worker<A: BenchAlloc>(a: &A, ctl: &Control, rings: &[&Ring], w: usize) {
         );
     }
     ctl.elapsed_ns[w].store(start.elapsed().as_nanos() as u64, Ordering::Release);
-    ctl.finished.fetch_add(1, Ordering::AcqRel);
 }
 
 fn append_json(path: &Path, record: &Record) -> anyhow::Result<()> {
