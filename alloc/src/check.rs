@@ -13,8 +13,9 @@
 //! The report doubles as the heap's statistics: bytes in use, slabs per state, per class.
 
 use crate::heap::{Heap, Kind, SlabHeap};
-use crate::process;
-use crate::remote::{self, DETACHED};
+use crate::process::SlotLife;
+use crate::recovery::Rec;
+use crate::remote;
 use crate::slab::{Meta, State};
 use crate::slot::owner_pid;
 use podkv_hw::sync::Ordering::{Acquire, Relaxed};
@@ -57,8 +58,10 @@ pub struct SlotStats {
     pub index: u64,
     /// Claiming process.
     pub pid: u32,
-    /// Whether that process still runs.
+    /// Whether its owner still lives (by the heap's liveness mode).
     pub alive: bool,
+    /// The step its recovery word names.
+    pub step: String,
 }
 
 /// What [`Heap::check`] found.
@@ -152,11 +155,12 @@ impl Walk<'_> {
             let owner = slot.owner.load(Acquire);
             let pid = owner_pid(owner);
             if pid != 0 {
-                let alive = process::is_alive(pid, slot.start_time.load(Relaxed));
+                let alive = !matches!(self.heap.slot_life(i), SlotLife::Dead(_));
                 self.report.claimed_slots.push(SlotStats {
                     index: i,
                     pid,
                     alive,
+                    step: Rec(slot.recovery.load(Relaxed)).to_string(),
                 });
             }
             for kind in Kind::ALL {
@@ -263,7 +267,7 @@ impl Walk<'_> {
         let meta = desc.meta();
         let remote_word = self.heap.remote(heap, slab).load(Acquire);
         let count = remote::count(remote_word);
-        let detached = remote_word & DETACHED != 0;
+        let detached = remote::is_detached(remote_word);
         let bits = desc.count_bits();
         let class = usize::from(meta.class);
         let free = if class < heap.classes.len {

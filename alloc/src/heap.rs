@@ -13,6 +13,7 @@
 //! geometry and every other step is idempotent.
 
 use crate::class::{Classes, LARGE, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB, SMALL};
+use crate::dcas::{self, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::file::{HeapFile, Mapping};
 use crate::free_list;
@@ -21,13 +22,14 @@ use crate::layout::{
     SIZE_HEADER,
 };
 use crate::offset::Offset;
+use crate::process::{Liveness, SlotLife};
 use crate::slab::{SlabDesc, State, SIZE_DESC};
-use crate::slot::{Slot, SIZE_SLOT};
-use crate::thread::ThreadHandle;
+use crate::slot::{Owner, Slot, SIZE_SLOT};
+use crate::thread::{Recovered, ThreadHandle};
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Root words in the header, for the layers above (the store keeps its index root here).
 pub const COUNT_ROOTS: usize = 32;
@@ -44,8 +46,14 @@ pub struct Config {
     pub slots: u64,
     /// Coherence mode of a fresh heap.
     pub coherence: Coherence,
+    /// Liveness mode of a fresh heap: how a dead slot owner is recognised.
+    pub liveness: Liveness,
     /// Create the file if it does not exist.
     pub create: bool,
+    /// Log every step in the recovery words and acknowledge detectable CAS (this process's
+    /// choice, default on). Off only to measure what recoverability costs: a process that
+    /// crashes with it off may leak the slabs it was moving.
+    pub recoverable: bool,
 }
 
 impl Default for Config {
@@ -55,7 +63,9 @@ impl Default for Config {
             large_bytes: 64 << 30,
             slots: 1024,
             coherence: Coherence::Hardware,
+            liveness: Liveness::Process,
             create: true,
+            recoverable: true,
         }
     }
 }
@@ -69,6 +79,7 @@ impl Config {
             large_slabs_log2: log2(self.large_bytes.div_ceil(1 << SHIFT_LARGE_SLAB)),
             slots_log2: log2(self.slots),
             coherence: self.coherence,
+            liveness: self.liveness,
         };
         geometry
             .validate()
@@ -201,8 +212,12 @@ pub(crate) struct Shared {
     pub(crate) geometry: Geometry,
     pub(crate) layout: Layout,
     pub(crate) heaps: [SlabHeap; 2],
-    pub(crate) pid: u32,
-    pub(crate) start_time: u64,
+    /// This process as a slot owner.
+    pub(crate) me: Owner,
+    pub(crate) recoverable: bool,
+    /// Slots this process holds, whose leases its renewer keeps fresh (lease mode only).
+    pub(crate) held: Mutex<Vec<u32>>,
+    pub(crate) renewer: OnceLock<()>,
 }
 
 /// An open heap: cheap to clone, shared by every thread of the process. Each allocating thread
@@ -236,7 +251,6 @@ impl Heap {
             SlabHeap::new(Kind::Small, &geometry, &layout),
             SlabHeap::new(Kind::Large, &geometry, &layout),
         ];
-        let (pid, start_time) = crate::process::me();
         Ok(Heap {
             shared: Arc::new(Shared {
                 mapping,
@@ -244,10 +258,62 @@ impl Heap {
                 geometry,
                 layout,
                 heaps,
-                pid,
-                start_time,
+                me: crate::process::me(),
+                recoverable: config.recoverable,
+                held: Mutex::new(Vec::new()),
+                renewer: OnceLock::new(),
             }),
         })
+    }
+
+    /// Notes that this process holds slot `i` (lease mode: starts the renewer on first use).
+    pub(crate) fn hold(&self, i: u32) {
+        if self.shared.geometry.liveness != Liveness::Lease {
+            return;
+        }
+        self.shared
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(i);
+        self.shared.renewer.get_or_init(|| {
+            let weak = Arc::downgrade(&self.shared);
+            std::thread::Builder::new()
+                .name("podkv-lease".into())
+                .spawn(move || renew_leases(weak))
+                .expect("podkv: cannot start the lease renewer thread");
+        });
+    }
+
+    /// Notes that this process no longer holds slot `i`.
+    pub(crate) fn unhold(&self, i: u32) {
+        if self.shared.geometry.liveness == Liveness::Lease {
+            self.shared
+                .held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|&h| h != i);
+        }
+    }
+
+    /// Recovers every slot whose owner is dead: adopts it, finishes its logged step, gives its
+    /// slabs back and releases it. Live threads are never waited for; a slot another thread
+    /// adopts first is skipped. Returns what was done, per slot.
+    pub fn recover_dead(&self) -> Vec<Recovered> {
+        let mut done = Vec::new();
+        for i in 0..self.shared.geometry.slots() {
+            if let SlotLife::Dead(word) = self.slot_life(i) {
+                if let Some(handle) = ThreadHandle::adopt(self, i, word) {
+                    done.push(handle.recover());
+                }
+            }
+        }
+        done
+    }
+
+    /// Whether slot `i`'s owner is alive, dead, or the slot free.
+    pub fn slot_life(&self, i: u64) -> SlotLife {
+        crate::process::life_of(self.slot(i), self.shared.geometry.liveness)
     }
 
     /// Claims a thread slot for the calling thread.
@@ -329,9 +395,23 @@ impl Heap {
         self.word(heap.remote_at + 8 * u64::from(slab))
     }
 
-    /// Slabs `heap` has grown to (HWcc `len`).
+    /// Slabs `heap` has grown to (HWcc `len`, a detectable word).
     pub fn len(&self, heap: &SlabHeap) -> u32 {
-        self.word(heap.len_at).load(Ordering::Acquire) as u32
+        dcas::payload(self.len_word(heap).load(Ordering::Acquire))
+    }
+
+    /// `heap`'s length word (HWcc).
+    pub(crate) fn len_word(&self, heap: &SlabHeap) -> &AtomicU64 {
+        self.word(heap.len_at)
+    }
+
+    /// The head word of `heap`'s warm or cold global free list.
+    pub(crate) fn global_head(&self, heap: &SlabHeap, warm: bool) -> &AtomicU64 {
+        if warm {
+            self.warm_head(heap)
+        } else {
+            self.free_head(heap)
+        }
     }
 
     /// The head word of `heap`'s cold global free list (HWcc).
@@ -361,23 +441,28 @@ impl Heap {
 
     /// Grows `heap` by up to `batch` slabs, which the caller then owns. Backs the new slabs'
     /// remote words, descriptors and data before publishing the new length, so no process can
-    /// touch unbacked memory; exhaustion is an error value.
+    /// touch unbacked memory; exhaustion is an error value. `log(from, count)` runs before each
+    /// CAS attempt.
     pub(crate) fn grow(
         &self,
         heap: &SlabHeap,
         batch: u32,
+        writer: &impl Writer,
+        log: impl Fn(u32, u32),
     ) -> Result<std::ops::Range<u32>, AllocError> {
-        let len = self.word(heap.len_at);
+        let len = self.len_word(heap);
         let mut cur = len.load(Ordering::Acquire);
         loop {
-            if cur >= heap.max {
+            let from = u64::from(dcas::payload(cur));
+            if from >= heap.max {
                 return Err(AllocError::OutOfMemory);
             }
-            let new = (cur + u64::from(batch)).min(heap.max);
-            self.back_slabs(heap, cur, new)
+            let new = (from + u64::from(batch)).min(heap.max);
+            self.back_slabs(heap, from, new)
                 .map_err(|_| AllocError::OutOfMemory)?;
-            match len.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(cur as u32..new as u32),
+            log(from as u32, (new - from) as u32);
+            match dcas::cas(len, cur, new as u32, writer) {
+                Ok(_) => return Ok(from as u32..new as u32),
                 Err(seen) => cur = seen,
             }
         }
@@ -393,64 +478,101 @@ impl Heap {
         file.back(heap.data_of(from as u32), (to - from) << heap.shift)
     }
 
-    /// Pops a slab from the global free lists: a warm one if any, else a cold one, whose pages
-    /// are backed again first.
-    pub(crate) fn pop_free(&self, heap: &SlabHeap) -> Result<Option<u32>, AllocError> {
+    /// Pops a slab off the warm or cold global free list; `before(slab)` runs before each CAS
+    /// attempt. A cold slab's pages must be backed again ([`Heap::back_slab`]) before use.
+    pub(crate) fn pop_global(
+        &self,
+        heap: &SlabHeap,
+        warm: bool,
+        writer: &impl Writer,
+        before: impl Fn(u32),
+    ) -> Option<u32> {
         let coherence = self.shared.geometry.coherence;
         let next_of = |slab: u32| {
             let desc = self.desc(heap, slab);
-            coherence.invalidate((desc as *const SlabDesc).cast(), 16);
+            coherence.invalidate((desc as *const SlabDesc).cast(), 32);
             desc.next()
         };
-        if let Some(slab) = free_list::pop(self.warm_head(heap), next_of) {
-            return Ok(Some(slab));
-        }
-        let Some(slab) = free_list::pop(self.free_head(heap), next_of) else {
-            return Ok(None);
-        };
-        if self
-            .shared
-            .file
-            .back(heap.data_of(slab), heap.slab_bytes())
-            .is_err()
-        {
-            self.push_cold(heap, slab);
-            return Err(AllocError::OutOfMemory);
-        }
-        Ok(Some(slab))
+        free_list::pop(self.global_head(heap, warm), writer, next_of, before)
     }
 
-    /// `unsized_to_free`: the slab joins the warm global list, or, when that already holds
-    /// `count_warm_max` slabs, the cold list with its pages released to the OS (rule 7).
-    pub(crate) fn push_free(&self, heap: &SlabHeap, slab: u32) {
-        self.desc(heap, slab).set_meta(0, 0, State::Free);
-        let limit = Some(heap.count_warm_max);
-        if !free_list::push_bounded(self.warm_head(heap), slab, limit, |s, next| {
-            self.link_free(heap, s, next)
-        }) {
-            self.push_cold(heap, slab);
-        }
-    }
-
-    fn push_cold(&self, heap: &SlabHeap, slab: u32) {
+    /// Backs a slab's data pages (a slab from the cold list, whose pages were released).
+    pub(crate) fn back_slab(&self, heap: &SlabHeap, slab: u32) -> Result<(), AllocError> {
         self.shared
             .file
-            .release(heap.data_of(slab), heap.slab_bytes());
-        free_list::push(self.free_head(heap), slab, |s, next| {
-            self.link_free(heap, s, next)
-        });
+            .back(heap.data_of(slab), heap.slab_bytes())
+            .map_err(|_| AllocError::OutOfMemory)
+    }
+
+    /// `unsized_to_free`: pushes a slab the caller owns on the warm global list (refused,
+    /// returning false, when that already holds `count_warm_max` slabs) or on the cold list
+    /// with its pages released to the OS first (rule 7). Idempotent up to its CAS.
+    pub(crate) fn push_global(
+        &self,
+        heap: &SlabHeap,
+        slab: u32,
+        warm: bool,
+        writer: &impl Writer,
+    ) -> bool {
+        self.desc(heap, slab).set_meta(0, 0, State::Free);
+        let head = self.global_head(heap, warm);
+        let depth_of = |s: u32| self.desc(heap, s).depth.load(Ordering::Relaxed) as u32;
+        let link = |s: u32, next: u32, depth: u32| self.link_free(heap, s, next, depth);
+        if warm {
+            free_list::push_bounded(
+                head,
+                slab,
+                Some(heap.count_warm_max),
+                writer,
+                depth_of,
+                link,
+            )
+        } else {
+            self.shared
+                .file
+                .release(heap.data_of(slab), heap.slab_bytes());
+            free_list::push(head, slab, writer, depth_of, link);
+            true
+        }
     }
 
     /// Links a slab we own into a global list: its descriptor is written back first, since
     /// any thread may pop it next (SWcc writer rule).
-    fn link_free(&self, heap: &SlabHeap, slab: u32, next: u32) {
+    fn link_free(&self, heap: &SlabHeap, slab: u32, next: u32, depth: u32) {
         let desc = self.desc(heap, slab);
         desc.set_links(next, 0);
+        desc.depth.store(u64::from(depth), Ordering::Relaxed);
         let coherence = self.shared.geometry.coherence;
         coherence.write_back(
             (desc as *const SlabDesc).cast(),
             std::mem::size_of::<SlabDesc>(),
         );
+    }
+}
+
+/// The lease renewer: every third of a lease, renews the slots this process holds; ends when
+/// the heap is closed.
+fn renew_leases(shared: std::sync::Weak<Shared>) {
+    let period = crate::process::LEASE / 3;
+    loop {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let heap = Heap { shared };
+        let until = crate::process::lease_until();
+        let held = heap
+            .shared
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for i in held {
+            heap.slot(u64::from(i))
+                .lease
+                .store(until, Ordering::Release);
+        }
+        drop(heap);
+        std::thread::sleep(period);
     }
 }
 
@@ -533,7 +655,7 @@ fn refuse_truncated(
         let heap = SlabHeap::new(kind, geometry, layout);
         let mut word = [0u8; 8];
         if file.read_at(&mut word, heap.len_at)? == 8 {
-            let slabs = u64::from_le_bytes(word);
+            let slabs = u64::from(crate::dcas::payload(u64::from_le_bytes(word)));
             if slabs > heap.max {
                 return Err(HeapError::Corrupt {
                     path: file.path.clone(),

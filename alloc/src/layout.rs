@@ -18,6 +18,7 @@
 //! grown into are backed.
 
 use crate::class::{SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
+use crate::process::Liveness;
 use crate::slab::SIZE_DESC;
 use crate::slot::SIZE_SLOT;
 use podkv_hw::Coherence;
@@ -33,7 +34,7 @@ const ALIGN_DATA: u64 = 2 << 20;
 /// The format word's magic ("PKV" in the low 24 bits).
 pub const MAGIC: u64 = 0x564B50;
 /// The on-file format this build reads and writes.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
 /// Largest reservation a geometry may ask for (64 TiB: well inside a 47-bit address space).
 pub const SIZE_RESERVATION_MAX: u64 = 64 << 40;
 
@@ -49,6 +50,8 @@ pub struct Geometry {
     pub slots_log2: u32,
     /// The heap's coherence mode.
     pub coherence: Coherence,
+    /// How a slot's owner is judged dead.
+    pub liveness: Liveness,
 }
 
 /// Why a format word was refused.
@@ -71,6 +74,7 @@ impl Geometry {
             | u64::from(self.large_slabs_log2) << 38
             | u64::from(self.slots_log2) << 44
             | self.coherence.to_bits() << 48
+            | u64::from(self.liveness == Liveness::Lease) << 50
     }
 
     /// Reads a format word back, refusing foreign, other-version and impossible ones.
@@ -84,7 +88,7 @@ impl Geometry {
         }
         let coherence = Coherence::from_bits((word >> 48) & 0x3)
             .ok_or(FormatProblem::Corrupt("coherence mode"))?;
-        if word >> 50 != 0 {
+        if word >> 51 != 0 {
             return Err(FormatProblem::Corrupt("reserved format bits set"));
         }
         let geometry = Geometry {
@@ -92,6 +96,11 @@ impl Geometry {
             large_slabs_log2: ((word >> 38) & 0x3F) as u32,
             slots_log2: ((word >> 44) & 0xF) as u32,
             coherence,
+            liveness: if word >> 50 & 1 != 0 {
+                Liveness::Lease
+            } else {
+                Liveness::Process
+            },
         };
         geometry.validate().map_err(FormatProblem::Corrupt)?;
         Ok(geometry)
@@ -99,14 +108,14 @@ impl Geometry {
 
     /// Checks the geometry describes a heap this build can map.
     pub fn validate(&self) -> Result<(), &'static str> {
-        if self.small_slabs_log2 > 32 || self.large_slabs_log2 > 32 {
-            return Err("slab count over 2^32");
+        if self.small_slabs_log2 > 24 || self.large_slabs_log2 > 24 {
+            return Err("slab count over 2^24");
         }
         if self.slots_log2 > 14 {
             return Err("more than 16384 thread slots");
         }
-        if self.layout().total > SIZE_RESERVATION_MAX {
-            return Err("heap larger than 64 TiB of address space");
+        if self.layout().total > SIZE_RESERVATION_MAX.min(crate::recovery::OFFSET_MAX) {
+            return Err("heap larger than 32 TiB of address space");
         }
         Ok(())
     }
@@ -185,6 +194,7 @@ mod tests {
             large_slabs_log2: 17,
             slots_log2: 10,
             coherence: Coherence::Hardware,
+            liveness: Liveness::Process,
         }
     }
 

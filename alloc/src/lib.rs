@@ -19,14 +19,23 @@
 //!   own reservation ([`layout`]).
 //!
 //! # Reading order
-//! [`layout`] → [`class`] → [`slab`] and [`remote`] → [`free_list`] → [`slot`] → [`heap`] →
-//! [`thread`] → [`check`].
+//! [`layout`] → [`class`] → [`slab`] and [`remote`] → [`dcas`] → [`free_list`] → [`slot`] →
+//! [`heap`] → [`thread`] → [`recovery`] (and `thread/recover.rs`) → [`check`].
+//!
+//! # Partial failure
+//! Every step is logged in the slot's recovery word before it is done, and every CAS on a
+//! shared word is detectable ([`dcas`]), so a thread finding a dead slot (when claiming one, or
+//! through [`Heap::recover_dead`]) adopts it and finishes its step without waiting for anyone
+//! ([`recovery`]). [`crash`] names every window a crash can fall in.
 
 #[cfg(not(podkv_loom))]
 pub mod api;
 #[cfg(not(podkv_loom))]
 pub mod check;
 pub mod class;
+#[cfg(not(podkv_loom))]
+pub mod crash;
+pub mod dcas;
 #[cfg(not(podkv_loom))]
 pub mod error;
 #[cfg(not(podkv_loom))]
@@ -39,6 +48,8 @@ pub mod layout;
 pub mod offset;
 #[cfg(not(podkv_loom))]
 pub mod process;
+#[cfg(not(podkv_loom))]
+pub mod recovery;
 pub mod remote;
 #[cfg(not(podkv_loom))]
 pub mod slab;
@@ -57,4 +68,6 @@ pub use error::{AllocError, HeapError};
 pub use heap::{default_path, Config, Heap, Kind};
 pub use offset::{Offset, PodPtr};
 #[cfg(not(podkv_loom))]
-pub use thread::ThreadHandle;
+pub use process::Liveness;
+#[cfg(not(podkv_loom))]
+pub use thread::{InFlight, Recovered, ThreadHandle};

@@ -1,13 +1,105 @@
-//! Who this process is, as thread slots record it: pid plus start time (so a reused pid is not
-//! mistaken for the same process).
+//! Who this process is, as thread slots record it, and how a slot's owner is judged dead.
+//!
+//! On one host an owner is dead when its process is gone: its pid no longer runs, or runs with
+//! another start time (a reused pid is another process). Hosts sharing real pod memory cannot
+//! see each other's processes, so a heap in *lease mode* judges by time: owners renew a
+//! deadline in their slots and a slot whose lease expired is dead. The mode is fixed when the
+//! heap is created ([`Liveness`], recorded in the header).
 
-/// This process's pid and start time (clock ticks after boot, `/proc/self/stat` field 22).
-pub fn me() -> (u32, u64) {
-    let pid = std::process::id();
-    (pid, start_time(pid).unwrap_or(0))
+use crate::slot::{Owner, Slot};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How a heap decides that a slot's owner is dead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Liveness {
+    /// By process: pid plus start time, for owners on this host. Owners on other hosts are
+    /// never judged dead (use lease mode for a multi-host pod).
+    #[default]
+    Process,
+    /// By lease: owners renew a deadline every [`LEASE`]/3; an owner whose deadline passed is
+    /// dead, wherever it runs. (On this host a vanished process is also dead at once.)
+    Lease,
 }
 
-/// The start time of process `pid`, if it exists.
+impl Liveness {
+    /// The mode's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Liveness::Process => "process",
+            Liveness::Lease => "lease",
+        }
+    }
+}
+
+impl std::str::FromStr for Liveness {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "process" => Ok(Liveness::Process),
+            "lease" => Ok(Liveness::Lease),
+            _ => Err(format!("unknown liveness mode {s:?} (process, lease)")),
+        }
+    }
+}
+
+/// How long a lease lasts after each renewal.
+pub const LEASE: Duration = Duration::from_secs(3);
+
+/// This process as a slot owner.
+pub fn me() -> Owner {
+    static ME: OnceLock<(u32, u64)> = OnceLock::new();
+    let pid = std::process::id();
+    // After fork the child has another pid: recompute then.
+    let &(cached_pid, start) = ME.get_or_init(|| (pid, start_time(pid).unwrap_or(0)));
+    let start = if cached_pid == pid {
+        start
+    } else {
+        start_time(pid).unwrap_or(0)
+    };
+    Owner {
+        host: host_id(),
+        pid,
+        start: (start & 0xFF_FFFF) as u32,
+    }
+}
+
+/// This host's id: 16 bits of a hash of `/etc/machine-id` (else the hostname), never zero;
+/// `PODKV_HOST_ID` overrides it.
+pub fn host_id() -> u16 {
+    static HOST: OnceLock<u16> = OnceLock::new();
+    *HOST.get_or_init(|| {
+        if let Some(id) = std::env::var("PODKV_HOST_ID")
+            .ok()
+            .and_then(|v| v.parse::<u16>().ok())
+            .filter(|&v| v != 0)
+        {
+            return id;
+        }
+        let text = std::fs::read_to_string("/etc/machine-id")
+            .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
+            .unwrap_or_default();
+        let hash = text.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        ((hash ^ hash >> 16 ^ hash >> 32 ^ hash >> 48) as u16).max(1)
+    })
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The lease deadline a claim or renewal now writes.
+pub fn lease_until() -> u64 {
+    now_ms() + LEASE.as_millis() as u64
+}
+
+/// The start time of process `pid`, if it exists (clock ticks after boot, `/proc/PID/stat`
+/// field 22).
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
@@ -15,24 +107,58 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
-/// Whether process `pid` that started at `start` is still running.
-pub fn is_alive(pid: u32, start: u64) -> bool {
+/// Whether process `pid` whose start time has the low 24 bits `start` is still running.
+pub fn is_alive(pid: u32, start: u32) -> bool {
     match start_time(pid) {
-        Some(now) => start == 0 || now == start,
+        Some(now) => (now & 0xFF_FFFF) as u32 == start,
         None => false,
     }
 }
 
+/// What a liveness check says of a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotLife {
+    /// Nobody holds it.
+    Free,
+    /// Its owner lives (or may: an owner on another host in process mode).
+    Alive(Owner),
+    /// Its owner is dead; the word is the owner word to adopt from.
+    Dead(u64),
+}
+
+/// Judges slot `slot`'s owner under `mode`.
+pub fn life_of(slot: &Slot, mode: Liveness) -> SlotLife {
+    use podkv_hw::sync::Ordering::Acquire;
+    let word = slot.owner.load(Acquire);
+    let Some(owner) = Owner::unpack(word) else {
+        return SlotLife::Free;
+    };
+    let local = owner.host == host_id();
+    if local && !is_alive(owner.pid, owner.start) {
+        return SlotLife::Dead(word);
+    }
+    if mode == Liveness::Lease && slot.lease.load(Acquire) < now_ms() {
+        // Re-read: an adopter renews the lease before its CAS, so a changed owner is not dead.
+        if slot.owner.load(Acquire) == word {
+            return SlotLife::Dead(word);
+        }
+    }
+    SlotLife::Alive(owner)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn this_process_is_alive_and_has_a_start_time() {
-        let (pid, start) = super::me();
-        assert!(start > 0);
-        assert!(super::is_alive(pid, start));
+        let me = me();
+        assert!(me.start > 0);
+        assert!(is_alive(me.pid, me.start));
         assert!(
-            !super::is_alive(pid, start + 1),
+            !is_alive(me.pid, me.start + 1),
             "another start time is another process"
         );
+        assert_ne!(host_id(), 0);
     }
 }

@@ -1,35 +1,44 @@
 //! The remote-free counter: a slab's only HWcc word (CXLALLOC §3.2.1).
 //!
 //! # The word
-//! `count` (bits 0..32) counts *down* from the slab's block count: one remote free takes one.
+//! A detectable word ([`crate::dcas`]) whose payload is `count` (bits 0..31) and `DETACHED`
+//! (bit 31). `count` counts *down* from the slab's block count: one remote free takes one.
 //! Local frees never touch it, so for a slab the invariant is
 //!
 //! ```text
 //! count == free_bits + live          (free_bits: set bits in the owner's bitset)
 //! ```
 //!
-//! `DETACHED` (bit 32) says the owner has given up the right to notice the slab emptying:
-//! whoever takes `count` to zero now owns the slab. The owner sets it when the slab fills
-//! (nothing left to allocate, so every block is live and `count == live`; if that is already
-//! zero the owner simply keeps the empty slab), and clears it again
-//! if it frees one of the slab's blocks locally before that happens; `count >= 1` throughout,
-//! because the owner's own block is still counted. A slab given up with free bits left
-//! (*disowned*) folds those bits into the count in the same CAS that sets `DETACHED`.
+//! `DETACHED` says the owner has given up the right to notice the slab emptying: whoever takes
+//! `count` to zero now owns the slab. The owner sets it when the slab fills (nothing left to
+//! allocate, so every block is live and `count == live`; if that is already zero the owner
+//! simply keeps the empty slab), and clears it again if it frees one of the slab's blocks
+//! locally before that happens; `count >= 1` throughout, because the owner's own block is still
+//! counted. A slab given up with free bits left (*disowned*) folds those bits into the count in
+//! the same CAS that sets `DETACHED`.
 //!
-//! Every change is one atomic read-modify-write, so a thread that dies between two of them
-//! leaves the word consistent; no operation waits for another.
+//! Every change is one detectable CAS, so a thread that dies between two of them leaves the
+//! word consistent, a recoverer can tell whether its last change took effect (and, from the
+//! payload its CAS wrote, whether it took the slab), and no operation waits for another.
 
+use crate::dcas::{self, Writer};
 use podkv_hw::sync::{AtomicU64, Ordering};
 
-/// Bit set while whoever frees the last block takes the slab.
-pub const DETACHED: u64 = 1 << 32;
-/// The count's bits.
-pub const MASK_COUNT: u64 = u32::MAX as u64;
+/// Payload bit set while whoever frees the last block takes the slab.
+pub const DETACHED: u32 = 1 << 31;
+/// The count's bits in the payload.
+pub const MASK_COUNT: u32 = DETACHED - 1;
 
 /// The count part of a remote word.
 #[inline]
 pub const fn count(word: u64) -> u32 {
-    (word & MASK_COUNT) as u32
+    dcas::payload(word) & MASK_COUNT
+}
+
+/// Whether a remote word is detached.
+#[inline]
+pub const fn is_detached(word: u64) -> bool {
+    dcas::payload(word) & DETACHED != 0
 }
 
 /// What a remote free did to the slab.
@@ -43,12 +52,38 @@ pub enum RemoteFree {
     TookSlab,
 }
 
-/// Frees one block remotely: one atomic decrement.
+/// Whether a payload written by a remote free means the freer took the slab.
 #[inline]
-pub fn free_remote(word: &AtomicU64) -> RemoteFree {
-    let prev = word.fetch_sub(1, Ordering::AcqRel);
-    debug_assert!(count(prev) != 0, "remote free on a slab with no live block");
-    if count(prev) == 1 && prev & DETACHED != 0 {
+pub const fn took_slab(payload: u32) -> bool {
+    payload == DETACHED
+}
+
+/// Applies `change` to the payload by detectable CAS until it sticks; returns the payload
+/// before and after.
+#[inline]
+fn update(word: &AtomicU64, writer: &impl Writer, change: impl Fn(u32) -> u32) -> (u32, u32) {
+    let mut cur = word.load(Ordering::Acquire);
+    loop {
+        let new = change(dcas::payload(cur));
+        match dcas::cas(word, cur, new, writer) {
+            Ok(_) => return (dcas::payload(cur), new),
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// Frees one block remotely: one detectable decrement.
+#[inline]
+pub fn free_remote(word: &AtomicU64, writer: &impl Writer) -> RemoteFree {
+    let (prev, new) = update(word, writer, |p| {
+        debug_assert!(
+            p & MASK_COUNT != 0,
+            "remote free on a slab with no live block"
+        );
+        p.wrapping_sub(1)
+    });
+    debug_assert!(prev & MASK_COUNT != 0);
+    if took_slab(new) {
         RemoteFree::TookSlab
     } else {
         RemoteFree::Counted
@@ -56,28 +91,35 @@ pub fn free_remote(word: &AtomicU64) -> RemoteFree {
 }
 
 /// Starts a sizing: every block free, no remote free yet. Only for a slab with no live block,
-/// which no other thread can reach.
+/// which no other thread can reach (a plain store, after acknowledging the last writer).
 #[inline]
-pub fn reset(word: &AtomicU64, capacity: u32) {
-    word.store(u64::from(capacity), Ordering::Release);
+pub fn reset(word: &AtomicU64, capacity: u32, writer: &impl Writer) {
+    let previous = dcas::tag(word.load(Ordering::Acquire));
+    let me = writer.tag();
+    if previous.tid != 0 && previous.tid != me.tid {
+        writer.acknowledge(previous);
+    }
+    word.store(dcas::pack(capacity, me), Ordering::Release);
 }
 
 /// The owner filled the slab (no free bit): from now on the last free takes it. Returns the
 /// count at that moment: the slab's live blocks. Zero means remote frees already took every
 /// block back; the owner keeps the slab then (nobody else can reach it).
 #[inline]
-pub fn detach(word: &AtomicU64) -> u32 {
-    let prev = word.fetch_or(DETACHED, Ordering::AcqRel);
-    debug_assert!(prev & DETACHED == 0, "detaching a detached slab");
-    count(prev)
+pub fn detach(word: &AtomicU64, writer: &impl Writer) -> u32 {
+    let (prev, _) = update(word, writer, |p| {
+        debug_assert!(p & DETACHED == 0, "detaching a detached slab");
+        p | DETACHED
+    });
+    prev & MASK_COUNT
 }
 
 /// The owner freed a block of its detached slab locally: the slab is its own again.
 #[inline]
-pub fn reattach(word: &AtomicU64) {
-    let prev = word.fetch_and(!DETACHED, Ordering::AcqRel);
+pub fn reattach(word: &AtomicU64, writer: &impl Writer) {
+    let (prev, _) = update(word, writer, |p| p & !DETACHED);
     debug_assert!(
-        prev & DETACHED != 0 && count(prev) >= 1,
+        prev & DETACHED != 0 && prev & MASK_COUNT >= 1,
         "reattaching a slab not detached"
     );
 }
@@ -92,68 +134,90 @@ pub enum Disown {
     Empty,
 }
 
+/// The payload disowning writes when `free_bits` of the slab's count are unallocated blocks.
+#[inline]
+pub const fn disowned(payload: u32, free_bits: u32) -> u32 {
+    let left = (payload & MASK_COUNT) - free_bits;
+    if left == 0 {
+        0
+    } else {
+        left | DETACHED
+    }
+}
+
 /// Gives up a slab that still has `free_bits` unallocated blocks: they count as freed, and
 /// `DETACHED` is set, in one CAS.
-pub fn disown(word: &AtomicU64, free_bits: u32) -> Disown {
-    let mut cur = word.load(Ordering::Acquire);
-    loop {
-        debug_assert!(count(cur) >= free_bits, "count below the owner's free bits");
-        let left = count(cur) - free_bits;
-        let new = if left == 0 {
-            0
-        } else {
-            u64::from(left) | DETACHED
-        };
-        match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) if left == 0 => return Disown::Empty,
-            Ok(_) => return Disown::Disowned,
-            Err(seen) => cur = seen,
-        }
+pub fn disown(word: &AtomicU64, free_bits: u32, writer: &impl Writer) -> Disown {
+    let (_, new) = update(word, writer, |p| {
+        debug_assert!(
+            p & MASK_COUNT >= free_bits,
+            "count below the owner's free bits"
+        );
+        disowned(p, free_bits)
+    });
+    if new == 0 {
+        Disown::Empty
+    } else {
+        Disown::Disowned
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dcas::{Tag, Untracked};
+
+    const W: Untracked = Untracked(Tag { tid: 1, ver: 1 });
 
     #[test]
     fn last_remote_free_of_a_detached_slab_takes_it() {
         let word = AtomicU64::new(0);
-        reset(&word, 3);
-        assert_eq!(detach(&word), 3);
-        assert_eq!(free_remote(&word), RemoteFree::Counted);
-        assert_eq!(free_remote(&word), RemoteFree::Counted);
-        assert_eq!(free_remote(&word), RemoteFree::TookSlab);
+        reset(&word, 3, &W);
+        assert_eq!(detach(&word, &W), 3);
+        assert_eq!(free_remote(&word, &W), RemoteFree::Counted);
+        assert_eq!(free_remote(&word, &W), RemoteFree::Counted);
+        assert_eq!(free_remote(&word, &W), RemoteFree::TookSlab);
     }
 
     #[test]
     fn an_attached_slab_is_never_taken() {
         let word = AtomicU64::new(0);
-        reset(&word, 2);
+        reset(&word, 2, &W);
         // Owner still holds a free bit, so count stays >= 1 after every live block is freed.
-        assert_eq!(free_remote(&word), RemoteFree::Counted);
+        assert_eq!(free_remote(&word, &W), RemoteFree::Counted);
         assert_eq!(count(word.load(Ordering::Relaxed)), 1);
     }
 
     #[test]
     fn reattach_keeps_the_count() {
         let word = AtomicU64::new(0);
-        reset(&word, 4);
-        let _ = detach(&word);
-        let _ = free_remote(&word);
-        reattach(&word);
-        assert_eq!(word.load(Ordering::Relaxed), 3);
+        reset(&word, 4, &W);
+        let _ = detach(&word, &W);
+        let _ = free_remote(&word, &W);
+        reattach(&word, &W);
+        assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 3);
     }
 
     #[test]
     fn disown_folds_free_bits_in() {
         let word = AtomicU64::new(0);
-        reset(&word, 10);
-        let _ = free_remote(&word); // 9 = 6 free bits + 3 live
-        assert_eq!(disown(&word, 6), Disown::Disowned);
-        assert_eq!(word.load(Ordering::Relaxed), 3 | DETACHED);
+        reset(&word, 10, &W);
+        let _ = free_remote(&word, &W); // 9 = 6 free bits + 3 live
+        assert_eq!(disown(&word, 6, &W), Disown::Disowned);
+        assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 3 | DETACHED);
         let word = AtomicU64::new(5);
-        assert_eq!(disown(&word, 5), Disown::Empty);
-        assert_eq!(word.load(Ordering::Relaxed), 0);
+        assert_eq!(disown(&word, 5, &W), Disown::Empty);
+        assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 0);
+    }
+
+    #[test]
+    fn every_change_names_its_writer() {
+        let word = AtomicU64::new(0);
+        reset(&word, 2, &Untracked(Tag { tid: 4, ver: 2 }));
+        let _ = free_remote(&word, &Untracked(Tag { tid: 9, ver: 5 }));
+        assert_eq!(
+            dcas::tag(word.load(Ordering::Relaxed)),
+            Tag { tid: 9, ver: 5 }
+        );
     }
 }

@@ -100,7 +100,9 @@ pub struct SlabDesc {
     /// The bitset word where the next search starts (a hint: frees do not move it back, and a
     /// search wraps around before it calls the slab full). Owner only.
     pub cursor: AtomicU64,
-    reserved: AtomicU64,
+    /// On a global free list: slabs from this one down, so a bounded list knows its length.
+    /// Written by the pusher before its CAS.
+    pub depth: AtomicU64,
     /// Bit `i` set: block `i` is free for the owner to allocate. Owner only.
     pub bits: [AtomicU64; COUNT_BITSET_WORDS],
 }
@@ -179,15 +181,17 @@ impl SlabDesc {
     }
 
     /// Takes the first free block from the cursor word on, wrapping around, and moves the
-    /// cursor there; `None` when none of the `capacity` blocks is free.
+    /// cursor there; `None` when none of the `capacity` blocks is free. `log(block)` runs just
+    /// before the block's bit is cleared (the caller logs the allocation).
     #[cold]
-    pub fn take_scanning(&self, capacity: u32) -> Option<u32> {
+    pub fn take_scanning(&self, capacity: u32, log: impl FnOnce(u32)) -> Option<u32> {
         let start = self.cursor() as usize % COUNT_BITSET_WORDS;
         for i in (start..COUNT_BITSET_WORDS).chain(0..start) {
             let w = self.bits[i].load(Relaxed);
             let block = i as u32 * 64 + w.trailing_zeros();
             // The lowest set bit is phantom: only phantom bits are left in this word.
             if w != 0 && block < capacity {
+                log(block);
                 self.bits[i].store(w & (w - 1), Relaxed);
                 self.set_cursor(i as u32);
                 return Some(block);
@@ -252,7 +256,7 @@ mod tests {
         assert_eq!(d.count_free(100), 100);
         assert!(d.is_empty_of(100));
         let mut seen = std::collections::HashSet::new();
-        while let Some(block) = d.take_scanning(100) {
+        while let Some(block) = d.take_scanning(100, |_| {}) {
             assert!(block < 100 && seen.insert(block));
         }
         assert_eq!(seen.len(), 100);

@@ -5,11 +5,18 @@
 //! per heap (small, large), one unsized list and one sized list per class.
 //!
 //! # Fields
-//! - `owner`: `pid` (bits 32..64, zero when free) and a generation (bits 0..32) bumped at every
-//!   claim. CAS by claimers; stored by the releasing owner; read by the checker.
-//! - `recovery`: the slot's 8-byte recovery word (written by the owner before a multi-step move).
-//! - `start_time`: the owner's process start time (clock ticks since boot), so a reused pid is
-//!   not taken for the owner. Written by the claimer after its CAS.
+//! - `owner`: who holds the slot — host id (bits 48..64), the process's start time in clock
+//!   ticks since boot (low 24 bits, bits 24..48) and its pid (bits 0..24); zero when free. One
+//!   word, so a claim, an adoption and a liveness check each see one consistent owner, and a
+//!   reused pid (other start time) is another owner. CAS by claimers and adopters; stored by
+//!   the releasing owner.
+//! - `recovery`: the slot's 8-byte recovery word ([`crate::recovery`]): the operation under
+//!   way, logged by the owner before each step; others only set its acknowledged bit.
+//! - `lease`: in lease mode, the time (ms since the Unix epoch) until which the owner is alive;
+//!   renewed by the owning process. Written before the claim CAS, so a fresh claim is never
+//!   seen expired.
+//! - `generation`: claims so far (for reports).
+//! - `aux`: the offset of the free whose slow continuation is under way (owner only).
 //! - `lists`: written and read only by the owner (single writer, single reader).
 
 use crate::class::COUNT_CLASSES_MAX;
@@ -30,48 +37,88 @@ pub struct LocalLists {
 /// A thread slot.
 #[repr(C, align(64))]
 pub struct Slot {
-    /// `pid << 32 | generation`; pid zero means unclaimed.
+    /// `host << 48 | start24 << 24 | pid`; zero means unclaimed.
     pub owner: AtomicU64,
     /// The recovery word.
     pub recovery: AtomicU64,
-    /// The owner's process start time.
-    pub start_time: AtomicU64,
-    reserved: [AtomicU64; 5],
+    /// Lease deadline (ms since the Unix epoch), in lease mode.
+    pub lease: AtomicU64,
+    /// Claims so far.
+    pub generation: AtomicU64,
+    /// Offset of the free whose continuation is under way.
+    pub aux: AtomicU64,
+    reserved: [AtomicU64; 3],
     /// Small heap lists (`[0]`) and large heap lists (`[1]`).
     pub lists: [LocalLists; 2],
 }
 
-const _: () = assert!(std::mem::size_of::<Slot>() <= SIZE_SLOT);
+/// Who owns a slot, as its `owner` word records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Host id (16 bits of a hash of the machine id, never zero).
+    pub host: u16,
+    /// Process id (below 2^24, Linux's `pid_max` limit is 2^22).
+    pub pid: u32,
+    /// Low 24 bits of the process's start time in clock ticks after boot.
+    pub start: u32,
+}
+
+impl Owner {
+    /// Packs an owner into a nonzero word.
+    pub const fn pack(self) -> u64 {
+        (self.host as u64) << 48
+            | ((self.start & 0xFF_FFFF) as u64) << 24
+            | (self.pid & 0xFF_FFFF) as u64
+    }
+
+    /// Unpacks a word; `None` for an unclaimed slot.
+    pub const fn unpack(word: u64) -> Option<Owner> {
+        if word == 0 {
+            return None;
+        }
+        Some(Owner {
+            host: (word >> 48) as u16,
+            pid: (word & 0xFF_FFFF) as u32,
+            start: ((word >> 24) & 0xFF_FFFF) as u32,
+        })
+    }
+}
 
 /// The pid in an owner word (zero: unclaimed).
 #[inline]
 pub const fn owner_pid(word: u64) -> u32 {
-    (word >> 32) as u32
+    (word & 0xFF_FFFF) as u32
 }
 
 impl Slot {
-    /// Tries to claim this slot for `pid`; returns whether it did.
-    pub fn try_claim(&self, pid: u32, start_time: u64) -> bool {
-        let cur = self.owner.load(Ordering::Acquire);
-        if owner_pid(cur) != 0 {
+    /// Tries to claim this slot for `me` if it is free; returns whether it did.
+    pub fn try_claim(&self, me: Owner, lease_until: u64) -> bool {
+        if self.owner.load(Ordering::Acquire) != 0 {
             return false;
         }
-        let claimed = u64::from(pid) << 32 | u64::from((cur as u32).wrapping_add(1));
+        self.try_take(0, me, lease_until)
+    }
+
+    /// Takes the slot over from the owner word `from` (zero: free; else a dead owner being
+    /// adopted); returns whether it did. The lease is renewed first, so nobody sees the new
+    /// owner's lease expired.
+    pub fn try_take(&self, from: u64, me: Owner, lease_until: u64) -> bool {
+        self.lease.store(lease_until, Ordering::Release);
         if self
             .owner
-            .compare_exchange(cur, claimed, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(from, me.pack(), Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
             return false;
         }
-        self.start_time.store(start_time, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Relaxed);
         true
     }
 
     /// Gives the slot back (its lists must already be empty).
     pub fn release(&self) {
-        let cur = self.owner.load(Ordering::Relaxed);
-        self.owner
-            .store(cur & u64::from(u32::MAX), Ordering::Release);
+        self.owner.store(0, Ordering::Release);
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Slot>() <= SIZE_SLOT);

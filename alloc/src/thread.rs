@@ -9,22 +9,42 @@
 //!
 //! Both fast paths are plain loads and stores of memory only this slot writes: no atomic
 //! read-modify-write, no flush, no system call (as in mimalloc's `alloc.c`, about a dozen
-//! instructions). Every state change of a slab happens in the cold paths, named after the
-//! transition it makes (`slab.rs`).
+//! instructions), plus one plain store of the step into the slot's recovery word. Every state
+//! change of a slab happens in the cold paths, named after the transition it makes
+//! (`slab.rs`).
+//!
+//! # Log, then do (constitution rule 5)
+//! Every step first stores its [`Rec`] in the recovery word; a step with a CAS on a shared word
+//! takes a fresh version first and the CAS is detectable ([`crate::dcas`]). The writes of each
+//! transition are ordered so that a slot's lists, read forward from their heads, are valid at
+//! every instant, and `crash_point!`s mark every window between them. `recover.rs` finishes
+//! whatever step a dead slot was in.
 
 use crate::class::{
     SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_COUNT, SMALL_RECIP,
     SMALL_SIZE,
 };
+use crate::crash_point;
+use crate::dcas::{Tag, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::heap::{Heap, Kind, SlabHeap};
 use crate::offset::Offset;
+use crate::process::{lease_until, SlotLife};
+use crate::recovery::{Op, Rec, SlabStep, ACK};
 use crate::remote::{self, Disown, RemoteFree};
 use crate::slab::{Meta, SlabDesc, State, SIZE_DESC};
 use crate::slot::{LocalLists, Slot};
-use podkv_hw::sync::{AtomicU64, Ordering::Relaxed};
+use podkv_hw::sync::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 use std::alloc::Layout;
+use std::cell::Cell;
 use std::marker::PhantomData;
+
+#[path = "recover.rs"]
+mod recover;
+pub use recover::{InFlight, Recovered};
 
 /// One thread's claim on a heap: its thread slot. Not `Send`: a slot belongs to one thread.
 /// Dropping it gives every slab back (empty ones to the global list with their pages released,
@@ -42,6 +62,14 @@ pub struct ThreadHandle {
     small_remote_at: u64,
     /// `meta` of a sized slab this slot owns, class bits masked out.
     meta_sized: u64,
+    /// Where steps are logged: the slot's recovery word, or `sink` when not recoverable.
+    rec: *const AtomicU64,
+    _sink: Box<AtomicU64>,
+    recoverable: bool,
+    /// The current detectable-operation version.
+    ver: Cell<u16>,
+    /// Whether the slow path under way continues a free (whose offset is in the slot's `aux`).
+    after_free: Cell<bool>,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -56,29 +84,68 @@ impl std::fmt::Debug for ThreadHandle {
 const MASK_OWNER_STATE: u64 = !(0xFF << 32);
 
 impl ThreadHandle {
+    /// Claims a free slot, or adopts a dead one (recovering it first).
     pub(crate) fn claim(heap: Heap) -> Result<ThreadHandle, HeapError> {
         let count = heap.geometry().slots();
-        let (pid, start) = (heap.shared.pid, heap.shared.start_time);
+        let me = heap.shared.me;
         let first = thread_hash() % count;
         for i in (first..count).chain(0..first) {
-            if heap.slot(i).try_claim(pid, start) {
-                let small = *heap.slab_heap(Kind::Small);
-                return Ok(ThreadHandle {
-                    base: heap.resolve(Offset(0)),
-                    slot: heap.slot(i),
-                    slot_index: i as u32,
-                    me: i as u32 + 1,
-                    small_desc_at: small.desc_at,
-                    small_data_at: small.data_at,
-                    small_data_len: small.max << small.shift,
-                    small_remote_at: small.remote_at,
-                    meta_sized: Meta::pack(i as u32 + 1, 0, State::Sized),
-                    heap,
-                    _not_send: PhantomData,
-                });
+            match heap.slot_life(i) {
+                SlotLife::Free if heap.slot(i).try_claim(me, lease_until()) => {
+                    return Ok(ThreadHandle::new(heap, i));
+                }
+                SlotLife::Dead(word) if heap.slot(i).try_take(word, me, lease_until()) => {
+                    let handle = ThreadHandle::new(heap, i);
+                    handle.recover();
+                    return Ok(handle);
+                }
+                _ => {}
             }
         }
         Err(HeapError::NoSlot { count })
+    }
+
+    /// Adopts slot `i` if its owner is dead (owner word `word`): `None` if another thread
+    /// changed the slot first.
+    pub(crate) fn adopt(heap: &Heap, i: u64, word: u64) -> Option<ThreadHandle> {
+        heap.slot(i)
+            .try_take(word, heap.shared.me, lease_until())
+            .then(|| ThreadHandle::new(heap.clone(), i))
+    }
+
+    fn new(heap: Heap, i: u64) -> ThreadHandle {
+        let small = *heap.slab_heap(Kind::Small);
+        let slot = heap.slot(i) as *const Slot;
+        let recoverable = heap.shared.recoverable;
+        // SAFETY: the slot is mapped while `heap` lives.
+        let last = Rec(unsafe { &*slot }.recovery.load(Acquire));
+        let sink = Box::new(AtomicU64::new(0));
+        heap.hold(i as u32);
+        ThreadHandle {
+            base: heap.resolve(Offset(0)),
+            slot,
+            slot_index: i as u32,
+            me: i as u32 + 1,
+            small_desc_at: small.desc_at,
+            small_data_at: small.data_at,
+            small_data_len: small.max << small.shift,
+            small_remote_at: small.remote_at,
+            meta_sized: Meta::pack(i as u32 + 1, 0, State::Sized),
+            rec: if recoverable {
+                // SAFETY: as above.
+                unsafe { &(*slot).recovery }
+            } else {
+                &*sink
+            },
+            _sink: sink,
+            recoverable,
+            // Versions continue from the slot's last one, so words a previous owner of this
+            // slot tagged are never taken for this owner's.
+            ver: Cell::new(last.ver().wrapping_add(1)),
+            after_free: Cell::new(false),
+            heap,
+            _not_send: PhantomData,
+        }
     }
 
     /// The heap this handle allocates from.
@@ -103,6 +170,49 @@ impl ThreadHandle {
         unsafe { &*self.slot }
     }
 
+    /// Logs a step (a plain store; constitution rule 5).
+    #[inline]
+    fn log(&self, rec: Rec) {
+        // SAFETY: `rec` points at the slot's recovery word or at `sink`, both live as `self`.
+        unsafe { &*self.rec }.store(rec.0, Relaxed);
+    }
+
+    #[inline]
+    fn log_block(&self, op: Op, offset: u64) {
+        self.log(Rec::block(op, self.ver.get(), offset));
+    }
+
+    fn log_step(
+        &self,
+        op: Op,
+        heap: &SlabHeap,
+        slab: u32,
+        class: usize,
+        f: impl Fn(&mut SlabStep),
+    ) {
+        let mut step = SlabStep {
+            slab,
+            class: class as u8,
+            large: heap.kind == Kind::Large,
+            after_free: self.after_free.get(),
+            ..SlabStep::default()
+        };
+        f(&mut step);
+        self.log(Rec::slab(op, self.ver.get(), step));
+    }
+
+    /// Starts a step with a detectable CAS: a fresh version.
+    #[inline]
+    fn next_ver(&self) {
+        self.ver.set(self.ver.get().wrapping_add(1));
+    }
+
+    /// Marks the slow path of a free of `offset` under way (its steps say `after_free`).
+    fn enter_free(&self, offset: u64) {
+        self.slot().aux.store(offset, Relaxed);
+        self.after_free.set(true);
+    }
+
     #[inline]
     fn lists(&self, kind: Kind) -> &LocalLists {
         &self.slot().lists[kind as usize]
@@ -120,7 +230,7 @@ impl ThreadHandle {
     ///
     /// The fast path takes the first free bit of the head slab of the class's sized list, from
     /// its cursor on: loads and stores on this slot's own metadata only — no atomic
-    /// read-modify-write and no flush.
+    /// read-modify-write and no flush — after logging the block in the recovery word.
     #[inline]
     pub fn allocate(&self, layout: Layout) -> Result<Offset, AllocError> {
         if layout.size() <= SIZE_SMALL_MAX && layout.align() <= 8 {
@@ -134,10 +244,12 @@ impl ThreadHandle {
                     let block = i as u64 * 64 + u64::from(bits.trailing_zeros());
                     // A block past the capacity is a phantom bit: only phantoms are left here.
                     if bits != 0 && block < u64::from(SMALL_COUNT[usize::from(class)]) {
-                        word.store(bits & (bits - 1), Relaxed);
                         let slab = u64::from(head - 1) << SHIFT_SMALL_SLAB;
-                        let at = slab + block * SMALL_SIZE[usize::from(class)];
-                        return Ok(Offset(self.small_data_at + at));
+                        let at = self.small_data_at + slab + block * SMALL_SIZE[usize::from(class)];
+                        self.log_block(Op::Alloc, at);
+                        crash_point!("alloc.logged");
+                        word.store(bits & (bits - 1), Relaxed);
+                        return Ok(Offset(at));
                     }
                 }
                 return self.allocate_small_scan(layout, head - 1, class);
@@ -155,10 +267,14 @@ impl ThreadHandle {
         class: u8,
     ) -> Result<Offset, AllocError> {
         let capacity = SMALL_COUNT[usize::from(class)];
-        if let Some(block) = self.small_desc(slab).take_scanning(capacity) {
-            let at = (u64::from(slab) << SHIFT_SMALL_SLAB)
-                + u64::from(block) * SMALL_SIZE[usize::from(class)];
-            return Ok(Offset(self.small_data_at + at));
+        let at = |block: u32| {
+            self.small_data_at
+                + (u64::from(slab) << SHIFT_SMALL_SLAB)
+                + u64::from(block) * SMALL_SIZE[usize::from(class)]
+        };
+        let desc = self.small_desc(slab);
+        if let Some(block) = desc.take_scanning(capacity, |b| self.log_block(Op::Alloc, at(b))) {
+            return Ok(Offset(at(block)));
         }
         self.allocate_generic(layout)
     }
@@ -168,7 +284,8 @@ impl ThreadHandle {
     /// (outside the heap, inside a block, or a double free within the owning slot).
     ///
     /// The fast path sets the block's bit in a sized slab this slot owns: plain loads and
-    /// stores again. A word that fills up may mean an empty slab: that check is cold.
+    /// stores again, after logging the block. A word that fills up may mean an empty slab:
+    /// that check is cold.
     #[inline]
     pub fn free(&self, offset: Offset) {
         let rel = offset.0.wrapping_sub(self.small_data_at);
@@ -185,10 +302,12 @@ impl ThreadHandle {
                 let bits = word.load(Relaxed);
                 let bit = 1u64 << (block % 64);
                 if bits & bit == 0 && block * SMALL_SIZE[class] == in_slab {
+                    self.log_block(Op::Free, offset.0);
+                    crash_point!("free.logged");
                     word.store(bits | bit, Relaxed);
                     // All ones: every block of this word is free (phantom bits included).
                     if bits | bit == u64::MAX {
-                        self.free_maybe_empty(Kind::Small, class, slab);
+                        self.free_maybe_empty(Kind::Small, class, slab, offset);
                     }
                     return;
                 }
@@ -200,7 +319,7 @@ impl ThreadHandle {
         self.free_generic(offset);
     }
 
-    /// The remote path for a small block: validate, then one atomic decrement.
+    /// The remote path for a small block: validate, then one detectable decrement.
     #[inline(never)]
     fn free_remote_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
         let meta = Meta::unpack(meta);
@@ -223,26 +342,49 @@ impl ThreadHandle {
                 .add((self.small_remote_at + 8 * u64::from(slab)) as usize)
                 as *const AtomicU64)
         };
-        if remote::free_remote(word) == RemoteFree::TookSlab {
-            let heap = *self.heap.slab_heap(Kind::Small);
-            self.heap
-                .desc(&heap, slab)
-                .set_meta(self.me, 0, State::Unsized);
-            self.keep_or_release(&heap, slab);
+        self.remote_free_word(Kind::Small, word, slab, offset);
+    }
+
+    /// Logs and does one remote free on `word` (slab `slab`'s remote word); takes the slab if
+    /// the free was its last live block.
+    #[inline]
+    fn remote_free_word(&self, kind: Kind, word: &AtomicU64, slab: u32, offset: Offset) {
+        self.next_ver();
+        self.log_block(Op::RemoteFree, offset.0);
+        crash_point!("remote_free.logged");
+        if remote::free_remote(word, self) == RemoteFree::TookSlab {
+            crash_point!("remote_free.took");
+            self.enter_free(offset.0);
+            let heap = *self.heap.slab_heap(kind);
+            self.took_slab(&heap, slab);
+            self.after_free.set(false);
         }
+    }
+
+    /// A remote free took `slab` (empty, in hand): it becomes this slot's unsized slab.
+    fn took_slab(&self, heap: &SlabHeap, slab: u32) {
+        self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
+        crash_point!("took_slab.logged");
+        self.heap
+            .desc(heap, slab)
+            .set_meta(self.me, 0, State::Unsized);
+        crash_point!("took_slab.meta");
+        self.keep_or_release(heap, slab);
     }
 
     /// A word of the slab filled up: if every block is free, the slab is empty.
     #[cold]
     #[inline(never)]
-    fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32) {
+    fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset) {
         let heap = *self.heap.slab_heap(kind);
         if self
             .heap
             .desc(&heap, slab)
             .is_empty_of(heap.classes.count[class])
         {
+            self.enter_free(offset.0);
             self.sized_to_unsized(&heap, class, slab);
+            self.after_free.set(false);
         }
     }
 
@@ -269,15 +411,19 @@ impl ThreadHandle {
             if head != 0 {
                 let slab = head - 1;
                 let capacity = heap.classes.count[class];
-                if let Some(block) = self.heap.desc(&heap, slab).take_scanning(capacity) {
-                    let at = u64::from(block) * u64::from(heap.classes.size[class]);
-                    return Ok(Offset(heap.data_of(slab) + at));
+                let size = u64::from(heap.classes.size[class]);
+                let at = |block: u32| heap.data_of(slab) + u64::from(block) * size;
+                let desc = self.heap.desc(&heap, slab);
+                if let Some(block) =
+                    desc.take_scanning(capacity, |b| self.log_block(Op::Alloc, at(b)))
+                {
+                    return Ok(Offset(at(block)));
                 }
                 self.sized_to_detached(&heap, class, slab);
                 continue;
             }
-            let slab = self.take_unsized(&heap)?;
-            self.unsized_to_sized(&heap, slab, class);
+            let (slab, from_list) = self.take_unsized(&heap)?;
+            self.unsized_to_sized(&heap, slab, class, from_list);
         }
     }
 
@@ -294,10 +440,10 @@ impl ThreadHandle {
             && u64::from(block) * u64::from(heap.classes.size[class]) == in_slab;
         match meta.state {
             Some(State::Sized | State::Detached) if meta.owner == self.me && valid_block => {
-                self.free_local(&heap, desc, slab, class, block, meta.state == Some(State::Detached))
+                self.free_local(&heap, desc, slab, class, block, offset)
             }
             Some(State::Sized | State::Detached | State::Disowned) if meta.owner != self.me && valid_block => {
-                self.free_remote(&heap, slab)
+                self.remote_free_word(heap.kind, self.heap.remote(&heap, slab), slab, offset)
             }
             _ => panic!("podkv: free of {offset}, which is not an allocated block ({:?} slab {slab}: {meta:?})", heap.kind),
         }
@@ -322,7 +468,7 @@ impl ThreadHandle {
         slab: u32,
         class: usize,
         block: u32,
-        detached: bool,
+        offset: Offset,
     ) {
         let word = &desc.bits[(block / 64) as usize];
         let bits = word.load(Relaxed);
@@ -332,33 +478,42 @@ impl ThreadHandle {
             "podkv: double free of block {block} in {} slab {slab}",
             heap.kind.name()
         );
+        self.log_block(Op::Free, offset.0);
+        crash_point!("free_local.logged");
         word.store(bits | bit, Relaxed);
-        if detached {
+        self.enter_free(offset.0);
+        if desc.meta().state == Some(State::Detached) {
             self.detached_to_sized(heap, class, slab);
         }
         if desc.is_empty_of(heap.classes.count[class]) {
             self.sized_to_unsized(heap, class, slab);
         }
+        self.after_free.set(false);
     }
 
-    /// The remote path: one atomic decrement of the slab's HWcc counter; whoever frees the last
-    /// block of a detached or disowned slab takes it.
-    fn free_remote(&self, heap: &SlabHeap, slab: u32) {
-        if remote::free_remote(self.heap.remote(heap, slab)) == RemoteFree::TookSlab {
-            self.heap
-                .desc(heap, slab)
-                .set_meta(self.me, 0, State::Unsized);
-            self.keep_or_release(heap, slab);
+    /// `unsized_to_sized`: gives an empty slab a class, every block free, and puts it at the
+    /// head of the class's sized list. `from_list`: the slab is still the unsized list's head
+    /// (popped here, after logging); else it is in hand.
+    fn unsized_to_sized(&self, heap: &SlabHeap, slab: u32, class: usize, from_list: bool) {
+        self.log_step(Op::ToSized, heap, slab, class, |s| s.from_list = from_list);
+        crash_point!("to_sized.logged");
+        if from_list {
+            let lists = self.lists(heap.kind);
+            let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
+            debug_assert_eq!(head, slab + 1);
+            let next = self.heap.desc(heap, slab).next();
+            lists
+                .unsized_list
+                .store(pack_ends(next, count - 1), Relaxed);
+            crash_point!("to_sized.popped");
         }
-    }
-
-    /// `unsized_to_sized`: gives an empty slab a class, every block free.
-    fn unsized_to_sized(&self, heap: &SlabHeap, slab: u32, class: usize) {
         let desc = self.heap.desc(heap, slab);
         let capacity = heap.classes.count[class];
         desc.fill_bits(capacity);
-        remote::reset(self.heap.remote(heap, slab), capacity);
+        remote::reset(self.heap.remote(heap, slab), capacity, self);
+        crash_point!("to_sized.reset");
         desc.set_meta(self.me, class as u8, State::Sized);
+        crash_point!("to_sized.meta");
         self.sized_push_front(heap, class, slab);
     }
 
@@ -366,22 +521,41 @@ impl ThreadHandle {
     /// last free of its blocks, local or remote, decides its future. If remote frees already
     /// took every block back, nobody else can reach the slab and the owner keeps it, empty.
     fn sized_to_detached(&self, heap: &SlabHeap, class: usize, slab: u32) {
+        self.next_ver();
+        self.log_step(Op::ToDetached, heap, slab, class, |_| {});
+        crash_point!("to_detached.logged");
         self.sized_unlink(heap, class, slab);
         let desc = self.heap.desc(heap, slab);
         desc.set_meta(self.me, class as u8, State::Detached);
         self.write_back(desc);
-        if remote::detach(self.heap.remote(heap, slab)) == 0 {
-            desc.set_meta(self.me, 0, State::Unsized);
-            self.keep_or_release(heap, slab);
+        crash_point!("to_detached.meta");
+        if remote::detach(self.heap.remote(heap, slab), self) == 0 {
+            crash_point!("to_detached.kept");
+            self.keep_empty(heap, slab);
         }
+    }
+
+    /// An empty slab in hand (after a detach that found no live block) goes to the unsized
+    /// list or the global list.
+    fn keep_empty(&self, heap: &SlabHeap, slab: u32) {
+        self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
+        self.heap
+            .desc(heap, slab)
+            .set_meta(self.me, 0, State::Unsized);
+        self.keep_or_release(heap, slab);
     }
 
     /// `detached_to_sized`: the owner freed a block of its full slab locally.
     fn detached_to_sized(&self, heap: &SlabHeap, class: usize, slab: u32) {
-        remote::reattach(self.heap.remote(heap, slab));
+        self.next_ver();
+        self.log_step(Op::Reattach, heap, slab, class, |_| {});
+        crash_point!("reattach.logged");
+        remote::reattach(self.heap.remote(heap, slab), self);
+        crash_point!("reattach.cas");
         self.heap
             .desc(heap, slab)
             .set_meta(self.me, class as u8, State::Sized);
+        crash_point!("reattach.meta");
         self.sized_push_back(heap, class, slab);
     }
 
@@ -393,58 +567,122 @@ impl ThreadHandle {
         if head == slab + 1 && tail == slab + 1 {
             return;
         }
+        self.log_step(Op::ToUnsized, heap, slab, class, |_| {});
+        crash_point!("to_unsized.logged");
         self.sized_unlink(heap, class, slab);
         self.heap
             .desc(heap, slab)
             .set_meta(self.me, 0, State::Unsized);
+        crash_point!("to_unsized.meta");
         self.keep_or_release(heap, slab);
     }
 
-    /// Keeps an empty slab on this slot's unsized list, or gives it to the global list (its
-    /// pages released) when the slot already keeps enough.
+    /// Keeps an empty slab in hand on this slot's unsized list, or gives it to the global list
+    /// (its pages released) when the slot already keeps enough.
     fn keep_or_release(&self, heap: &SlabHeap, slab: u32) {
         let lists = self.lists(heap.kind);
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
         if count >= heap.count_keep_unsized {
             self.write_back(self.heap.desc(heap, slab));
-            self.heap.push_free(heap, slab);
+            self.push_global(heap, slab, false);
             return;
         }
+        self.log_step(Op::Keep, heap, slab, 0, |_| {});
+        crash_point!("keep.logged");
         self.heap.desc(heap, slab).set_links(head, 0);
+        crash_point!("keep.linked");
         lists
             .unsized_list
             .store(pack_ends(slab + 1, count + 1), Relaxed);
     }
 
-    /// An empty slab for this slot: its own unsized list, else the global free list, else a
-    /// new slab from growing the heap (extra grown slabs join the unsized list).
-    fn take_unsized(&self, heap: &SlabHeap) -> Result<u32, AllocError> {
-        let lists = self.lists(heap.kind);
-        let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
-        if head != 0 {
-            let next = self.heap.desc(heap, head - 1).next();
-            lists
-                .unsized_list
-                .store(pack_ends(next, count - 1), Relaxed);
-            return Ok(head - 1);
+    /// `unsized_to_free`: pushes a slab this slot holds (in hand, or the unsized list's head if
+    /// `from_list`) on the warm global list, else the cold one.
+    fn push_global(&self, heap: &SlabHeap, slab: u32, from_list: bool) {
+        for warm in [true, false] {
+            self.next_ver();
+            self.log_step(Op::PushGlobal, heap, slab, 0, |s| {
+                s.from_list = from_list;
+                s.warm = warm;
+            });
+            crash_point!("push_global.logged");
+            if from_list {
+                let lists = self.lists(heap.kind);
+                let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
+                if head == slab + 1 {
+                    let next = self.heap.desc(heap, slab).next();
+                    lists
+                        .unsized_list
+                        .store(pack_ends(next, count - 1), Relaxed);
+                    crash_point!("push_global.popped");
+                }
+            }
+            if self.heap.push_global(heap, slab, warm, self) {
+                crash_point!("push_global.pushed");
+                return;
+            }
         }
-        if let Some(slab) = self.heap.pop_free(heap)? {
+    }
+
+    /// An empty slab for this slot and whether it is still the unsized list's head: the
+    /// unsized list's head, else one popped off the global free list (warm, then cold), else a
+    /// new slab from growing the heap (extra grown slabs join the unsized list).
+    fn take_unsized(&self, heap: &SlabHeap) -> Result<(u32, bool), AllocError> {
+        let lists = self.lists(heap.kind);
+        let (head, _) = unpack_ends(lists.unsized_list.load(Relaxed));
+        if head != 0 {
+            return Ok((head - 1, true));
+        }
+        for warm in [true, false] {
+            self.next_ver();
+            let log = |slab: u32| {
+                self.log_step(Op::PopGlobal, heap, slab, 0, |s| s.warm = warm);
+                crash_point!("pop_global.logged");
+            };
+            if let Some(slab) = self.heap.pop_global(heap, warm, self, log) {
+                crash_point!("pop_global.popped");
+                self.heap
+                    .desc(heap, slab)
+                    .set_meta(self.me, 0, State::Unsized);
+                if !warm && self.heap.back_slab(heap, slab).is_err() {
+                    self.push_global(heap, slab, false);
+                    return Err(AllocError::OutOfMemory);
+                }
+                return Ok((slab, false));
+            }
+        }
+        self.next_ver();
+        let grown = self.heap.grow(heap, heap.batch_grow, self, |from, count| {
+            self.log_step(Op::Grow, heap, from, 0, |s| s.count = count as u8);
+            crash_point!("grow.logged");
+        })?;
+        crash_point!("grow.grown");
+        self.place_grown(heap, grown.clone());
+        Ok((grown.start, false))
+    }
+
+    /// Puts the extra slabs of a growth (all but the first, which the caller keeps in hand) on
+    /// the unsized list with one store, so they are on it or not at all.
+    fn place_grown(&self, heap: &SlabHeap, grown: std::ops::Range<u32>) {
+        for slab in grown.clone() {
             self.heap
                 .desc(heap, slab)
                 .set_meta(self.me, 0, State::Unsized);
-            return Ok(slab);
         }
-        let grown = self.heap.grow(heap, heap.batch_grow)?;
-        for extra in grown.start + 1..grown.end {
-            self.heap
-                .desc(heap, extra)
-                .set_meta(self.me, 0, State::Unsized);
-            self.keep_or_release(heap, extra);
+        if grown.len() < 2 {
+            return;
         }
-        self.heap
-            .desc(heap, grown.start)
-            .set_meta(self.me, 0, State::Unsized);
-        Ok(grown.start)
+        let lists = self.lists(heap.kind);
+        let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
+        for slab in grown.start + 1..grown.end {
+            let next = if slab + 1 < grown.end { slab + 2 } else { head };
+            self.heap.desc(heap, slab).set_links(next, 0);
+        }
+        crash_point!("grow.linked");
+        lists.unsized_list.store(
+            pack_ends(grown.start + 2, count + grown.len() as u32 - 1),
+            Relaxed,
+        );
     }
 
     fn write_back(&self, desc: &SlabDesc) {
@@ -455,10 +693,13 @@ impl ThreadHandle {
         );
     }
 
+    /// Puts `slab` at the head of a sized list. Forward from the head, the list holds the slab
+    /// only after the last store.
     fn sized_push_front(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let list = &self.lists(heap.kind).sized[class];
         let (head, tail) = unpack_ends(list.load(Relaxed));
         self.heap.desc(heap, slab).set_links(head, 0);
+        crash_point!("push_front.linked");
         if head != 0 {
             let old = self.heap.desc(heap, head - 1);
             old.set_links(old.next(), slab + 1);
@@ -469,13 +710,17 @@ impl ThreadHandle {
         );
     }
 
+    /// Puts `slab` at the tail of a sized list. Forward from the head, the list holds the slab
+    /// from the old tail's `next` store on.
     fn sized_push_back(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let list = &self.lists(heap.kind).sized[class];
         let (head, tail) = unpack_ends(list.load(Relaxed));
         self.heap.desc(heap, slab).set_links(0, tail);
+        crash_point!("push_back.linked");
         if tail != 0 {
             let old = self.heap.desc(heap, tail - 1);
             old.set_links(slab + 1, old.prev());
+            crash_point!("push_back.next");
         }
         list.store(
             pack_ends(if head == 0 { slab + 1 } else { head }, slab + 1),
@@ -483,6 +728,8 @@ impl ThreadHandle {
         );
     }
 
+    /// Takes `slab` out of a sized list. The first store (the list word for the head, else the
+    /// predecessor's `next`) removes it from the forward list; the rest only fix back links.
     fn sized_unlink(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let list = &self.lists(heap.kind).sized[class];
         let desc = self.heap.desc(heap, slab);
@@ -493,15 +740,18 @@ impl ThreadHandle {
         } else {
             let p = self.heap.desc(heap, prev - 1);
             p.set_links(next, p.prev());
+            crash_point!("unlink.next");
         }
         if next == 0 {
             tail = prev;
-        } else {
+        }
+        list.store(pack_ends(head, tail), Relaxed);
+        crash_point!("unlink.list");
+        if next != 0 {
             let n = self.heap.desc(heap, next - 1);
             n.set_links(n.next(), prev);
         }
         desc.set_links(0, 0);
-        list.store(pack_ends(head, tail), Relaxed);
     }
 
     /// Gives every slab of this slot back: empty ones to the global list, partly used ones
@@ -516,20 +766,16 @@ impl ThreadHandle {
                     if head == 0 {
                         break;
                     }
-                    self.sized_unlink(&heap, class, head - 1);
                     self.sized_to_disowned(&heap, class, head - 1);
                 }
             }
             loop {
-                let (head, count) = unpack_ends(self.lists(kind).unsized_list.load(Relaxed));
+                let (head, _) = unpack_ends(self.lists(kind).unsized_list.load(Relaxed));
                 if head == 0 {
                     break;
                 }
-                let next = self.heap.desc(&heap, head - 1).next();
-                self.lists(kind)
-                    .unsized_list
-                    .store(pack_ends(next, count - 1), Relaxed);
-                self.heap.push_free(&heap, head - 1);
+                self.write_back(self.heap.desc(&heap, head - 1));
+                self.push_global(&heap, head - 1, true);
             }
         }
     }
@@ -537,20 +783,66 @@ impl ThreadHandle {
     /// `sized_to_disowned`: the slab's free bits count as freed and nobody owns it; the last
     /// remote free takes it. With no live block left it goes straight to the global list.
     fn sized_to_disowned(&self, heap: &SlabHeap, class: usize, slab: u32) {
+        self.next_ver();
+        self.log_step(Op::Disown, heap, slab, class, |_| {});
+        crash_point!("disown.logged");
+        self.sized_unlink(heap, class, slab);
         let desc = self.heap.desc(heap, slab);
         let free = desc.count_free(heap.classes.count[class]);
         desc.set_meta(0, class as u8, State::Disowned);
         self.write_back(desc);
-        if remote::disown(self.heap.remote(heap, slab), free) == Disown::Empty {
-            self.heap.push_free(heap, slab);
+        crash_point!("disown.meta");
+        if remote::disown(self.heap.remote(heap, slab), free, self) == Disown::Empty {
+            crash_point!("disown.empty");
+            self.keep_empty_to_global(heap, slab);
+        }
+    }
+
+    /// A disowned slab that turned out empty goes to the global list.
+    fn keep_empty_to_global(&self, heap: &SlabHeap, slab: u32) {
+        self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
+        self.heap
+            .desc(heap, slab)
+            .set_meta(self.me, 0, State::Unsized);
+        self.push_global(heap, slab, false);
+    }
+
+    /// Gives everything back and releases the slot, logging `Idle` last (with the version, so
+    /// the next owner continues from it).
+    fn release(&self) {
+        self.give_back();
+        self.log(Rec::slab(Op::Idle, self.ver.get(), SlabStep::default()));
+        self.heap.unhold(self.slot_index);
+        self.slot().release();
+    }
+}
+
+impl Writer for ThreadHandle {
+    #[inline]
+    fn tag(&self) -> Tag {
+        Tag {
+            tid: self.me as u16,
+            ver: self.ver.get(),
+        }
+    }
+
+    /// Sets the acknowledged bit of slot `previous.tid - 1`'s recovery word if it still logs
+    /// version `previous.ver` (the help array of detectable CAS). Never waits.
+    fn acknowledge(&self, previous: Tag) {
+        if !self.recoverable || u64::from(previous.tid) > self.heap.geometry().slots() {
+            return;
+        }
+        let word = &self.heap.slot(u64::from(previous.tid) - 1).recovery;
+        let cur = word.load(Acquire);
+        if Rec(cur).ver() == previous.ver && cur & ACK == 0 {
+            let _ = word.compare_exchange(cur, cur | ACK, AcqRel, Relaxed);
         }
     }
 }
 
 impl Drop for ThreadHandle {
     fn drop(&mut self) {
-        self.give_back();
-        self.slot().release();
+        self.release();
     }
 }
 

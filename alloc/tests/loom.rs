@@ -5,13 +5,87 @@
 //! test is the same `free_list` and `remote` the heap uses.
 #![cfg(podkv_loom)]
 
+use podkv_alloc::dcas::{self, Tag, Writer};
 use podkv_alloc::free_list;
 use podkv_alloc::remote::{self, Disown, RemoteFree};
 use podkv_hw::sync::{model, spawn, Arc, AtomicU64, Ordering};
+use std::cell::Cell;
+
+/// Bit a recovery word's acknowledgement sets (the model keeps only version and ack).
+const ACK: u64 = 1 << 58;
+
+/// A thread of the model: tid, a version bumped per operation (as `ThreadHandle` does), and
+/// the shared recovery words that serve as the help array.
+struct ModelWriter {
+    tid: u16,
+    ver: Cell<u16>,
+    recs: Arc<Vec<AtomicU64>>,
+    /// Log and acknowledge (else only tag, as the free-list models need: the acknowledgement
+    /// protocol has models of its own, and would multiply their interleavings).
+    track: bool,
+}
+
+impl ModelWriter {
+    fn new(tid: u16, recs: &Arc<Vec<AtomicU64>>) -> ModelWriter {
+        ModelWriter {
+            tid,
+            ver: Cell::new(0),
+            recs: recs.clone(),
+            track: true,
+        }
+    }
+    fn untracked(tid: u16) -> ModelWriter {
+        ModelWriter {
+            track: false,
+            ..ModelWriter::new(tid, &Arc::new(Vec::new()))
+        }
+    }
+    /// Starts an operation: a fresh version, logged.
+    fn begin(&self) -> &Self {
+        self.ver.set(self.ver.get() + 1);
+        if !self.track {
+            return self;
+        }
+        self.recs[usize::from(self.tid) - 1].store(u64::from(self.ver.get()), Ordering::Relaxed);
+        self
+    }
+    /// Whether this thread's logged operation took effect on `word`, as a recoverer decides.
+    /// The target first, then the recovery word: whoever replaced the target acknowledged
+    /// before it did.
+    fn took_effect(&self, word: &AtomicU64) -> bool {
+        let target = word.load(Ordering::Acquire);
+        let rec = self.recs[usize::from(self.tid) - 1].load(Ordering::Acquire);
+        dcas::tag(target) == self.tag() || rec & ACK != 0 && rec as u16 == self.ver.get()
+    }
+}
+
+impl Writer for ModelWriter {
+    fn tag(&self) -> Tag {
+        Tag {
+            tid: self.tid,
+            ver: self.ver.get(),
+        }
+    }
+    fn acknowledge(&self, previous: Tag) {
+        if !self.track {
+            return;
+        }
+        let rec = &self.recs[usize::from(previous.tid) - 1];
+        let cur = rec.load(Ordering::Acquire);
+        if cur as u16 == previous.ver && cur & ACK == 0 {
+            let _ = rec.compare_exchange(cur, cur | ACK, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+}
+
+fn recs(n: usize) -> Arc<Vec<AtomicU64>> {
+    Arc::new((0..n).map(|_| AtomicU64::new(0)).collect())
+}
 
 struct List {
     head: AtomicU64,
     next: Vec<AtomicU64>,
+    depth: Vec<AtomicU64>,
 }
 
 impl List {
@@ -19,17 +93,32 @@ impl List {
         Arc::new(List {
             head: AtomicU64::new(0),
             next: (0..slabs).map(|_| AtomicU64::new(0)).collect(),
+            depth: (0..slabs).map(|_| AtomicU64::new(0)).collect(),
         })
     }
-    fn push(&self, slab: u32) {
-        free_list::push(&self.head, slab, |s, n| {
-            self.next[s as usize].store(u64::from(n), Ordering::Relaxed)
-        });
+    fn push_bounded(&self, slab: u32, limit: Option<u32>, w: &ModelWriter) -> bool {
+        free_list::push_bounded(
+            &self.head,
+            slab,
+            limit,
+            w.begin(),
+            |s| self.depth[s as usize].load(Ordering::Relaxed) as u32,
+            |s, n, d| {
+                self.next[s as usize].store(u64::from(n), Ordering::Relaxed);
+                self.depth[s as usize].store(u64::from(d), Ordering::Relaxed);
+            },
+        )
     }
-    fn pop(&self) -> Option<u32> {
-        free_list::pop(&self.head, |s| {
-            self.next[s as usize].load(Ordering::Relaxed) as u32
-        })
+    fn push(&self, slab: u32, w: &ModelWriter) {
+        assert!(self.push_bounded(slab, None, w));
+    }
+    fn pop(&self, w: &ModelWriter) -> Option<u32> {
+        free_list::pop(
+            &self.head,
+            w.begin(),
+            |s| self.next[s as usize].load(Ordering::Relaxed) as u32,
+            |_| {},
+        )
     }
 }
 
@@ -39,28 +128,30 @@ impl List {
 fn free_list_never_loses_or_duplicates_a_slab() {
     model(|| {
         let list = List::new(3);
+        let main = ModelWriter::untracked(4);
         for slab in 0..3 {
-            list.push(slab);
+            list.push(slab, &main);
         }
         let recyclers: Vec<_> = (0..2)
-            .map(|_| {
+            .map(|i| {
                 let list = list.clone();
                 spawn(move || {
-                    if let Some(slab) = list.pop() {
-                        list.push(slab);
+                    let w = ModelWriter::untracked(i + 1);
+                    if let Some(slab) = list.pop(&w) {
+                        list.push(slab, &w);
                     }
                 })
             })
             .collect();
         let taker = {
             let list = list.clone();
-            spawn(move || list.pop())
+            spawn(move || list.pop(&ModelWriter::untracked(3)))
         };
         for r in recyclers {
             r.join().unwrap();
         }
         let taken = taker.join().unwrap();
-        let mut seen: Vec<u32> = std::iter::from_fn(|| list.pop()).collect();
+        let mut seen: Vec<u32> = std::iter::from_fn(|| list.pop(&main)).collect();
         seen.extend(taken);
         seen.sort();
         assert_eq!(seen, vec![0, 1, 2]);
@@ -71,20 +162,21 @@ fn free_list_never_loses_or_duplicates_a_slab() {
 #[test]
 fn bounded_list_respects_its_limit() {
     model(|| {
+        let recs = recs(2);
         let list = List::new(3);
-        let pushers: Vec<_> = (0..2)
-            .map(|slab| {
-                let list = list.clone();
+        let pushers: Vec<_> = (0..2u16)
+            .map(|i| {
+                let (list, recs) = (list.clone(), recs.clone());
                 spawn(move || {
-                    free_list::push_bounded(&list.head, slab, Some(1), |s, n| {
-                        list.next[s as usize].store(u64::from(n), Ordering::Relaxed)
-                    })
+                    list.push_bounded(u32::from(i), Some(1), &ModelWriter::new(i + 1, &recs))
                 })
             })
             .collect();
         let pushed: Vec<bool> = pushers.into_iter().map(|p| p.join().unwrap()).collect();
         assert_eq!(pushed.iter().filter(|&&p| p).count(), 1, "exactly one fits");
-        assert_eq!(free_list::len_of(list.head.load(Ordering::Relaxed)), 1);
+        let w = ModelWriter::new(1, &recs);
+        assert!(list.pop(&w).is_some());
+        assert_eq!(list.pop(&w), None);
     });
 }
 
@@ -93,13 +185,18 @@ fn bounded_list_respects_its_limit() {
 #[test]
 fn exactly_one_remote_freer_takes_a_detached_slab() {
     model(|| {
+        let recs = recs(3);
+        let owner = ModelWriter::new(3, &recs);
         let word = Arc::new(AtomicU64::new(0));
-        remote::reset(&word, 2);
-        assert_eq!(remote::detach(&word), 2);
-        let freers: Vec<_> = (0..2)
-            .map(|_| {
-                let word = word.clone();
-                spawn(move || remote::free_remote(&word) == RemoteFree::TookSlab)
+        remote::reset(&word, 2, owner.begin());
+        assert_eq!(remote::detach(&word, owner.begin()), 2);
+        let freers: Vec<_> = (0..2u16)
+            .map(|i| {
+                let (word, recs) = (word.clone(), recs.clone());
+                spawn(move || {
+                    let w = ModelWriter::new(i + 1, &recs);
+                    remote::free_remote(&word, w.begin()) == RemoteFree::TookSlab
+                })
             })
             .collect();
         let took: usize = freers
@@ -115,17 +212,19 @@ fn exactly_one_remote_freer_takes_a_detached_slab() {
 #[test]
 fn reattach_races_a_remote_free_and_nobody_takes_the_slab() {
     model(|| {
+        let recs = recs(2);
+        let owner = ModelWriter::new(2, &recs);
         let word = Arc::new(AtomicU64::new(0));
-        remote::reset(&word, 2);
-        let _ = remote::detach(&word);
+        remote::reset(&word, 2, owner.begin());
+        let _ = remote::detach(&word, owner.begin());
         let other = {
-            let word = word.clone();
-            spawn(move || remote::free_remote(&word))
+            let (word, recs) = (word.clone(), recs.clone());
+            spawn(move || remote::free_remote(&word, ModelWriter::new(1, &recs).begin()))
         };
-        remote::reattach(&word);
+        remote::reattach(&word, owner.begin());
         assert_eq!(other.join().unwrap(), RemoteFree::Counted);
         assert_eq!(
-            word.load(Ordering::Relaxed),
+            dcas::payload(word.load(Ordering::Relaxed)),
             1,
             "one block still counted: the owner's free bit"
         );
@@ -137,19 +236,99 @@ fn reattach_races_a_remote_free_and_nobody_takes_the_slab() {
 #[test]
 fn disown_and_remote_frees_leave_exactly_one_owner() {
     model(|| {
+        let recs = recs(3);
+        let owner = ModelWriter::new(3, &recs);
         let word = Arc::new(AtomicU64::new(0));
-        remote::reset(&word, 3);
-        let freers: Vec<_> = (0..2)
-            .map(|_| {
-                let word = word.clone();
-                spawn(move || remote::free_remote(&word) == RemoteFree::TookSlab)
+        remote::reset(&word, 3, owner.begin());
+        let freers: Vec<_> = (0..2u16)
+            .map(|i| {
+                let (word, recs) = (word.clone(), recs.clone());
+                spawn(move || {
+                    let w = ModelWriter::new(i + 1, &recs);
+                    remote::free_remote(&word, w.begin()) == RemoteFree::TookSlab
+                })
             })
             .collect();
-        let owner_keeps = remote::disown(&word, 1) == Disown::Empty;
+        let owner_keeps = remote::disown(&word, 1, owner.begin()) == Disown::Empty;
         let took: usize = freers
             .into_iter()
             .map(|f| usize::from(f.join().unwrap()))
             .sum();
         assert_eq!(took + usize::from(owner_keeps), 1);
+    });
+}
+
+/// Detectable CAS: thread 1 logs and does one remote free, then logs a second it never does
+/// (it "dies"), while thread 2 frees twice over its word. Whatever the interleaving, a
+/// recoverer reading thread 1's recovery word and the target decides right: its logged
+/// operation did not take effect — and, had it stopped after the first, that one did.
+#[test]
+fn a_recoverer_tells_whether_the_dead_threads_cas_took_effect() {
+    model(|| {
+        let recs = recs(3);
+        let owner = ModelWriter::new(3, &recs);
+        let word = Arc::new(AtomicU64::new(0));
+        remote::reset(&word, 4, owner.begin());
+        let dying = {
+            let (word, recs) = (word.clone(), recs.clone());
+            spawn(move || {
+                let w = ModelWriter::new(1, &recs);
+                let _ = remote::free_remote(&word, w.begin());
+                let first = w.took_effect(&word);
+                w.begin(); // logged, then the thread dies before its CAS
+                first
+            })
+        };
+        let other = {
+            let (word, recs) = (word.clone(), recs.clone());
+            spawn(move || {
+                let w = ModelWriter::new(2, &recs);
+                let _ = remote::free_remote(&word, w.begin());
+                let _ = remote::free_remote(&word, w.begin());
+            })
+        };
+        assert!(
+            dying.join().unwrap(),
+            "a CAS that took effect is seen at once"
+        );
+        other.join().unwrap();
+        let dead = ModelWriter::new(1, &recs);
+        dead.ver.set(2);
+        assert!(
+            !dead.took_effect(&word),
+            "a CAS never made is never taken for done: rec {:#x} word {:#x}",
+            recs[0].load(Ordering::Relaxed),
+            word.load(Ordering::Relaxed)
+        );
+        assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 1);
+    });
+}
+
+/// Thread 1's one remote free is overwritten by thread 2's: the acknowledgement still proves
+/// thread 1's CAS took effect after thread 1 is gone.
+#[test]
+fn an_overwritten_cas_is_acknowledged() {
+    model(|| {
+        let recs = recs(2);
+        let word = Arc::new(AtomicU64::new(dcas::pack(3, Tag { tid: 0, ver: 0 })));
+        let first = {
+            let (word, recs) = (word.clone(), recs.clone());
+            spawn(move || {
+                let _ = remote::free_remote(&word, ModelWriter::new(1, &recs).begin());
+            })
+        };
+        let second = {
+            let (word, recs) = (word.clone(), recs.clone());
+            spawn(move || {
+                let _ = remote::free_remote(&word, ModelWriter::new(2, &recs).begin());
+            })
+        };
+        first.join().unwrap();
+        second.join().unwrap();
+        for tid in [1, 2] {
+            let w = ModelWriter::new(tid, &recs);
+            w.ver.set(1);
+            assert!(w.took_effect(&word), "thread {tid}'s CAS is detectable");
+        }
     });
 }

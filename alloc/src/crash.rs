@@ -1,0 +1,96 @@
+//! Named crash points (feature `crash-points`): one at every window between the log, the
+//! writes and the CAS of every transition, so a test can kill a process at each in turn and
+//! prove recovery finishes what it was doing.
+//!
+//! A process arms one point through the environment: `PODKV_CRASH_POINT=<name>` and optionally
+//! `PODKV_CRASH_SKIP=<n>` (pass the point `n` times first). When the armed point is reached the
+//! process sends itself SIGKILL: no unwinding, no destructors, as in a real crash. Without the
+//! feature `crash_point!` compiles to nothing.
+
+/// Every crash point, in the order a transition passes them. The crash test runs each; a point
+/// missing here fails the debug assertion in [`hit`], and a point never reached fails the test.
+pub const POINTS: &[&str] = &[
+    "alloc.logged",
+    "free.logged",
+    "free_local.logged",
+    "remote_free.logged",
+    "remote_free.took",
+    "took_slab.logged",
+    "took_slab.meta",
+    "to_sized.logged",
+    "to_sized.popped",
+    "to_sized.reset",
+    "to_sized.meta",
+    "push_front.linked",
+    "to_detached.logged",
+    "to_detached.meta",
+    "to_detached.kept",
+    "reattach.logged",
+    "reattach.cas",
+    "reattach.meta",
+    "push_back.linked",
+    "push_back.next",
+    "to_unsized.logged",
+    "to_unsized.meta",
+    "unlink.next",
+    "unlink.list",
+    "keep.logged",
+    "keep.linked",
+    "push_global.logged",
+    "push_global.popped",
+    "push_global.pushed",
+    "pop_global.logged",
+    "pop_global.popped",
+    "grow.logged",
+    "grow.grown",
+    "grow.linked",
+    "disown.logged",
+    "disown.meta",
+    "disown.empty",
+];
+
+/// Marks a crash point (see the module docs).
+#[macro_export]
+macro_rules! crash_point {
+    ($name:literal) => {
+        #[cfg(feature = "crash-points")]
+        $crate::crash::hit($name);
+    };
+}
+
+#[cfg(feature = "crash-points")]
+mod armed {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static PASSED: AtomicU64 = AtomicU64::new(0);
+
+    /// Called at a crash point: kills the process if it is the armed one.
+    #[cold]
+    pub fn hit(name: &'static str) {
+        debug_assert!(
+            super::POINTS.contains(&name),
+            "crash point {name} not in POINTS"
+        );
+        let armed = ARMED.get_or_init(|| {
+            let point = std::env::var("PODKV_CRASH_POINT").ok()?;
+            let skip = std::env::var("PODKV_CRASH_SKIP")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            Some((point, skip))
+        });
+        if let Some((point, skip)) = armed {
+            if point == name && PASSED.fetch_add(1, Ordering::Relaxed) >= *skip {
+                // SAFETY: sending a signal to ourselves.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "crash-points")]
+pub use armed::hit;

@@ -1,0 +1,361 @@
+//! Recovery of a dead thread slot (CXLALLOC §3.4.2): the adopter, now the slot's owner, reads
+//! the recovery word once and finishes the step it names.
+//!
+//! # What the adopter may rely on
+//! - The slot's lists read forward from their heads are valid at every instant (the writes of
+//!   each transition are ordered so), so [`ThreadHandle::repair_lists`] only re-derives back
+//!   links, tails and the unsized count, walking this slot's own slabs.
+//! - A step's detectable CAS took effect iff the target still names (this slot, the logged
+//!   version) or the recovery word is acknowledged ([`crate::dcas`]).
+//! - A slab a step holds "in hand" is on no list and owned by nobody else: the adopter puts it
+//!   on the unsized list or the global one.
+//!
+//! Each arm is idempotent: it re-logs before it changes anything, so a crash of the adopter is
+//! recovered the same way. No arm waits for another thread or scans the heap.
+
+use super::{pack_ends, unpack_ends, ThreadHandle};
+use crate::dcas;
+use crate::heap::{Kind, SlabHeap};
+use crate::offset::Offset;
+use crate::recovery::{Op, Rec};
+use crate::remote;
+use crate::slab::State;
+use podkv_hw::sync::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
+use std::time::{Duration, Instant};
+
+/// What the dead slot was doing with a block when it died, as the application sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlight {
+    /// No allocation or free was under way.
+    None,
+    /// The block was taken for an allocation that may not have reached the application: if
+    /// the application holds no record of it, it should free it.
+    Alloc(Offset),
+    /// A free of the block was under way; recovery finished it (the block is free).
+    Free(Offset),
+}
+
+/// What recovering one slot did.
+#[derive(Clone, Copy, Debug)]
+pub struct Recovered {
+    /// The slot.
+    pub slot: u32,
+    /// The step its recovery word named.
+    pub step: Rec,
+    /// The block it concerned, for the application.
+    pub in_flight: InFlight,
+    /// How long recovery took (excluding giving the slot's slabs back).
+    pub took: Duration,
+}
+
+impl ThreadHandle {
+    /// Finishes the step a dead owner of this (just adopted) slot was in. Bounded work: this
+    /// slot's own lists and the one slab the step names.
+    pub(crate) fn recover(&self) -> Recovered {
+        let start = Instant::now();
+        let rec = Rec(self.slot().recovery.load(Relaxed));
+        self.repair_lists();
+        let in_flight = self.finish(rec);
+        self.after_free.set(false);
+        Recovered {
+            slot: self.slot_index,
+            step: rec,
+            in_flight,
+            took: start.elapsed(),
+        }
+    }
+
+    fn finish(&self, rec: Rec) -> InFlight {
+        let Some(op) = rec.op() else {
+            return InFlight::None;
+        };
+        let step = rec.step();
+        let heap = *self
+            .heap
+            .slab_heap(if step.large { Kind::Large } else { Kind::Small });
+        let (slab, class) = (step.slab, usize::from(step.class));
+        let freed = || {
+            if step.after_free {
+                InFlight::Free(Offset(self.slot().aux.load(Relaxed)))
+            } else {
+                InFlight::None
+            }
+        };
+        // Whether the recovery word is acknowledged now. Read after the target: whoever
+        // replaced the target acknowledged before it did.
+        let acked = || {
+            let now = Rec(self.slot().recovery.load(Acquire));
+            now.acked() && now.ver() == rec.ver()
+        };
+        let mine = |word: &AtomicU64| {
+            let t = dcas::tag(word.load(Acquire));
+            t.tid == self.me as u16 && t.ver == rec.ver()
+        };
+        // Whether the logged CAS on `word` took effect.
+        let took = |word: &AtomicU64| mine(word) || acked();
+        if slab_step(op) && slab >= self.heap.len(&heap) && op != Op::Grow {
+            return InFlight::None; // not a slab of this heap: nothing this step can have done
+        }
+        match op {
+            Op::Idle => InFlight::None,
+            Op::Alloc => self.finish_alloc(Offset(rec.offset())),
+            Op::Free => self.finish_free(Offset(rec.offset())),
+            Op::RemoteFree => self.finish_remote_free(rec),
+            Op::ToSized => {
+                let listed = self.in_sized(&heap, class, slab)
+                    || step.from_list && self.unsized_head(&heap) == slab + 1;
+                if !listed {
+                    self.in_hand_to_unsized(&heap, slab);
+                }
+                InFlight::None
+            }
+            Op::PopGlobal => {
+                let head = self.heap.global_head(&heap, step.warm);
+                let w = head.load(Acquire);
+                let popped = mine(head) && dcas::payload(w) != slab + 1 || acked();
+                if popped {
+                    // In hand; its pages may be released (cold list): back to the cold list.
+                    self.heap
+                        .desc(&heap, slab)
+                        .set_meta(self.me, 0, State::Unsized);
+                    self.push_global(&heap, slab, false);
+                }
+                InFlight::None
+            }
+            Op::Grow => {
+                let count = u32::from(step.count);
+                let len = self.heap.len_word(&heap);
+                let grown =
+                    mine(len) && dcas::payload(len.load(Acquire)) == slab + count || acked();
+                if grown && count > 0 {
+                    if count >= 2 && self.unsized_head(&heap) != slab + 2 {
+                        self.place_grown(&heap, slab..slab + count);
+                    }
+                    self.in_hand_to_unsized(&heap, slab);
+                }
+                InFlight::None
+            }
+            Op::ToDetached => {
+                let word = self.heap.remote(&heap, slab);
+                if took(word) {
+                    if mine(word) && remote::count(word.load(Relaxed)) == 0 {
+                        self.keep_empty(&heap, slab);
+                    }
+                } else if !self.in_sized(&heap, class, slab) {
+                    // Unlinked but not detached: detach now, as the dead owner would have.
+                    self.next_ver();
+                    self.log_step(Op::ToDetached, &heap, slab, class, |_| {});
+                    self.heap
+                        .desc(&heap, slab)
+                        .set_meta(self.me, class as u8, State::Detached);
+                    if remote::detach(word, self) == 0 {
+                        self.keep_empty(&heap, slab);
+                    }
+                }
+                InFlight::None
+            }
+            Op::Reattach => {
+                if !took(self.heap.remote(&heap, slab)) {
+                    self.next_ver();
+                    self.log_step(Op::Reattach, &heap, slab, class, |_| {});
+                    remote::reattach(self.heap.remote(&heap, slab), self);
+                }
+                self.heap
+                    .desc(&heap, slab)
+                    .set_meta(self.me, class as u8, State::Sized);
+                if !self.in_sized(&heap, class, slab) {
+                    self.sized_push_back(&heap, class, slab);
+                }
+                freed()
+            }
+            Op::ToUnsized | Op::Keep | Op::TookSlab => {
+                let placed = op == Op::ToUnsized && self.in_sized(&heap, class, slab)
+                    || self.unsized_head(&heap) == slab + 1;
+                if !placed {
+                    self.in_hand_to_unsized(&heap, slab);
+                }
+                freed()
+            }
+            Op::PushGlobal => {
+                let head = self.heap.global_head(&heap, step.warm);
+                let pushed = mine(head) && dcas::payload(head.load(Acquire)) == slab + 1 || acked();
+                let still_listed = step.from_list && self.unsized_head(&heap) == slab + 1;
+                if !pushed && !still_listed {
+                    self.push_global(&heap, slab, false);
+                }
+                freed()
+            }
+            Op::Disown => {
+                let word = self.heap.remote(&heap, slab);
+                if took(word) {
+                    if mine(word) && dcas::payload(word.load(Relaxed)) == 0 {
+                        self.keep_empty_to_global(&heap, slab);
+                    }
+                } else if !self.in_sized(&heap, class, slab) {
+                    // Unlinked but not disowned: disown now.
+                    self.next_ver();
+                    self.log_step(Op::Disown, &heap, slab, class, |_| {});
+                    let desc = self.heap.desc(&heap, slab);
+                    let free = desc.count_free(heap.classes.count[class]);
+                    desc.set_meta(0, class as u8, State::Disowned);
+                    if remote::disown(word, free, self) == remote::Disown::Empty {
+                        self.keep_empty_to_global(&heap, slab);
+                    }
+                }
+                InFlight::None
+            }
+        }
+    }
+
+    /// An allocation was logged: if the block's bit is clear it was taken.
+    fn finish_alloc(&self, offset: Offset) -> InFlight {
+        match self.find_block(offset) {
+            Some((heap, slab, block)) => {
+                let desc = self.heap.desc(&heap, slab);
+                let word = desc.bits[(block / 64) as usize].load(Relaxed);
+                if desc.meta().owner == self.me && word & 1 << (block % 64) == 0 {
+                    InFlight::Alloc(offset)
+                } else {
+                    InFlight::None
+                }
+            }
+            None => InFlight::None,
+        }
+    }
+
+    /// A local free was logged: set the bit if it is not yet, and reattach a detached slab.
+    fn finish_free(&self, offset: Offset) -> InFlight {
+        let Some((heap, slab, block)) = self.find_block(offset) else {
+            return InFlight::None;
+        };
+        let desc = self.heap.desc(&heap, slab);
+        let meta = desc.meta();
+        if meta.owner != self.me || !matches!(meta.state, Some(State::Sized | State::Detached)) {
+            return InFlight::Free(offset);
+        }
+        let word = &desc.bits[(block / 64) as usize];
+        let bit = 1u64 << (block % 64);
+        let bits = word.load(Relaxed);
+        if bits & bit == 0 {
+            self.log_block(Op::Free, offset.0);
+            word.store(bits | bit, Relaxed);
+        }
+        if meta.state == Some(State::Detached) {
+            self.enter_free(offset.0);
+            self.detached_to_sized(&heap, usize::from(meta.class), slab);
+        }
+        InFlight::Free(offset)
+    }
+
+    /// A remote free was logged: redo it unless it took effect; take the slab if it was (or
+    /// now is) the last block.
+    fn finish_remote_free(&self, rec: Rec) -> InFlight {
+        let offset = Offset(rec.offset());
+        let Some((heap, slab)) = self.find_slab(offset) else {
+            return InFlight::None;
+        };
+        let word = self.heap.remote(&heap, slab);
+        let w = word.load(Acquire);
+        let mine = dcas::tag(w).tid == self.me as u16 && dcas::tag(w).ver == rec.ver();
+        let now = Rec(self.slot().recovery.load(Acquire));
+        if mine {
+            if remote::took_slab(dcas::payload(w)) {
+                self.enter_free(offset.0);
+                self.took_slab(&heap, slab);
+            }
+        } else if !(now.acked() && now.ver() == rec.ver()) {
+            self.remote_free_word(heap.kind, word, slab, offset);
+        }
+        InFlight::Free(offset)
+    }
+
+    /// The grown slab a block offset lies in.
+    fn find_slab(&self, offset: Offset) -> Option<(SlabHeap, u32)> {
+        Kind::ALL.iter().find_map(|&kind| {
+            let heap = *self.heap.slab_heap(kind);
+            let (slab, _) = heap.slab_of(offset.0)?;
+            (slab < self.heap.len(&heap)).then_some((heap, slab))
+        })
+    }
+
+    /// The slab and block index of a block offset, by the slab's current class.
+    fn find_block(&self, offset: Offset) -> Option<(SlabHeap, u32, u32)> {
+        let (heap, slab) = self.find_slab(offset)?;
+        let (_, in_slab) = heap.slab_of(offset.0)?;
+        let class = usize::from(self.heap.desc(&heap, slab).meta().class);
+        if class >= heap.classes.len {
+            return None;
+        }
+        let block = heap.classes.block_index(class, in_slab);
+        (block < heap.classes.count[class]).then_some((heap, slab, block))
+    }
+
+    /// An empty slab in hand becomes an unsized slab of this slot (or goes global).
+    fn in_hand_to_unsized(&self, heap: &SlabHeap, slab: u32) {
+        self.heap
+            .desc(heap, slab)
+            .set_meta(self.me, 0, State::Unsized);
+        self.keep_or_release(heap, slab);
+    }
+
+    fn unsized_head(&self, heap: &SlabHeap) -> u32 {
+        unpack_ends(self.lists(heap.kind).unsized_list.load(Relaxed)).0
+    }
+
+    /// Whether `slab` is on the sized list of `class` (walking forward).
+    fn in_sized(&self, heap: &SlabHeap, class: usize, slab: u32) -> bool {
+        let (mut link, _) = unpack_ends(self.lists(heap.kind).sized[class].load(Relaxed));
+        let mut steps = 0;
+        while link != 0 && steps <= self.heap.len(heap) {
+            if link == slab + 1 {
+                return true;
+            }
+            link = self.heap.desc(heap, link - 1).next();
+            steps += 1;
+        }
+        false
+    }
+
+    /// Re-derives every back link, tail and the unsized count of this slot's lists from their
+    /// forward links (which every transition keeps valid).
+    pub(crate) fn repair_lists(&self) {
+        for kind in Kind::ALL {
+            let heap = *self.heap.slab_heap(kind);
+            let len = self.heap.len(&heap);
+            let lists = self.lists(kind);
+            for class in 0..heap.classes.len {
+                let (head, _) = unpack_ends(lists.sized[class].load(Relaxed));
+                if head == 0 {
+                    lists.sized[class].store(0, Relaxed);
+                    continue;
+                }
+                let (mut link, mut prev, mut steps) = (head, 0, 0);
+                while link != 0 && link <= len && steps <= len {
+                    let desc = self.heap.desc(&heap, link - 1);
+                    if desc.prev() != prev {
+                        desc.set_links(desc.next(), prev);
+                    }
+                    prev = link;
+                    link = desc.next();
+                    steps += 1;
+                }
+                lists.sized[class].store(pack_ends(head, prev), Relaxed);
+            }
+            let (head, _) = unpack_ends(lists.unsized_list.load(Relaxed));
+            let (mut link, mut count) = (head, 0);
+            while link != 0 && link <= len && count <= len {
+                count += 1;
+                link = self.heap.desc(&heap, link - 1).next();
+            }
+            lists.unsized_list.store(pack_ends(head, count), Relaxed);
+        }
+    }
+}
+
+/// Whether `op` names a slab (not a block).
+fn slab_step(op: Op) -> bool {
+    !matches!(op, Op::Idle | Op::Alloc | Op::Free | Op::RemoteFree)
+}

@@ -1,0 +1,301 @@
+//! Crash points: a child process runs a workload that passes through every transition and is
+//! killed (SIGKILL, by itself) at one named crash point; the parent recovers its dead slots and
+//! proves nothing was lost, leaked or freed twice:
+//!
+//! - the child records, in a file the parent can read, every block the application holds
+//!   (an allocation is recorded after `allocate` returns; a free is marked before `free` is
+//!   called and cleared after it returns), and which block each slot was last handed;
+//! - after [`Heap::recover_dead`] the parent frees every block the application still holds,
+//!   every block recovery reports as allocated but never handed over, and every block marked
+//!   as being freed that recovery does not report as freed — a double free panics;
+//! - then the heap must check clean and hold no live block: every slab accounted for.
+//!
+//! Every crash point is run (at its first pass and at later passes); a point the child never
+//! reaches fails the test, so the list in `crash.rs` and the workload stay in step.
+
+use podkv_alloc::{crash, Config, Heap, InFlight, Offset};
+use std::alloc::Layout;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+const ROLE: &str = "PODKV_CRASH_TEST_ROLE";
+const SLOTS: usize = 64;
+const ENTRIES: usize = 4096;
+const FREEING: u64 = 1 << 63;
+
+fn config() -> Config {
+    Config {
+        small_bytes: 64 << 20,
+        large_bytes: 256 << 20,
+        slots: SLOTS as u64,
+        ..Config::default()
+    }
+}
+
+/// The application's record: `last[slot]` (block handed to the slot's caller last) and
+/// `entries` (blocks held), in a shared file mapping.
+struct Record {
+    words: &'static [AtomicU64],
+}
+
+impl Record {
+    fn open(path: &Path) -> Record {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .unwrap();
+        let len = (SLOTS + ENTRIES) * 8;
+        file.set_len(len as u64).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of a file we sized; leaked for the process's life.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        // SAFETY: `len` bytes of mapped, 8-aligned memory; AtomicU64 is valid for any bits.
+        let words = unsafe { std::slice::from_raw_parts(ptr as *const AtomicU64, len / 8) };
+        Record { words }
+    }
+    fn last(&self, slot: u32) -> &AtomicU64 {
+        &self.words[slot as usize]
+    }
+    fn entry(&self, i: usize) -> &AtomicU64 {
+        &self.words[SLOTS + i]
+    }
+}
+
+/// The child's application: blocks held in `entries`, with the recording protocol.
+struct App {
+    record: Record,
+    free_entries: Vec<usize>,
+}
+
+impl App {
+    fn alloc(&mut self, t: &podkv_alloc::ThreadHandle, size: usize) -> usize {
+        self.record.last(t.slot_index()).store(0, Relaxed);
+        let off = t
+            .allocate(Layout::from_size_align(size, 8).unwrap())
+            .unwrap();
+        self.record.last(t.slot_index()).store(off.0, Relaxed);
+        let i = self.free_entries.pop().expect("entries left");
+        self.record.entry(i).store(off.0, Relaxed);
+        i
+    }
+
+    fn free(&mut self, t: &podkv_alloc::ThreadHandle, i: usize) {
+        let off = self.record.entry(i).load(Relaxed);
+        assert!(off != 0 && off & FREEING == 0);
+        self.record.entry(i).store(off | FREEING, Relaxed);
+        t.free(Offset(off));
+        self.record.entry(i).store(0, Relaxed);
+        self.free_entries.push(i);
+    }
+}
+
+/// The workload: passes every transition with two slots in one thread (a block freed through
+/// the other slot is a remote free).
+fn workload(heap_path: &Path, record_path: &Path) {
+    let heap = Heap::open(heap_path, &config()).unwrap();
+    let mut app = App {
+        record: Record::open(record_path),
+        free_entries: (0..ENTRIES).rev().collect(),
+    };
+    let big = 200 << 10; // two blocks per 512 KiB slab
+    for _round in 0..3 {
+        let a = heap.thread().unwrap();
+        let b = heap.thread().unwrap();
+        // Small blocks: fast paths, growth, a slab emptied locally and remotely.
+        let small: Vec<usize> = (0..300).map(|i| app.alloc(&a, 8 + i % 200)).collect();
+        for (n, &i) in small.iter().enumerate() {
+            if n % 3 == 0 {
+                app.free(&b, i); // remote
+            } else {
+                app.free(&a, i); // local
+            }
+        }
+        // A full slab whose blocks all come back remotely before the owner notices: detached
+        // with no live block, so the owner keeps it.
+        let x = app.alloc(&a, big);
+        let y = app.alloc(&a, big);
+        app.free(&b, x);
+        app.free(&b, y);
+        let z = app.alloc(&a, big);
+        // A detached slab freed into locally (reattach, pushed back behind the head).
+        let w = app.alloc(&a, big); // fills z's slab
+        let v = app.alloc(&a, big); // detaches it, new head
+        app.free(&a, z); // reattach: z's slab behind v's
+        app.free(&a, w); // z's slab empty, not the head: unlinked from the middle, kept
+                         // A detached slab whose last block is freed remotely: the freer takes it.
+        let u = app.alloc(&a, big); // fills v's slab
+        let t = app.alloc(&a, big); // detaches it
+        app.free(&b, v);
+        app.free(&b, u); // b takes the slab
+                         // Many empty slabs: past the unsized bound, to the global list.
+        let many: Vec<usize> = (0..24).map(|_| app.alloc(&a, 300 << 10)).collect();
+        for i in many {
+            app.free(&a, i);
+        }
+        // A slab with one live block and one sized-but-empty slab when b is given back.
+        let keep = app.alloc(&b, 64);
+        let gone = app.alloc(&b, 2000);
+        app.free(&b, gone);
+        drop(b); // disowned (live block), empty one straight to the global list
+        let b = heap.thread().unwrap(); // pops from the global list
+        let s = app.alloc(&b, 64);
+        app.free(&a, keep);
+        app.free(&a, s);
+        app.free(&a, t);
+        drop(b);
+        drop(a);
+    }
+    // Reaching here means the armed point was never passed.
+    std::process::exit(3);
+}
+
+fn child_main() -> ! {
+    let heap = std::env::var("PODKV_CRASH_HEAP").unwrap();
+    let record = std::env::var("PODKV_CRASH_RECORD").unwrap();
+    workload(Path::new(&heap), Path::new(&record));
+    unreachable!()
+}
+
+/// Runs the child crashing at `point` after `skip` passes; returns whether it was killed there.
+fn crash_child(dir: &Path, point: &str, skip: u32) -> bool {
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE, "child")
+        .env("PODKV_CRASH_HEAP", dir.join("heap"))
+        .env("PODKV_CRASH_RECORD", dir.join("record"))
+        .env("PODKV_CRASH_POINT", point)
+        .env("PODKV_CRASH_SKIP", skip.to_string())
+        .status()
+        .unwrap();
+    match status.signal() {
+        Some(libc::SIGKILL) => true,
+        _ => {
+            assert_eq!(
+                status.code(),
+                Some(3),
+                "child at {point}/{skip} failed: {status}"
+            );
+            false
+        }
+    }
+}
+
+/// Recovers the dead child's slots and settles the application's record; returns a problem.
+fn recover_and_settle(dir: &Path, point: &str) -> Result<(), String> {
+    let heap = Heap::open(dir.join("heap"), &config()).unwrap();
+    let record = Record::open(&dir.join("record"));
+    let recovered = heap.recover_dead();
+    if recovered.is_empty() {
+        return Err(format!("{point}: no dead slot found"));
+    }
+    let mut to_free = Vec::new();
+    let mut freed_by_recovery = Vec::new();
+    for r in &recovered {
+        match r.in_flight {
+            InFlight::Alloc(off) if record.last(r.slot).load(Relaxed) != off.0 => {
+                to_free.push(off.0) // taken, never handed to the application
+            }
+            InFlight::Free(off) => freed_by_recovery.push(off.0),
+            _ => {}
+        }
+    }
+    for i in 0..ENTRIES {
+        let e = record.entry(i).load(Relaxed);
+        if e == 0 {
+            continue;
+        }
+        if e & FREEING != 0 {
+            let off = e & !FREEING;
+            if !freed_by_recovery.contains(&off) {
+                to_free.push(off); // marked, but the free never started
+            }
+        } else {
+            to_free.push(e);
+        }
+        record.entry(i).store(0, Relaxed);
+    }
+    for slot in 0..SLOTS as u32 {
+        record.last(slot).store(0, Relaxed);
+    }
+    {
+        let t = heap.thread().unwrap();
+        for off in to_free {
+            t.free(Offset(off));
+        }
+    }
+    let report = heap.check();
+    if !report.is_valid() {
+        return Err(format!(
+            "{point}: {:?} after {recovered:?}",
+            report.problems
+        ));
+    }
+    if report.live_blocks() != 0 {
+        return Err(format!(
+            "{point}: {} blocks unaccounted for after {recovered:?}",
+            report.live_blocks()
+        ));
+    }
+    if !report.claimed_slots.is_empty() {
+        return Err(format!(
+            "{point}: slots still claimed: {:?}",
+            report.claimed_slots
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn crash_child_entry() {
+    if std::env::var(ROLE).as_deref() == Ok("child") {
+        child_main();
+    }
+}
+
+#[test]
+fn every_crash_point_is_recovered_without_loss_leak_or_double_free() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let mut never = Vec::new();
+    let mut runs = 0;
+    for &point in crash::POINTS {
+        let mut reached = false;
+        for skip in [0, 1, 7] {
+            let dir = tempfile::tempdir().unwrap();
+            if !crash_child(dir.path(), point, skip) {
+                continue;
+            }
+            reached = true;
+            runs += 1;
+            if let Err(problem) = recover_and_settle(dir.path(), point) {
+                panic!("crash at {point} (skip {skip}): {problem}");
+            }
+        }
+        if !reached {
+            never.push(point);
+        }
+    }
+    assert!(never.is_empty(), "crash points never reached: {never:?}");
+    eprintln!("{runs} crashes recovered at {} points", crash::POINTS.len());
+}
