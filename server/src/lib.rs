@@ -11,6 +11,7 @@
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots).
 
 pub mod bench;
+pub mod chaos;
 pub mod cli;
 pub mod heap_cmd;
 pub mod protocol;
