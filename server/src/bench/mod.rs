@@ -50,6 +50,9 @@ impl Kind {
 pub enum AllocatorName {
     /// The pod heap (shared memory; may span processes).
     Podkv,
+    /// The pod heap with recovery logging and CAS acknowledgement off, to measure what
+    /// recoverability costs (one process only).
+    PodkvNonrecoverable,
     /// mimalloc, linked in (process-local).
     Mimalloc,
     /// The system allocator (process-local).
@@ -60,6 +63,7 @@ impl AllocatorName {
     fn name(self) -> &'static str {
         match self {
             AllocatorName::Podkv => "podkv",
+            AllocatorName::PodkvNonrecoverable => "podkv-nonrecoverable",
             AllocatorName::Mimalloc => "mimalloc",
             AllocatorName::System => "system",
         }
@@ -208,7 +212,8 @@ fn run_once(
         args.processes as u64,
     ];
     let (seconds, pss_bytes, page_faults, hwcc_bytes) = match allocator {
-        AllocatorName::Podkv => run_podkv(args, params)?,
+        AllocatorName::Podkv => run_podkv(args, params, true)?,
+        AllocatorName::PodkvNonrecoverable => run_podkv(args, params, false)?,
         AllocatorName::Mimalloc => run_local(params, alloc::mimalloc),
         AllocatorName::System => run_local(params, alloc::system),
     };
@@ -286,7 +291,11 @@ fn seconds_of(ctl: &Control) -> f64 {
 }
 
 /// podkv: one heap; workers are threads of this process, or of child processes.
-fn run_podkv(args: &BenchArgs, params: [u64; 6]) -> anyhow::Result<(f64, u64, u64, Option<u64>)> {
+fn run_podkv(
+    args: &BenchArgs,
+    params: [u64; 6],
+    recoverable: bool,
+) -> anyhow::Result<(f64, u64, u64, Option<u64>)> {
     let temp = args.heap.is_none();
     let path = args.heap.clone().unwrap_or_else(|| {
         static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -299,6 +308,7 @@ fn run_podkv(args: &BenchArgs, params: [u64; 6]) -> anyhow::Result<(f64, u64, u6
     let config = Config {
         small_bytes: args.heap_bytes,
         large_bytes: args.heap_bytes,
+        recoverable,
         ..Config::default()
     };
     let result = run_podkv_at(&path, &config, params);
@@ -505,7 +515,7 @@ fn print_table(args: &BenchArgs, records: &[Record]) {
         first.kind, first.size, first.ops, first.threads, first.processes, args.repeat
     );
     println!(
-        "{:<10} {:>14} {:>10} {:>12} {:>12} {:>10}",
+        "{:<20} {:>14} {:>10} {:>12} {:>12} {:>10}",
         "allocator", "ops/s", "vs mimalloc", "pss", "hwcc", "faults"
     );
     let median_of = |name: &str| {
@@ -532,13 +542,20 @@ fn print_table(args: &BenchArgs, records: &[Record]) {
         };
         let hwcc = last.hwcc_bytes.map_or("-".into(), human_bytes);
         println!(
-            "{:<10} {:>14.0} {:>10} {:>12} {:>12} {:>10}",
+            "{:<20} {:>14.0} {:>10} {:>12} {:>12} {:>10}",
             name,
             ops,
             ratio,
             human_bytes(last.pss_bytes),
             hwcc,
             last.page_faults
+        );
+    }
+    let (on, off) = (median_of("podkv"), median_of("podkv-nonrecoverable"));
+    if on > 0.0 && off > 0.0 {
+        println!(
+            "recoverable podkv runs at {:.1}% of non-recoverable podkv",
+            100.0 * on / off
         );
     }
 }
