@@ -253,7 +253,7 @@ mod tests {
     #[test]
     fn eviction_never_uses_clwb_and_keeps_bytes() {
         assert_ne!(evict_kind(), Flush::Clwb);
-        let buf = vec![9u8; 3 * SIZE_CACHE_LINE];
+        let buf = [9u8; 3 * SIZE_CACHE_LINE];
         let before = lines_written_back();
         evict(buf.as_ptr(), buf.len());
         fence_full();

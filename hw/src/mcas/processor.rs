@@ -130,6 +130,7 @@ impl Processor {
             let pending = self.region.spwr(client, word::SEQ).load(Ordering::Acquire);
             if pending == seq && self.answered[client as usize] != seq {
                 self.reply(client, seq, status::UNKNOWN, 0);
+                self.answered[client as usize] = seq;
             }
         }
         self.region
@@ -408,5 +409,73 @@ fn wait_for_child_processor(
             return Err(McasError::NoProcessor);
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(all(test, not(podkv_loom)))]
+mod tests {
+    use super::*;
+    use crate::mcas::RegionFile;
+
+    #[test]
+    fn a_takeover_answers_the_journalled_request_unknown_and_never_repeats_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = RegionFile::create(&dir.path().join("region"), 2, 2).unwrap();
+        let region = file.region();
+        let target = region.targets().start;
+        // A processor claims the region, journals client 1's store of 9, performs it, and dies
+        // before replying.
+        let dead = Processor::claim_over(region, 0).unwrap();
+        let spwr = |i| region.spwr(1, i);
+        spwr(word::OP).store(op::STORE, Ordering::Relaxed);
+        spwr(word::TARGET).store(target, Ordering::Relaxed);
+        spwr(word::NEW).store(9, Ordering::Relaxed);
+        spwr(word::SEQ).store(2, Ordering::Release);
+        region
+            .journal(word::INFLIGHT_SEQ)
+            .store(2, Ordering::Relaxed);
+        region
+            .journal(word::INFLIGHT_CLIENT)
+            .store(2, Ordering::Release);
+        region.target(target).unwrap().store(9, Ordering::Relaxed);
+        // Someone else changes the target meanwhile, through a later request.
+        region.target(target).unwrap().store(5, Ordering::Relaxed);
+        let next = Processor::claim_over(region, dead.claim_value()).unwrap();
+        assert_eq!(region.sprd(1, word::SEQ).load(Ordering::Acquire), 2);
+        assert_eq!(
+            region.sprd(1, word::STATUS).load(Ordering::Relaxed),
+            status::UNKNOWN
+        );
+        assert_eq!(
+            region
+                .journal(word::INFLIGHT_CLIENT)
+                .load(Ordering::Relaxed),
+            0
+        );
+        let handle = next.spawn();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(handle.stop(), Stopped::Asked);
+        assert_eq!(
+            region.target(target).unwrap().load(Ordering::Relaxed),
+            5,
+            "not repeated"
+        );
+        // The dead processor, were it to wake, finds its claim gone.
+        assert_ne!(
+            region.liveness(word::CLAIM).load(Ordering::Relaxed),
+            dead.claim_value()
+        );
+    }
+
+    #[test]
+    fn a_claim_over_a_stale_observation_loses() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = RegionFile::create(&dir.path().join("region"), 1, 1).unwrap();
+        let first = Processor::claim_over(file.region(), 0).unwrap();
+        assert!(matches!(
+            Processor::claim_over(file.region(), 0),
+            Err(McasError::AlreadyServed { pid }) if pid == std::process::id()
+        ));
+        assert!(Processor::claim_over(file.region(), first.claim_value()).is_ok());
     }
 }
