@@ -63,6 +63,7 @@ fn child() {
     let file = RegionFile::open(Path::new(path)).expect("child opens the region file");
     match role {
         "processor" => {
+            exit_with_parent();
             let processor = Processor::claim(file.region(), TAKEOVER_AFTER).expect("claim");
             println!("processor claimed");
             let never = std::sync::atomic::AtomicBool::new(false);
@@ -73,6 +74,29 @@ fn child() {
             clients(file.region(), kind.parse().unwrap(), index.parse().unwrap());
         }
         other => panic!("unknown role {other}"),
+    }
+}
+
+/// A processor child must not outlive the test that started it, even one that panicked.
+fn exit_with_parent() {
+    // SAFETY: getppid(2) has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: as above.
+        if unsafe { libc::getppid() } != parent {
+            std::process::exit(0);
+        }
+    });
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves none.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -197,12 +221,11 @@ fn nmp_processor_process_serves_client_processes_linearizably() {
         TAKEOVER_AFTER,
     )
     .unwrap();
-    let Liveness::StartedProcess(mut processor) = started else {
+    let Liveness::StartedProcess(processor) = started else {
         panic!("a fresh region has no processor: {started:?}");
     };
+    let _processor = Reaped(processor);
     run_client_processes(&path, McasKind::Nmp);
-    processor.kill().unwrap();
-    processor.wait().unwrap();
 }
 
 #[test]
@@ -231,9 +254,10 @@ fn a_killed_processor_is_an_error_not_a_hang_and_a_new_one_takes_over() {
         TAKEOVER_AFTER,
     )
     .unwrap();
-    let Liveness::StartedProcess(mut processor) = started else {
+    let Liveness::StartedProcess(processor) = started else {
         panic!("expected to start the processor: {started:?}");
     };
+    let mut processor = Reaped(processor);
     let counter = target(&region, 0);
     // A client hammers the counter until the processor dies under it.
     let hammer = {
@@ -251,9 +275,9 @@ fn a_killed_processor_is_an_error_not_a_hang_and_a_new_one_takes_over() {
         })
     };
     std::thread::sleep(Duration::from_millis(100));
-    processor.kill().unwrap(); // SIGKILL
+    processor.0.kill().unwrap(); // SIGKILL
     let killed_at = Instant::now();
-    processor.wait().unwrap();
+    processor.0.wait().unwrap();
     let (done, error, failed_at) = hammer.join().unwrap();
     assert!(done > 0, "the processor served before it died");
     assert!(matches!(error, McasError::ProcessorDead(_)), "{error}");

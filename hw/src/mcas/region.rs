@@ -295,8 +295,8 @@ pub struct RegionFile {
 }
 
 impl RegionFile {
-    /// Creates (or truncates) `path` as a region for `count_clients` clients and
-    /// `count_targets` target words, all zero.
+    /// Creates `path` (which must not exist: a heap is never overwritten by mistake) as a
+    /// region for `count_clients` clients and `count_targets` target words, all zero.
     pub fn create(
         path: &std::path::Path,
         count_clients: u32,
@@ -307,8 +307,7 @@ impl RegionFile {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(path)?;
         file.set_len(len)?;
         let window = map(&file)?;
@@ -318,13 +317,19 @@ impl RegionFile {
 
     /// Opens an existing region file, checking its header.
     pub fn open(path: &std::path::Path) -> Result<RegionFile, McasError> {
+        RegionFile::open_at(path, 0)
+    }
+
+    /// Opens the region at byte `offset` of any file (a heap file whose mCAS region starts
+    /// there), checking its header.
+    pub fn open_at(path: &std::path::Path, offset: u64) -> Result<RegionFile, McasError> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)?;
         let window = map(&file)?;
         Ok(RegionFile {
-            region: Region::open(window, 0)?,
+            region: Region::open(window, offset)?,
         })
     }
 
