@@ -100,8 +100,8 @@ impl std::str::FromStr for BenchKind {
 impl std::fmt::Display for BenchKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BenchKind::Cpu => f.write_str("cpu"),
-            BenchKind::Mcas(kind) => f.write_str(kind.name()),
+            BenchKind::Cpu => f.pad("cpu"),
+            BenchKind::Mcas(kind) => f.pad(kind.name()),
         }
     }
 }
@@ -211,6 +211,14 @@ fn start_processor(place: Place, path: &Path, region: &Region) -> anyhow::Result
             let mut command = std::process::Command::new(std::env::current_exe()?);
             command.arg("mcas-nmp").arg("--heap").arg(path);
             command.stdout(std::process::Stdio::null());
+            // SAFETY: prctl(2) is async-signal-safe; it only asks the kernel to SIGTERM the child
+            // when this process dies, so an interrupted benchmark leaves no processor behind.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    Ok(())
+                });
+            }
             Start::Command(command)
         }
     };

@@ -23,6 +23,7 @@
 pub mod device;
 pub mod flush_cas;
 pub mod nmp;
+pub mod park;
 pub mod processor;
 pub mod region;
 

@@ -6,17 +6,21 @@
 //! 2. The processor ([`super::processor`]) sees a ready `seq` it has not answered, performs
 //!    the operation — alone, so operations on one target are serialised — and writes the
 //!    client's response line: `status, previous`, then `seq` (released).
-//! 3. **sprd** — the client spins briefly on its response `seq`, then yields; the reply is
-//!    success or failure plus the previous value (success iff `previous == expected`).
+//! 3. **sprd** — the client spins briefly on its response `seq`, then parks on it; the reply
+//!    is success or failure plus the previous value (success iff `previous == expected`).
+//!
+//! If the processor is parked (idle), step 1 ends by ringing the region's doorbell; a client
+//! parks after setting its `waiting` word, which the processor checks after each reply
+//! ([`super::park`]; Dekker-style: each side stores its flag, fences, then reads the other's).
 //!
 //! # A dead processor
-//! While yielding the client watches the region's heartbeat. If it stops for
+//! While parked (in [`PARK_SLICE`] slices) the client watches the region's heartbeat. If it stops for
 //! [`NmpOptions::timeout`], or no processor holds the claim, the client *withdraws* its request
 //! (`seq` ← odd, so no later processor serves it) and returns
 //! [`McasError::ProcessorDead`] or [`McasError::NoProcessor`]: an error, never a hang.
 
 use super::region::word;
-use super::{McasError, Region};
+use super::{park, McasError, Region};
 use std::cell::Cell;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
@@ -36,6 +40,9 @@ pub(crate) mod status {
     pub const UNKNOWN: u64 = 5;
 }
 
+/// A parked client wakes at least this often to check the processor's heartbeat.
+pub const PARK_SLICE: Duration = Duration::from_millis(2);
+
 /// Client tuning.
 #[derive(Clone, Copy, Debug)]
 pub struct NmpOptions {
@@ -51,7 +58,7 @@ impl Default for NmpOptions {
     fn default() -> Self {
         NmpOptions {
             timeout: Duration::from_millis(500),
-            spins: 1 << 11,
+            spins: 1 << 9,
         }
     }
 }
@@ -152,6 +159,7 @@ impl NmpClient {
         line(word::NEW).store(new, Ordering::Relaxed);
         line(word::SEQ).store(ready, Ordering::Release);
         self.seq.set(ready);
+        self.ring_if_parked();
         let reply = self.region.sprd(self.client, word::SEQ);
         for _ in 0..self.options.spins {
             if reply.load(Ordering::Acquire) == ready {
@@ -162,22 +170,40 @@ impl NmpClient {
         self.wait_slow(ready, target)
     }
 
-    /// The yielding wait, watching the heartbeat so a dead processor is an error, not a hang.
+    /// Wakes an idle processor: after the request is published, so either the processor sees
+    /// the request in its last scan before sleeping, or this sees `parked` and rings.
+    #[inline]
+    fn ring_if_parked(&self) {
+        fence(Ordering::SeqCst);
+        if self.region.liveness(word::PARKED).load(Ordering::Relaxed) != 0 {
+            self.ring();
+        }
+    }
+
+    #[cold]
+    fn ring(&self) {
+        let doorbell = self.region.liveness(word::DOORBELL);
+        doorbell.fetch_add(1, Ordering::SeqCst);
+        park::wake(doorbell);
+    }
+
+    /// The parked wait, watching the heartbeat so a dead processor is an error, not a hang.
     #[cold]
     fn wait_slow(&self, ready: u64, target: u64) -> Result<(u64, u64), McasError> {
         let reply = self.region.sprd(self.client, word::SEQ);
+        let waiting = self.region.sprd(self.client, word::WAITING);
         let heartbeat = self.region.liveness(word::HEARTBEAT);
         let mut beat = heartbeat.load(Ordering::Relaxed);
         let mut since = Instant::now();
-        let mut rounds = 0u32;
         loop {
+            waiting.store(1, Ordering::SeqCst);
+            let seen = reply.load(Ordering::SeqCst);
+            if seen != ready {
+                park::wait(reply, seen, PARK_SLICE);
+            }
+            waiting.store(0, Ordering::Relaxed);
             if reply.load(Ordering::Acquire) == ready {
                 return self.read_reply(target);
-            }
-            std::thread::yield_now();
-            rounds = rounds.wrapping_add(1);
-            if rounds % 16 != 0 {
-                continue;
             }
             let error = if self.region.liveness(word::CLAIM).load(Ordering::Acquire) == 0 {
                 McasError::NoProcessor

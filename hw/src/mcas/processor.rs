@@ -19,23 +19,24 @@
 //!   performing it a second time.
 //!
 //! # Polling
-//! Scans spin while requests keep coming, yield after [`COUNT_SPIN_SCANS`] idle scans, and sleep
-//! [`IDLE_SLEEP`] between scans after [`COUNT_YIELD_SCANS`] more — fast under load without
-//! burning a core when idle.
+//! Scans spin while requests keep coming. After [`COUNT_SPIN_SCANS`] idle scans the processor
+//! *parks*: it sets `parked`, scans once more (a request published before the flag was
+//! visible), and sleeps on the doorbell for at most [`IDLE_SLEEP`]; a client that sees `parked`
+//! rings it. After a reply the processor wakes the client if its `waiting` word is set. So the
+//! processor answers within a scan under load, costs no CPU when idle, and on a machine with
+//! more runnable threads than cores a round trip costs a wake-up, not a scheduler quantum.
 
 use super::nmp::{op, status};
 use super::region::word;
-use super::{McasError, Region};
+use super::{park, McasError, Region};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Idle scans spent spinning before the processor starts yielding.
-pub const COUNT_SPIN_SCANS: u32 = 1 << 14;
-/// Idle scans spent yielding before the processor starts sleeping.
-pub const COUNT_YIELD_SCANS: u32 = 1 << 12;
-/// The idle processor's sleep between scans: the worst added latency after a quiet spell.
-pub const IDLE_SLEEP: Duration = Duration::from_micros(200);
+/// Idle scans spent spinning before the processor parks.
+pub const COUNT_SPIN_SCANS: u32 = 1 << 12;
+/// The longest a parked processor sleeps between heartbeats.
+pub const IDLE_SLEEP: Duration = Duration::from_millis(2);
 /// Scans between checks that the claim is still this processor's.
 const COUNT_SCANS_PER_CLAIM_CHECK: u32 = 1 << 10;
 /// How long a starter watches a claimed region's heartbeat before judging it dead.
@@ -170,12 +171,30 @@ impl Processor {
             };
             if idle < COUNT_SPIN_SCANS {
                 std::hint::spin_loop();
-            } else if idle < COUNT_SPIN_SCANS + COUNT_YIELD_SCANS {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(IDLE_SLEEP);
+            } else if self.park() > 0 {
+                idle = 0;
             }
         }
+    }
+
+    /// Sleeps on the doorbell until a client rings or [`IDLE_SLEEP`] passes; returns requests
+    /// served by the scan that closes the race with clients publishing as it parks.
+    #[cold]
+    fn park(&mut self) -> u32 {
+        let doorbell = self.region.liveness(word::DOORBELL);
+        let bell = doorbell.load(Ordering::SeqCst);
+        self.region
+            .liveness(word::PARKED)
+            .store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst); // the flag before the scan's loads (Dekker with the client)
+        let served = self.scan();
+        if served == 0 {
+            park::wait(self.region.liveness(word::DOORBELL), bell, IDLE_SLEEP);
+        }
+        self.region
+            .liveness(word::PARKED)
+            .store(0, Ordering::Relaxed);
+        served
     }
 
     fn should_stop(&mut self, stop: &AtomicBool) -> Option<Stopped> {
@@ -256,6 +275,10 @@ impl Processor {
         line(word::STATUS).store(status, Ordering::Relaxed);
         line(word::PREVIOUS).store(previous, Ordering::Relaxed);
         line(word::SEQ).store(seq, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if line(word::WAITING).load(Ordering::Relaxed) != 0 {
+            park::wake(line(word::SEQ));
+        }
     }
 }
 

@@ -6,10 +6,13 @@
 //! | line | name | words | written by |
 //! | --- | --- | --- | --- |
 //! | 0 | header | `magic, version, count_clients, targets_start, targets_len` | [`Region::format`], once |
-//! | 1 | liveness | `claim` (epoch << 32 \| pid; 0 = none), `heartbeat` | the processor (claim: by CAS, any starter) |
+//! | 1 | liveness | `claim` (epoch << 32 \| pid; 0 = none), `heartbeat`, `parked`, `doorbell` | the processor (claim: by CAS, any starter; doorbell: clients) |
 //! | 2 | journal | `inflight_client + 1`, `inflight_seq` | the processor, around each request |
 //! | 3 .. 3 + C | `spwr[c]` | `seq, op, target, expected, new` | client `c` only |
-//! | 3 + C .. 3 + 2C | `sprd[c]` | `seq, status, previous` | the processor only |
+//! | 3 + C .. 3 + 2C | `sprd[c]` | `seq, status, previous` (the processor), `waiting` (client `c`) | as listed |
+//!
+//! `parked`, `doorbell` and `waiting` are not part of the FPGA protocol: they let a software
+//! processor and its clients sleep instead of spin ([`super::park`]).
 //!
 //! Targets (the words that may be mCASed, CXLALLOC's device-biased memory) are the byte range
 //! `targets_start .. targets_start + targets_len` of the *mapping*, named by mapping offset —
@@ -35,6 +38,8 @@ pub const COUNT_CLIENTS_MAX: u32 = 1 << 16;
 pub(crate) mod word {
     pub const CLAIM: usize = 0;
     pub const HEARTBEAT: usize = 1;
+    pub const PARKED: usize = 2;
+    pub const DOORBELL: usize = 3;
     pub const INFLIGHT_CLIENT: usize = 0;
     pub const INFLIGHT_SEQ: usize = 1;
     pub const SEQ: usize = 0;
@@ -44,6 +49,7 @@ pub(crate) mod word {
     pub const NEW: usize = 4;
     pub const STATUS: usize = 1;
     pub const PREVIOUS: usize = 2;
+    pub const WAITING: usize = 3;
 }
 
 /// Bytes of a region serving `count_clients` clients.
