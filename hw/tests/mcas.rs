@@ -29,7 +29,7 @@ const COUNT_TARGETS: u64 = 1 + (COUNT_PROCESSES * COUNT_THREADS) as u64;
 
 fn options() -> NmpOptions {
     NmpOptions {
-        timeout: Duration::from_millis(300),
+        timeout: Duration::from_secs(1),
         ..NmpOptions::default()
     }
 }
@@ -282,7 +282,7 @@ fn a_killed_processor_is_an_error_not_a_hang_and_a_new_one_takes_over() {
     assert!(done > 0, "the processor served before it died");
     assert!(matches!(error, McasError::ProcessorDead(_)), "{error}");
     let waited = failed_at.duration_since(killed_at);
-    assert!(waited < Duration::from_secs(3), "detected in {waited:?}");
+    assert!(waited < Duration::from_secs(5), "detected in {waited:?}");
     // A new client on the dead region fails the same way, after the timeout.
     let late = NmpClient::new(region.clone(), 1, options()).unwrap();
     assert!(matches!(

@@ -59,7 +59,7 @@ fn the_processor_process_serves_refuses_a_twin_dies_visibly_and_is_replaced() {
     let region = file.region().clone();
     let counter = region.targets().start;
     let options = NmpOptions {
-        timeout: Duration::from_millis(300),
+        timeout: Duration::from_secs(1),
         ..NmpOptions::default()
     };
     let client = NmpClient::new(region.clone(), 0, options).unwrap();

@@ -48,16 +48,17 @@ pub const PARK_SLICE: Duration = Duration::from_millis(2);
 pub struct NmpOptions {
     /// How long the heartbeat may stand still before the processor is declared dead. Must
     /// exceed the processor's longest pause (its idle sleep, [`super::processor::IDLE_SLEEP`],
-    /// plus scheduling delays) many times over.
+    /// plus scheduling delays) many times over: the default, 2 s, keeps a processor starved
+    /// by a busy machine from being taken for dead.
     pub timeout: Duration,
-    /// Polls of the response line before the client starts yielding its CPU.
+    /// Polls of the response line before the client parks until the processor wakes it.
     pub spins: u32,
 }
 
 impl Default for NmpOptions {
     fn default() -> Self {
         NmpOptions {
-            timeout: Duration::from_millis(500),
+            timeout: Duration::from_secs(2),
             spins: 1 << 9,
         }
     }

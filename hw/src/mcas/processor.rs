@@ -40,7 +40,7 @@ pub const IDLE_SLEEP: Duration = Duration::from_millis(2);
 /// Scans between checks that the claim is still this processor's.
 const COUNT_SCANS_PER_CLAIM_CHECK: u32 = 1 << 10;
 /// How long a starter watches a claimed region's heartbeat before judging it dead.
-pub const TAKEOVER_AFTER: Duration = Duration::from_millis(500);
+pub const TAKEOVER_AFTER: Duration = Duration::from_secs(1);
 
 fn claim_word(epoch: u64, pid: u32) -> u64 {
     epoch << 32 | u64::from(pid)
