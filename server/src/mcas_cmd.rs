@@ -154,9 +154,7 @@ pub fn run_bench(args: &BenchMcasArgs) -> anyhow::Result<()> {
         .join(format!("podkv-mcas-bench-{}", std::process::id()));
     let file =
         RegionFile::create(&path, 4, 8).map_err(|e| anyhow!("creating {}: {e}", path.display()));
-    let result = file
-        .map_err(Into::into)
-        .and_then(|file| bench_on(args, &path, file.region()));
+    let result = file.and_then(|file| bench_on(args, &path, file.region()));
     let _ = std::fs::remove_file(&path);
     result
 }
