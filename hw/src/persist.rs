@@ -6,6 +6,11 @@
 //!   [`fence`].
 //! - [`fence`]: orders all earlier write-backs and stores before any later store (`sfence`;
 //!   `clflush` is already ordered, the fence is kept for uniformity).
+//! - [`evict`]`(ptr, len)`: every cache line overlapping the range is written back *and*
+//!   dropped from this CPU's caches, so the next load reads memory (the SWcc reader rule).
+//!   `clwb` may keep the line, so eviction always uses `clflushopt`, else `clflush`.
+//! - [`fence_full`]: orders earlier evictions, stores and loads before any later load or store
+//!   (`mfence`): a load after it cannot be served from a line evicted before it.
 //!
 //! # Implementations, chosen once at run time
 //! | instruction | when | why this order |
@@ -50,6 +55,8 @@ impl Flush {
 // 0 = not yet detected; otherwise 1 + the `Flush` discriminant.
 static CHOSEN: AtomicU8 = AtomicU8::new(0);
 static LINES_WRITTEN_BACK: AtomicU64 = AtomicU64::new(0);
+// 0 = not yet detected; 2 = clflushopt, 3 = clflush, 4 = none (the `encode` numbering).
+static CHOSEN_EVICT: AtomicU8 = AtomicU8::new(0);
 
 /// The write-back instruction chosen for this process (detected on first use).
 pub fn flush_kind() -> Flush {
@@ -79,6 +86,36 @@ fn decode(code: u8) -> Flush {
         3 => Flush::Clflush,
         _ => Flush::None,
     }
+}
+
+/// The instruction [`evict`] uses: one that drops the line, never `clwb`.
+pub fn evict_kind() -> Flush {
+    match CHOSEN_EVICT.load(Ordering::Relaxed) {
+        0 => {
+            let kind = if detect_clflushopt() {
+                Flush::ClflushOpt
+            } else if flush_kind() == Flush::None {
+                Flush::None
+            } else {
+                Flush::Clflush
+            };
+            CHOSEN_EVICT.store(encode(kind), Ordering::Relaxed);
+            kind
+        }
+        code => decode(code),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_clflushopt() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // CPUID is safe to execute on every x86-64 CPU; leaf 7 is only read when leaf 0 reports it.
+    __cpuid(0).eax >= 7 && __cpuid_count(7, 0).ebx & (1 << 23) != 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_clflushopt() -> bool {
+    false
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -112,10 +149,29 @@ fn detect() -> Flush {
 ///
 /// The range must be mapped (reading it would be sound); it need not be aligned.
 pub fn write_back(ptr: *const u8, len: usize) {
+    flush_range(flush_kind(), ptr, len);
+}
+
+/// Writes back and evicts every cache line overlapping `[ptr, ptr + len)`; follow with
+/// [`fence_full`] before loading from the range. Counted in [`lines_written_back`].
+///
+/// The range must be mapped (reading it would be sound); it need not be aligned.
+pub fn evict(ptr: *const u8, len: usize) {
+    flush_range(evict_kind(), ptr, len);
+}
+
+/// Writes back (or evicts) one cache line by address, the batched flusher's step; the address
+/// need not be aligned. Counted in [`lines_written_back`].
+pub(crate) fn write_back_line(line: usize, evict: bool) {
+    let kind = if evict { evict_kind() } else { flush_kind() };
+    flush_line(kind, (line & !(SIZE_CACHE_LINE - 1)) as *const u8);
+    LINES_WRITTEN_BACK.fetch_add(1, Ordering::Relaxed);
+}
+
+fn flush_range(kind: Flush, ptr: *const u8, len: usize) {
     if len == 0 {
         return;
     }
-    let kind = flush_kind();
     let first = ptr as usize & !(SIZE_CACHE_LINE - 1);
     let end = ptr as usize + len;
     let mut line = first;
@@ -164,6 +220,18 @@ pub fn fence() {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Orders earlier evictions, loads and stores before later loads and stores (`mfence`).
+#[inline]
+pub fn fence_full() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `mfence` has no operands and only orders memory accesses.
+    unsafe {
+        std::arch::asm!("mfence", options(nostack, preserves_flags));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Cache lines written back by this process so far: benchmarks report it, tests check that a
 /// transition wrote back what it should.
 pub fn lines_written_back() -> u64 {
@@ -180,6 +248,17 @@ mod tests {
         assert_eq!(first, flush_kind());
         #[cfg(target_arch = "x86_64")]
         assert_ne!(first, Flush::None, "every x86-64 CPU has at least clflush");
+    }
+
+    #[test]
+    fn eviction_never_uses_clwb_and_keeps_bytes() {
+        assert_ne!(evict_kind(), Flush::Clwb);
+        let buf = [9u8; 3 * SIZE_CACHE_LINE];
+        let before = lines_written_back();
+        evict(buf.as_ptr(), buf.len());
+        fence_full();
+        assert!(lines_written_back() - before >= 3);
+        assert!(buf.iter().all(|&b| b == 9));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use crate::bench::{self, BenchArgs};
 use crate::heap_cmd::{self, HeapCommand};
+use crate::mcas_cmd;
 use crate::runner::{self, cli as run_cli};
 use crate::store_cmd::{self, StoreCommand};
 use std::path::PathBuf;
@@ -42,6 +43,13 @@ pub enum Command {
     Suite(run_cli::SuiteCommand),
     /// Plot NDJSON results: throughput and memory against workers, a panel per workload.
     Plot(run_cli::PlotCommand),
+    /// Run the software near-memory processor that performs mCAS for a region (CXLALLOC §4).
+    ///
+    /// Claims the region (taking it over from a processor whose heartbeat stopped), then
+    /// serves every client's requests until SIGTERM/SIGINT, when it answers what is pending
+    /// and releases the claim. Exits non-zero if a live processor already serves the region.
+    /// Example: `podkv mcas-nmp --heap /dev/shm/podkv-mcas --create`.
+    McasNmp(mcas_cmd::NmpArgs),
     /// One process of a multi-process run (started by `podkv ycsb` / `podkv replay`).
     #[command(hide = true)]
     RunWorker {
@@ -77,6 +85,9 @@ pub enum BenchCommand {
     Threadtest(BenchArgs),
     /// Producer/consumer: each worker hands every block to the next, which frees it (remote).
     Xmalloc(BenchArgs),
+    /// Nanoseconds per CAS: plain CPU CAS against the mCAS kinds (flush-cas, nmp), alone and
+    /// with two threads on one word. Example: `podkv bench mcas --repeat 5`.
+    Mcas(mcas_cmd::BenchMcasArgs),
 }
 
 /// Runs a parsed command line.
@@ -90,6 +101,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Xmalloc(args)) => {
             bench::run(bench::Kind::Xmalloc, &args).map(drop)
         }
+        Command::Bench(BenchCommand::Mcas(args)) => mcas_cmd::run_bench(&args),
+        Command::McasNmp(args) => mcas_cmd::run_nmp(&args),
         Command::Ycsb(c) => run_cli::ycsb(&c),
         Command::Trace(c) => c.run().map_err(Into::into),
         Command::Replay(c) => run_cli::replay(&c),

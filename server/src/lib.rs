@@ -6,6 +6,7 @@
 //! - [`heap_cmd`]: `podkv heap create|info|check`;
 //! - [`store_cmd`]: `podkv store check|stats` (the store's walker, `podkv_store::check_path`);
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
+//! - [`mcas_cmd`]: `podkv mcas-nmp` (the software mCAS processor) and `podkv bench mcas`;
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots).
@@ -14,6 +15,7 @@ pub mod bench;
 pub mod chaos;
 pub mod cli;
 pub mod heap_cmd;
+pub mod mcas_cmd;
 pub mod protocol;
 pub mod runner;
 pub mod store_cmd;
