@@ -16,6 +16,8 @@ use crate::class::{Classes, LARGE, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB, SMALL};
 use crate::error::{AllocError, HeapError};
 use crate::file::{HeapFile, Mapping};
 use crate::free_list;
+use crate::hazard;
+use crate::huge::{HugeBacking, HugeProcess, HugeView};
 use crate::layout::{
     FormatProblem, Geometry, Layout, COUNT_GLOBAL_LINES, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE,
     SIZE_HEADER,
@@ -32,6 +34,9 @@ use std::sync::Arc;
 /// Root words in the header, for the layers above (the store keeps its index root here).
 pub const COUNT_ROOTS: usize = 32;
 const OFFSET_ROOTS: u64 = 512;
+/// Header word: non-zero once an opener has backed the huge heap's metadata, so a file cut
+/// short of it is known truncated (zero, as in a fresh heap: not yet backed).
+const OFFSET_HUGE_BACKED: u64 = 256;
 
 /// How to open a heap, and the geometry a fresh heap gets.
 #[derive(Clone, Debug)]
@@ -46,6 +51,12 @@ pub struct Config {
     pub coherence: Coherence,
     /// Create the file if it does not exist.
     pub create: bool,
+    /// Address space of a fresh heap's huge heap (rounded up to a power of two, 2 GiB to
+    /// 32 TiB; zero: no huge heap, blocks over 512 KiB are unsupported). 1 TiB by default: one
+    /// reservation sized once for all growth, so no mapping ever moves.
+    pub huge_bytes: u64,
+    /// How this process backs the huge blocks it allocates.
+    pub huge_backing: HugeBacking,
 }
 
 impl Default for Config {
@@ -56,6 +67,8 @@ impl Default for Config {
             slots: 1024,
             coherence: Coherence::Hardware,
             create: true,
+            huge_bytes: 1 << 40,
+            huge_backing: HugeBacking::Reserve,
         }
     }
 }
@@ -69,6 +82,11 @@ impl Config {
             large_slabs_log2: log2(self.large_bytes.div_ceil(1 << SHIFT_LARGE_SLAB)),
             slots_log2: log2(self.slots),
             coherence: self.coherence,
+            huge_log2: if self.huge_bytes == 0 {
+                0
+            } else {
+                log2(self.huge_bytes)
+            },
         };
         geometry
             .validate()
@@ -196,6 +214,9 @@ impl SlabHeap {
 }
 
 pub(crate) struct Shared {
+    /// First field: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
+    /// mapping below still stands.
+    pub(crate) huge: Option<HugeProcess>,
     pub(crate) mapping: Mapping,
     pub(crate) file: HeapFile,
     pub(crate) geometry: Geometry,
@@ -231,14 +252,16 @@ impl Heap {
         refuse_truncated(&file, &geometry, &layout)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
-        let mapping = Mapping::new(&file, layout.total)?;
+        let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
+        let (pid, start_time) = crate::process::me();
+        let huge = open_huge(&file, &mapping, &geometry, &layout, config, pid, start_time)?;
         let heaps = [
             SlabHeap::new(Kind::Small, &geometry, &layout),
             SlabHeap::new(Kind::Large, &geometry, &layout),
         ];
-        let (pid, start_time) = crate::process::me();
         Ok(Heap {
             shared: Arc::new(Shared {
+                huge,
                 mapping,
                 file,
                 geometry,
@@ -454,6 +477,41 @@ impl Heap {
     }
 }
 
+/// The huge heap's part of opening: back its metadata, claim this process's hazard record and
+/// join the SIGSEGV handler's registry.
+fn open_huge(
+    file: &HeapFile,
+    mapping: &Mapping,
+    geometry: &Geometry,
+    layout: &Layout,
+    config: &Config,
+    pid: u32,
+    start_time: u64,
+) -> Result<Option<HugeProcess>, HeapError> {
+    if geometry.huge_log2 == 0 {
+        return Ok(None);
+    }
+    file.back(layout.huge_ranges, layout.huge_data - layout.huge_ranges)?;
+    // SAFETY: the header is backed and mapped; an AtomicU64 is valid for any bits.
+    let backed = unsafe { &*(mapping.base().add(OFFSET_HUGE_BACKED as usize) as *const AtomicU64) };
+    backed.store(1, Ordering::Release);
+    let view = |record| HugeView::new(mapping.base(), geometry, layout, record, file.fd());
+    let needed = view(0).end_of_allocations();
+    if !file.is_device && file.len()? < needed {
+        return Err(HeapError::Truncated {
+            path: file.path.clone(),
+            len: file.len()?,
+            needed,
+        });
+    }
+    let record = hazard::claim(view(0).records(), pid, start_time).ok_or(
+        HeapError::NoHazardRecord {
+            count: hazard::COUNT_HAZARD_RECORDS,
+        },
+    )?;
+    Ok(Some(HugeProcess::new(view(record), config.huge_backing)))
+}
+
 fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {
     let len = file.len()?;
     if !file.is_device && len < SIZE_HEADER {
@@ -548,6 +606,13 @@ fn refuse_truncated(
                 needed = needed.max(heap.data_at + (slabs << heap.shift));
             }
         }
+    }
+    let mut backed = [0u8; 8];
+    if geometry.huge_log2 != 0
+        && file.read_at(&mut backed, OFFSET_HUGE_BACKED)? == 8
+        && u64::from_le_bytes(backed) != 0
+    {
+        needed = needed.max(layout.huge_data);
     }
     if !file.is_device && len < needed {
         return Err(HeapError::Truncated {
