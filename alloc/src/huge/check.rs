@@ -87,7 +87,9 @@ fn check_ranges(view: &HugeView, report: &mut HugeReport, problems: &mut Vec<Str
         }
         if run.first as usize == i {
             report.runs += 1;
-            let whole = ranges[i..end].iter().all(|w| w.load(Acquire) == word.load(Acquire));
+            let whole = ranges[i..end]
+                .iter()
+                .all(|w| w.load(Acquire) == word.load(Acquire));
             if !whole {
                 problems.push(format!("huge run {run:?} is not claimed whole"));
             }
@@ -153,7 +155,9 @@ fn check_slot(view: &HugeView, slot: u32, report: &mut HugeReport, problems: &mu
     }
     for (run, used) in runs.iter().zip(used_runs) {
         if !used {
-            problems.push(format!("slot {slot} holds huge run {run:?} with no allocation"));
+            problems.push(format!(
+                "slot {slot} holds huge run {run:?} with no allocation"
+            ));
         }
     }
 }
@@ -165,7 +169,9 @@ fn check_records(view: &HugeView, report: &mut HugeReport, problems: &mut Vec<St
             .iter()
             .any(|c| c.load(Acquire) != 0)
         {
-            problems.push(format!("hazard record {i} has a cell beyond its high mark {high}"));
+            problems.push(format!(
+                "hazard record {i} has a cell beyond its high mark {high}"
+            ));
         }
         if record.pid() == 0 {
             continue;

@@ -319,8 +319,10 @@ impl HugeView {
 
     /// Reads descriptor `d` consistently: its state before and after the fields agree.
     fn read(&self, d: &HugeDesc) -> (u64, u64, u64) {
-        self.coherence
-            .invalidate((d as *const HugeDesc).cast(), std::mem::size_of::<HugeDesc>());
+        self.coherence.invalidate(
+            (d as *const HugeDesc).cast(),
+            std::mem::size_of::<HugeDesc>(),
+        );
         let state = d.state.load(Ordering::Acquire);
         let (offset, len) = (
             d.offset.load(Ordering::Acquire),
@@ -446,8 +448,10 @@ impl HugeView {
     }
 
     fn write_back(&self, d: &HugeDesc) {
-        self.coherence
-            .write_back((d as *const HugeDesc).cast(), std::mem::size_of::<HugeDesc>());
+        self.coherence.write_back(
+            (d as *const HugeDesc).cast(),
+            std::mem::size_of::<HugeDesc>(),
+        );
     }
 
     /// The runs slot `slot` holds, in range order.
@@ -513,6 +517,12 @@ impl Heap {
     /// themselves; a process that only reads huge blocks calls it now and then.
     pub fn collect_huge(&self) -> usize {
         self.huge_view().map_or(0, HugeView::unmap_freed)
+    }
+
+    /// The live or freed huge allocation starting at `offset`: its slot, descriptor and length.
+    pub fn huge_allocation(&self, offset: Offset) -> Option<Found> {
+        self.huge_view()?
+            .find(offset.0, true, &[DESC_LIVE, DESC_FREED])
     }
 
     /// This process's address of `[offset, offset + len)`, checked: for offsets that came from
@@ -735,7 +745,10 @@ impl ThreadHandle {
     fn reclaim(&self, view: &HugeView, desc: usize) {
         self.log(Some(HugeStep::Reclaim { desc: desc as u16 }));
         let d = &view.local(self.slot_index()).descs[desc];
-        let (offset, len) = (d.offset.load(Ordering::Relaxed), d.len.load(Ordering::Relaxed));
+        let (offset, len) = (
+            d.offset.load(Ordering::Relaxed),
+            d.len.load(Ordering::Relaxed),
+        );
         if len != 0 {
             self.heap().shared.file.release(offset, len);
         }
