@@ -92,6 +92,12 @@ pub enum HeapError {
         /// Records in the heap.
         count: u64,
     },
+    /// This process already has as many heaps open as the SIGSEGV handler's registry holds.
+    #[error("too many heaps open in this process: the huge heap's fault handler serves at most {count}")]
+    TooManyHeaps {
+        /// Heaps one process may have open with a huge heap.
+        count: usize,
+    },
     /// A configuration no heap can have.
     #[error("invalid heap configuration: {0}")]
     Config(String),

@@ -74,7 +74,7 @@ pub struct Registration {
 }
 
 /// Installs the handler (once per process) and registers `view`. `None` when the registry is
-/// full: that heap's huge allocations then work only in the process that maps them itself.
+/// full (the caller refuses to open the heap).
 pub fn register(view: HugeView) -> Option<Registration> {
     install();
     let index = REGISTRY.iter().position(|e| {

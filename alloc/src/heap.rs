@@ -6,8 +6,21 @@
 //! 2. back the header page; if the format word is zero the file is a fresh heap: install the
 //!    configured geometry with one CAS (0 → word). Every opener then decodes the same word;
 //! 3. refuse foreign, other-version and truncated files;
-//! 4. reserve the whole heap's address space and map the file over it (`file.rs`);
-//! 5. back the fixed part (header, HWcc globals, thread slots).
+//! 4. reserve the whole heap's address space (sized once for all growth: the slab heaps'
+//!    maxima plus the huge heap, 1 TiB by default) and map the file over everything but the
+//!    huge data range (`file.rs`);
+//! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
+//!    hazard record and join the SIGSEGV handler's registry (`huge/`, `fault.rs`).
+//!
+//! # Why the slab heaps are mapped eagerly
+//! The small and large heaps only grow: a slab's file pages are backed before `len` says it
+//! exists, and the file's length never shrinks. So one `MAP_SHARED` mapping of the whole slab
+//! range at open already covers every slab any process will ever grow, and an offset published
+//! after growth works in every process at once with no fault and no system call (temporal
+//! pointer consistency for free). The mapping costs address space only; pages come in on
+//! touch, and released slabs' pages leave with the punched hole. Huge blocks are different:
+//! they come and go, so their range is reserved `PROT_NONE` and mapped block by block, by the
+//! allocating process and, in every other process, by the SIGSEGV handler on first touch.
 //!
 //! Any number of processes may do this at once on a zero-filled file: the CAS picks one
 //! geometry and every other step is idempotent.
@@ -509,7 +522,7 @@ fn open_huge(
             count: hazard::COUNT_HAZARD_RECORDS,
         },
     )?;
-    Ok(Some(HugeProcess::new(view(record), config.huge_backing)))
+    HugeProcess::new(view(record), config.huge_backing).map(Some)
 }
 
 fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {

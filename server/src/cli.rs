@@ -77,6 +77,9 @@ pub enum BenchCommand {
     Threadtest(BenchArgs),
     /// Producer/consumer: each worker hands every block to the next, which frees it (remote).
     Xmalloc(BenchArgs),
+    /// Huge blocks (1 GiB by default): threadtest and xmalloc over processes × threads, podkv
+    /// mapping one file region per block, against mimalloc and the system allocator.
+    Huge(bench::huge::HugeArgs),
 }
 
 /// Runs a parsed command line.
@@ -90,6 +93,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Xmalloc(args)) => {
             bench::run(bench::Kind::Xmalloc, &args).map(drop)
         }
+        Command::Bench(BenchCommand::Huge(args)) => bench::huge::run(&args),
         Command::Ycsb(c) => run_cli::ycsb(&c),
         Command::Trace(c) => c.run().map_err(Into::into),
         Command::Replay(c) => run_cli::replay(&c),

@@ -39,7 +39,7 @@ mod check;
 
 pub use check::HugeReport;
 
-use crate::error::{AllocError, ResolveError};
+use crate::error::{AllocError, HeapError, ResolveError};
 use crate::hazard::{self, HazardRecord, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
 use crate::heap::Heap;
 use crate::layout::{Geometry, Layout, COUNT_HUGE_RANGES};
@@ -190,15 +190,16 @@ impl RunWord {
 
 /// How a huge allocation's file pages are had.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u64)]
 pub enum HugeBacking {
     /// Back every page at allocation (`fallocate`): running out of memory is an error value
     /// then, never a `SIGBUS` later (constitution rule 8). The default.
     #[default]
-    Reserve,
+    Reserve = 0,
     /// Back only the last page (which sets the file's length); other pages are had on first
     /// touch. For benchmarks and sparse use of very large blocks: a full `/dev/shm` then shows
     /// as `SIGBUS` on touch.
-    Sparse,
+    Sparse = 1,
 }
 
 /// What a process needs to find and map huge allocations: plain numbers, so the SIGSEGV
@@ -484,17 +485,31 @@ impl HugeView {
 /// the SIGSEGV handler's registry. Dropped before the heap's mapping.
 pub(crate) struct HugeProcess {
     pub(crate) view: HugeView,
-    pub(crate) backing: HugeBacking,
+    /// `HugeBacking as u64`: this process's choice, changeable while open.
+    backing: std::sync::atomic::AtomicU64,
     registration: Option<crate::fault::Registration>,
 }
 
 impl HugeProcess {
-    pub(crate) fn new(view: HugeView, backing: HugeBacking) -> HugeProcess {
-        let registration = crate::fault::register(view);
-        HugeProcess {
+    /// Joins the SIGSEGV handler's registry; on failure the hazard record is given back.
+    pub(crate) fn new(view: HugeView, backing: HugeBacking) -> Result<HugeProcess, HeapError> {
+        let Some(registration) = crate::fault::register(view) else {
+            view.record().release();
+            return Err(HeapError::TooManyHeaps {
+                count: crate::fault::COUNT_HEAPS_MAX,
+            });
+        };
+        Ok(HugeProcess {
             view,
-            backing,
-            registration,
+            backing: std::sync::atomic::AtomicU64::new(backing as u64),
+            registration: Some(registration),
+        })
+    }
+
+    fn backing(&self) -> HugeBacking {
+        match self.backing.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => HugeBacking::Reserve,
+            _ => HugeBacking::Sparse,
         }
     }
 }
@@ -517,6 +532,15 @@ impl Heap {
     /// themselves; a process that only reads huge blocks calls it now and then.
     pub fn collect_huge(&self) -> usize {
         self.huge_view().map_or(0, HugeView::unmap_freed)
+    }
+
+    /// Changes how this process backs the huge blocks it allocates from now on (no effect on a
+    /// heap without a huge heap).
+    pub fn set_huge_backing(&self, backing: HugeBacking) {
+        if let Some(huge) = &self.shared.huge {
+            huge.backing
+                .store(backing as u64, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The live or freed huge allocation starting at `offset`: its slot, descriptor and length.
@@ -564,7 +588,7 @@ impl ThreadHandle {
             .shared
             .huge
             .as_ref()
-            .map(|h| (&h.view, h.backing))
+            .map(|h| (&h.view, h.backing()))
     }
 
     fn log(&self, step: Option<HugeStep>) {
