@@ -380,9 +380,15 @@ impl Heap {
         self.word(heap.warm_at)
     }
 
-    /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown.
+    /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
+    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap.
     pub fn hwcc_bytes(&self) -> u64 {
-        COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
+        let huge = if self.shared.huge.is_some() {
+            8 * crate::layout::COUNT_HUGE_RANGES
+        } else {
+            0
+        };
+        huge + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
             + Kind::ALL
                 .iter()
                 .map(|&k| 8 * u64::from(self.len(self.slab_heap(k))))

@@ -162,7 +162,7 @@ fn child_reads_grown_small_heap(heap: &Heap) {
     let p = heap.resolve(offset) as *mut u64;
     // SAFETY: the parent allocated 64 bytes at `offset` and published it only after writing.
     unsafe {
-        assert_eq!(std::ptr::read_volatile(p), 0x5EED_0F_6120);
+        assert_eq!(std::ptr::read_volatile(p), 0x005E_ED0F_6120);
         std::ptr::write_volatile(p.add(1), 0xB0B);
     }
     heap.root(2).store(1, Release);
@@ -223,7 +223,7 @@ fn a_grown_small_heap_is_usable_in_another_process_at_once() {
     );
     let p = heap.resolve(last) as *mut u64;
     // SAFETY: `last` is a live 1 KiB block of ours.
-    unsafe { std::ptr::write_volatile(p, 0x5EED_0F_6120) };
+    unsafe { std::ptr::write_volatile(p, 0x005E_ED0F_6120) };
     heap.root(1).store(last.0, Release);
     wait_root(&heap, 2);
     // SAFETY: as above; the child wrote the second word.
@@ -262,11 +262,9 @@ fn huge_blocks_cross_processes_are_unmapped_everywhere_and_their_range_reused() 
     assert!(grown >= baseline + (1088 << 20), "Reserve backs every page");
     let mut child = spawn("huge", &path);
     wait_root_of(&heap, 3, Some(&mut child));
-    // SAFETY: the child wrote the second word of the 64 MiB block.
-    assert_eq!(
-        unsafe { std::ptr::read_volatile(heap.resolve(first).add(8) as *const u64) },
-        0xB0B
-    );
+    // SAFETY: the 64 MiB block is live and mapped here; the child wrote its second word.
+    let second = unsafe { std::ptr::read_volatile(heap.resolve(first).add(8) as *const u64) };
+    assert_eq!(second, 0xB0B);
     heap.root(4).store(1, Release);
     assert!(succeeded(&child.wait_with_output().unwrap()));
     let freed = heap.check();
@@ -427,7 +425,7 @@ fn stress_worker(heap: &Heap) {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let size = 600 * 1024 + (x % (12 * MIB as u64)) as usize & !7;
+                    let size = (600 * 1024 + (x % (12 * MIB as u64)) as usize) & !7;
                     let off = t.allocate(layout(size)).expect("huge allocation");
                     let p = heap.resolve(off);
                     // SAFETY: a live block of `size` bytes, ours until published.

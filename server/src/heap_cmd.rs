@@ -315,7 +315,7 @@ fn print_stats(report: &HeapReport) {
         human_bytes(report.hwcc_bytes),
         if report.huge.enabled {
             format!(
-                " + {} huge reservation array",
+                " (of which {} the huge reservation array)",
                 human_bytes(8 * podkv_alloc::layout::COUNT_HUGE_RANGES)
             )
         } else {
@@ -341,7 +341,7 @@ fn print_stats(report: &HeapReport) {
             human_bytes(h.reserved_bytes)
         );
         println!(
-            "mappers     {} process(es) hold hazard records ({} left by dead processes)",
+            "mappers     {} process(es) hold hazard records, this one included ({} left by dead processes)",
             h.processes, h.dead_records
         );
     }
