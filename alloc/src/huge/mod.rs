@@ -30,10 +30,12 @@
 //! | [`HugeStep::ReleaseRun`] | first range, count | ranges → zero, last first |
 //!
 //! Log-before-do: [`HugeLocal::log`] is written with [`HugeStep::to_word`] before each step and
-//! cleared after it; this is where the slot's recovery word (issue 4) takes over. Each step is
-//! idempotent given its word: a claim is undone for ranges of the logged run that hold this
-//! slot's word but no descriptor; an allocation whose descriptor is not live has its pages
-//! punched out and the descriptor emptied; a reclaim is redone; a release is redone.
+//! cleared after it; this is where the slot's recovery word (issue 4) takes over.
+//! [`ThreadHandle::recover_huge`] is the recovery, one `match`, idempotent given the word: a
+//! claim is undone for ranges of the logged run that hold this slot's word but no descriptor;
+//! an allocation whose descriptor never went live has its pages punched out and the descriptor
+//! emptied; a reclaim is redone; a release is redone. The slot's adopter calls it (issue 4
+//! wires that); the tests below crash each step by hand and recover it.
 
 mod check;
 
@@ -796,12 +798,64 @@ impl ThreadHandle {
                 first: run.first,
                 count: run.count,
             }));
-            let ranges = view.ranges();
-            let span = run.first as usize..(run.first + run.count) as usize;
-            for range in ranges[span].iter().rev() {
-                range.store(0, Ordering::Release);
-            }
+            self.give_back_ranges(view, run.first, run.count);
         }
+    }
+
+    /// Gives back the ranges of `first..first + count` that hold this slot's word for that run
+    /// (one CAS each, last first, so a range another slot claimed meanwhile stays its).
+    fn give_back_ranges(&self, view: &HugeView, first: u32, count: u32) {
+        let word = RunWord {
+            slot: self.slot_index(),
+            first,
+            count,
+        }
+        .pack();
+        let span = first as usize..(first as usize + count as usize).min(view.ranges().len());
+        for range in view.ranges()[span].iter().rev() {
+            let _ = range.compare_exchange(word, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// Finishes or undoes the huge step this slot's log word names, as after a crash of the
+    /// slot's previous owner: one `match`, idempotent, touching only the slot's own state and
+    /// the ranges the step names. Returns the step it recovered. (Issue 4 calls this from the
+    /// slot's recovery; until then it is run by hand and by tests.)
+    pub fn recover_huge(&self) -> Option<HugeStep> {
+        let (view, _) = self.huge()?;
+        let local = view.local(self.slot_index());
+        let step = HugeStep::from_word(local.log.load(Ordering::Acquire))?;
+        match step {
+            // Crashed while claiming: give back whatever of the run it got but did not use.
+            HugeStep::ClaimRun { first, count } => {
+                let run = view.range_offset(first)..view.range_offset(first + count);
+                if !view
+                    .occupied(self.slot_index())
+                    .iter()
+                    .any(|(o, _)| run.contains(o))
+                {
+                    self.give_back_ranges(view, first, count);
+                }
+            }
+            // Crashed before the descriptor went live: its pages were perhaps backed; punch them
+            // out and empty it. A live descriptor is a finished allocation.
+            HugeStep::Allocate { desc } => {
+                let d = &local.descs[usize::from(desc) % COUNT_HUGE_DESC];
+                if d.state.load(Ordering::Acquire) == DESC_EMPTY {
+                    self.reclaim(view, usize::from(desc) % COUNT_HUGE_DESC);
+                    self.release_empty_runs(view);
+                }
+            }
+            // Crashed while reclaiming (no hazard was left): redo it.
+            HugeStep::Reclaim { desc } => {
+                self.reclaim(view, usize::from(desc) % COUNT_HUGE_DESC);
+                self.release_empty_runs(view);
+            }
+            // Crashed while giving ranges back: finish.
+            HugeStep::ReleaseRun { first, count } => self.give_back_ranges(view, first, count),
+        }
+        self.log(None);
+        Some(step)
     }
 }
 
@@ -827,6 +881,95 @@ mod tests {
             assert_eq!(HugeStep::from_word(word), Some(step));
         }
         assert_eq!(HugeStep::from_word(0), None);
+    }
+
+    fn heap_in_shm() -> (tempfile::TempDir, Heap) {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let config = crate::Config {
+            small_bytes: 1 << 25,
+            large_bytes: 1 << 25,
+            slots: 4,
+            ..crate::Config::default()
+        };
+        let heap = Heap::open(dir.path().join("heap"), &config).unwrap();
+        (dir, heap)
+    }
+
+    #[test]
+    fn recovery_undoes_a_half_claimed_run_and_spares_another_slot_s_range() {
+        let (_dir, heap) = heap_in_shm();
+        let t = heap.thread().unwrap();
+        let view = *heap.huge_view().unwrap();
+        let mine = RunWord {
+            slot: t.slot_index(),
+            first: 5,
+            count: 3,
+        };
+        let theirs = RunWord {
+            slot: t.slot_index() + 1,
+            first: 6,
+            count: 1,
+        };
+        view.ranges()[5].store(mine.pack(), Ordering::Release);
+        view.ranges()[6].store(theirs.pack(), Ordering::Release);
+        t.log(Some(HugeStep::ClaimRun { first: 5, count: 3 }));
+        assert_eq!(
+            t.recover_huge(),
+            Some(HugeStep::ClaimRun { first: 5, count: 3 })
+        );
+        assert_eq!(view.ranges()[5].load(Ordering::Acquire), 0);
+        assert_eq!(view.ranges()[6].load(Ordering::Acquire), theirs.pack());
+        assert_eq!(t.recover_huge(), None, "the log is clear");
+        view.ranges()[6].store(0, Ordering::Release);
+    }
+
+    #[test]
+    fn recovery_of_an_allocation_cut_before_it_went_live_returns_its_pages() {
+        let (_dir, heap) = heap_in_shm();
+        let t = heap.thread().unwrap();
+        let view = *heap.huge_view().unwrap();
+        let baseline = heap.file_allocated_bytes().unwrap();
+        // The crash: run claimed, descriptor written, pages backed, never made live.
+        let offset = t.claim_run(&view, 8 << 20).unwrap();
+        let d = &view.local(t.slot_index()).descs[3];
+        d.offset.store(offset, Ordering::Relaxed);
+        d.len.store(8 << 20, Ordering::Relaxed);
+        t.log(Some(HugeStep::Allocate { desc: 3 }));
+        heap.shared.file.back(offset, 8 << 20).unwrap();
+        assert!(heap.file_allocated_bytes().unwrap() >= baseline + (8 << 20));
+        assert_eq!(t.recover_huge(), Some(HugeStep::Allocate { desc: 3 }));
+        assert_eq!(t.recover_huge(), None);
+        let report = heap.check();
+        assert!(report.is_valid(), "{:#?}", report.problems);
+        assert_eq!(report.huge.ranges_claimed, 0);
+        assert_eq!(heap.file_allocated_bytes().unwrap(), baseline);
+    }
+
+    #[test]
+    fn recovery_finishes_a_reclaim_and_leaves_a_finished_allocation_alone() {
+        let (_dir, heap) = heap_in_shm();
+        let t = heap.thread().unwrap();
+        let view = *heap.huge_view().unwrap();
+        let live = t
+            .allocate(AllocLayout::from_size_align(3 << 20, 8).unwrap())
+            .unwrap();
+        let desc = heap.huge_allocation(live).unwrap().desc as u16;
+        t.log(Some(HugeStep::Allocate { desc }));
+        t.recover_huge();
+        assert!(
+            heap.resolve_checked(live, 8).is_ok(),
+            "a live block stays live"
+        );
+        // The crash: freed and unmapped everywhere, reclaim logged, pages not yet punched.
+        let d = &view.local(t.slot_index()).descs[usize::from(desc)];
+        d.state.store(DESC_FREED, Ordering::Release);
+        view.unmap_freed();
+        t.log(Some(HugeStep::Reclaim { desc }));
+        assert_eq!(t.recover_huge(), Some(HugeStep::Reclaim { desc }));
+        let report = heap.check();
+        assert!(report.is_valid(), "{:#?}", report.problems);
+        assert_eq!((report.huge.live, report.huge.freed), (0, 0));
+        assert_eq!(report.huge.ranges_claimed, 0);
     }
 
     #[test]
