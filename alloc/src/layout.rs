@@ -166,7 +166,8 @@ impl Geometry {
 
     /// log2 of one huge range's bytes.
     pub fn huge_range_shift(&self) -> u32 {
-        self.huge_log2.saturating_sub(COUNT_HUGE_RANGES.trailing_zeros())
+        self.huge_log2
+            .saturating_sub(COUNT_HUGE_RANGES.trailing_zeros())
     }
 
     /// Where every region lies.
@@ -184,8 +185,7 @@ impl Geometry {
         let huge_ranges = large_end.next_multiple_of(ALIGN_PAGE);
         let huge_hazard = huge_ranges + 8 * COUNT_HUGE_RANGES;
         let huge_local = huge_hazard + SIZE_HAZARD_RECORD * COUNT_HAZARD_RECORDS;
-        let huge_data =
-            (huge_local + SIZE_HUGE_LOCAL * self.slots()).next_multiple_of(ALIGN_DATA);
+        let huge_data = (huge_local + SIZE_HUGE_LOCAL * self.slots()).next_multiple_of(ALIGN_DATA);
         let total = huge_data + self.huge_bytes();
         Layout {
             hwcc,
