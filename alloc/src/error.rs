@@ -93,7 +93,9 @@ pub enum HeapError {
         count: u64,
     },
     /// This process already has as many heaps open as the SIGSEGV handler's registry holds.
-    #[error("too many heaps open in this process: the huge heap's fault handler serves at most {count}")]
+    #[error(
+        "too many heaps open in this process: the huge heap's fault handler serves at most {count}"
+    )]
     TooManyHeaps {
         /// Heaps one process may have open with a huge heap.
         count: usize,

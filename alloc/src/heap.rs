@@ -523,11 +523,10 @@ fn open_huge(
             needed,
         });
     }
-    let record = hazard::claim(view(0).records(), pid, start_time).ok_or(
-        HeapError::NoHazardRecord {
+    let record =
+        hazard::claim(view(0).records(), pid, start_time).ok_or(HeapError::NoHazardRecord {
             count: hazard::COUNT_HAZARD_RECORDS,
-        },
-    )?;
+        })?;
     HugeProcess::new(view(record), config.huge_backing).map(Some)
 }
 
