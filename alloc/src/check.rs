@@ -8,7 +8,8 @@
 //!   `live = remote - free`;
 //! - a detached slab: no free bit, `DETACHED` set, `remote >= 1` (= live blocks);
 //! - a disowned slab: no owner, `DETACHED` set, `remote >= 1`;
-//! - a released slot holds no list.
+//! - a released slot holds no list;
+//! - the huge heap's invariants (`huge/check.rs`).
 //!
 //! The report doubles as the heap's statistics: bytes in use, slabs per state, per class.
 
@@ -75,6 +76,8 @@ pub struct HeapReport {
     pub hwcc_bytes: u64,
     /// Bytes of storage the file holds.
     pub file_bytes: u64,
+    /// The huge heap (`huge/check.rs`).
+    pub huge: crate::huge::HugeReport,
     /// Every invariant violation, one line each. Empty: the heap is consistent.
     pub problems: Vec<String>,
 }
@@ -122,6 +125,7 @@ impl Heap {
         for kind in Kind::ALL {
             walk.slabs(kind, &places[kind as usize]);
         }
+        walk.report.huge = self.check_huge(&mut walk.report.problems);
         walk.report
     }
 }

@@ -86,9 +86,34 @@ pub enum HeapError {
         /// The system's reason.
         source: io::Error,
     },
+    /// Every hazard record is claimed by a live process.
+    #[error("no free hazard record: {count} processes already map this heap's huge heap")]
+    NoHazardRecord {
+        /// Records in the heap.
+        count: u64,
+    },
+    /// This process already has as many heaps open as the SIGSEGV handler's registry holds.
+    #[error(
+        "too many heaps open in this process: the huge heap's fault handler serves at most {count}"
+    )]
+    TooManyHeaps {
+        /// Heaps one process may have open with a huge heap.
+        count: usize,
+    },
     /// A configuration no heap can have.
     #[error("invalid heap configuration: {0}")]
     Config(String),
+}
+
+/// An offset (range) that [`crate::Heap::resolve_checked`] refused: it lies in no grown slab
+/// and no live huge allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("offset {offset:#x} (+{len} bytes) lies in no live allocation range of the heap")]
+pub struct ResolveError {
+    /// The refused offset.
+    pub offset: u64,
+    /// Bytes asked for from it.
+    pub len: u64,
 }
 
 /// Why an allocation failed: small and `Copy`, for the allocation path.

@@ -202,7 +202,16 @@ impl Mapping {
     /// first `len` bytes over it with `MAP_FIXED`, so offset `o` is at `base + o` here and the
     /// same bytes are at offset `o` in every other process (spatial pointer consistency).
     pub fn new(file: &HeapFile, len: u64) -> Result<Mapping, HeapError> {
-        let len = usize::try_from(len).map_err(|_| HeapError::Map {
+        Mapping::reserve(file, len, len)
+    }
+
+    /// Reserves `total` bytes of address space as [`Mapping::new`] does, but maps only the
+    /// file's first `mapped` bytes; the rest stays `PROT_NONE` for the huge heap to map into.
+    pub fn reserve(file: &HeapFile, mapped: u64, total: u64) -> Result<Mapping, HeapError> {
+        let mapped = usize::try_from(mapped).map_err(|_| HeapError::Map {
+            source: io::Error::other("heap too large"),
+        })?;
+        let len = usize::try_from(total).map_err(|_| HeapError::Map {
             source: io::Error::other("heap too large"),
         })?;
         let want = len + ALIGN_RESERVATION;
@@ -227,18 +236,18 @@ impl Mapping {
             }
         }
         let prot = libc::PROT_READ | libc::PROT_WRITE;
-        // SAFETY: `[base, base + len)` is our own reservation; MAP_FIXED replaces only it.
-        let mapped = unsafe {
+        // SAFETY: `[base, base + mapped)` is inside our own reservation; MAP_FIXED replaces only it.
+        let got = unsafe {
             libc::mmap(
                 base as *mut libc::c_void,
-                len,
+                mapped,
                 prot,
                 libc::MAP_SHARED | libc::MAP_FIXED,
                 file.fd(),
                 0,
             )
         };
-        if mapped == libc::MAP_FAILED {
+        if got == libc::MAP_FAILED {
             let source = io::Error::last_os_error();
             // SAFETY: releasing the reservation made above.
             unsafe { libc::munmap(base as *mut libc::c_void, len) };

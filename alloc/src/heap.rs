@@ -6,8 +6,21 @@
 //! 2. back the header page; if the format word is zero the file is a fresh heap: install the
 //!    configured geometry with one CAS (0 → word). Every opener then decodes the same word;
 //! 3. refuse foreign, other-version and truncated files;
-//! 4. reserve the whole heap's address space and map the file over it (`file.rs`);
-//! 5. back the fixed part (header, HWcc globals, thread slots).
+//! 4. reserve the whole heap's address space (sized once for all growth: the slab heaps'
+//!    maxima plus the huge heap, 1 TiB by default) and map the file over everything but the
+//!    huge data range (`file.rs`);
+//! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
+//!    hazard record and join the SIGSEGV handler's registry (`huge/`, `fault.rs`).
+//!
+//! # Why the slab heaps are mapped eagerly
+//! The small and large heaps only grow: a slab's file pages are backed before `len` says it
+//! exists, and the file's length never shrinks. So one `MAP_SHARED` mapping of the whole slab
+//! range at open already covers every slab any process will ever grow, and an offset published
+//! after growth works in every process at once with no fault and no system call (temporal
+//! pointer consistency for free). The mapping costs address space only; pages come in on
+//! touch, and released slabs' pages leave with the punched hole. Huge blocks are different:
+//! they come and go, so their range is reserved `PROT_NONE` and mapped block by block, by the
+//! allocating process and, in every other process, by the SIGSEGV handler on first touch.
 //!
 //! Any number of processes may do this at once on a zero-filled file: the CAS picks one
 //! geometry and every other step is idempotent.
@@ -17,6 +30,8 @@ use crate::dcas::{self, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::file::{HeapFile, Mapping};
 use crate::free_list;
+use crate::hazard;
+use crate::huge::{HugeBacking, HugeProcess, HugeView};
 use crate::layout::{
     FormatProblem, Geometry, Layout, COUNT_GLOBAL_LINES, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE,
     SIZE_HEADER,
@@ -34,6 +49,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Root words in the header, for the layers above (the store keeps its index root here).
 pub const COUNT_ROOTS: usize = 32;
 const OFFSET_ROOTS: u64 = 512;
+/// Header word: non-zero once an opener has backed the huge heap's metadata, so a file cut
+/// short of it is known truncated (zero, as in a fresh heap: not yet backed).
+const OFFSET_HUGE_BACKED: u64 = 256;
 
 /// How to open a heap, and the geometry a fresh heap gets.
 #[derive(Clone, Debug)]
@@ -54,6 +72,12 @@ pub struct Config {
     /// choice, default on). Off only to measure what recoverability costs: a process that
     /// crashes with it off may leak the slabs it was moving.
     pub recoverable: bool,
+    /// Address space of a fresh heap's huge heap (rounded up to a power of two, 2 GiB to
+    /// 32 TiB; zero: no huge heap, blocks over 512 KiB are unsupported). 1 TiB by default: one
+    /// reservation sized once for all growth, so no mapping ever moves.
+    pub huge_bytes: u64,
+    /// How this process backs the huge blocks it allocates.
+    pub huge_backing: HugeBacking,
 }
 
 impl Default for Config {
@@ -66,6 +90,8 @@ impl Default for Config {
             liveness: Liveness::Process,
             create: true,
             recoverable: true,
+            huge_bytes: 1 << 40,
+            huge_backing: HugeBacking::Reserve,
         }
     }
 }
@@ -80,6 +106,11 @@ impl Config {
             slots_log2: log2(self.slots),
             coherence: self.coherence,
             liveness: self.liveness,
+            huge_log2: if self.huge_bytes == 0 {
+                0
+            } else {
+                log2(self.huge_bytes)
+            },
         };
         geometry
             .validate()
@@ -207,6 +238,9 @@ impl SlabHeap {
 }
 
 pub(crate) struct Shared {
+    /// First field: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
+    /// mapping below still stands.
+    pub(crate) huge: Option<HugeProcess>,
     pub(crate) mapping: Mapping,
     pub(crate) file: HeapFile,
     pub(crate) geometry: Geometry,
@@ -246,19 +280,30 @@ impl Heap {
         refuse_truncated(&file, &geometry, &layout)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
-        let mapping = Mapping::new(&file, layout.total)?;
+        let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
+        let me = crate::process::me();
+        let huge = open_huge(
+            &file,
+            &mapping,
+            &geometry,
+            &layout,
+            config,
+            me.pid,
+            u64::from(me.start),
+        )?;
         let heaps = [
             SlabHeap::new(Kind::Small, &geometry, &layout),
             SlabHeap::new(Kind::Large, &geometry, &layout),
         ];
         Ok(Heap {
             shared: Arc::new(Shared {
+                huge,
                 mapping,
                 file,
                 geometry,
                 layout,
                 heaps,
-                me: crate::process::me(),
+                me,
                 recoverable: config.recoverable,
                 held: Mutex::new(Vec::new()),
                 renewer: OnceLock::new(),
@@ -424,9 +469,15 @@ impl Heap {
         self.word(heap.warm_at)
     }
 
-    /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown.
+    /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
+    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap.
     pub fn hwcc_bytes(&self) -> u64 {
-        COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
+        let huge = if self.shared.huge.is_some() {
+            8 * crate::layout::COUNT_HUGE_RANGES
+        } else {
+            0
+        };
+        huge + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
             + Kind::ALL
                 .iter()
                 .map(|&k| 8 * u64::from(self.len(self.slab_heap(k))))
@@ -576,6 +627,40 @@ fn renew_leases(shared: std::sync::Weak<Shared>) {
     }
 }
 
+/// The huge heap's part of opening: back its metadata, claim this process's hazard record and
+/// join the SIGSEGV handler's registry.
+fn open_huge(
+    file: &HeapFile,
+    mapping: &Mapping,
+    geometry: &Geometry,
+    layout: &Layout,
+    config: &Config,
+    pid: u32,
+    start_time: u64,
+) -> Result<Option<HugeProcess>, HeapError> {
+    if geometry.huge_log2 == 0 {
+        return Ok(None);
+    }
+    file.back(layout.huge_ranges, layout.huge_data - layout.huge_ranges)?;
+    // SAFETY: the header is backed and mapped; an AtomicU64 is valid for any bits.
+    let backed = unsafe { &*(mapping.base().add(OFFSET_HUGE_BACKED as usize) as *const AtomicU64) };
+    backed.store(1, Ordering::Release);
+    let view = |record| HugeView::new(mapping.base(), geometry, layout, record, file.fd());
+    let needed = view(0).end_of_allocations();
+    if !file.is_device && file.len()? < needed {
+        return Err(HeapError::Truncated {
+            path: file.path.clone(),
+            len: file.len()?,
+            needed,
+        });
+    }
+    let record =
+        hazard::claim(view(0).records(), pid, start_time).ok_or(HeapError::NoHazardRecord {
+            count: hazard::COUNT_HAZARD_RECORDS,
+        })?;
+    HugeProcess::new(view(record), config.huge_backing).map(Some)
+}
+
 fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {
     let len = file.len()?;
     if !file.is_device && len < SIZE_HEADER {
@@ -670,6 +755,13 @@ fn refuse_truncated(
                 needed = needed.max(heap.data_at + (slabs << heap.shift));
             }
         }
+    }
+    let mut backed = [0u8; 8];
+    if geometry.huge_log2 != 0
+        && file.read_at(&mut backed, OFFSET_HUGE_BACKED)? == 8
+        && u64::from_le_bytes(backed) != 0
+    {
+        needed = needed.max(layout.huge_data);
     }
     if !file.is_device && len < needed {
         return Err(HeapError::Truncated {

@@ -11,13 +11,27 @@
 //! large_desc   SWcc descs   one 576 B descriptor per large slab
 //! small_data   small slabs  32 KiB each, 2 MiB aligned
 //! large_data   large slabs  512 KiB each, 2 MiB aligned
+//! huge_ranges  HWcc         the reservation array: one 8 B claim word per   (huge.rs)
+//!                            huge range (COUNT_HUGE_RANGES, 8 KiB in all)
+//! huge_hazard  hazard recs  COUNT_HAZARD_RECORDS × 4 KiB, one per mapping   (hazard.rs)
+//!                            process: its hazard offsets
+//! huge_local   per slot     SIZE_HUGE_LOCAL per thread slot: log word and   (huge.rs)
+//!                            huge descriptors
+//! huge_data    huge heap    2^huge_log2 bytes of address space, mapped one
+//!                            allocation at a time, on demand in each process
 //! ```
+//! Everything before `huge_data` is mapped eagerly over the sparse file when a process opens
+//! the heap; the huge heap's data is only reserved (`PROT_NONE`) and each allocation is mapped
+//! over its range by the allocating process, and by others from the SIGSEGV handler
+//! (`fault.rs`) when they first touch it.
 //! Every offset is a pure function of the geometry, which the header's format word encodes in
 //! 64 bits; so a process that reads the word knows the whole layout, and offsets name the same
 //! bytes in every process (constitution rule 1). The file is sparse: only the parts a heap has
 //! grown into are backed.
 
 use crate::class::{SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
+use crate::hazard::{COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
+use crate::huge::SIZE_HUGE_LOCAL;
 use crate::process::Liveness;
 use crate::slab::SIZE_DESC;
 use crate::slot::SIZE_SLOT;
@@ -52,7 +66,17 @@ pub struct Geometry {
     pub coherence: Coherence,
     /// How a slot's owner is judged dead.
     pub liveness: Liveness,
+    /// log2 of the huge heap's address space, zero for a heap without a huge heap.
+    pub huge_log2: u32,
 }
+
+/// Ranges in the huge heap's reservation array: each one `2^huge_log2 / COUNT_HUGE_RANGES`
+/// bytes of address space (1 GiB for the default 1 TiB huge heap).
+pub const COUNT_HUGE_RANGES: u64 = 1024;
+/// Smallest huge heap (2 GiB: 1024 ranges of 2 MiB).
+pub const HUGE_LOG2_MIN: u32 = 31;
+/// Largest huge heap (16 TiB of address space).
+pub const HUGE_LOG2_MAX: u32 = 44;
 
 /// Why a format word was refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -75,6 +99,7 @@ impl Geometry {
             | u64::from(self.slots_log2) << 44
             | self.coherence.to_bits() << 48
             | u64::from(self.liveness == Liveness::Lease) << 50
+            | u64::from(self.huge_log2) << 51
     }
 
     /// Reads a format word back, refusing foreign, other-version and impossible ones.
@@ -88,7 +113,7 @@ impl Geometry {
         }
         let coherence = Coherence::from_bits((word >> 48) & 0x3)
             .ok_or(FormatProblem::Corrupt("coherence mode"))?;
-        if word >> 51 != 0 {
+        if word >> 57 != 0 {
             return Err(FormatProblem::Corrupt("reserved format bits set"));
         }
         let geometry = Geometry {
@@ -101,6 +126,7 @@ impl Geometry {
             } else {
                 Liveness::Process
             },
+            huge_log2: ((word >> 51) & 0x3F) as u32,
         };
         geometry.validate().map_err(FormatProblem::Corrupt)?;
         Ok(geometry)
@@ -113,6 +139,9 @@ impl Geometry {
         }
         if self.slots_log2 > 14 {
             return Err("more than 16384 thread slots");
+        }
+        if self.huge_log2 != 0 && !(HUGE_LOG2_MIN..=HUGE_LOG2_MAX).contains(&self.huge_log2) {
+            return Err("huge heap outside 2 GiB to 16 TiB");
         }
         if self.layout().total > SIZE_RESERVATION_MAX.min(crate::recovery::OFFSET_MAX) {
             return Err("heap larger than 32 TiB of address space");
@@ -135,6 +164,21 @@ impl Geometry {
         1 << self.slots_log2
     }
 
+    /// Bytes of the huge heap's address space (zero: no huge heap).
+    pub fn huge_bytes(&self) -> u64 {
+        if self.huge_log2 == 0 {
+            0
+        } else {
+            1 << self.huge_log2
+        }
+    }
+
+    /// log2 of one huge range's bytes.
+    pub fn huge_range_shift(&self) -> u32 {
+        self.huge_log2
+            .saturating_sub(COUNT_HUGE_RANGES.trailing_zeros())
+    }
+
     /// Where every region lies.
     pub fn layout(&self) -> Layout {
         let (small, large) = (self.small_slabs_max(), self.large_slabs_max());
@@ -146,7 +190,12 @@ impl Geometry {
         let large_desc = small_desc + SIZE_DESC as u64 * small;
         let small_data = (large_desc + SIZE_DESC as u64 * large).next_multiple_of(ALIGN_DATA);
         let large_data = (small_data + (small << SHIFT_SMALL_SLAB)).next_multiple_of(ALIGN_DATA);
-        let total = large_data + (large << SHIFT_LARGE_SLAB);
+        let large_end = large_data + (large << SHIFT_LARGE_SLAB);
+        let huge_ranges = large_end.next_multiple_of(ALIGN_PAGE);
+        let huge_hazard = huge_ranges + 8 * COUNT_HUGE_RANGES;
+        let huge_local = huge_hazard + SIZE_HAZARD_RECORD * COUNT_HAZARD_RECORDS;
+        let huge_data = (huge_local + SIZE_HUGE_LOCAL * self.slots()).next_multiple_of(ALIGN_DATA);
+        let total = huge_data + self.huge_bytes();
         Layout {
             hwcc,
             small_remote,
@@ -156,6 +205,10 @@ impl Geometry {
             large_desc,
             small_data,
             large_data,
+            huge_ranges,
+            huge_hazard,
+            huge_local,
+            huge_data,
             total,
         }
     }
@@ -180,6 +233,14 @@ pub struct Layout {
     pub small_data: u64,
     /// Large slabs' data.
     pub large_data: u64,
+    /// The huge heap's reservation array (HWcc, `COUNT_HUGE_RANGES` words).
+    pub huge_ranges: u64,
+    /// Hazard records, one per process mapping the heap (`hazard.rs`).
+    pub huge_hazard: u64,
+    /// Per thread slot: the huge heap's log word and descriptors (`huge.rs`).
+    pub huge_local: u64,
+    /// The huge heap's data: the end of what every process maps eagerly.
+    pub huge_data: u64,
     /// End of the heap: the reservation's length.
     pub total: u64,
 }
@@ -195,6 +256,7 @@ mod tests {
             slots_log2: 10,
             coherence: Coherence::Hardware,
             liveness: Liveness::Process,
+            huge_log2: 40,
         }
     }
 
@@ -242,5 +304,28 @@ mod tests {
         assert_eq!(l.small_data % ALIGN_DATA, 0);
         assert_eq!(l.large_data % ALIGN_DATA, 0);
         assert!(l.small_data + (g.small_slabs_max() << SHIFT_SMALL_SLAB) <= l.large_data);
+        assert!(l.large_data + (g.large_slabs_max() << SHIFT_LARGE_SLAB) <= l.huge_ranges);
+        assert!(l.huge_ranges + 8 * COUNT_HUGE_RANGES <= l.huge_hazard);
+        assert!(l.huge_hazard + SIZE_HAZARD_RECORD * COUNT_HAZARD_RECORDS <= l.huge_local);
+        assert!(l.huge_local + SIZE_HUGE_LOCAL * g.slots() <= l.huge_data);
+        assert_eq!(l.huge_data % ALIGN_DATA, 0);
+        assert_eq!(l.total, l.huge_data + (1 << 40));
+        assert_eq!(g.huge_range_shift(), 30, "1 TiB in 1024 ranges of 1 GiB");
+    }
+
+    #[test]
+    fn huge_heap_sizes_outside_the_range_are_refused() {
+        for log2 in [1, 30, 45, 63] {
+            let g = Geometry {
+                huge_log2: log2,
+                ..geometry()
+            };
+            assert!(g.validate().is_err(), "huge_log2 {log2}");
+        }
+        let none = Geometry {
+            huge_log2: 0,
+            ..geometry()
+        };
+        assert_eq!(none.layout().total, none.layout().huge_data);
     }
 }

@@ -17,10 +17,15 @@
 //!   out of space is an error value ([`heap`], [`file`]).
 //! - Everything is addressed by [`Offset`]: each process maps the file at one offset inside its
 //!   own reservation ([`layout`]).
+//! - The **huge heap** serves blocks over 512 KiB, one file mapping each, at offsets from
+//!   per-slot runs of a 1024-word reservation array ([`huge`]). Other processes map a huge block
+//!   from a SIGSEGV handler on first touch ([`fault`], the one process-global module), and a
+//!   freed block is reclaimed once no process's hazard record names it ([`hazard`]).
 //!
 //! # Reading order
 //! [`layout`] → [`class`] → [`slab`] and [`remote`] → [`dcas`] → [`free_list`] → [`slot`] →
-//! [`heap`] → [`thread`] → [`recovery`] (and `thread/recover.rs`) → [`check`].
+//! [`heap`] → [`thread`] → [`recovery`] (and `thread/recover.rs`) → [`huge`], [`hazard`],
+//! [`fault`] → [`check`].
 //!
 //! # Partial failure
 //! Every step is logged in the slot's recovery word before it is done, and every CAS on a
@@ -39,10 +44,16 @@ pub mod dcas;
 #[cfg(not(podkv_loom))]
 pub mod error;
 #[cfg(not(podkv_loom))]
+pub mod fault;
+#[cfg(not(podkv_loom))]
 pub mod file;
 pub mod free_list;
 #[cfg(not(podkv_loom))]
+pub mod hazard;
+#[cfg(not(podkv_loom))]
 pub mod heap;
+#[cfg(not(podkv_loom))]
+pub mod huge;
 #[cfg(not(podkv_loom))]
 pub mod layout;
 pub mod offset;
@@ -63,9 +74,11 @@ pub mod thread;
 #[cfg(not(podkv_loom))]
 pub use check::HeapReport;
 #[cfg(not(podkv_loom))]
-pub use error::{AllocError, HeapError};
+pub use error::{AllocError, HeapError, ResolveError};
 #[cfg(not(podkv_loom))]
 pub use heap::{default_path, Config, Heap, Kind};
+#[cfg(not(podkv_loom))]
+pub use huge::HugeBacking;
 pub use offset::{Offset, PodPtr};
 #[cfg(not(podkv_loom))]
 pub use process::Liveness;

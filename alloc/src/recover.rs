@@ -45,6 +45,8 @@ pub struct Recovered {
     pub slot: u32,
     /// The step its recovery word named.
     pub step: Rec,
+    /// The huge-heap step its huge log named, if any.
+    pub huge_step: Option<crate::huge::HugeStep>,
     /// The block it concerned, for the application.
     pub in_flight: InFlight,
     /// How long recovery took (excluding giving the slot's slabs back).
@@ -60,9 +62,14 @@ impl ThreadHandle {
         self.repair_lists();
         let in_flight = self.finish(rec);
         self.after_free.set(false);
+        // The huge heap logs its own steps (`huge/mod.rs`): finish those, then reclaim what
+        // the dead owner freed and nobody maps any more.
+        let huge_step = self.recover_huge();
+        self.collect_huge();
         Recovered {
             slot: self.slot_index,
             step: rec,
+            huge_step,
             in_flight,
             took: start.elapsed(),
         }

@@ -404,6 +404,7 @@ impl ThreadHandle {
         ) {
             (Some(class), _) if size <= SIZE_SMALL_MAX => (small, class),
             (_, Some(class)) if size <= SIZE_LARGE_MAX => (large, class),
+            _ if size > SIZE_LARGE_MAX => return self.allocate_huge(layout),
             _ => return Err(unsupported),
         };
         loop {
@@ -430,6 +431,9 @@ impl ThreadHandle {
     #[cold]
     #[inline(never)]
     fn free_generic(&self, offset: Offset) {
+        if self.heap.huge_view().is_some_and(|h| h.contains(offset.0)) {
+            return self.free_huge(offset);
+        }
         let (heap, slab, in_slab) = self.locate(offset);
         let desc = self.heap.desc(&heap, slab);
         let meta = desc.meta();
@@ -842,6 +846,7 @@ impl Writer for ThreadHandle {
 
 impl Drop for ThreadHandle {
     fn drop(&mut self) {
+        self.collect_huge();
         self.release();
     }
 }

@@ -176,7 +176,10 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     for w in 0..args.processes as usize {
         let deadline = Instant::now() + Duration::from_secs(30);
         while record.heartbeat(w).load(Acquire) == 0 {
-            ensure!(Instant::now() < deadline, "worker {w} did not start working in 30 s");
+            ensure!(
+                Instant::now() < deadline,
+                "worker {w} did not start working in 30 s"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }

@@ -88,6 +88,9 @@ pub enum BenchCommand {
     /// Nanoseconds per CAS: plain CPU CAS against the mCAS kinds (flush-cas, nmp), alone and
     /// with two threads on one word. Example: `podkv bench mcas --repeat 5`.
     Mcas(mcas_cmd::BenchMcasArgs),
+    /// Huge blocks (1 GiB by default): threadtest and xmalloc over processes × threads, podkv
+    /// mapping one file region per block, against mimalloc and the system allocator.
+    Huge(bench::huge::HugeArgs),
 }
 
 /// Runs a parsed command line.
@@ -103,6 +106,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Mcas(args)) => mcas_cmd::run_bench(&args),
         Command::McasNmp(args) => mcas_cmd::run_nmp(&args),
+        Command::Bench(BenchCommand::Huge(args)) => bench::huge::run(&args),
         Command::Ycsb(c) => run_cli::ycsb(&c),
         Command::Trace(c) => c.run().map_err(Into::into),
         Command::Replay(c) => run_cli::replay(&c),

@@ -107,6 +107,9 @@ pub struct GeometryArgs {
     /// `lease` (owners renew a lease in the heap; for hosts sharing pod memory).
     #[arg(long, default_value = "process")]
     pub liveness: podkv_alloc::Liveness,
+    /// Address space of the huge heap (blocks over 512 KiB), 2GiB to 16TiB; 0: none.
+    #[arg(long, default_value = "1TiB", value_parser = parse_bytes)]
+    pub huge_bytes: u64,
 }
 
 /// Parses a byte count with an optional binary unit: `4096`, `64KiB`, `2g`, `1TiB`.
@@ -142,6 +145,7 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
                 large_bytes: geometry.large_bytes,
                 slots: geometry.slots,
                 liveness: geometry.liveness,
+                huge_bytes: geometry.huge_bytes,
                 ..Config::default()
             };
             let heap = Heap::open(path, &config)?;
@@ -269,6 +273,12 @@ fn check(path: &PathBuf, expect_empty: bool) -> anyhow::Result<()> {
     );
     if expect_empty {
         anyhow::ensure!(
+            report.huge.live == 0,
+            "{} huge blocks ({}) are still allocated",
+            report.huge.live,
+            human_bytes(report.huge.live_bytes)
+        );
+        anyhow::ensure!(
             report.live_blocks() == 0,
             "{} blocks ({}) are still allocated",
             report.live_blocks(),
@@ -282,6 +292,12 @@ fn check(path: &PathBuf, expect_empty: bool) -> anyhow::Result<()> {
         report.live_blocks(),
         human_bytes(report.live_bytes())
     );
+    if report.huge.enabled {
+        println!(
+            "ok: huge heap: {} runs over {} ranges, {} live and {} freed blocks; runs whole, blocks inside their slot's runs and disjoint, every hazard offset names a block",
+            report.huge.runs, report.huge.ranges_claimed, report.huge.live, report.huge.freed
+        );
+    }
     Ok(())
 }
 
@@ -328,9 +344,21 @@ fn print_geometry(heap: &Heap) {
             human_bytes(h.max << h.shift)
         );
     }
+    if g.huge_log2 != 0 {
+        let range = 1u64 << g.huge_range_shift();
+        println!(
+            "huge        {} ranges of {} (data at {:#x}, up to {}), one mapping per block",
+            podkv_alloc::layout::COUNT_HUGE_RANGES,
+            human_bytes(range),
+            l.huge_data,
+            human_bytes(g.huge_bytes())
+        );
+    }
     println!(
-        "reservation {} of address space per process",
-        human_bytes(l.total)
+        "reservation {} of address space per process: {} mapped at open (slab heaps and metadata), {} mapped block by block",
+        human_bytes(l.total),
+        human_bytes(l.huge_data),
+        human_bytes(l.total - l.huge_data)
     );
     println!(
         "file        {} long, {} stored",
@@ -345,7 +373,41 @@ fn print_stats(report: &HeapReport) {
         human_bytes(report.live_bytes()),
         report.live_blocks()
     );
-    println!("hwcc        {}", human_bytes(report.hwcc_bytes));
+    println!(
+        "hwcc        {}{}",
+        human_bytes(report.hwcc_bytes),
+        if report.huge.enabled {
+            format!(
+                " (of which {} the huge reservation array)",
+                human_bytes(8 * podkv_alloc::layout::COUNT_HUGE_RANGES)
+            )
+        } else {
+            String::new()
+        }
+    );
+    let h = &report.huge;
+    if h.enabled {
+        println!(
+            "huge blocks {} live ({}), {} freed ({}), {} of them awaiting unmap by a process",
+            h.live,
+            human_bytes(h.live_bytes),
+            h.freed,
+            human_bytes(h.freed_bytes),
+            h.awaiting_unmap
+        );
+        println!(
+            "huge space  {} of {} ranges claimed in {} runs ({} of {} address space)",
+            h.ranges_claimed,
+            podkv_alloc::layout::COUNT_HUGE_RANGES,
+            h.runs,
+            human_bytes(h.ranges_claimed * h.range_bytes),
+            human_bytes(h.reserved_bytes)
+        );
+        println!(
+            "mappers     {} process(es) hold hazard records, this one included ({} left by dead processes)",
+            h.processes, h.dead_records
+        );
+    }
     println!("threads     {} slot(s) claimed", report.claimed_slots.len());
     for slot in report.claimed_slots.iter().filter(|s| !s.alive) {
         println!(
@@ -405,6 +467,21 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
         "slots": heap.geometry().slots(),
         "claimed_slots": report.claimed_slots.len(),
         "reservation_bytes": heap.layout().total,
+        "eager_mapped_bytes": heap.layout().huge_data,
+        "huge": {
+            "enabled": report.huge.enabled,
+            "reserved_bytes": report.huge.reserved_bytes,
+            "range_bytes": report.huge.range_bytes,
+            "ranges_claimed": report.huge.ranges_claimed,
+            "runs": report.huge.runs,
+            "live": report.huge.live,
+            "live_bytes": report.huge.live_bytes,
+            "freed": report.huge.freed,
+            "freed_bytes": report.huge.freed_bytes,
+            "awaiting_unmap": report.huge.awaiting_unmap,
+            "processes": report.huge.processes,
+            "dead_records": report.huge.dead_records,
+        },
         "file_bytes": report.file_bytes,
         "hwcc_bytes": report.hwcc_bytes,
         "live_bytes": report.live_bytes(),

@@ -39,6 +39,10 @@ pub struct Control {
     pub pss: [AtomicU64; COUNT_WORKERS_MAX],
     /// Each process's minor page faults during the run.
     pub faults: [AtomicU64; COUNT_WORKERS_MAX],
+    /// xmalloc: most blocks a producer keeps in its ring (0: the whole ring).
+    pub window: AtomicU64,
+    /// podkv: how every process backs huge blocks (`HugeBacking as u64`).
+    pub huge_backing: AtomicU64,
 }
 
 impl Control {

@@ -13,6 +13,7 @@
 
 pub mod alloc;
 pub mod control;
+pub mod huge;
 pub mod metrics;
 pub mod ring;
 pub mod workload;
@@ -103,6 +104,32 @@ pub struct BenchArgs {
     /// Append one NDJSON record per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// xmalloc: most blocks each producer keeps waiting for its consumer [default: a whole
+    /// ring, 4096]. Huge blocks need a small window: each live one holds a descriptor.
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// How podkv backs blocks over 512 KiB: `reserve` every page at allocation (out of memory
+    /// is an error then), or `sparse` (only the pages touched).
+    #[arg(long, value_enum, default_value = "reserve")]
+    pub huge_backing: Backing,
+}
+
+/// How podkv backs huge blocks (`podkv_alloc::HugeBacking`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backing {
+    /// Every page at allocation.
+    Reserve,
+    /// Only the pages touched.
+    Sparse,
+}
+
+impl Backing {
+    fn to_alloc(self) -> podkv_alloc::HugeBacking {
+        match self {
+            Backing::Reserve => podkv_alloc::HugeBacking::Reserve,
+            Backing::Sparse => podkv_alloc::HugeBacking::Sparse,
+        }
+    }
 }
 
 /// One measured run.
@@ -210,6 +237,8 @@ fn run_once(
         args.batch as u64,
         threads as u64,
         args.processes as u64,
+        args.window.unwrap_or(0) as u64,
+        args.huge_backing.to_alloc() as u64,
     ];
     let (seconds, pss_bytes, page_faults, hwcc_bytes) = match allocator {
         AllocatorName::Podkv => run_podkv(args, params, true)?,
@@ -235,7 +264,7 @@ fn run_once(
     })
 }
 
-fn set_params(ctl: &Control, params: [u64; 6]) {
+fn set_params(ctl: &Control, params: [u64; 8]) {
     let words = [
         &ctl.kind,
         &ctl.size,
@@ -243,6 +272,8 @@ fn set_params(ctl: &Control, params: [u64; 6]) {
         &ctl.batch,
         &ctl.threads,
         &ctl.processes,
+        &ctl.window,
+        &ctl.huge_backing,
     ];
     for (word, value) in words.into_iter().zip(params) {
         word.store(value, Ordering::Release);
@@ -251,7 +282,7 @@ fn set_params(ctl: &Control, params: [u64; 6]) {
 
 /// A process-local allocator: control block and rings in ordinary memory.
 fn run_local<A: BenchAlloc, F: Fn() -> A + Sync>(
-    params: [u64; 6],
+    params: [u64; 8],
     make: F,
 ) -> (f64, u64, u64, Option<u64>) {
     let ctl = zeroed_box::<Control>();
@@ -293,7 +324,7 @@ fn seconds_of(ctl: &Control) -> f64 {
 /// podkv: one heap; workers are threads of this process, or of child processes.
 fn run_podkv(
     args: &BenchArgs,
-    params: [u64; 6],
+    params: [u64; 8],
     recoverable: bool,
 ) -> anyhow::Result<(f64, u64, u64, Option<u64>)> {
     let temp = args.heap.is_none();
@@ -309,6 +340,7 @@ fn run_podkv(
         small_bytes: args.heap_bytes,
         large_bytes: args.heap_bytes,
         recoverable,
+        huge_backing: args.huge_backing.to_alloc(),
         ..Config::default()
     };
     let result = run_podkv_at(&path, &config, params);
@@ -321,7 +353,7 @@ fn run_podkv(
 fn run_podkv_at(
     path: &Path,
     config: &Config,
-    params: [u64; 6],
+    params: [u64; 8],
 ) -> anyhow::Result<(f64, u64, u64, Option<u64>)> {
     let heap = Heap::open(path, config)?;
     let launcher = heap.thread()?;
@@ -427,6 +459,9 @@ pub fn worker_process(heap_path: &Path, control: u64, process: usize) -> anyhow:
     // SAFETY: the launcher allocated the control block at this offset and keeps it until
     // every worker process has exited.
     let ctl = unsafe { &*(heap.resolve(Offset(control)) as *const Control) };
+    if ctl.huge_backing.load(Ordering::Acquire) == podkv_alloc::HugeBacking::Sparse as u64 {
+        heap.set_huge_backing(podkv_alloc::HugeBacking::Sparse);
+    }
     let rings = rings_of(&heap, ctl);
     run_process(ctl, &rings, process, &|| {
         heap.thread().expect("a free thread slot")
@@ -487,11 +522,15 @@ fn run_worker<A: BenchAlloc>(a: &A, ctl: &Control, rings: &[&Ring], w: usize) {
     if threadtest {
         workload::threadtest(a, layout, ops / batch, batch as usize);
     } else {
+        let window = match ctl.window.load(Ordering::Acquire) as usize {
+            0 => ring::COUNT_RING_SLOTS,
+            window => window,
+        };
         workload::xmalloc(
             a,
             layout,
             ops,
-            batch,
+            (batch, window),
             rings[w],
             rings[(w + workers - 1) % workers],
         );

@@ -33,8 +33,16 @@ impl Ring {
     /// Adds as many of `values` as fit, publishing them with one store; returns how many.
     #[inline]
     pub fn push_many(&self, values: &[u64]) -> usize {
+        self.push_many_within(values, COUNT_RING_SLOTS)
+    }
+
+    /// As [`Ring::push_many`], but keeps at most `bound` values in the ring (the producer's
+    /// window: huge blocks in flight are bounded by the heap's descriptors, not the ring).
+    #[inline]
+    pub fn push_many_within(&self, values: &[u64], bound: usize) -> usize {
         let tail = self.tail.load(Ordering::Relaxed);
-        let room = COUNT_RING_SLOTS as u64 - (tail - self.head.load(Ordering::Acquire));
+        let held = tail - self.head.load(Ordering::Acquire);
+        let room = (bound.min(COUNT_RING_SLOTS) as u64).saturating_sub(held);
         let n = values.len().min(room as usize);
         for (i, &value) in values[..n].iter().enumerate() {
             self.slots[(tail as usize + i) % COUNT_RING_SLOTS].store(value, Ordering::Relaxed);
@@ -80,5 +88,7 @@ mod tests {
         seen.clear();
         ring.pop_all(|v| seen.push(v));
         assert_eq!(seen, [7, 8]);
+        assert_eq!(ring.push_many_within(&values[..10], 4), 4, "a window of 4");
+        assert_eq!(ring.push_many_within(&values[..10], 4), 0);
     }
 }

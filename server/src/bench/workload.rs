@@ -27,13 +27,13 @@ pub fn threadtest<A: BenchAlloc>(a: &A, layout: Layout, rounds: u64, batch: usiz
     rounds * batch as u64
 }
 
-/// Runs xmalloc for `ops` blocks produced into `out` (in batches of `batch`) and `ops`
-/// consumed from `input`.
+/// Runs xmalloc for `ops` blocks produced into `out` (in batches of `batch`, at most `window`
+/// waiting in `out`) and `ops` consumed from `input`.
 pub fn xmalloc<A: BenchAlloc>(
     a: &A,
     layout: Layout,
     ops: u64,
-    batch: u64,
+    (batch, window): (u64, usize),
     out: &Ring,
     input: &Ring,
 ) -> u64 {
@@ -47,7 +47,7 @@ pub fn xmalloc<A: BenchAlloc>(
             pending.push(block);
             produced += 1;
         }
-        let sent = out.push_many(&pending);
+        let sent = out.push_many_within(&pending, window);
         pending.drain(..sent);
         consumed += input.pop_all(|block| a.free(block, layout));
         if sent == 0 && produced == ops {
