@@ -299,3 +299,94 @@ fn every_crash_point_is_recovered_without_loss_leak_or_double_free() {
     assert!(never.is_empty(), "crash points never reached: {never:?}");
     eprintln!("{runs} crashes recovered at {} points", crash::POINTS.len());
 }
+
+/// Lease mode: a slot held by a process on "another host" (another `PODKV_HOST_ID`) is never
+/// judged dead by its pid; once that process stops renewing (here: SIGSTOP) and its lease runs
+/// out, it is dead and recovered. In process mode the same slot stays alive.
+#[test]
+fn lease_mode_judges_a_silent_other_host_dead_after_its_lease() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    for liveness in [podkv_alloc::Liveness::Lease, podkv_alloc::Liveness::Process] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        let config = Config {
+            liveness,
+            ..config()
+        };
+        drop(Heap::open(&path, &config).unwrap());
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "lease_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, "lease")
+            .env("PODKV_HOST_ID", "4242")
+            .env("PODKV_CRASH_HEAP", &path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait for the child to hold its slot, then silence it (alive, but renewing nothing).
+        let heap = Heap::open(&path, &config).unwrap();
+        let held = || {
+            (0..SLOTS as u64)
+                .any(|i| !matches!(heap.slot_life(i), podkv_alloc::process::SlotLife::Free))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !held() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "child never claimed a slot"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if liveness == podkv_alloc::Liveness::Lease {
+            // While it runs, its renewer keeps the lease fresh past a whole lease.
+            std::thread::sleep(podkv_alloc::process::LEASE + std::time::Duration::from_millis(500));
+            assert!(heap.recover_dead().is_empty(), "a renewing owner is alive");
+        }
+        // SAFETY: stopping our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+        std::thread::sleep(podkv_alloc::process::LEASE + std::time::Duration::from_millis(500));
+        let recovered = heap.recover_dead();
+        // SAFETY: as above.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        match liveness {
+            podkv_alloc::Liveness::Lease => {
+                assert_eq!(recovered.len(), 1, "the silent owner's lease expired")
+            }
+            podkv_alloc::Liveness::Process => {
+                assert!(
+                    recovered.is_empty(),
+                    "another host's pid is never judged here"
+                )
+            }
+        }
+    }
+}
+
+#[test]
+fn lease_child_entry() {
+    if std::env::var(ROLE).as_deref() != Ok("lease") {
+        return;
+    }
+    let path = std::env::var("PODKV_CRASH_HEAP").unwrap();
+    let heap = Heap::open(
+        &path,
+        &Config {
+            create: false,
+            ..config()
+        },
+    )
+    .unwrap();
+    let t = heap.thread().unwrap();
+    let off = t.allocate(Layout::from_size_align(64, 8).unwrap()).unwrap();
+    t.free(off);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
