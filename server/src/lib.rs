@@ -7,6 +7,7 @@
 //! - [`store_cmd`]: `podkv store check|stats` (the store's walker, `podkv_store::check_path`);
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
+//! - [`serve`]: `podkv serve`, the memcached-protocol server on the shared store;
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots).
 
@@ -15,4 +16,5 @@ pub mod cli;
 pub mod heap_cmd;
 pub mod protocol;
 pub mod runner;
+pub mod serve;
 pub mod store_cmd;
