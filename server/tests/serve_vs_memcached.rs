@@ -84,7 +84,8 @@ fn value(rng: &mut Rng) -> Vec<u8> {
 }
 
 fn exptime(rng: &mut Rng) -> &'static str {
-    *rng.pick(&["0", "0", "0", "1000", "-1"])
+    const EXPTIMES: [&str; 5] = ["0", "0", "0", "1000", "-1"];
+    EXPTIMES[rng.below(EXPTIMES.len() as u64) as usize]
 }
 
 fn noreply(rng: &mut Rng) -> &'static str {
@@ -365,21 +366,21 @@ fn compare(memcached: SocketAddr, podkv: &[SocketAddr]) {
                     let reply = side.clients[0].call(format!("get {key}\r\n").as_bytes());
                     String::from_utf8_lossy(&reply).into_owned()
                 };
+                let step_text = format!(
+                    "{} (cas arg: {:?}; podkv cas values {:?}; memcached's {:?})",
+                    log.last().unwrap(),
+                    step.cas.map(|c| match c {
+                        CasArg::Seen(i) => i as i64,
+                        CasArg::Bogus => -1,
+                    }),
+                    &ours.cas_values[ours.cas_values.len().saturating_sub(5)..],
+                    &reference.cas_values[reference.cas_values.len().saturating_sub(5)..],
+                );
+                let (ours_now, reference_now) = (now(&mut ours), now(&mut reference));
                 panic!(
-                    "seed {seed:#x}, step {turn}: {}\npodkv:     {got:?}\nmemcached: {expected:?}\n\
-                     {key:?} now: podkv {:?}, memcached {:?}\nsteps on {key:?}: {history:#?}",
-                    format!(
-                        "{} (cas arg: {:?}; podkv cas values {:?}; memcached's {:?})",
-                        log.last().unwrap(),
-                        step.cas.map(|c| match c {
-                            CasArg::Seen(i) => i as i64,
-                            CasArg::Bogus => -1,
-                        }),
-                        &ours.cas_values[ours.cas_values.len().saturating_sub(5)..],
-                        &reference.cas_values[reference.cas_values.len().saturating_sub(5)..],
-                    ),
-                    now(&mut ours),
-                    now(&mut reference),
+                    "seed {seed:#x}, step {turn}: {step_text}\npodkv:     {got:?}\n\
+                     memcached: {expected:?}\n{key:?} now: podkv {ours_now:?}, memcached \
+                     {reference_now:?}\nsteps on {key:?}: {history:#?}"
                 );
             }
         }

@@ -274,6 +274,16 @@ impl Storage for Backend {
         item
     }
 
+    fn get_with(&self, key: &[u8], emit: &mut dyn FnMut(u32, u64, &[u8])) -> bool {
+        let guard = self.handle.get(key).ok().flatten();
+        self.count_read(guard.is_some());
+        let Some(guard) = guard else {
+            return false;
+        };
+        emit(guard.flags(), guard.cas(), guard.value());
+        true
+    }
+
     fn gat(&self, key: &[u8], exptime: Exptime) -> Option<Item> {
         self.counters.bump(Counter::CmdTouch);
         let guard = self.handle.gat(key, i64::from(exptime.0)).ok().flatten();

@@ -71,14 +71,27 @@ pub fn run(
     }
     drop(ready_tx);
     let started: Result<Vec<()>, ServeError> = ready_rx.iter().take(threads).collect();
-    let outcome = started.map(|_| {
+    let started = started.and_then(|ready| {
+        if ready.len() == threads {
+            Ok(())
+        } else {
+            let why = io::Error::other("a worker stopped before it was ready");
+            Err(ServeError::Start(why))
+        }
+    });
+    // Handlers go in before the ready line, so a signal sent as soon as it appears is caught.
+    let signals = {
+        let _runtime = main_rt.enter();
+        Signals::install()
+    };
+    let outcome = started.and(signals).map(|signals| {
         eprintln!(
             "podkv serve: listening on {} (heap {}, pid {})",
             shared.settings.listen,
             shared.settings.heap.display(),
             std::process::id()
         );
-        main_rt.block_on(wait_for_signal(shared.clone(), metrics_listener));
+        main_rt.block_on(wait_for_signal(signals, shared.clone(), metrics_listener));
     });
     let _ = stop_tx.send(true);
     for join in joins {
@@ -108,22 +121,35 @@ pub fn bind(addr: SocketAddr, reuseport: bool) -> Result<TcpListener, ServeError
     socket.listen(COUNT_BACKLOG).map_err(fail)
 }
 
+/// The signals that stop the server.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers (inside a runtime).
+    fn install() -> Result<Signals, ServeError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(ServeError::Start)?,
+            int: signal(SignalKind::interrupt()).map_err(ServeError::Start)?,
+        })
+    }
+}
+
 /// Waits for SIGTERM or SIGINT, serving `--metrics` meanwhile.
-async fn wait_for_signal(shared: Arc<Shared>, metrics_listener: Option<TcpListener>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        eprintln!("podkv serve: cannot install signal handlers; stopping");
-        return;
-    };
+async fn wait_for_signal(
+    mut signals: Signals,
+    shared: Arc<Shared>,
+    metrics_listener: Option<TcpListener>,
+) {
     if let Some(listener) = metrics_listener {
         tokio::spawn(metrics::serve(listener, shared));
     }
     tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = signals.term.recv() => {}
+        _ = signals.int.recv() => {}
     }
 }
 

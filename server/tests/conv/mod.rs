@@ -48,7 +48,7 @@ impl Server {
 
     /// Starts a server on `listen`.
     pub fn start_on(heap: &Path, listen: &str, args: &[&str]) -> Server {
-        let mut child = Command::new(podkv())
+        let child = Command::new(podkv())
             .arg("serve")
             .arg("--heap")
             .arg(heap)
@@ -59,9 +59,16 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("podkv serve starts");
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        let mut line = String::new();
         let log = Arc::new(Mutex::new(String::new()));
+        // Killed on drop if it never gets ready.
+        let mut server = Server {
+            child: Some(child),
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            log: log.clone(),
+        };
+        let stderr = server.child.as_mut().and_then(|c| c.stderr.take());
+        let mut stderr = BufReader::new(stderr.expect("stderr"));
+        let mut line = String::new();
         loop {
             line.clear();
             let n = stderr.read_line(&mut line).expect("read stderr");
@@ -80,11 +87,8 @@ impl Server {
                     let _ = stderr.read_to_string(&mut rest);
                     sink.lock().unwrap().push_str(&rest);
                 });
-                return Server {
-                    child: Some(child),
-                    addr,
-                    log,
-                };
+                server.addr = addr;
+                return server;
             }
         }
     }
