@@ -16,8 +16,8 @@
 //!    `ma C` are exact (the store compares inside its CAS loop).
 //! 5. **Padding.** A shorter `incr`/`decr`/`ma` result is padded with spaces to the old
 //!    length, always. memcached pads only when it can update in place (no other reference to
-//!    the item alive, which depends on its response timing) and otherwise writes the bare
-//!    number.
+//!    the item alive; its LRU maintainer and crawler threads take references in the
+//!    background) and otherwise writes the bare number.
 //! 6. **Access facts** (`mg l h`, `me la= fetch=`): lookups never write shared memory, so
 //!    podkv reports 0 seconds and "not fetched".
 
