@@ -270,11 +270,11 @@ pub fn memcached(args: &[&str]) -> Option<Memcached> {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if TcpStream::connect(addr).is_ok() {
-                return Some(Memcached { child, addr });
-            }
             if child.try_wait().unwrap().is_some() {
-                break;
+                break; // the port was taken after all (tests run in parallel): another port
+            }
+            if is_memcached(addr) {
+                return Some(Memcached { child, addr });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -282,6 +282,22 @@ pub fn memcached(args: &[&str]) -> Option<Memcached> {
         let _ = child.wait();
     }
     panic!("memcached did not start");
+}
+
+/// Whether a real memcached answers at `addr` (not, say, a podkv another test started on a
+/// port that was free a moment ago).
+fn is_memcached(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut reply = [0u8; 64];
+    let n = s
+        .write_all(b"version\r\n")
+        .and_then(|()| s.read(&mut reply))
+        .unwrap_or(0);
+    let reply = String::from_utf8_lossy(&reply[..n]);
+    reply.starts_with("VERSION ") && !reply.contains("podkv")
 }
 
 /// A port nobody listens on right now.
