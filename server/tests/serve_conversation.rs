@@ -337,3 +337,25 @@ fn reuseport_two_processes_one_address() {
     assert!(err.contains("cannot listen on"), "{err}");
     assert_eq!(err.lines().count(), 1, "one clear line: {err}");
 }
+
+/// Where the store keeps no per-item state (`podkv::serve::backend`, items 1–2): the first
+/// `W` is memcached's, later readers get no `Z`; `md I` deletes. `C` mismatches answer `EX`
+/// as memcached does.
+#[test]
+fn meta_tokens_where_the_store_keeps_no_state() {
+    let dir = heap_dir();
+    let server = Server::start(&dir.path().join("heap"), &[]);
+    let mut c = server.client();
+    c.expect(b"mg nv v N30\r\n", b"VA 0 W\r\n\r\n");
+    c.expect(b"mg nv v N30\r\n", b"VA 0\r\n\r\n");
+    c.expect(
+        b"set r 0 100 1\r\nx\r\nmg r v R200\r\n",
+        b"STORED\r\nVA 1 W\r\nx\r\n",
+    );
+    c.expect(b"mg r v R200\r\n", b"VA 1 W\r\nx\r\n");
+    c.expect(b"mg r v R50\r\n", b"VA 1\r\nx\r\n");
+    c.expect(
+        b"set c 0 0 1\r\n5\r\nmd c C1\r\nma c C1\r\nmd c I\r\nmg c v\r\n",
+        b"STORED\r\nEX\r\nEX\r\nHD\r\nEN\r\n",
+    );
+}
