@@ -46,31 +46,32 @@ const SECONDS_CRAWL: u64 = 10;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
     /// The pod heap file (created, mode 0600, if missing), e.g. /dev/shm/podkv-main.
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub heap: PathBuf,
     /// Address to listen on (loopback unless told otherwise); port 0 picks a free port.
-    #[arg(long, default_value = "127.0.0.1:11211")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:11211")]
     pub listen: String,
     /// Worker threads, each with its own runtime and thread slot [default: the cores].
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Bytes of items the store may hold before it evicts (e.g. 64MiB); only the process that
     /// creates the store sets it [default: the heap's capacity].
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub memory: Option<u64>,
     /// Most client connections at once; one more is answered `ERROR Too many open
     /// connections` and closed, as memcached does.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_conns: u64,
     /// Largest value in bytes (memcached's -I); larger stores answer `SERVER_ERROR object too
-    /// large for cache`.
-    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
+    /// large for cache`. Until the heap's huge allocations land, values over about 512 KiB
+    /// are refused the same way whatever this says.
+    #[arg(long, value_name = "BYTES", default_value = "1MiB", value_parser = parse_bytes)]
     pub max_item_size: u64,
     /// Close a connection idle this many seconds (0: never), as memcached's idle_timeout.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
     pub idle_timeout: u64,
     /// Also serve the statistics as Prometheus text over HTTP at this address.
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
     /// Set SO_REUSEPORT so several processes can listen on the same address.
     #[arg(long)]
