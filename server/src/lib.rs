@@ -8,6 +8,7 @@
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
 //! - [`mcas_cmd`]: `podkv mcas-nmp` (the software mCAS processor) and `podkv bench mcas`;
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
+//! - [`serve`]: `podkv serve`, the memcached-protocol server on the shared store;
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots).
 
@@ -18,4 +19,5 @@ pub mod heap_cmd;
 pub mod mcas_cmd;
 pub mod protocol;
 pub mod runner;
+pub mod serve;
 pub mod store_cmd;

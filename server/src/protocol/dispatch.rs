@@ -119,11 +119,13 @@ pub fn execute<S: Storage + ?Sized>(storage: &S, request: Request, out: &mut Byt
 /// `get`, `gets`, `gat`, `gats`: one `VALUE` per hit, in key order, then `END`.
 fn retrieve<S: Storage + ?Sized>(storage: &S, r: &Retrieve, with_cas: bool, out: &mut BytesMut) {
     for key in &r.keys {
-        let item = match r.touch {
-            Some(exptime) => storage.gat(key, exptime),
-            None => storage.get(key),
+        let Some(exptime) = r.touch else {
+            let _ = storage.get_with(key, &mut |flags, cas, value| {
+                text::compose_value(out, key, flags, value, with_cas.then_some(cas))
+            });
+            continue;
         };
-        if let Some(item) = item {
+        if let Some(item) = storage.gat(key, exptime) {
             text::compose_value(
                 out,
                 key,
@@ -248,8 +250,10 @@ fn meta_arithmetic<S: Storage + ?Sized>(storage: &S, ma: &MetaArithmetic, out: &
         new_cas: ma.new_cas,
     };
     let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, options) {
-        MetaArithmeticOutcome::Value { .. } if ma.quiet => return,
-        MetaArithmeticOutcome::Value { value, cas, ttl } => {
+        MetaArithmeticOutcome::Value { created: false, .. } if ma.quiet => return,
+        MetaArithmeticOutcome::Value {
+            value, cas, ttl, ..
+        } => {
             let facts = Facts {
                 key: &ma.key,
                 item: None,

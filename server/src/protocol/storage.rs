@@ -193,6 +193,8 @@ pub enum MetaArithmeticOutcome {
         cas: u64,
         /// Seconds until expiry.
         ttl: Option<u32>,
+        /// Whether `N` created the item (memcached then answers even under `q`).
+        created: bool,
     },
     /// `NF`.
     NotFound,
@@ -227,6 +229,17 @@ pub struct ItemDebug {
 pub trait Storage {
     /// `get`/`gets`: the live item under `key`, marking it fetched.
     fn get(&self, key: &[u8]) -> Option<Item>;
+    /// `get`/`gets` without a copy: on a hit, calls `emit(flags, cas, value)` while the value
+    /// is readable in place, and returns true. The default goes through [`Storage::get`].
+    fn get_with(&self, key: &[u8], emit: &mut dyn FnMut(u32, u64, &[u8])) -> bool {
+        match self.get(key) {
+            Some(item) => {
+                emit(item.flags, item.cas, &item.value);
+                true
+            }
+            None => false,
+        }
+    }
     /// `gat`/`gats`: like `get`, also setting a new expiration on a hit.
     fn gat(&self, key: &[u8], exptime: Exptime) -> Option<Item>;
     /// `set`: store unconditionally.
