@@ -5,6 +5,7 @@
 //! - [`cli`]: the command line (clap), one variant per subcommand;
 //! - [`heap_cmd`]: `podkv heap create|info|check`;
 //! - [`store_cmd`]: `podkv store check|stats` (the store's walker, `podkv_store::check_path`);
+//! - [`pod`]: `podkv pod up|status|down` (the pod launcher and monitor);
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
@@ -13,6 +14,7 @@
 pub mod bench;
 pub mod cli;
 pub mod heap_cmd;
+pub mod pod;
 pub mod protocol;
 pub mod runner;
 pub mod store_cmd;
