@@ -151,6 +151,20 @@ impl<A: Arena> Map<A> {
         (self.desc().size.word.load(Ordering::Relaxed) & !FIXED) as u32
     }
 
+    /// Items linked and their bytes (header + key + value) as the shared counters say now:
+    /// approximate, since each handle publishes its deltas in batches (`flush_counters`).
+    pub fn usage(&self) -> (u64, u64) {
+        let d = self.desc();
+        let count = d.count.word.load(Ordering::Relaxed) as i64;
+        let used = d.used.word.load(Ordering::Relaxed) as i64;
+        (count.max(0) as u64, used.max(0) as u64)
+    }
+
+    /// Bytes of items the store may hold (`None`: until the heap is full), as its creator set.
+    pub fn capacity(&self) -> Option<u64> {
+        Some(self.desc().capacity).filter(|&c| c != 0)
+    }
+
     /// A handle for the calling thread (claims an arena slot).
     pub fn handle(&self) -> Result<Handle<A>, StoreError> {
         let thread = self.inner.arena.thread()?;

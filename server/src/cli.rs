@@ -19,6 +19,11 @@ pub struct Cli {
 /// Subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
+    /// Serve the store in a pod heap over the memcached text and meta protocol.
+    ///
+    /// Example: `podkv serve --heap /dev/shm/podkv-main --listen 127.0.0.1:11211`. Several
+    /// processes may serve one heap (on one address with --reuseport). Stops on SIGTERM/SIGINT.
+    Serve(crate::serve::ServeArgs),
     /// Create, inspect and verify pod heap files.
     #[command(subcommand)]
     Heap(HeapCommand),
@@ -86,6 +91,7 @@ pub enum BenchCommand {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Serve(args) => crate::serve::run(&args),
         Command::Heap(command) => heap_cmd::run(&command),
         Command::Store(command) => store_cmd::run(&command),
         Command::Pod(command) => pod::run(&command),

@@ -8,6 +8,7 @@
 //! - [`pod`]: `podkv pod up|status|down` (the pod launcher and monitor);
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
+//! - [`serve`]: `podkv serve`, the memcached-protocol server on the shared store;
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots).
 
@@ -17,4 +18,5 @@ pub mod heap_cmd;
 pub mod pod;
 pub mod protocol;
 pub mod runner;
+pub mod serve;
 pub mod store_cmd;

@@ -1,0 +1,265 @@
+//! `podkv serve`: the memcached-protocol server on the shared store.
+//!
+//! # Map
+//!
+//! ```text
+//!  main thread ── signals (SIGTERM/SIGINT), --metrics HTTP ──────────────┐ stop
+//!  worker 0    ── accept loop: limit --max-conns, hand each socket round-robin ─▶ worker i
+//!  worker i    ── current_thread runtime + LocalSet, its own StoreHandle (one thread slot),
+//!                 one task per connection: read → decode all → dispatch all → one write
+//! ```
+//!
+//! - [`backend`]: [`Backend`](backend::Backend), the protocol's `Storage` over one
+//!   `StoreHandle`; the parser never touches the store, the store never sees wire bytes.
+//! - [`stats`]: per-worker counters (single writer each), `stats` groups and Prometheus text.
+//! - [`worker`]: threads, the accept loop, connections, idle timeout.
+//! - [`metrics`]: a minimal HTTP responder for `--metrics`.
+//!
+//! Several processes may serve one heap: each opens the store (they agree on one root) and
+//! holds one thread slot per worker plus one for the expiry crawler. With `--reuseport` they
+//! may also share one address (`SO_REUSEPORT`: the kernel spreads connections).
+
+pub mod backend;
+pub mod metrics;
+pub mod stats;
+pub mod worker;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use podkv_store::{Crawler, Store, StoreConfig};
+
+use crate::heap_cmd::parse_bytes;
+use crate::protocol::ProtocolLimits;
+use stats::Counters;
+
+/// How often each process's expiry crawler walks the store.
+const SECONDS_CRAWL: u64 = 10;
+
+/// `podkv serve`: serve the store in a pod heap over the memcached text and meta protocol.
+///
+/// Prints `podkv serve: listening on ADDR (heap PATH, pid N)` on stderr when ready and runs
+/// until SIGTERM or SIGINT. Any number of processes may serve the same heap.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The pod heap file (created, mode 0600, if missing), e.g. /dev/shm/podkv-main.
+    #[arg(long)]
+    pub heap: PathBuf,
+    /// Address to listen on (loopback unless told otherwise); port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:11211")]
+    pub listen: String,
+    /// Worker threads, each with its own runtime and thread slot [default: the cores].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Bytes of items the store may hold before it evicts (e.g. 64MiB); only the process that
+    /// creates the store sets it [default: the heap's capacity].
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory: Option<u64>,
+    /// Most client connections at once; one more is answered `ERROR Too many open
+    /// connections` and closed, as memcached does.
+    #[arg(long, default_value_t = 1024)]
+    pub max_conns: u64,
+    /// Largest value in bytes (memcached's -I); larger stores answer `SERVER_ERROR object too
+    /// large for cache`.
+    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
+    pub max_item_size: u64,
+    /// Close a connection idle this many seconds (0: never), as memcached's idle_timeout.
+    #[arg(long, default_value_t = 0)]
+    pub idle_timeout: u64,
+    /// Also serve the statistics as Prometheus text over HTTP at this address.
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// Set SO_REUSEPORT so several processes can listen on the same address.
+    #[arg(long)]
+    pub reuseport: bool,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be opened.
+    #[error("cannot open the store in {path}: {source}")]
+    Store {
+        /// The heap file.
+        path: PathBuf,
+        /// Why.
+        source: podkv_store::StoreError,
+    },
+    /// An address did not resolve.
+    #[error("cannot resolve {0}")]
+    Resolve(String),
+    /// A socket could not be set up.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A thread or runtime could not be started.
+    #[error("cannot start: {0}")]
+    Start(std::io::Error),
+    /// A worker could not claim a thread slot.
+    #[error("no thread slot for a worker: {0}")]
+    Slot(podkv_store::StoreError),
+    /// A setting is out of range.
+    #[error("{0}")]
+    Setting(String),
+}
+
+/// The settings a running server reports (`stats settings`).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The heap file.
+    pub heap: PathBuf,
+    /// The address actually bound.
+    pub listen: SocketAddr,
+    /// Worker threads.
+    pub threads: usize,
+    /// Store capacity in item bytes (the heap's when unlimited).
+    pub limit_maxbytes: u64,
+    /// Most connections.
+    pub max_conns: u64,
+    /// Idle timeout in seconds (0: none).
+    pub idle_timeout: u64,
+    /// Protocol limits.
+    pub limits: ProtocolLimits,
+    /// SO_REUSEPORT.
+    pub reuseport: bool,
+}
+
+/// What every worker of one process shares.
+pub struct Shared {
+    /// The store.
+    pub store: Store,
+    /// Settings in force.
+    pub settings: Settings,
+    /// Per-worker counters, index = worker.
+    pub workers: Vec<Arc<Counters>>,
+    /// Open client connections.
+    pub curr_conns: AtomicU64,
+    /// Connections accepted since start.
+    pub total_conns: AtomicU64,
+    /// Connections refused for `--max-conns`.
+    pub rejected_conns: AtomicU64,
+    /// Connections closed by the idle timeout.
+    pub idle_kicks: AtomicU64,
+    /// Counter values at the last `stats reset`.
+    pub baseline: stats::Baseline,
+    /// When the server started.
+    pub started: Instant,
+    /// Unix second of start.
+    pub started_unix: u64,
+}
+
+impl Shared {
+    /// Counts a connection that opened; whether it is within `--max-conns`.
+    pub fn admit(&self) -> bool {
+        let prev = self.curr_conns.fetch_add(1, Ordering::Relaxed);
+        if prev >= self.settings.max_conns {
+            self.curr_conns.fetch_sub(1, Ordering::Relaxed);
+            self.rejected_conns.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.total_conns.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Counts a connection that closed.
+    pub fn leave(&self) {
+        self.curr_conns.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs `podkv serve` until SIGTERM/SIGINT.
+pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
+    let listen = resolve(&args.listen)?;
+    let metrics = args.metrics.as_deref().map(resolve).transpose()?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 || args.max_conns == 0 {
+        return Err(
+            ServeError::Setting("--threads and --max-conns must be at least 1".into()).into(),
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Start)?;
+    let listener = runtime.block_on(async { worker::bind(listen, args.reuseport) })?;
+    let listen = listener.local_addr().map_err(ServeError::Start)?;
+    let listener = listener.into_std().map_err(ServeError::Start)?;
+    let metrics = match metrics {
+        Some(addr) => Some(
+            runtime
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .map_err(|source| ServeError::Listen { addr, source })?,
+        ),
+        None => None,
+    };
+    let store = open_store(args)?;
+    let crawler: Crawler = store.spawn_crawler(Duration::from_secs(SECONDS_CRAWL));
+    let settings = Settings {
+        heap: args.heap.clone(),
+        listen,
+        threads,
+        limit_maxbytes: store.capacity().unwrap_or_else(|| heap_capacity(&store)),
+        max_conns: args.max_conns,
+        idle_timeout: args.idle_timeout,
+        limits: ProtocolLimits {
+            max_item_size: args.max_item_size as usize,
+            ..ProtocolLimits::default()
+        },
+        reuseport: args.reuseport,
+    };
+    let shared = Arc::new(Shared {
+        store,
+        settings,
+        workers: (0..threads)
+            .map(|_| Arc::new(Counters::default()))
+            .collect(),
+        curr_conns: AtomicU64::new(0),
+        total_conns: AtomicU64::new(0),
+        rejected_conns: AtomicU64::new(0),
+        idle_kicks: AtomicU64::new(0),
+        baseline: stats::Baseline::default(),
+        started: Instant::now(),
+        started_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    let result = worker::run(&runtime, shared, listener, metrics);
+    drop(crawler);
+    result.map_err(Into::into)
+}
+
+/// Opens (creating if needed) the store with the command line's limits.
+fn open_store(args: &ServeArgs) -> Result<Store, ServeError> {
+    let config = StoreConfig {
+        value_max: args.max_item_size as usize,
+        capacity: args.memory,
+        ..StoreConfig::default()
+    };
+    Store::open(&args.heap, config).map_err(|source| ServeError::Store {
+        path: args.heap.clone(),
+        source,
+    })
+}
+
+/// Bytes of slabs the heap can grow to: small slabs are 32 KiB, large ones 512 KiB.
+pub fn heap_capacity(store: &Store) -> u64 {
+    let g = store.heap().geometry();
+    ((1u64 << g.small_slabs_log2) << 15) + ((1u64 << g.large_slabs_log2) << 19)
+}
+
+/// The first address `text` resolves to.
+pub fn resolve(text: &str) -> Result<SocketAddr, ServeError> {
+    text.to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| ServeError::Resolve(text.to_owned()))
+}

@@ -1,0 +1,311 @@
+//! Worker threads, the accept loop and connections.
+//!
+//! Each worker is one OS thread running a `current_thread` tokio runtime and a `LocalSet`: its
+//! connections never migrate, so the worker's one [`Backend`] (one store handle, one thread
+//! slot) serves them all without locks or thread-locals. Worker 0 also accepts: it admits a
+//! connection under `--max-conns` and hands the socket to the next worker round-robin, as
+//! memcached's listener thread does. The main thread waits for SIGTERM/SIGINT (and serves
+//! `--metrics`), then tells the workers to stop and joins them; each drops its handle, which
+//! publishes its counters and releases its slot.
+
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::protocol::connection::drain;
+use crate::protocol::{Flow, MemcacheCodec};
+
+use super::backend::Backend;
+use super::stats::Counter;
+use super::{metrics, ServeError, Shared};
+
+/// Bytes the read buffer keeps free before each read (memcached's read buffer is 16 KiB).
+const SIZE_READ_CHUNK: usize = 16 * 1024;
+/// Listen backlog (memcached's default `-b`).
+const COUNT_BACKLOG: u32 = 1024;
+/// memcached's answer to one connection too many.
+const REPLY_TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
+/// How often a worker publishes its batched item counts.
+const SECONDS_PUBLISH: u64 = 1;
+
+/// Starts the workers, prints the ready line, waits for a signal, stops everything.
+pub fn run(
+    main_rt: &tokio::runtime::Runtime,
+    shared: Arc<Shared>,
+    listener: std::net::TcpListener,
+    metrics_listener: Option<TcpListener>,
+) -> Result<(), ServeError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let threads = shared.settings.threads;
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mut joins = Vec::new();
+    let mut listener = Some(listener);
+    let mut senders = Some(senders);
+    for (index, inbox) in receivers.into_iter().enumerate() {
+        let job = Job {
+            shared: shared.clone(),
+            index,
+            inbox,
+            stop: stop_rx.clone(),
+            accept: if index == 0 {
+                listener.take().zip(senders.take())
+            } else {
+                None
+            },
+            ready: ready_tx.clone(),
+        };
+        let join = std::thread::Builder::new()
+            .name(format!("podkv-worker-{index}"))
+            .spawn(move || job.run())
+            .map_err(ServeError::Start)?;
+        joins.push(join);
+    }
+    drop(ready_tx);
+    let started: Result<Vec<()>, ServeError> = ready_rx.iter().take(threads).collect();
+    let outcome = started.map(|_| {
+        eprintln!(
+            "podkv serve: listening on {} (heap {}, pid {})",
+            shared.settings.listen,
+            shared.settings.heap.display(),
+            std::process::id()
+        );
+        main_rt.block_on(wait_for_signal(shared.clone(), metrics_listener));
+    });
+    let _ = stop_tx.send(true);
+    for join in joins {
+        let _ = join.join();
+    }
+    if outcome.is_ok() {
+        eprintln!("podkv serve: stopped");
+    }
+    outcome
+}
+
+/// Binds the listening socket (SO_REUSEADDR always, SO_REUSEPORT when asked). Call it inside
+/// a runtime.
+pub fn bind(addr: SocketAddr, reuseport: bool) -> Result<TcpListener, ServeError> {
+    let fail = |source| ServeError::Listen { addr, source };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(fail)?;
+    socket.set_reuseaddr(true).map_err(fail)?;
+    if reuseport {
+        socket.set_reuseport(true).map_err(fail)?;
+    }
+    socket.bind(addr).map_err(fail)?;
+    socket.listen(COUNT_BACKLOG).map_err(fail)
+}
+
+/// Waits for SIGTERM or SIGINT, serving `--metrics` meanwhile.
+async fn wait_for_signal(shared: Arc<Shared>, metrics_listener: Option<TcpListener>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        eprintln!("podkv serve: cannot install signal handlers; stopping");
+        return;
+    };
+    if let Some(listener) = metrics_listener {
+        tokio::spawn(metrics::serve(listener, shared));
+    }
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// What one worker thread is given.
+struct Job {
+    shared: Arc<Shared>,
+    index: usize,
+    inbox: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    stop: watch::Receiver<bool>,
+    /// Worker 0: the listener and every worker's inbox.
+    accept: Option<(
+        std::net::TcpListener,
+        Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+    )>,
+    ready: std::sync::mpsc::Sender<Result<(), ServeError>>,
+}
+
+impl Job {
+    /// The worker thread's body.
+    fn run(self) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = self.ready.send(Err(ServeError::Start(e)));
+                return;
+            }
+        };
+        let backend = match Backend::new(self.shared.clone(), self.index) {
+            Ok(b) => Rc::new(b),
+            Err(e) => {
+                let _ = self.ready.send(Err(ServeError::Slot(e)));
+                return;
+            }
+        };
+        let local = tokio::task::LocalSet::new();
+        let Job {
+            inbox,
+            mut stop,
+            accept,
+            ready,
+            ..
+        } = self;
+        let worker = backend.clone();
+        local.block_on(&rt, async move {
+            let backend = worker;
+            if let Some((listener, outboxes)) = accept {
+                match TcpListener::from_std(listener) {
+                    Ok(l) => {
+                        tokio::task::spawn_local(accept_loop(
+                            l,
+                            backend.shared().clone(),
+                            outboxes,
+                        ));
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(ServeError::Start(e)));
+                        return;
+                    }
+                }
+            }
+            tokio::task::spawn_local(publish_loop(backend.clone()));
+            tokio::task::spawn_local(inbox_loop(inbox, backend.clone()));
+            let _ = ready.send(Ok(()));
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        });
+        drop(local);
+        drop(rt);
+        if let Ok(backend) = Rc::try_unwrap(backend) {
+            backend.publish();
+        }
+    }
+}
+
+/// Accepts connections, refuses those over `--max-conns`, hands the rest out round-robin.
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    outboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+) {
+    let mut next = 0;
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // EMFILE and friends: memcached backs off and retries too.
+                eprintln!("podkv serve: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        if !shared.admit() {
+            refuse(stream);
+            continue;
+        }
+        if outboxes[next].send(stream).is_err() {
+            shared.leave();
+        }
+        next = (next + 1) % outboxes.len();
+    }
+}
+
+/// One connection too many: memcached's error line, then close.
+fn refuse(mut stream: std::net::TcpStream) {
+    // A fresh socket's send buffer always takes 33 bytes; a failure only means the client left.
+    let _ = stream.write_all(REPLY_TOO_MANY);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
+/// Takes sockets handed to this worker and serves each on its own local task.
+async fn inbox_loop(mut inbox: mpsc::UnboundedReceiver<std::net::TcpStream>, backend: Rc<Backend>) {
+    while let Some(stream) = inbox.recv().await {
+        let backend = backend.clone();
+        tokio::task::spawn_local(async move {
+            if let Ok(stream) = TcpStream::from_std(stream) {
+                let _ = stream.set_nodelay(true);
+                if let Err(e) = connection(&backend, stream).await {
+                    log_connection_error(&e);
+                }
+            }
+            backend.shared().leave();
+        });
+    }
+}
+
+/// Publishes the worker's batched item counts every second, so `stats` lags by at most that.
+async fn publish_loop(backend: Rc<Backend>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(SECONDS_PUBLISH));
+    loop {
+        tick.tick().await;
+        backend.publish();
+    }
+}
+
+/// Resets and broken pipes are how clients leave; anything else is worth a line.
+fn log_connection_error(e: &io::Error) {
+    use io::ErrorKind::*;
+    if !matches!(e.kind(), ConnectionReset | BrokenPipe | UnexpectedEof) {
+        eprintln!("podkv serve: connection: {e}");
+    }
+}
+
+/// Serves one connection: read → decode every complete frame → dispatch each → one write.
+/// Closes after `--idle-timeout` seconds without a request byte, as memcached does.
+async fn connection(backend: &Backend, mut stream: TcpStream) -> io::Result<()> {
+    let shared = backend.shared();
+    let mut codec = MemcacheCodec::new(shared.settings.limits);
+    let mut input = BytesMut::with_capacity(SIZE_READ_CHUNK);
+    let mut output = BytesMut::with_capacity(SIZE_READ_CHUNK);
+    let idle = (shared.settings.idle_timeout > 0)
+        .then(|| Duration::from_secs(shared.settings.idle_timeout));
+    loop {
+        input.reserve(SIZE_READ_CHUNK);
+        let read = match idle {
+            None => stream.read_buf(&mut input).await?,
+            Some(limit) => match tokio::time::timeout(limit, stream.read_buf(&mut input)).await {
+                Ok(read) => read?,
+                Err(_) => {
+                    shared
+                        .idle_kicks
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(());
+                }
+            },
+        };
+        backend.counters().add(Counter::BytesRead, read as u64);
+        let eof = read == 0;
+        let flow = drain(backend, &mut codec, &mut input, &mut output, eof)?;
+        if !output.is_empty() {
+            stream.write_all(&output).await?;
+            backend
+                .counters()
+                .add(Counter::BytesWritten, output.len() as u64);
+            output.clear();
+        }
+        if eof || flow == Flow::Close {
+            return stream.shutdown().await;
+        }
+    }
+}
