@@ -41,6 +41,11 @@ pub enum PodCommand {
         #[arg(long)]
         purge: bool,
     },
+    /// Shard keys over several pods with nutcracker (twemproxy): write its configuration
+    /// (one server per pod) and, with --run, run it.
+    ///
+    /// Example: `podkv pod shard --pods a,b --listen 127.0.0.1:22121 --run`.
+    Shard(super::shard::ShardArgs),
     /// The detached monitor (started by `podkv pod up --detach`).
     #[command(hide = true)]
     Monitor {
@@ -62,14 +67,7 @@ pub struct PodArgs {
 
 impl PodArgs {
     fn dir(&self) -> Result<StateDir, PodError> {
-        let ok = (1..=8).contains(&self.name.len())
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        if !ok {
-            return Err(PodError::Name(self.name.clone()));
-        }
+        super::state::check_name(&self.name)?;
         let root = self.state_dir.clone().unwrap_or_else(default_root);
         Ok(StateDir::new(&root, &self.name))
     }
@@ -108,6 +106,10 @@ pub fn run(command: &PodCommand) -> anyhow::Result<()> {
         PodCommand::Status { pod, json } => status(&pod.dir()?, &pod.name, *json),
         PodCommand::Down { pod, purge } => down(&pod.dir()?, &pod.name, *purge),
         PodCommand::Monitor { pod } => monitor_detached(&pod.dir()?),
+        PodCommand::Shard(args) => {
+            let root = args.state_dir.clone().unwrap_or_else(default_root);
+            super::shard::run(args, &root)
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! `podkv pod up|status|down`: run a pod of N member servers on one machine, each playing one
+//! `podkv pod up|status|down|shard`: run a pod of N member servers on one machine, each playing one
 //! host, all mapping one pod heap, watched by a monitor that restarts any that dies.
 //!
 //! # Map
@@ -9,8 +9,9 @@
 //!   it, and stops the pod on SIGTERM;
 //! - [`recover`]: [`recover_member`], the one door to the heap's recovery of a dead process;
 //! - [`state`]: the state file and pidfiles in the state directory, stale state;
+//! - [`shard`]: beyond one pod — a nutcracker (twemproxy) pool with one server per pod;
 //! - [`signals`]: the monitor's stop flag (the only process-global state);
-//! - [`cmd`]: the three subcommands, which only print.
+//! - [`cmd`]: the subcommands, which only print.
 //!
 //! The launcher knows members only by the `podkv serve` command line, never by its internals.
 
@@ -20,6 +21,7 @@ pub mod member;
 pub mod monitor;
 pub mod net;
 pub mod recover;
+pub mod shard;
 pub mod signals;
 pub mod state;
 

@@ -123,6 +123,20 @@ pub fn default_root() -> PathBuf {
     }
 }
 
+/// Refuses a pod name that could not name a directory, namespace and interface: 1 to 8
+/// characters of a-z and 0-9.
+pub fn check_name(name: &str) -> Result<(), PodError> {
+    let ok = (1..=8).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(PodError::Name(name.to_owned()))
+    }
+}
+
 /// One pod's state directory.
 #[derive(Clone, Debug)]
 pub struct StateDir {

@@ -24,23 +24,28 @@ pub fn run(args: &[&str]) -> Output {
 /// A pod for one test: a unique name, its own state directory and heap; `down --purge` on drop.
 pub struct Pod {
     pub name: String,
-    pub root: tempfile::TempDir,
+    pub root: std::rc::Rc<tempfile::TempDir>,
     pub heap: PathBuf,
 }
 
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
 impl Pod {
-    /// A fresh pod identity (not yet up). Names are `p<pid><n>` cut to 8 characters.
+    /// A fresh pod identity (not yet up) with its own state root. Names are `p<pid><n>`.
     pub fn new() -> Pod {
+        Pod::in_root(std::rc::Rc::new(tempfile::tempdir().unwrap()))
+    }
+
+    /// Another pod under the same state root (as `pod shard` expects of the pods it joins).
+    pub fn sibling(&self) -> Pod {
+        Pod::in_root(self.root.clone())
+    }
+
+    fn in_root(root: std::rc::Rc<tempfile::TempDir>) -> Pod {
         let n = COUNT.fetch_add(1, Ordering::Relaxed);
         let name = format!("p{}{n}", std::process::id() % 100_000);
         let heap = PathBuf::from(format!("/dev/shm/podkv-test-{name}"));
-        Pod {
-            name,
-            root: tempfile::tempdir().unwrap(),
-            heap,
-        }
+        Pod { name, root, heap }
     }
 
     /// `--name N --state-dir D` for any `podkv pod` subcommand.
