@@ -146,3 +146,48 @@ fn nutcracker_spreads_keys_over_two_pods() {
     );
     drop(proxy);
 }
+
+#[test]
+fn the_nutcracker_demo_script_runs_up_check_down() {
+    if !nutcracker_installed() {
+        eprintln!("\n!!! SKIPPING nutcracker demo test: nutcracker is not installed (apt-get install nutcracker) !!!\n");
+        return;
+    }
+    let a = Pod::new();
+    let b = a.sibling();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/nutcracker-demo");
+    let ports = free_ports(6);
+    let demo = |step: &str| {
+        std::process::Command::new(script)
+            .arg(step)
+            .env("PODKV", env!("CARGO_BIN_EXE_podkv"))
+            .env("PODKV_STATE_DIR", a.root.path())
+            .env("NAMES", format!("{} {}", a.name, b.name))
+            .env("NET", "loopback")
+            .env("BASE_PORT", ports.to_string())
+            .env("PROXY", format!("127.0.0.1:{}", ports + 4))
+            .env("STATS_PORT", (ports + 5).to_string())
+            .env("KEYS", "100")
+            .output()
+            .unwrap()
+    };
+    let up = demo("up");
+    assert!(up.status.success(), "{}", text(&up));
+    let check = demo("check");
+    let down = demo("down");
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(
+        String::from_utf8_lossy(&check.stdout).contains("0 misplaced"),
+        "{}",
+        text(&check)
+    );
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(!a.root.path().join(&a.name).join("pod.json").exists());
+    for pod in [&a, &b] {
+        let heap = format!("/dev/shm/podkv-pod-{}", pod.name);
+        assert!(
+            !std::path::Path::new(&heap).exists(),
+            "down --purge removed {heap}"
+        );
+    }
+}
