@@ -35,6 +35,8 @@ struct Slot {
     /// When to try starting it again, after a failed start.
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// When the monitor noticed the current outage.
+    noticed_at: Option<Instant>,
 }
 
 /// The running monitor of one pod.
@@ -59,6 +61,7 @@ impl Monitor {
                 child: None,
                 retry_at: None,
                 backoff: BACKOFF_MIN,
+                noticed_at: None,
             })
             .collect();
         Monitor {
@@ -140,6 +143,7 @@ impl Monitor {
         );
         m.last_exit = Some(how);
         self.slots[i].child = None;
+        self.slots[i].noticed_at = Some(Instant::now());
         let pid = m.proc.pid;
         let recovery = match recover_member(&self.state.heap, pid) {
             Ok(r) => r.to_string(),
@@ -154,8 +158,12 @@ impl Monitor {
             Ok(()) => {
                 let m = &mut self.state.members[i];
                 m.restarts += 1;
+                let took = self.slots[i]
+                    .noticed_at
+                    .take()
+                    .map_or(0, |t| t.elapsed().as_millis());
                 eprintln!(
-                    "pod {}: member {i} restarted (pid {}, restart {})",
+                    "pod {}: member {i} restarted (pid {}, restart {}) and listening {took} ms after its exit was noticed",
                     self.state.name, m.proc.pid, m.restarts
                 );
                 self.slots[i].retry_at = None;
