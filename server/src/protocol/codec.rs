@@ -24,6 +24,10 @@ use super::request::{Request, TooLarge, TooLargeOrigin};
 use super::text::{parse_line, DataHeader, ErrorReply, Parsed};
 use super::ProtocolLimits;
 
+/// memcached's read buffer (`READ_BUFFER_SIZE`): it finds a command line's newline in up to
+/// this many bytes read at once.
+pub const SIZE_LINE_WINDOW: usize = 16 * 1024;
+
 /// What the decoder yields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -91,9 +95,13 @@ impl MemcacheCodec {
 
     /// Takes the next complete line (without `\r\n`), `Ok(None)` if it has not all arrived,
     /// or `Err(())` when it is over the limit.
+    ///
+    /// As memcached's `try_read_command_ascii`: a line whose newline is already buffered within
+    /// [`SIZE_LINE_WINDOW`] is taken whatever its length; the limit applies only to a line
+    /// still waiting for its newline.
     fn next_line(&self, buf: &mut BytesMut) -> Result<Option<Bytes>, ()> {
         let limit = self.line_limit(buf);
-        let window = &buf[..buf.len().min(limit + 1)];
+        let window = &buf[..buf.len().min(limit.max(SIZE_LINE_WINDOW) + 1)];
         let Some(newline) = window.iter().position(|b| *b == b'\n') else {
             return if buf.len() > limit { Err(()) } else { Ok(None) };
         };
@@ -355,6 +363,18 @@ mod tests {
         let mut line = vec![b'x'; 2048];
         line.extend_from_slice(b"\n");
         assert_eq!(decode_all(&line), vec![Frame::Error(ErrorReply::ERROR)]);
+    }
+
+    #[test]
+    fn long_line_with_its_newline_is_answered() {
+        let mut line = vec![b'x'; 3000];
+        line.extend_from_slice(b"\r\n");
+        assert_eq!(decode_all(&line), vec![Frame::Error(ErrorReply::ERROR)]);
+        let mut codec = MemcacheCodec::new(ProtocolLimits::default());
+        let mut line = vec![b'x'; SIZE_LINE_WINDOW + 1];
+        line.extend_from_slice(b"\r\n");
+        let (got, _) = frames(&mut codec, &line);
+        assert_eq!(got, vec![Frame::Close], "beyond memcached's read buffer");
     }
 
     #[test]

@@ -20,14 +20,15 @@
 //! Every reply, error string and edge case follows memcached 1.6 (`proto_text.c`,
 //! `memcached.c`, `doc/protocol.txt`). Where podkv had to choose, the choice is written here:
 //!
-//! 1. **Over-long lines.** memcached closes the connection without a reply when 2048 bytes
-//!    arrive without a newline, except for `get `/`gets ` lines, which it buffers without bound.
-//!    memcached only checks when the newline is *missing from the current read*, so its answer
-//!    depends on packet boundaries. podkv makes it deterministic: any line longer than
-//!    [`ProtocolLimits::max_line_len`] closes the connection silently, whether or not its newline
-//!    has arrived; `get`/`gets` lines may reach [`ProtocolLimits::max_multiget_line_len`]
-//!    (default 256 KiB) instead of being unbounded. There is no `CLIENT_ERROR line too long`
-//!    in memcached's text protocol, so podkv sends none.
+//! 1. **Over-long lines.** As memcached's `try_read_command_ascii`: when more than
+//!    [`ProtocolLimits::max_line_len`] (2048) bytes are buffered and no newline is among them,
+//!    the connection closes without a reply, except for `get `/`gets ` lines, which may grow to
+//!    [`ProtocolLimits::max_multiget_line_len`] (256 KiB; memcached: unbounded). A line whose
+//!    newline is already buffered within 16 KiB (memcached's read buffer,
+//!    [`codec::SIZE_LINE_WINDOW`]) is answered whatever its length (usually `ERROR` or
+//!    `CLIENT_ERROR bad command line format`). Like memcached's, the outcome for a long line
+//!    depends on how much of it one read delivers. There is no `CLIENT_ERROR line too long`
+//!    in memcached 1.6's text protocol, so podkv sends none.
 //! 2. **Over-size values.** As memcached: the data block is swallowed (exactly `<bytes>` + 2
 //!    bytes, whatever they are), the reply is `SERVER_ERROR object too large for cache`, and for
 //!    `set` (and every `ms`) the old item under that key is removed. podkv compares `<bytes>`

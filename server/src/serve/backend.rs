@@ -31,6 +31,11 @@ use super::stats::{Counter, Counters};
 use super::Shared;
 use std::sync::Arc;
 
+/// The memcached release whose protocol podkv speaks; `version` answers
+/// `<MEMCACHED_COMPATIBLE>-podkv-<version>` so clients that gate features on the version (as
+/// libmemcached's `memccapable` does) treat podkv as that memcached.
+pub const MEMCACHED_COMPATIBLE: &str = "1.6.18";
+
 /// Bytes of item header the store adds to key and value (`me size=`).
 const SIZE_ITEM_HEADER: u64 = 48;
 
@@ -319,6 +324,10 @@ impl Storage for Backend {
     fn stats(&self, group: &[u8]) -> Option<StatLines> {
         self.publish();
         self.shared.stat_lines(group)
+    }
+
+    fn version(&self) -> String {
+        format!("{MEMCACHED_COMPATIBLE}-podkv-{}", env!("CARGO_PKG_VERSION"))
     }
 
     fn stats_reset(&self) {

@@ -186,7 +186,14 @@ impl Shared {
         lines.push("pid", std::process::id());
         lines.push("uptime", self.started.elapsed().as_secs());
         lines.push("time", now);
-        lines.push("version", env!("CARGO_PKG_VERSION"));
+        lines.push(
+            "version",
+            format!(
+                "{}-podkv-{}",
+                super::backend::MEMCACHED_COMPATIBLE,
+                env!("CARGO_PKG_VERSION")
+            ),
+        );
         lines.push("pointer_size", usize::BITS);
         lines.push("rusage_user", format!("{user:.6}"));
         lines.push("rusage_system", format!("{system:.6}"));

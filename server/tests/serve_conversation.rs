@@ -1,0 +1,339 @@
+//! `podkv serve` conversations: one table of (request bytes, exact reply), played against one
+//! server process, against two processes serving one heap (rows alternate between them, so
+//! every read sees the other process's writes), and against the real memcached (proving the
+//! table is memcached's own replies). Also: memccapable's ASCII suite, SIGTERM, --metrics,
+//! SO_REUSEPORT.
+
+mod conv;
+
+use conv::{heap_dir, Client, Server};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// One client write and the exact bytes the server must answer.
+type Row = (&'static [u8], &'static [u8]);
+
+/// Text and meta commands, binary values, noreply, pipelining, errors.
+const TABLE: &[Row] = &[
+    (b"set a 0 0 1\r\nx\r\n", b"STORED\r\n"),
+    (b"get a\r\n", b"VALUE a 0 1\r\nx\r\nEND\r\n"),
+    (b"set bin 7 0 6\r\n\x00\r\n\xff \n\r\n", b"STORED\r\n"),
+    (
+        b"get bin\r\n",
+        b"VALUE bin 7 6\r\n\x00\r\n\xff \n\r\nEND\r\n",
+    ),
+    (b"add a 0 0 1\r\ny\r\n", b"NOT_STORED\r\n"),
+    (b"replace nope 0 0 1\r\ny\r\n", b"NOT_STORED\r\n"),
+    (b"replace a 3 0 1\r\ny\r\n", b"STORED\r\n"),
+    (b"append a 0 0 2\r\nzz\r\n", b"STORED\r\n"),
+    (b"prepend a 9 0 2\r\nww\r\n", b"STORED\r\n"),
+    (
+        b"get a nope bin\r\n",
+        b"VALUE a 3 5\r\nwwyzz\r\nVALUE bin 7 6\r\n\x00\r\n\xff \n\r\nEND\r\n",
+    ),
+    (b"append nope 0 0 1\r\nx\r\n", b"NOT_STORED\r\n"),
+    (b"cas nope 0 0 1 1\r\nx\r\n", b"NOT_FOUND\r\n"),
+    (b"cas a 0 0 1 999999999\r\nx\r\n", b"EXISTS\r\n"),
+    (b"incr n 1\r\n", b"NOT_FOUND\r\n"),
+    (b"set n 0 0 2\r\n10\r\n", b"STORED\r\n"),
+    (b"incr n 5\r\n", b"15\r\n"),
+    (b"decr n 100\r\n", b"0\r\n"),
+    (b"get n\r\n", b"VALUE n 0 2\r\n0 \r\nEND\r\n"),
+    (
+        b"incr n 18446744073709551615\r\n",
+        b"18446744073709551615\r\n",
+    ),
+    (b"incr n 1\r\n", b"0\r\n"),
+    (
+        b"gets nope\r\nget n\r\n",
+        b"END\r\nVALUE n 0 20\r\n0                   \r\nEND\r\n",
+    ),
+    (
+        b"incr a 1\r\n",
+        b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+    ),
+    (b"touch a 100\r\n", b"TOUCHED\r\n"),
+    (b"touch nope 100\r\n", b"NOT_FOUND\r\n"),
+    (b"gat 0 a nope\r\n", b"VALUE a 3 5\r\nwwyzz\r\nEND\r\n"),
+    (b"delete a\r\n", b"DELETED\r\n"),
+    (b"delete a\r\n", b"NOT_FOUND\r\n"),
+    (
+        b"set q 0 0 1 noreply\r\nq\r\nget q\r\n",
+        b"VALUE q 0 1\r\nq\r\nEND\r\n",
+    ),
+    (b"delete q noreply\r\nget q\r\n", b"END\r\n"),
+    (
+        b"add q 0 0 1 noreply\r\nr\r\nincr q 1 noreply\r\ntouch q 10 noreply\r\nget q\r\n",
+        b"VALUE q 0 1\r\nr\r\nEND\r\n",
+    ),
+    (b"set e 0 -1 1\r\ne\r\nget e\r\n", b"STORED\r\nEND\r\n"),
+    (b"bogus\r\n", b"ERROR\r\n"),
+    (b"\r\n", b"ERROR\r\n"),
+    (
+        b"set k 0 0 notanumber\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    ),
+    (
+        b"set k 0 0 1\r\nxyz\r\n",
+        b"CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+    ),
+    (b"get k\r\n", b"END\r\n"),
+    (b"verbosity 1\r\n", b"OK\r\n"),
+    (b"ms m 2 T0 F5\r\nhi\r\n", b"HD\r\n"),
+    (b"mg m v f\r\n", b"VA 2 f5\r\nhi\r\n"),
+    (b"mg m k v t\r\n", b"VA 2 km t-1\r\nhi\r\n"),
+    (b"mg m s v O123\r\n", b"VA 2 s2 O123\r\nhi\r\n"),
+    (b"mg m\r\n", b"HD\r\n"),
+    (b"mg nope v\r\n", b"EN\r\n"),
+    (b"mg nope v q\r\nmn\r\n", b"MN\r\n"),
+    (b"ms m 1 MA\r\n!\r\n", b"HD\r\n"),
+    (b"mg m v\r\n", b"VA 3\r\nhi!\r\n"),
+    (b"ms m 1 ME\r\nx\r\n", b"NS\r\n"),
+    (b"ms nope 1 MR\r\nx\r\n", b"NS\r\n"),
+    (b"ms m 1 q\r\nz\r\nmg m v\r\n", b"VA 1\r\nz\r\n"),
+    (b"md m q\r\nmg m v\r\n", b"EN\r\n"),
+    (b"md m\r\n", b"NF\r\n"),
+    (b"ma cnt\r\n", b"NF\r\n"),
+    (b"ma cnt N0 J13 v\r\n", b"VA 2\r\n13\r\n"),
+    (b"ma cnt v\r\n", b"VA 2\r\n14\r\n"),
+    (b"ma cnt MD D20 v\r\n", b"VA 1\r\n0\r\n"),
+    (b"ma cnt q\r\nmn\r\n", b"MN\r\n"),
+    (b"me nope\r\n", b"EN\r\n"),
+    (b"ms Zm9v 1 b\r\nz\r\n", b"HD\r\n"),
+    (b"mg foo v\r\n", b"VA 1\r\nz\r\n"),
+    (b"mn\r\n", b"MN\r\n"),
+    (b"flush_all\r\n", b"OK\r\n"),
+    (b"get n foo bin\r\n", b"END\r\n"),
+    (b"flush_all noreply\r\nmn\r\n", b"MN\r\n"),
+];
+
+/// Plays the table over `clients`, row `i` on client `i % clients.len()`, then proves no
+/// client has a stray reply left.
+fn play(clients: &mut [Client]) {
+    for (i, (request, reply)) in TABLE.iter().enumerate() {
+        let n = clients.len();
+        clients[i % n].expect(request, reply);
+    }
+    for client in clients {
+        client.expect(b"mn\r\n", b"MN\r\n");
+    }
+}
+
+#[test]
+fn conversation_one_process() {
+    let dir = heap_dir();
+    let server = Server::start(&dir.path().join("heap"), &["--threads", "2"]);
+    play(&mut [server.client()]);
+    let mut client = server.client();
+    client.send(b"version\r\n");
+    let version = String::from_utf8(client.read_n(b"VERSION 1.6.18-podkv-".len())).unwrap();
+    assert_eq!(version, "VERSION 1.6.18-podkv-");
+}
+
+#[test]
+fn conversation_two_processes_one_heap() {
+    let dir = heap_dir();
+    let heap = dir.path().join("heap");
+    let a = Server::start(&heap, &["--threads", "2"]);
+    let b = Server::start(&heap, &["--threads", "1"]);
+    assert_ne!(a.addr, b.addr);
+    play(&mut [a.client(), b.client()]);
+    // And the other way round, on the same (now flushed) store.
+    play(&mut [b.client(), a.client()]);
+}
+
+#[test]
+fn conversation_is_memcacheds() {
+    let Some(memcached) = conv::memcached(&[]) else {
+        return;
+    };
+    play(&mut [Client::connect(memcached.addr)]);
+}
+
+#[test]
+fn memccapable_ascii_suite_passes() {
+    let bin = std::path::Path::new("/usr/bin/memccapable");
+    if !bin.exists() {
+        eprintln!(
+            "\n!!! SKIPPING: no memccapable (scripts/setup installs libmemcached-tools) !!!\n"
+        );
+        return;
+    }
+    let dir = heap_dir();
+    let server = Server::start(&dir.path().join("heap"), &[]);
+    let out = std::process::Command::new(bin)
+        .args(["-a", "-t", "5", "-h", "127.0.0.1", "-p"])
+        .arg(server.addr.port().to_string())
+        .output()
+        .expect("memccapable runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "memccapable failed:\n{text}");
+    assert!(text.contains("All tests passed"), "{text}");
+    assert!(!text.contains("[FAIL]"), "{text}");
+}
+
+#[test]
+fn sigterm_and_sigint_stop_cleanly() {
+    let dir = heap_dir();
+    let heap = dir.path().join("heap");
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let server = Server::start(&heap, &[]);
+        server
+            .client()
+            .expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+        let mut idle = server.client();
+        idle.expect(b"mn\r\n", b"MN\r\n");
+        let status = server.signal(signal);
+        assert!(status.success(), "exit status {status:?}");
+    }
+    let out = std::process::Command::new(conv::podkv())
+        .args(["store", "check"])
+        .arg(&heap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "store check after clean stops: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn heap_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = heap_dir();
+    let heap = dir.path().join("heap");
+    let _server = Server::start(&heap, &[]);
+    let mode = std::fs::metadata(&heap).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o077, 0, "heap mode {mode:o}");
+}
+
+#[test]
+fn metrics_are_prometheus_text() {
+    let dir = heap_dir();
+    let port = conv::free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let server = Server::start(&dir.path().join("heap"), &["--metrics", &metrics]);
+    let mut c = server.client();
+    c.expect(
+        b"set k 0 0 1\r\nv\r\nget k nope\r\n",
+        b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n",
+    );
+    let text = http_get(&metrics, "/metrics");
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    for line in [
+        "podkv_get_hits 1\n",
+        "podkv_get_misses 1\n",
+        "podkv_cmd_set 1\n",
+        "podkv_curr_connections 1\n",
+        "# TYPE podkv_cmd_get counter\n",
+        "podkv_thread_slots_in_use ",
+        "podkv_hwcc_bytes ",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(http_get(&metrics, "/nope").starts_with("HTTP/1.1 404"));
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[test]
+fn stats_report_memcached_fields_and_the_heap() {
+    let dir = heap_dir();
+    let server = Server::start(
+        &dir.path().join("heap"),
+        &["--threads", "2", "--max-conns", "77"],
+    );
+    let mut c = server.client();
+    c.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    for field in [
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "curr_items",
+        "total_items",
+        "bytes",
+        "get_hits",
+        "get_misses",
+        "curr_connections",
+        "total_connections",
+        "cmd_get",
+        "cmd_set",
+        "limit_maxbytes",
+        "threads",
+        "podkv_heap_bytes",
+        "podkv_hwcc_bytes",
+        "podkv_thread_slots_in_use",
+    ] {
+        assert!(
+            stats.contains(&format!("STAT {field} ")),
+            "no {field} in\n{stats}"
+        );
+    }
+    assert!(stats.contains(&format!("STAT pid {}\r\n", server.pid())));
+    assert!(stats.contains("STAT curr_items 1\r\n"), "{stats}");
+    assert!(stats.contains("STAT max_connections 77\r\n"));
+    assert!(stats.ends_with("END\r\n"));
+    let settings = String::from_utf8(c.call(b"stats settings\r\n")).unwrap();
+    assert!(settings.contains("STAT maxconns 77\r\n"), "{settings}");
+    assert!(settings.contains("STAT item_size_max 1048576\r\n"));
+    for group in ["items", "slabs"] {
+        let text = String::from_utf8(c.call(format!("stats {group}\r\n").as_bytes())).unwrap();
+        assert!(text.ends_with("END\r\n"), "{group}: {text}");
+    }
+    assert_eq!(c.call(b"stats nonsense\r\n"), b"ERROR\r\n");
+    assert_eq!(c.call(b"stats reset\r\n"), b"RESET\r\n");
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT cmd_set 0\r\n"), "{stats}");
+}
+
+#[test]
+fn reuseport_two_processes_one_address() {
+    let dir = heap_dir();
+    let heap = dir.path().join("heap");
+    let listen = format!("127.0.0.1:{}", conv::free_port());
+    let a = Server::start_on(&heap, &listen, &["--reuseport", "--threads", "1"]);
+    let b = Server::start_on(&heap, &listen, &["--reuseport", "--threads", "1"]);
+    assert_eq!(a.addr, b.addr);
+    let mut writer = a.client();
+    writer.expect(b"set shared 0 0 5\r\nhello\r\n", b"STORED\r\n");
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..64 {
+        let mut c = Client::connect(a.addr);
+        c.expect(b"get shared\r\n", b"VALUE shared 0 5\r\nhello\r\nEND\r\n");
+        let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+        let pid = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("STAT pid "))
+            .unwrap()
+            .to_owned();
+        pids.insert(pid);
+    }
+    assert_eq!(
+        pids.len(),
+        2,
+        "the kernel spread 64 connections over both processes"
+    );
+    // Without --reuseport a second process cannot take the address.
+    let out = std::process::Command::new(conv::podkv())
+        .args(["serve", "--heap"])
+        .arg(&heap)
+        .args(["--listen", &listen])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot listen on"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one clear line: {err}");
+}
