@@ -130,9 +130,23 @@ fn refuse_existing(dir: &StateDir, name: &str) -> Result<(), PodError> {
         }),
         Some(s) => Err(PodError::Stale {
             name: name.into(),
+            down: down_command(dir, name),
             dir: dir.dir.clone(),
             pid: s.monitor.pid,
         }),
+    }
+}
+
+/// The `podkv pod down` that cleans up pod `name` in `dir`.
+fn down_command(dir: &StateDir, name: &str) -> String {
+    match dir.dir.parent() {
+        Some(root) if root != default_root() => {
+            format!(
+                "podkv pod down --name {name} --state-dir {}",
+                root.display()
+            )
+        }
+        _ => format!("podkv pod down --name {name}"),
     }
 }
 
@@ -386,6 +400,7 @@ fn status(dir: &StateDir, name: &str, json: bool) -> anyhow::Result<()> {
     if view.stale {
         return Err(PodError::Stale {
             name: name.into(),
+            down: down_command(dir, name),
             dir: dir.dir.clone(),
             pid: state.monitor.pid,
         }

@@ -19,10 +19,12 @@ pub enum PodError {
         pid: u32,
     },
     /// State left by a monitor that is gone.
-    #[error("pod `{name}` has stale state in {dir}: its monitor (pid {pid}) is gone; `podkv pod down --name {name}` cleans up")]
+    #[error("pod `{name}` has stale state in {dir}: its monitor (pid {pid}) is gone; `{down}` cleans up")]
     Stale {
         /// The pod.
         name: String,
+        /// The command that cleans up.
+        down: String,
         /// Its state directory.
         dir: PathBuf,
         /// The dead monitor.

@@ -73,7 +73,9 @@ pub fn nutcracker_yaml(listen: SocketAddr, shards: &[Shard]) -> String {
     y.push_str("# Written by `podkv pod shard`: one server per pod, keys placed by pod name.\n");
     y.push_str("podkv:\n");
     let _ = writeln!(y, "  listen: {listen}");
-    y.push_str("  hash: fnv1a_64\n");
+    // Not fnv1a_64: with it, keys sharing a prefix and a short counter (`demo:1`..`demo:100`)
+    // all fell on one arc of the ring, so on one pod; murmur spreads them (42 / 58).
+    y.push_str("  hash: murmur\n");
     y.push_str("  distribution: ketama\n");
     y.push_str("  timeout: 2000\n");
     y.push_str("  preconnect: true\n");
