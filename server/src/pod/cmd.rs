@@ -208,6 +208,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
     if args.detach {
         return up_detached(&dir, &args.pod, state);
     }
+    signals::install();
     let mut monitor = Monitor::new(dir.clone(), state, program(&args.serve_args)?);
     if let Err(e) = monitor.start_all() {
         return Err(e.into());
@@ -316,6 +317,7 @@ fn monitor_detached(dir: &StateDir) -> anyhow::Result<()> {
     let Some(state) = dir.load()? else {
         anyhow::bail!("no pod state in {}", dir.dir.display());
     };
+    signals::install();
     let mut monitor = Monitor::new(dir.clone(), state.clone(), program(&state.serve_args)?);
     monitor.start_all()?;
     eprintln!("pod {}: up; monitor pid {}", state.name, std::process::id());

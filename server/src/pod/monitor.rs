@@ -48,10 +48,9 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// A monitor for `state`, whose network (if any) is already set up. Installs the signal
-    /// handlers and records this process as the monitor.
+    /// A monitor for `state`, whose network (if any) is already set up; records this process
+    /// as the monitor. The caller installs the stop signals first ([`signals::install`]).
     pub fn new(dir: StateDir, mut state: PodState, program: Program) -> Monitor {
-        signals::install();
         state.monitor = Proc::of(std::process::id());
         state.phase = Phase::Starting;
         let slots = state
@@ -219,5 +218,61 @@ impl Monitor {
             }
         }
         self.dir.remove_state();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::state::MemberState;
+
+    fn one_member(dir: &StateDir, port: u16) -> PodState {
+        PodState {
+            name: "t".into(),
+            heap: dir.dir.join("heap"),
+            mode: Mode::Loopback,
+            bridge: None,
+            serve_args: vec![],
+            monitor: Proc::default(),
+            phase: Phase::Starting,
+            up_ms: now_ms(),
+            members: vec![MemberState {
+                index: 0,
+                addr: ([127, 0, 0, 1], port).into(),
+                netns: None,
+                proc: Proc::default(),
+                restarts: 0,
+                started_ms: 0,
+                last_exit: None,
+                last_recovery: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_member_that_exits_while_starting_fails_the_pod_and_leaves_no_state() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(root.path(), "t");
+        dir.create().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let program = Program {
+            exe: "false".into(),
+            serve_args: vec![],
+        };
+        let mut monitor = Monitor::new(dir.clone(), one_member(&dir, port), program);
+        let err = monitor.start_all().unwrap_err().to_string();
+        assert!(err.contains("member 0") && err.contains("exited"), "{err}");
+        assert!(
+            err.contains("member-0.log"),
+            "the error points at the log: {err}"
+        );
+        assert!(
+            dir.load().unwrap().is_none(),
+            "a failed start leaves no state"
+        );
     }
 }
