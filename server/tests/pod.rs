@@ -177,6 +177,90 @@ fn a_killed_member_is_restarted_while_the_other_keeps_answering() {
     );
 }
 
+/// Kills `pid` with SIGKILL, then takes `addr` before its restart can, retrying as needed.
+fn kill_and_squat(pod: &Pod, index: usize, addr: &str) -> std::net::TcpListener {
+    for _ in 0..5 {
+        let pid = pids(pod)[index];
+        // SAFETY: kill has no memory preconditions; `pid` is a member of the test's pod.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(squatter) = std::net::TcpListener::bind(addr) {
+                return squatter;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // The restart won the race for the port; wait for it to be counted and try again.
+        wait_for(pod, index, |m| {
+            m["alive"] == true && m["pid"].as_u64() != Some(pid)
+        });
+    }
+    panic!("could not take {addr} from the member's restart");
+}
+
+/// Polls `pod status` until member `index` satisfies `ok`, within the restart bound.
+fn wait_for(pod: &Pod, index: usize, ok: impl Fn(&serde_json::Value) -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        if ok(&pod.status()["members"][index]) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < BOUND_RESTART,
+            "member {index} not as expected in time"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_member_that_cannot_restart_does_not_hold_up_the_others() {
+    let pod = Pod::new();
+    let base = free_ports(2);
+    pod.up(&[
+        "--hosts",
+        "2",
+        "--net",
+        "loopback",
+        "--base-port",
+        &base.to_string(),
+    ]);
+    let addrs = pod.addrs();
+    // Member 0's address is taken by someone else: its restarts fail (and are backed off), and
+    // the squatter listening there is never mistaken for the member.
+    let squatter = kill_and_squat(&pod, 0, &addrs[0]);
+    let restarts_0 = pod.status()["members"][0]["restarts"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let m0 = &pod.status()["members"][0];
+    assert_eq!(m0["alive"], false, "{m0}");
+    assert_eq!(
+        m0["restarts"].as_u64(),
+        Some(restarts_0),
+        "a failed start is not a restart"
+    );
+
+    let victim = pids(&pod)[1];
+    // SAFETY: kill has no memory preconditions; `victim` is member 1 of the test's pod.
+    assert_eq!(unsafe { libc::kill(victim as i32, libc::SIGKILL) }, 0);
+    let took = wait_for(&pod, 1, |m| m["restarts"] == 1 && m["alive"] == true);
+    eprintln!("member 1 restarted {took:?} after SIGKILL while member 0 could not start");
+    assert_eq!(get(&mut client(&addrs[1]), b"nothing").unwrap(), None);
+
+    drop(squatter);
+    wait_for(&pod, 0, |m| {
+        m["alive"] == true && m["restarts"].as_u64() == Some(restarts_0 + 1)
+    });
+    assert_eq!(
+        set(&mut client(&addrs[0]), b"back", b"again").unwrap(),
+        Reply::Stored
+    );
+    let log = std::fs::read_to_string(pod.dir().join("monitor.log")).unwrap();
+    assert!(
+        log.contains("retrying in"),
+        "failed starts are backed off:\n{log}"
+    );
+}
+
 #[test]
 fn stale_state_is_reported_and_cleaned_by_down() {
     let pod = Pod::new();

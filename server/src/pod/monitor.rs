@@ -1,14 +1,16 @@
 //! The monitor: starts the members, restarts any that dies, stops them all when asked.
 //!
 //! # Loop
-//! Every `INTERVAL_POLL` the monitor reaps its children (`try_wait`). A member that exited is
-//! handled in three named steps, each logged before it is taken:
-//! 1. *noticed*: record how it ended;
-//! 2. *recovered*: [`recover_member`] on the heap, for the dead pid (the others keep serving);
-//! 3. *restarted*: spawn a new incarnation at the same address and wait until it listens.
-//!
-//! A member that fails to start again is retried after a back-off that doubles up to
-//! `BACKOFF_MAX`, so a member that cannot run does not spin the machine.
+//! Every `INTERVAL_POLL` the monitor looks at each member once, without blocking, and moves it
+//! through its [`Life`]:
+//! - `Running` → `Waiting`: the process exited. *Noticed* (how it ended is recorded), then
+//!   *recovered*: [`recover_member`] on the heap for the dead pid, while the others serve on.
+//! - `Waiting` → `Starting`: its retry time came; a new incarnation is spawned at the same
+//!   address.
+//! - `Starting` → `Running`: it listens; the restart is counted and logged with its latency.
+//! - `Starting` → `Waiting`: it exited or did not listen within `TIMEOUT_READY`; it is retried
+//!   after a back-off that doubles up to `BACKOFF_MAX`, so a member that cannot run does not
+//!   spin the machine (and never delays watching the others).
 //!
 //! # Stopping
 //! SIGTERM or SIGINT sets the stop flag ([`signals`]); the monitor then sends SIGTERM to each
@@ -16,7 +18,7 @@
 //! state file. Only the monitor writes the state file while it runs.
 
 use super::error::PodError;
-use super::member::{self, Program};
+use super::member::{self, Program, Spawned};
 use super::net::{self, Mode};
 use super::recover::recover_member;
 use super::signals;
@@ -29,14 +31,32 @@ const TIMEOUT_STOP: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// Where a member is in its life, as the monitor sees it.
+enum Life {
+    /// Listening when started; watched for its exit.
+    Running(Child),
+    /// Spawned, not yet listening.
+    Starting { spawned: Spawned, since: Instant },
+    /// Not running: start it again at `at`.
+    Waiting { at: Instant },
+}
+
 /// A member as the monitor holds it.
 struct Slot {
-    child: Option<Child>,
-    /// When to try starting it again, after a failed start.
-    retry_at: Option<Instant>,
+    life: Life,
     backoff: Duration,
     /// When the monitor noticed the current outage.
     noticed_at: Option<Instant>,
+}
+
+impl Slot {
+    fn child(&self) -> Option<&Child> {
+        match &self.life {
+            Life::Running(child) => Some(child),
+            Life::Starting { spawned, .. } => Some(&spawned.child),
+            Life::Waiting { .. } => None,
+        }
+    }
 }
 
 /// The running monitor of one pod.
@@ -57,8 +77,7 @@ impl Monitor {
             .members
             .iter()
             .map(|_| Slot {
-                child: None,
-                retry_at: None,
+                life: Life::Waiting { at: Instant::now() },
                 backoff: BACKOFF_MIN,
                 noticed_at: None,
             })
@@ -71,13 +90,18 @@ impl Monitor {
         }
     }
 
-    /// Starts every member; on failure stops those started and cleans up.
+    /// Starts every member, waiting until each listens; on failure stops those started and
+    /// cleans up.
     pub fn start_all(&mut self) -> Result<(), PodError> {
         self.dir.save(&self.state)?;
         for i in 0..self.slots.len() {
-            if let Err(e) = self.spawn(i) {
-                self.stop();
-                return Err(e);
+            let m = &self.state.members[i];
+            match member::start(&self.program, &self.state.heap, m, &self.dir) {
+                Ok(child) => self.running(i, child)?,
+                Err(e) => {
+                    self.stop();
+                    return Err(e);
+                }
             }
         }
         self.state.phase = Phase::Up;
@@ -89,17 +113,11 @@ impl Monitor {
         &self.state
     }
 
-    fn spawn(&mut self, i: usize) -> Result<(), PodError> {
-        let child = member::start(
-            &self.program,
-            &self.state.heap,
-            &self.state.members[i],
-            &self.dir,
-        )?;
+    fn running(&mut self, i: usize, child: Child) -> Result<(), PodError> {
         let m = &mut self.state.members[i];
         m.proc = Proc::of(child.id());
         m.started_ms = now_ms();
-        self.slots[i].child = Some(child);
+        self.slots[i].life = Life::Running(child);
         self.dir.save(&self.state)
     }
 
@@ -107,7 +125,7 @@ impl Monitor {
     pub fn run(&mut self) -> Result<(), PodError> {
         while !signals::stop_requested() {
             for i in 0..self.slots.len() {
-                self.check(i)?;
+                self.step(i)?;
             }
             std::thread::sleep(INTERVAL_POLL);
         }
@@ -115,33 +133,45 @@ impl Monitor {
         Ok(())
     }
 
-    fn check(&mut self, i: usize) -> Result<(), PodError> {
-        if let Some(child) = &mut self.slots[i].child {
-            let Some(status) = child
-                .try_wait()
-                .map_err(PodError::io("waiting for a member"))?
-            else {
-                return Ok(());
-            };
-            self.noticed(i, status.to_string());
-        }
-        if signals::stop_requested() {
-            return Ok(());
-        }
-        match self.slots[i].retry_at {
-            Some(at) if Instant::now() < at => Ok(()),
-            _ => self.restart(i),
-        }
+    /// Moves member `i` through its life by at most one transition; never blocks.
+    fn step(&mut self, i: usize) -> Result<(), PodError> {
+        let now = Instant::now();
+        let life = std::mem::replace(&mut self.slots[i].life, Life::Waiting { at: now });
+        self.slots[i].life = match life {
+            Life::Running(mut child) => match child.try_wait() {
+                Ok(Some(status)) => {
+                    self.running_to_waiting(i, status.to_string());
+                    Life::Waiting { at: now }
+                }
+                _ => Life::Running(child),
+            },
+            Life::Waiting { at } if now < at || signals::stop_requested() => Life::Waiting { at },
+            Life::Waiting { .. } => self.waiting_to_starting(i),
+            Life::Starting { mut spawned, since } => {
+                if let Ok(Some(status)) = spawned.child.try_wait() {
+                    self.starting_failed(i, format!("it exited ({status})"))
+                } else if spawned.says_listening() {
+                    return self.starting_to_running(i, spawned.child);
+                } else if since.elapsed() > member::TIMEOUT_READY {
+                    let _ = spawned.child.kill();
+                    let _ = spawned.child.wait();
+                    let why = format!("not listening after {} s", member::TIMEOUT_READY.as_secs());
+                    self.starting_failed(i, why)
+                } else {
+                    Life::Starting { spawned, since }
+                }
+            }
+        };
+        Ok(())
     }
 
-    fn noticed(&mut self, i: usize, how: String) {
+    fn running_to_waiting(&mut self, i: usize, how: String) {
         let m = &mut self.state.members[i];
         eprintln!(
             "pod {}: member {i} (pid {}, {}) exited: {how}",
             self.state.name, m.proc.pid, m.addr
         );
         m.last_exit = Some(how);
-        self.slots[i].child = None;
         self.slots[i].noticed_at = Some(Instant::now());
         let pid = m.proc.pid;
         let recovery = match recover_member(&self.state.heap, pid) {
@@ -152,35 +182,45 @@ impl Monitor {
         self.state.members[i].last_recovery = Some(recovery);
     }
 
-    fn restart(&mut self, i: usize) -> Result<(), PodError> {
-        match self.spawn(i) {
-            Ok(()) => {
-                let m = &mut self.state.members[i];
-                m.restarts += 1;
-                let took = self.slots[i]
-                    .noticed_at
-                    .take()
-                    .map_or(0, |t| t.elapsed().as_millis());
-                eprintln!(
-                    "pod {}: member {i} restarted (pid {}, restart {}) and listening {took} ms after its exit was noticed",
-                    self.state.name, m.proc.pid, m.restarts
-                );
-                self.slots[i].retry_at = None;
-                self.slots[i].backoff = BACKOFF_MIN;
-                self.dir.save(&self.state)
-            }
-            Err(e) => {
-                let slot = &mut self.slots[i];
-                eprintln!(
-                    "pod {}: member {i} failed to restart: {e}; retrying in {} ms",
-                    self.state.name,
-                    slot.backoff.as_millis()
-                );
-                slot.retry_at = Some(Instant::now() + slot.backoff);
-                slot.backoff = (slot.backoff * 2).min(BACKOFF_MAX);
-                Ok(())
-            }
+    fn waiting_to_starting(&mut self, i: usize) -> Life {
+        let m = &self.state.members[i];
+        match member::spawn(&self.program, &self.state.heap, m, &self.dir) {
+            Ok(spawned) => Life::Starting {
+                spawned,
+                since: Instant::now(),
+            },
+            Err(e) => self.starting_failed(i, e.to_string()),
         }
+    }
+
+    fn starting_to_running(&mut self, i: usize, child: Child) -> Result<(), PodError> {
+        let slot = &mut self.slots[i];
+        let took = slot
+            .noticed_at
+            .take()
+            .map_or(0, |t| t.elapsed().as_millis());
+        slot.backoff = BACKOFF_MIN;
+        self.state.members[i].restarts += 1;
+        self.running(i, child)?;
+        let m = &self.state.members[i];
+        eprintln!(
+            "pod {}: member {i} restarted (pid {}, restart {}) and listening {took} ms after its exit was noticed",
+            self.state.name, m.proc.pid, m.restarts
+        );
+        Ok(())
+    }
+
+    fn starting_failed(&mut self, i: usize, why: String) -> Life {
+        let slot = &mut self.slots[i];
+        let e = member::failed(&self.state.members[i], &self.dir, why);
+        eprintln!(
+            "pod {}: {e}; retrying in {} ms",
+            self.state.name,
+            slot.backoff.as_millis()
+        );
+        let at = Instant::now() + slot.backoff;
+        slot.backoff = (slot.backoff * 2).min(BACKOFF_MAX);
+        Life::Waiting { at }
     }
 
     /// Stops every member, removes the network and the state file.
@@ -188,14 +228,16 @@ impl Monitor {
         self.state.phase = Phase::Stopping;
         let _ = self.dir.save(&self.state);
         for slot in &self.slots {
-            if let Some(child) = &slot.child {
+            if let Some(child) = slot.child() {
                 signals::send(child.id(), libc::SIGTERM);
             }
         }
         let deadline = Instant::now() + TIMEOUT_STOP;
         for slot in &mut self.slots {
-            let Some(child) = &mut slot.child else {
-                continue;
+            let child = match &mut slot.life {
+                Life::Running(child) => child,
+                Life::Starting { spawned, .. } => &mut spawned.child,
+                Life::Waiting { .. } => continue,
             };
             while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(20));
@@ -210,7 +252,7 @@ impl Monitor {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            slot.child = None;
+            slot.life = Life::Waiting { at: Instant::now() };
         }
         if self.state.mode == Mode::Netns {
             for left in net::teardown(&self.state.name, self.state.members.len()) {
