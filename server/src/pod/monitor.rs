@@ -4,7 +4,8 @@
 //! Every `INTERVAL_POLL` the monitor looks at each member once, without blocking, and moves it
 //! through its [`Life`]:
 //! - `Running` → `Waiting`: the process exited. *Noticed* (how it ended is recorded), then
-//!   *recovered*: [`recover_member`] on the heap for the dead pid, while the others serve on.
+//!   *recovered*: [`recover_member`] on the heap for the dead pid, while the others serve on;
+//!   unless stopping, it moves on to `Starting` in the same step.
 //! - `Waiting` → `Starting`: its retry time came; a new incarnation is spawned at the same
 //!   address.
 //! - `Starting` → `Running`: it listens; the restart is counted and logged with its latency.
@@ -27,6 +28,8 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 const INTERVAL_POLL: Duration = Duration::from_millis(50);
+/// Polls while a member starts, so a restart is counted as soon as it listens.
+const INTERVAL_STARTING: Duration = Duration::from_millis(5);
 const TIMEOUT_STOP: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -127,7 +130,15 @@ impl Monitor {
             for i in 0..self.slots.len() {
                 self.step(i)?;
             }
-            std::thread::sleep(INTERVAL_POLL);
+            let starting = self
+                .slots
+                .iter()
+                .any(|s| matches!(s.life, Life::Starting { .. }));
+            std::thread::sleep(if starting {
+                INTERVAL_STARTING
+            } else {
+                INTERVAL_POLL
+            });
         }
         self.stop();
         Ok(())
@@ -141,7 +152,11 @@ impl Monitor {
             Life::Running(mut child) => match child.try_wait() {
                 Ok(Some(status)) => {
                     self.running_to_waiting(i, status.to_string());
-                    Life::Waiting { at: now }
+                    if signals::stop_requested() {
+                        Life::Waiting { at: now }
+                    } else {
+                        self.waiting_to_starting(i)
+                    }
                 }
                 _ => Life::Running(child),
             },
