@@ -11,11 +11,12 @@
 //! - [`state`]: the state file and pidfiles in the state directory, stale state;
 //! - [`shard`]: beyond one pod — a nutcracker (twemproxy) pool with one server per pod;
 //! - [`signals`]: the monitor's stop flag (the only process-global state);
-//! - [`cmd`]: the subcommands, which only print.
+//! - [`cmd`]: the command line; [`up`], [`status`], [`down`]: the subcommands.
 //!
 //! The launcher knows members only by the `podkv serve` command line, never by its internals.
 
 pub mod cmd;
+pub mod down;
 pub mod error;
 pub mod member;
 pub mod monitor;
@@ -24,6 +25,8 @@ pub mod recover;
 pub mod shard;
 pub mod signals;
 pub mod state;
+pub mod status;
+pub mod up;
 
 pub use cmd::{run, PodCommand};
 pub use error::PodError;
