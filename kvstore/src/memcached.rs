@@ -90,13 +90,32 @@ pub fn expiry_of(exptime: i64, now: u32) -> u32 {
     }
 }
 
-/// Parses a counter value as memcached's `safe_strtoull` does on item data.
+/// Parses a counter value as memcached's `safe_strtoull` does on item data: the data is a C
+/// string (it ends at a NUL, and memcached's `\r\n` after it counts as white space), so
+/// `strtoull` may skip leading white space and take a sign, and what follows the digits only
+/// has to start with white space or end the string. A negative number is refused when its
+/// wrapped value looks negative (so `-0` is 0 and `-1` is refused), as memcached does.
 pub fn parse_counter(value: &[u8]) -> Option<u64> {
-    let text = value.trim_ascii();
-    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let text = value.split(|&b| b == 0).next().unwrap_or_default();
+    let mut at = text.iter().take_while(|&&b| is_space(b)).count();
+    let negative = text.get(at) == Some(&b'-');
+    if matches!(text.get(at), Some(b'-' | b'+')) {
+        at += 1;
+    }
+    let digits = text[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let end = at + digits;
+    if digits == 0 || text.get(end).is_some_and(|&b| !is_space(b)) {
         return None;
     }
-    std::str::from_utf8(text).ok()?.parse().ok()
+    let magnitude = text[at..end].iter().try_fold(0u64, |acc, d| {
+        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })?;
+    if negative {
+        let value = magnitude.wrapping_neg();
+        return ((value as i64) >= 0).then_some(value);
+    }
+    Some(magnitude)
 }
 
 /// A value read through a pin: valid for the guard's lifetime, never longer.
@@ -297,11 +316,28 @@ impl<A: Arena> Handle<A> {
         flags: u32,
         exptime: i64,
     ) -> Result<Outcome, StoreError> {
+        self.store_cas(mode, key, value, flags, exptime)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// As [`store`](Self::store), also returning the CAS token of the item it linked (0 when
+    /// it stored nothing), for meta commands that report it.
+    pub fn store_cas(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<(Outcome, u64), StoreError> {
         let view = self.map.view();
-        self.update(key, |current| {
+        let written = std::cell::Cell::new(0);
+        let outcome = self.update(key, |current| {
             let expiry = expiry_of(exptime, self.map.now());
             let put = |parts: &[&[u8]], flags, expiry| -> Result<Step, StoreError> {
-                let new = self.new_item(key, parts, flags, expiry, self.next_cas())?;
+                let cas = self.next_cas();
+                let new = self.new_item(key, parts, flags, expiry, cas)?;
+                written.set(cas);
                 Ok(Step::Put(new, Outcome::Stored))
             };
             match (mode, current) {
@@ -326,7 +362,13 @@ impl<A: Arena> Handle<A> {
                 }
                 (Mode::Cas(_), Some(_)) => put(&[value], flags, expiry),
             }
-        })
+        })?;
+        let cas = if outcome == Outcome::Stored {
+            written.get()
+        } else {
+            0
+        };
+        Ok((outcome, cas))
     }
 
     /// `set key flags exptime`.
@@ -470,7 +512,26 @@ mod tests {
         assert_eq!(parse_counter(b"99 "), Some(99));
         assert_eq!(parse_counter(b" 7"), Some(7));
         assert_eq!(parse_counter(b"00000000000000000012"), Some(12));
-        for bad in [&b""[..], b" ", b"1 2", b"-1", b"+1", b"0x10", b"1.0"] {
+        // As memcached 1.6.18 answers `incr` on these values (checked against it):
+        assert_eq!(
+            parse_counter(b"1 2"),
+            Some(1),
+            "white space ends the number"
+        );
+        assert_eq!(parse_counter(b"+1"), Some(1));
+        assert_eq!(parse_counter(b"-0"), Some(0));
+        assert_eq!(parse_counter(b"5\0x"), Some(5), "item data is a C string");
+        assert_eq!(parse_counter(b" \t7"), Some(7));
+        assert_eq!(parse_counter(b"7\r\n"), Some(7));
+        for bad in [
+            &b""[..],
+            b" ",
+            b"-1",
+            b"0x10",
+            b"1.0",
+            b"\0" as &[u8],
+            b"12abc",
+        ] {
             assert_eq!(parse_counter(bad), None, "{bad:?}");
         }
     }

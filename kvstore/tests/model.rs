@@ -74,12 +74,16 @@ fn key(k: usize) -> Vec<u8> {
     format!("key:{k}").into_bytes()
 }
 
+/// memcached's `safe_strtoull` on item data: leading spaces, digits, then the end or a space
+/// (whatever follows that space is ignored: `1 a` counts as 1).
 fn parse(v: &[u8]) -> Option<u64> {
-    let s = std::str::from_utf8(v).ok()?.trim_matches(' ');
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+    let s = std::str::from_utf8(v).ok()?.trim_start_matches(' ');
+    let digits = &s[..s.bytes().take_while(u8::is_ascii_digit).count()];
+    let rest = &s[digits.len()..];
+    if digits.is_empty() || !(rest.is_empty() || rest.starts_with(' ')) {
         return None;
     }
-    s.parse().ok()
+    digits.parse().ok()
 }
 
 fn exptime() -> impl Strategy<Value = i64> {

@@ -248,8 +248,10 @@ fn meta_arithmetic<S: Storage + ?Sized>(storage: &S, ma: &MetaArithmetic, out: &
         new_cas: ma.new_cas,
     };
     let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, options) {
-        MetaArithmeticOutcome::Value { .. } if ma.quiet => return,
-        MetaArithmeticOutcome::Value { value, cas, ttl } => {
+        MetaArithmeticOutcome::Value { created: false, .. } if ma.quiet => return,
+        MetaArithmeticOutcome::Value {
+            value, cas, ttl, ..
+        } => {
             let facts = Facts {
                 key: &ma.key,
                 item: None,

@@ -185,7 +185,8 @@ impl State {
         let Some(entry) = self.live(&key) else {
             return StoreOutcome::NotStored;
         };
-        if cas.is_some_and(|c| c != entry.cas) {
+        // memcached's append checks the token only when it is not 0.
+        if cas.is_some_and(|c| c != 0 && c != entry.cas) {
             return StoreOutcome::Exists;
         }
         let (head, tail) = if append {
@@ -483,6 +484,7 @@ impl Storage for ModelStorage {
                     value,
                     cas,
                     ttl: state.ttl(deadline),
+                    created: false,
                 }
             }
             Err(DeltaError::NotFound) => match o.vivify {
@@ -498,6 +500,7 @@ impl Storage for ModelStorage {
                         value: o.initial,
                         cas,
                         ttl: state.ttl(exptime.deadline(now)),
+                        created: true,
                     }
                 }
             },

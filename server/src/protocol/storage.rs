@@ -193,6 +193,8 @@ pub enum MetaArithmeticOutcome {
         cas: u64,
         /// Seconds until expiry.
         ttl: Option<u32>,
+        /// Whether `N` created the item (memcached then answers even under `q`).
+        created: bool,
     },
     /// `NF`.
     NotFound,

@@ -10,15 +10,19 @@
 //!    ones that lost that race; `X` is never reported.
 //! 2. **Invalidation.** `md I` deletes the item; `ms I` is a plain CAS store.
 //! 3. **Explicit CAS (`E`)** is ignored: the store hands out its own tokens.
-//! 4. **Conditional meta commands** (`md C`, `ma C`, append/prepend `ms C`) compare the CAS
-//!    read by a lookup, then act: a write by another client in between can slip through.
-//!    Text `cas` and `ms C` with set/replace are exact (the store compares inside its CAS loop).
-//! 5. **Reported CAS** after `ms`/`ma` is read back by a lookup just after the write.
+//! 4. **Conditional meta commands** `md C` and append/prepend `ms C` compare the CAS read by
+//!    a lookup, then act: a write by another client in between can slip through (the store
+//!    has no conditional delete or append yet). Text `cas`, `ms C` with set/replace and
+//!    `ma C` are exact (the store compares inside its CAS loop).
+//! 5. **Padding.** A shorter `incr`/`decr`/`ma` result is padded with spaces to the old
+//!    length, always. memcached pads only when it can update in place (no other reference to
+//!    the item alive, which depends on its response timing) and otherwise writes the bare
+//!    number.
 //! 6. **Access facts** (`mg l h`, `me la= fetch=`): lookups never write shared memory, so
 //!    podkv reports 0 seconds and "not fetched".
 
 use bytes::Bytes;
-use podkv_store::{Mode, Outcome, StoreError, StoreHandle};
+use podkv_store::{expiry_of, parse_counter, Mode, Outcome, StoreError, StoreHandle};
 
 use crate::protocol::request::{ArithmeticMode, Exptime, SetMode};
 use crate::protocol::storage::{
@@ -93,15 +97,6 @@ impl Backend {
         })
     }
 
-    /// The CAS token now under `key` (0 if gone).
-    fn cas_of(&self, key: &[u8]) -> u64 {
-        self.handle
-            .get(key)
-            .ok()
-            .flatten()
-            .map_or(0, |guard| guard.cas())
-    }
-
     /// Counts a read of one key.
     fn count_read(&self, hit: bool) {
         self.counters.bump(Counter::CmdGet);
@@ -125,11 +120,11 @@ impl Backend {
         self.counters.bump(Counter::CmdSet);
         let result = self
             .handle
-            .store(mode, key, value, flags, i64::from(exptime.0));
+            .store_cas(mode, key, value, flags, i64::from(exptime.0));
         let outcome = match result {
-            Ok(Outcome::Stored) => StoreOutcome::Stored(0),
-            Ok(Outcome::Exists) => StoreOutcome::Exists,
-            Ok(Outcome::NotFound) => StoreOutcome::NotFound,
+            Ok((Outcome::Stored, cas)) => StoreOutcome::Stored(cas),
+            Ok((Outcome::Exists, _)) => StoreOutcome::Exists,
+            Ok((Outcome::NotFound, _)) => StoreOutcome::NotFound,
             Ok(_) => StoreOutcome::NotStored,
             Err(error) => self.refused(error),
         };
@@ -192,7 +187,8 @@ impl Backend {
     fn meta_store(&self, o: &MetaSetOptions) -> StoreOutcome {
         let concat = matches!(o.mode, SetMode::Append | SetMode::Prepend);
         if concat {
-            if let Some(cas) = o.cas {
+            // memcached's append checks the token only when it is not 0.
+            if let Some(cas) = o.cas.filter(|&c| c != 0) {
                 match self.handle.get(&o.key).ok().flatten().map(|g| g.cas()) {
                     Some(now) if now != cas => return StoreOutcome::Exists,
                     None if o.vivify.is_none() => return StoreOutcome::NotStored,
@@ -214,6 +210,59 @@ impl Backend {
                 self.store(Mode::Add, &o.key, &o.value, o.flags, exptime)
             }
             _ => outcome,
+        }
+    }
+}
+
+/// One try of `ma` on a present item.
+enum Attempt {
+    /// Finished with this outcome.
+    Done(MetaArithmeticOutcome),
+    /// The key has no visible item.
+    Miss,
+    /// Another writer changed the item between the read and the CAS store: try again.
+    Raced,
+}
+
+impl Backend {
+    /// `ma`: read, compute, then a CAS store against the token just read, so a concurrent
+    /// write makes it retry rather than be lost. A shorter number is padded with spaces to the
+    /// old length, as memcached's in-place update (and the store's `incr`) does.
+    fn meta_delta_once(&self, key: &[u8], o: &MetaArithmeticOptions) -> Attempt {
+        let Some(guard) = self.handle.get(key).ok().flatten() else {
+            return Attempt::Miss;
+        };
+        let (cas, flags, expiry) = (guard.cas(), guard.flags(), guard.expiry());
+        if o.cas.is_some_and(|c| c != 0 && c != cas) {
+            return Attempt::Done(MetaArithmeticOutcome::Exists);
+        }
+        let Some(current) = parse_counter(guard.value()) else {
+            return Attempt::Done(MetaArithmeticOutcome::NonNumeric);
+        };
+        let old_len = guard.value().len();
+        drop(guard);
+        let value = match o.mode {
+            ArithmeticMode::Increment => current.wrapping_add(o.delta),
+            ArithmeticMode::Decrement => current.saturating_sub(o.delta),
+        };
+        // An absolute expiry passes through memcached's exptime rules unchanged.
+        let exptime = o.touch.map_or(i64::from(expiry), |t| i64::from(t.0));
+        let mut text = value.to_string().into_bytes();
+        if text.len() < old_len {
+            text.resize(old_len, b' ');
+        }
+        match self
+            .handle
+            .store_cas(Mode::Cas(cas), key, &text, flags, exptime)
+        {
+            Ok((Outcome::Stored, new_cas)) => Attempt::Done(MetaArithmeticOutcome::Value {
+                value,
+                cas: new_cas,
+                ttl: self.ttl(expiry_of(exptime, self.now())),
+                created: false,
+            }),
+            Ok(_) => Attempt::Raced,
+            Err(_) => Attempt::Done(MetaArithmeticOutcome::OutOfMemory),
         }
     }
 }
@@ -367,10 +416,7 @@ impl Storage for Backend {
 
     fn meta_set(&self, options: MetaSetOptions) -> StoreOutcome {
         self.counters.bump(Counter::CmdMeta);
-        match self.meta_store(&options) {
-            StoreOutcome::Stored(_) => StoreOutcome::Stored(self.cas_of(&options.key)),
-            outcome => outcome,
-        }
+        self.meta_store(&options)
     }
 
     fn meta_delete(&self, key: &[u8], options: MetaDeleteOptions) -> MetaDeleteOutcome {
@@ -390,41 +436,39 @@ impl Storage for Backend {
 
     fn meta_arithmetic(&self, key: &[u8], o: MetaArithmeticOptions) -> MetaArithmeticOutcome {
         self.counters.bump(Counter::CmdMeta);
-        if let Some(cas) = o.cas.filter(|&c| c != 0) {
-            match self.handle.get(key).ok().flatten().map(|g| g.cas()) {
-                Some(now) if now != cas => return MetaArithmeticOutcome::Exists,
-                _ => {}
+        let (hits, misses) = match o.mode {
+            ArithmeticMode::Increment => (Counter::IncrHits, Counter::IncrMisses),
+            ArithmeticMode::Decrement => (Counter::DecrHits, Counter::DecrMisses),
+        };
+        loop {
+            match self.meta_delta_once(key, &o) {
+                Attempt::Done(outcome) => {
+                    self.counters.bump(match outcome {
+                        MetaArithmeticOutcome::Value { created: false, .. } => hits,
+                        _ => misses,
+                    });
+                    return outcome;
+                }
+                Attempt::Miss => break,
+                Attempt::Raced => continue,
             }
         }
-        let value = match self.delta(key, o.mode, o.delta) {
-            DeltaOutcome::Value(value) => value,
-            DeltaOutcome::NotFound => match o.vivify {
-                None => return MetaArithmeticOutcome::NotFound,
-                Some(exptime) => {
-                    let initial = o.initial.to_string();
-                    match self.store(Mode::Add, key, initial.as_bytes(), 0, exptime) {
-                        StoreOutcome::Stored(_) => o.initial,
-                        StoreOutcome::OutOfMemory => return MetaArithmeticOutcome::OutOfMemory,
-                        _ => return MetaArithmeticOutcome::NotStored,
-                    }
-                }
-            },
-            DeltaOutcome::NonNumeric => return MetaArithmeticOutcome::NonNumeric,
-            DeltaOutcome::OutOfMemory => return MetaArithmeticOutcome::OutOfMemory,
+        self.counters.bump(misses);
+        let Some(exptime) = o.vivify else {
+            return MetaArithmeticOutcome::NotFound;
         };
-        if let Some(exptime) = o.touch {
-            let _ = self.handle.touch(key, i64::from(exptime.0));
-        }
-        let (cas, expiry) = self
-            .handle
-            .get(key)
-            .ok()
-            .flatten()
-            .map_or((0, 0), |g| (g.cas(), g.expiry()));
-        MetaArithmeticOutcome::Value {
-            value,
-            cas,
-            ttl: self.ttl(expiry),
+        let initial = o.initial.to_string();
+        match self.store(Mode::Add, key, initial.as_bytes(), 0, exptime) {
+            StoreOutcome::Stored(cas) => MetaArithmeticOutcome::Value {
+                value: o.initial,
+                cas,
+                ttl: self.ttl(expiry_of(i64::from(exptime.0), self.now())),
+                created: true,
+            },
+            StoreOutcome::OutOfMemory | StoreOutcome::TooLarge => {
+                MetaArithmeticOutcome::OutOfMemory
+            }
+            _ => MetaArithmeticOutcome::NotStored,
         }
     }
 
