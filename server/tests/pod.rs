@@ -395,6 +395,23 @@ fn one_network_namespace_per_member_when_root() {
     assert_eq!(get(&mut m1, b"ns").unwrap().as_deref(), Some(&b"hosts"[..]));
     drop((m0, m1));
 
+    let victim = pids(&pod)[1];
+    // SAFETY: kill has no memory preconditions; `victim` is member 1 of the test's pod.
+    assert_eq!(unsafe { libc::kill(victim as i32, libc::SIGKILL) }, 0);
+    wait_for(&pod, 1, |m| m["restarts"] == 1 && m["alive"] == true);
+    let netns_of = |pid: u64| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    let pids = pids(&pod);
+    assert_ne!(
+        netns_of(pids[0]),
+        netns_of(pids[1]),
+        "restarted in its own namespace"
+    );
+    assert_ne!(netns_of(pids[1]), netns_of(std::process::id().into()));
+    assert_eq!(
+        get(&mut client(&addrs[1]), b"ns").unwrap().as_deref(),
+        Some(&b"hosts"[..])
+    );
+
     let down = pod.pod("down", &["--purge"]);
     assert!(down.status.success(), "{}", text(&down));
     assert!(
