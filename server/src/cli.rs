@@ -3,6 +3,7 @@
 use crate::bench::{self, BenchArgs};
 use crate::heap_cmd::{self, HeapCommand};
 use crate::mcas_cmd;
+use crate::pod::{self, PodCommand};
 use crate::runner::{self, cli as run_cli};
 use crate::store_cmd::{self, StoreCommand};
 use std::path::PathBuf;
@@ -30,6 +31,9 @@ pub enum Command {
     /// Verify a store (no leak, no double reference) and show its statistics.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Run a pod on this machine: N member servers on one heap, watched and restarted.
+    #[command(subcommand)]
+    Pod(PodCommand),
     /// Allocator microbenchmarks: podkv against mimalloc and the system allocator.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -104,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => crate::serve::run(&args),
         Command::Heap(command) => heap_cmd::run(&command),
         Command::Store(command) => store_cmd::run(&command),
+        Command::Pod(command) => pod::run(&command),
         Command::Bench(BenchCommand::Threadtest(args)) => {
             bench::run(bench::Kind::Threadtest, &args).map(drop)
         }

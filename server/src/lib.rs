@@ -5,6 +5,7 @@
 //! - [`cli`]: the command line (clap), one variant per subcommand;
 //! - [`heap_cmd`]: `podkv heap create|info|check`;
 //! - [`store_cmd`]: `podkv store check|stats` (the store's walker, `podkv_store::check_path`);
+//! - [`pod`]: `podkv pod up|status|down` (the pod launcher and monitor);
 //! - [`bench`]: `podkv bench threadtest|xmalloc` (allocator microbenchmarks);
 //! - [`mcas_cmd`]: `podkv mcas-nmp` (the software mCAS processor) and `podkv bench mcas`;
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
@@ -17,6 +18,7 @@ pub mod chaos;
 pub mod cli;
 pub mod heap_cmd;
 pub mod mcas_cmd;
+pub mod pod;
 pub mod protocol;
 pub mod runner;
 pub mod serve;

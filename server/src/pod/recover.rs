@@ -1,0 +1,117 @@
+//! Recovering a dead member's thread slots, so the pod loses nothing when a host dies.
+//!
+//! One function, [`recover_member`], is the monitor's only way in: it opens the heap (refusing
+//! a foreign or damaged file, constitution rule 8), notes the slots the dead process still
+//! holds, and runs [`Heap::recover_dead`], which adopts every dead slot, finishes its logged
+//! step and releases it — without stopping or waiting for the members still running.
+
+use super::error::PodError;
+use podkv_alloc::process::SlotLife;
+use podkv_alloc::slot::owner_pid;
+use podkv_alloc::{Config, Heap};
+use std::path::Path;
+
+/// What recovering one dead member did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// The dead member's pid.
+    pub pid: u32,
+    /// The thread slots it held when it died.
+    pub slots: Vec<u64>,
+    /// How many of them were recovered and freed for reuse.
+    pub recovered: usize,
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pid {} held {} thread slots; {} recovered",
+            self.pid,
+            self.slots.len(),
+            self.recovered
+        )?;
+        if self.recovered < self.slots.len() {
+            write!(
+                f,
+                " (the rest stay claimed until Heap::recover_dead exists)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Recovers the thread slots of member process `pid`, which has exited, in the heap at
+/// `heap_path`, without disturbing the members still running.
+pub fn recover_member(heap_path: &Path, pid: u32) -> Result<Recovery, PodError> {
+    let config = Config {
+        create: false,
+        ..Config::default()
+    };
+    let heap = Heap::open(heap_path, &config)?;
+    let slots = dead_slots(&heap, pid);
+    let recovered = heap
+        .recover_dead()
+        .iter()
+        .filter(|r| slots.contains(&u64::from(r.slot)))
+        .count();
+    Ok(Recovery {
+        pid,
+        slots,
+        recovered,
+    })
+}
+
+/// The slots `pid` holds while no process with that pid and the slot's start time runs.
+fn dead_slots(heap: &Heap, pid: u32) -> Vec<u64> {
+    (0..heap.geometry().slots())
+        .filter(|&i| match heap.slot_life(i) {
+            SlotLife::Dead(word) => owner_pid(word) == pid,
+            _ => false,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_child_slots_are_found_and_a_live_process_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        let config = Config {
+            small_bytes: 1 << 20,
+            large_bytes: 1 << 20,
+            slots: 16,
+            ..Config::default()
+        };
+        let heap = Heap::open(&path, &config).unwrap();
+        let dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        let mut dead = dead;
+        dead.wait().unwrap();
+        let owner = podkv_alloc::slot::Owner {
+            pid: dead_pid,
+            ..podkv_alloc::process::me()
+        };
+        assert!(heap
+            .slot(3)
+            .try_claim(owner, podkv_alloc::process::lease_until()));
+        let _mine = heap.thread().unwrap();
+        let report = recover_member(&path, dead_pid).unwrap();
+        assert_eq!(report.slots, vec![3]);
+        assert_eq!(report.recovered, 1, "recovered and released");
+        assert!(matches!(heap.slot_life(3), SlotLife::Free));
+        let me = recover_member(&path, std::process::id()).unwrap();
+        assert!(me.slots.is_empty(), "a live process's slots are not dead");
+    }
+
+    #[test]
+    fn a_foreign_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        std::fs::write(&path, vec![0xAB; 8192]).unwrap();
+        assert!(recover_member(&path, 1).is_err());
+    }
+}

@@ -1,0 +1,193 @@
+//! `podkv pod up`: check for an existing pod, choose the network mode, create or open the
+//! heap, give each member an address, then run the monitor here or in a detached process.
+
+use super::cmd::{down_command, mode_name, refuse_existing, PodArgs, UpArgs, TIMEOUT_MONITOR};
+use super::error::PodError;
+use super::member::Program;
+use super::monitor::Monitor;
+use super::net::{self, Mode};
+use super::signals;
+use super::state::{now_ms, MemberState, Phase, PodState, Proc, StateDir};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn program(serve_args: &[String]) -> Result<Program, PodError> {
+    Ok(Program {
+        exe: std::env::current_exe().map_err(PodError::io("finding the podkv binary"))?,
+        serve_args: serve_args.to_vec(),
+    })
+}
+
+fn open_heap(path: &Path) -> Result<bool, PodError> {
+    let existed = path.exists();
+    podkv_alloc::Heap::open(path, &podkv_alloc::Config::default())?;
+    Ok(existed)
+}
+
+pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
+    let name = &args.pod.name;
+    let dir = args.pod.dir()?;
+    refuse_existing(&dir, name)?;
+    let (mode, why) = net::choose(args.net)?;
+    eprintln!("pod {name}: each member gets {why}");
+    let heap = args
+        .heap
+        .clone()
+        .unwrap_or_else(|| podkv_alloc::default_path(&format!("pod-{name}")));
+    let existed = open_heap(&heap)?;
+    eprintln!(
+        "pod {name}: heap {} ({})",
+        heap.display(),
+        if existed { "opened" } else { "created" }
+    );
+    dir.create()?;
+    let program = program(&args.serve_args)?;
+    let state = plan(args, mode, heap)?;
+    if args.detach {
+        return up_detached(&dir, &args.pod, state);
+    }
+    signals::install();
+    let mut monitor = Monitor::new(dir.clone(), state, program);
+    monitor.start_all()?;
+    print_up(monitor.state());
+    eprintln!(
+        "pod {name}: monitoring; Ctrl-C or `{}` stops the pod",
+        down_command(&dir, name)
+    );
+    monitor.run()?;
+    eprintln!("pod {name}: down");
+    Ok(())
+}
+
+/// The pod about to start: each member's address (making the namespaces in netns mode).
+fn plan(args: &UpArgs, mode: Mode, heap: PathBuf) -> Result<PodState, PodError> {
+    let name = &args.pod.name;
+    let hosts = usize::from(args.hosts);
+    let (bridge, addrs) = match mode {
+        Mode::Loopback => (None, loopback_addrs_free(args.base_port, hosts)?),
+        Mode::Netns => {
+            let (bridge, addrs) = net::setup(name, hosts, args.base_port)?;
+            (Some(bridge), addrs)
+        }
+    };
+    let member = |(index, addr)| MemberState {
+        index,
+        addr,
+        netns: (mode == Mode::Netns).then(|| net::netns_name(name, index)),
+        proc: Proc::default(),
+        restarts: 0,
+        started_ms: 0,
+        last_exit: None,
+        last_recovery: None,
+    };
+    Ok(PodState {
+        name: name.clone(),
+        heap,
+        mode,
+        bridge,
+        serve_args: args.serve_args.clone(),
+        monitor: Proc::of(std::process::id()),
+        phase: Phase::Starting,
+        up_ms: now_ms(),
+        members: addrs.into_iter().enumerate().map(member).collect(),
+    })
+}
+
+/// Loopback addresses, refusing any already taken (a server there would look like a member).
+fn loopback_addrs_free(
+    base_port: u16,
+    hosts: usize,
+) -> Result<Vec<std::net::SocketAddr>, PodError> {
+    if usize::from(base_port) + hosts > 65536 {
+        return Err(PodError::Io {
+            what: format!("ports {base_port}..{}", usize::from(base_port) + hosts),
+            source: std::io::Error::other("beyond 65535"),
+        });
+    }
+    let addrs = net::loopback_addrs(base_port, hosts);
+    for addr in &addrs {
+        std::net::TcpListener::bind(addr)
+            .map_err(PodError::io(format!("member address {addr}")))?;
+    }
+    Ok(addrs)
+}
+
+fn print_up(state: &PodState) {
+    println!(
+        "pod {}: up, {} members ({}), heap {}, monitor pid {}",
+        state.name,
+        state.members.len(),
+        mode_name(state.mode),
+        state.heap.display(),
+        state.monitor.pid
+    );
+    for m in &state.members {
+        println!("  member {} {} pid {}", m.index, m.addr, m.proc.pid);
+    }
+}
+
+/// Hands the pod to a monitor in its own session and waits until every member listens.
+fn up_detached(dir: &StateDir, pod: &PodArgs, state: PodState) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    dir.save(&state)?;
+    let log_path = dir.monitor_log();
+    let log = std::fs::File::create(&log_path)?;
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command
+        .args(["pod", "monitor", "--name", &pod.name])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    if let Some(root) = &pod.state_dir {
+        command.arg("--state-dir").arg(root);
+    }
+    // SAFETY: setsid is async-signal-safe and has no memory preconditions; it runs in the
+    // child between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    let deadline = Instant::now() + TIMEOUT_MONITOR;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if state.mode == Mode::Netns {
+                net::teardown(&state.name, state.members.len());
+            }
+            dir.remove_state();
+            anyhow::bail!(
+                "the pod monitor exited ({status}) while starting:\n{}",
+                log.trim_end()
+            );
+        }
+        if let Some(now) = dir.load()? {
+            if now.phase == Phase::Up && now.monitor.pid == child.id() {
+                print_up(&now);
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the pod did not come up in {} s; see {}",
+            TIMEOUT_MONITOR.as_secs(),
+            log_path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub(super) fn monitor_detached(dir: &StateDir) -> anyhow::Result<()> {
+    let Some(state) = dir.load()? else {
+        anyhow::bail!("no pod state in {}", dir.dir.display());
+    };
+    signals::install();
+    let mut monitor = Monitor::new(dir.clone(), state.clone(), program(&state.serve_args)?);
+    monitor.start_all()?;
+    eprintln!("pod {}: up; monitor pid {}", state.name, std::process::id());
+    monitor.run()?;
+    eprintln!("pod {}: down", state.name);
+    Ok(())
+}
