@@ -115,6 +115,13 @@ impl Config {
         geometry
             .validate()
             .map_err(|why| HeapError::Config(why.to_owned()))?;
+        if self.coherence == Coherence::Mcas {
+            return Err(HeapError::Config(
+                "coherence mode mcas: this allocator does not yet change its multi-writer words \
+                 through memory-side CAS (podkv_hw::mcas exists; hardware and limited heaps work)"
+                    .to_owned(),
+            ));
+        }
         Ok(geometry)
     }
 }
@@ -541,7 +548,10 @@ impl Heap {
         let coherence = self.shared.geometry.coherence;
         let next_of = |slab: u32| {
             let desc = self.desc(heap, slab);
-            coherence.invalidate((desc as *const SlabDesc).cast(), 32);
+            coherence.invalidate(
+                (desc as *const SlabDesc).cast(),
+                crate::slab::SIZE_DESC_HEAD,
+            );
             desc.next()
         };
         free_list::pop(self.global_head(heap, warm), writer, next_of, before)

@@ -30,6 +30,8 @@ use podkv_hw::sync::{AtomicU64, Ordering::Relaxed};
 pub const COUNT_BITSET_WORDS: usize = COUNT_BLOCKS_MAX / 64;
 /// Bytes of one descriptor.
 pub const SIZE_DESC: usize = 576;
+/// Bytes of its head (meta, links, cursor, depth): the line other threads read.
+pub const SIZE_DESC_HEAD: usize = 64;
 
 /// A slab's state, stored in `meta`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -32,7 +32,7 @@ use crate::offset::Offset;
 use crate::process::{lease_until, SlotLife};
 use crate::recovery::{Op, Rec, SlabStep, ACK};
 use crate::remote::{self, Disown, RemoteFree};
-use crate::slab::{Meta, SlabDesc, State, SIZE_DESC};
+use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slot::{LocalLists, Slot};
 use podkv_hw::sync::{
     AtomicU64,
@@ -68,6 +68,8 @@ pub struct ThreadHandle {
     recoverable: bool,
     /// The current detectable-operation version.
     ver: Cell<u16>,
+    /// The heap's coherence mode (SWcc rules apply unless `Hardware`).
+    coherence: podkv_hw::Coherence,
     /// Whether the slow path under way continues a free (whose offset is in the slot's `aux`).
     after_free: Cell<bool>,
     _not_send: PhantomData<*mut ()>,
@@ -143,6 +145,7 @@ impl ThreadHandle {
             // slot tagged are never taken for this owner's.
             ver: Cell::new(last.ver().wrapping_add(1)),
             after_free: Cell::new(false),
+            coherence: heap.geometry().coherence,
             heap,
             _not_send: PhantomData,
         }
@@ -322,6 +325,15 @@ impl ThreadHandle {
     /// The remote path for a small block: validate, then one detectable decrement.
     #[inline(never)]
     fn free_remote_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
+        // SWcc reader rule: another thread's descriptor is read fresh, not from this cache.
+        let meta = if self.coherence.is_swcc() {
+            let desc = self.small_desc(slab);
+            self.coherence
+                .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            desc.meta.load(Relaxed)
+        } else {
+            meta
+        };
         let meta = Meta::unpack(meta);
         let class = usize::from(meta.class);
         let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
@@ -436,6 +448,9 @@ impl ThreadHandle {
         }
         let (heap, slab, in_slab) = self.locate(offset);
         let desc = self.heap.desc(&heap, slab);
+        // SWcc reader rule, as on the small remote path: the slab may be another thread's.
+        self.coherence
+            .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
         let meta = desc.meta();
         let class = meta.class as usize;
         let block = heap.classes.block_index(class, in_slab);
@@ -517,6 +532,9 @@ impl ThreadHandle {
         remote::reset(self.heap.remote(heap, slab), capacity, self);
         crash_point!("to_sized.reset");
         desc.set_meta(self.me, class as u8, State::Sized);
+        // SWcc writer rule: remote freers of this slab's blocks read its class from here.
+        self.coherence
+            .write_back((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
         crash_point!("to_sized.meta");
         self.sized_push_front(heap, class, slab);
     }

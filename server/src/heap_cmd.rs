@@ -107,6 +107,11 @@ pub struct GeometryArgs {
     /// `lease` (owners renew a lease in the heap; for hosts sharing pod memory).
     #[arg(long, default_value = "process")]
     pub liveness: podkv_alloc::Liveness,
+    /// Coherence across hosts: `hardware` (all memory coherent), `limited` (only the HWcc
+    /// region; descriptors follow the SWcc protocol). `mcas` is refused until the allocator
+    /// routes its multi-writer words through memory-side CAS.
+    #[arg(long, default_value = "hardware")]
+    pub coherence: podkv_hw::Coherence,
     /// Address space of the huge heap (blocks over 512 KiB), 2GiB to 16TiB; 0: none.
     #[arg(long, default_value = "1TiB", value_parser = parse_bytes)]
     pub huge_bytes: u64,
@@ -145,6 +150,7 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
                 large_bytes: geometry.large_bytes,
                 slots: geometry.slots,
                 liveness: geometry.liveness,
+                coherence: geometry.coherence,
                 huge_bytes: geometry.huge_bytes,
                 ..Config::default()
             };
@@ -374,8 +380,10 @@ fn print_stats(report: &HeapReport) {
         report.live_blocks()
     );
     println!(
-        "hwcc        {}{}",
+        "hwcc        {} = {:.4}% of the {} the file holds{}",
         human_bytes(report.hwcc_bytes),
+        100.0 * report.hwcc_bytes as f64 / report.file_bytes.max(1) as f64,
+        human_bytes(report.file_bytes),
         if report.huge.enabled {
             format!(
                 " (of which {} the huge reservation array)",

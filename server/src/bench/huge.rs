@@ -122,6 +122,7 @@ fn bench_args(
         json: args.json.clone(),
         window: Some(args.batch),
         huge_backing: args.huge_backing,
+        coherence: podkv_hw::Coherence::Hardware,
     }
 }
 

@@ -112,6 +112,10 @@ pub struct BenchArgs {
     /// is an error then), or `sparse` (only the pages touched).
     #[arg(long, value_enum, default_value = "reserve")]
     pub huge_backing: Backing,
+    /// Coherence mode of podkv's heap: `hardware` (all memory coherent) or `limited` (only the
+    /// HWcc words; slab descriptors follow the SWcc write-back/invalidate protocol).
+    #[arg(long, default_value = "hardware")]
+    pub coherence: podkv_hw::Coherence,
 }
 
 /// How podkv backs huge blocks (`podkv_alloc::HugeBacking`).
@@ -155,6 +159,8 @@ pub struct Record {
     pub pss_bytes: u64,
     /// HWcc metadata of the heap (podkv only).
     pub hwcc_bytes: Option<u64>,
+    /// The heap's coherence mode (podkv only).
+    pub coherence: Option<&'static str>,
     /// Minor page faults during the run, summed over processes.
     pub page_faults: u64,
     /// Which repeat this was.
@@ -260,6 +266,11 @@ fn run_once(
         hwcc_bytes,
         page_faults,
         repeat,
+        coherence: matches!(
+            allocator,
+            AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable
+        )
+        .then(|| args.coherence.name()),
         git_commit: metrics::git_commit(),
     })
 }
@@ -340,6 +351,7 @@ fn run_podkv(
         small_bytes: args.heap_bytes,
         large_bytes: args.heap_bytes,
         recoverable,
+        coherence: args.coherence,
         huge_backing: args.huge_backing.to_alloc(),
         ..Config::default()
     };
