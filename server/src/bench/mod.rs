@@ -21,6 +21,7 @@ pub mod workload;
 use alloc::BenchAlloc;
 use control::{Control, COUNT_WORKERS_MAX};
 use podkv_alloc::{Config, Heap, Offset};
+use podkv_hw::Coherence;
 use ring::Ring;
 use std::alloc::Layout;
 use std::io::Write;
@@ -54,6 +55,9 @@ pub enum AllocatorName {
     /// The pod heap with recovery logging and CAS acknowledgement off, to measure what
     /// recoverability costs (one process only).
     PodkvNonrecoverable,
+    /// The pod heap in `limited` coherence mode (SWcc protocol on descriptors), to measure
+    /// what the mode costs against `podkv` in one run (one process only).
+    PodkvLimited,
     /// mimalloc, linked in (process-local).
     Mimalloc,
     /// The system allocator (process-local).
@@ -65,6 +69,7 @@ impl AllocatorName {
         match self {
             AllocatorName::Podkv => "podkv",
             AllocatorName::PodkvNonrecoverable => "podkv-nonrecoverable",
+            AllocatorName::PodkvLimited => "podkv-limited",
             AllocatorName::Mimalloc => "mimalloc",
             AllocatorName::System => "system",
         }
@@ -116,6 +121,10 @@ pub struct BenchArgs {
     /// HWcc words; slab descriptors follow the SWcc write-back/invalidate protocol).
     #[arg(long, default_value = "hardware")]
     pub coherence: podkv_hw::Coherence,
+    /// Address space of podkv's huge heap (blocks over 512 KiB); 0: none (e.g. under valgrind,
+    /// which cannot reserve a terabyte).
+    #[arg(long, default_value = "1TiB", value_parser = crate::heap_cmd::parse_bytes)]
+    pub huge_bytes: u64,
 }
 
 /// How podkv backs huge blocks (`podkv_alloc::HugeBacking`).
@@ -247,8 +256,9 @@ fn run_once(
         args.huge_backing.to_alloc() as u64,
     ];
     let (seconds, pss_bytes, page_faults, hwcc_bytes) = match allocator {
-        AllocatorName::Podkv => run_podkv(args, params, true)?,
-        AllocatorName::PodkvNonrecoverable => run_podkv(args, params, false)?,
+        AllocatorName::Podkv => run_podkv(args, params, true, args.coherence)?,
+        AllocatorName::PodkvNonrecoverable => run_podkv(args, params, false, args.coherence)?,
+        AllocatorName::PodkvLimited => run_podkv(args, params, true, Coherence::Limited)?,
         AllocatorName::Mimalloc => run_local(params, alloc::mimalloc),
         AllocatorName::System => run_local(params, alloc::system),
     };
@@ -266,11 +276,13 @@ fn run_once(
         hwcc_bytes,
         page_faults,
         repeat,
-        coherence: matches!(
-            allocator,
-            AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable
-        )
-        .then(|| args.coherence.name()),
+        coherence: match allocator {
+            AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable => {
+                Some(args.coherence.name())
+            }
+            AllocatorName::PodkvLimited => Some(Coherence::Limited.name()),
+            AllocatorName::Mimalloc | AllocatorName::System => None,
+        },
         git_commit: metrics::git_commit(),
     })
 }
@@ -337,6 +349,7 @@ fn run_podkv(
     args: &BenchArgs,
     params: [u64; 8],
     recoverable: bool,
+    coherence: Coherence,
 ) -> anyhow::Result<(f64, u64, u64, Option<u64>)> {
     let temp = args.heap.is_none();
     let path = args.heap.clone().unwrap_or_else(|| {
@@ -351,7 +364,8 @@ fn run_podkv(
         small_bytes: args.heap_bytes,
         large_bytes: args.heap_bytes,
         recoverable,
-        coherence: args.coherence,
+        coherence,
+        huge_bytes: args.huge_bytes,
         huge_backing: args.huge_backing.to_alloc(),
         ..Config::default()
     };
@@ -600,6 +614,14 @@ fn print_table(args: &BenchArgs, records: &[Record]) {
             human_bytes(last.pss_bytes),
             hwcc,
             last.page_faults
+        );
+    }
+    let limited = median_of("podkv-limited");
+    if limited > 0.0 && median_of("podkv") > 0.0 {
+        println!(
+            "podkv in limited coherence mode runs at {:.1}% of podkv in {} mode",
+            100.0 * limited / median_of("podkv"),
+            args.coherence.name()
         );
     }
     let (on, off) = (median_of("podkv"), median_of("podkv-nonrecoverable"));
