@@ -36,9 +36,16 @@ pub trait Arena: Clone + Send + Sync + 'static {
     /// The map's name in reports (`KvMap::name`).
     const NAME: &'static str;
     /// Recovers every slot whose owner died (finishing its allocator step) and names each
-    /// with the block its allocation or free concerned. Nothing dies in process memory.
-    fn recover_dead(&self) -> Vec<(u32, InFlight)> {
+    /// with the block its allocation or free concerned and the step word recovery read.
+    /// Nothing dies in process memory.
+    fn recover_dead(&self) -> Vec<(u32, InFlight, u64)> {
         Vec::new()
+    }
+    /// The thread's allocator step word now (what recovery would read): the store snapshots
+    /// it before an allocation it logs, so an `Alloc` report naming an *earlier* allocation
+    /// is told apart (the word did not change). Zero where nothing is logged.
+    fn step(_thread: &Self::Thread) -> u64 {
+        0
     }
 }
 
@@ -94,12 +101,18 @@ impl Arena for PodArena {
         (self.heap.geometry().huge_bytes().min(u64::from(u32::MAX)) as usize).max(512 * 1024)
     }
 
-    fn recover_dead(&self) -> Vec<(u32, InFlight)> {
+    fn recover_dead(&self) -> Vec<(u32, InFlight, u64)> {
         self.heap
             .recover_dead()
             .into_iter()
-            .map(|r| (r.slot, r.in_flight))
+            .map(|r| (r.slot, r.in_flight, r.step.0))
             .collect()
+    }
+
+    #[inline]
+    fn step(thread: &ThreadHandle) -> u64 {
+        let slot = thread.heap().slot(u64::from(thread.slot_index()));
+        slot.recovery.load(Ordering::Relaxed)
     }
 }
 

@@ -100,7 +100,10 @@ pub struct SlotRecord {
     pub limbo_at: AtomicU64,
     /// The owner's snip: the marked item whose unlinking CAS it is about to try (0: none).
     pub unlink: AtomicU64,
-    _pad: [u64; 2],
+    /// The allocator's step word when the owner logged its last `ALLOC_*` step: unchanged at
+    /// recovery means that allocation never started.
+    pub alloc_step: AtomicU64,
+    _pad: [u64; 1],
 }
 
 /// A block of retired nodes: `next` bag, `len` entries of `(offset, epoch)`.

@@ -371,6 +371,7 @@ impl<A: Arena> Handle<A> {
         let record = self.map.slot(self.slot);
         let mut head = record.limbo.load(Ordering::Relaxed);
         if head == 0 || self.bag(head).len.load(Ordering::Relaxed) == COUNT_BAG as u64 {
+            self.before_alloc();
             self.limbo_log(recover::ALLOC_BAG, 0, 0);
             let made = alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_BAG);
             match made {
@@ -465,6 +466,7 @@ impl<A: Arena> Handle<A> {
             self.make_room(size as u64)?;
         }
         loop {
+            self.before_alloc();
             self.log(recover::ALLOC_ITEM, 0);
             let made = A::allocate(&self.thread, size);
             if made.is_err() {
@@ -583,6 +585,7 @@ impl<A: Arena> Handle<A> {
 
     #[cold]
     fn make_segment(&self, entry: &AtomicU64) -> Option<u64> {
+        self.before_alloc();
         self.log(recover::ALLOC_SEGMENT, offset_in(self.map.view(), entry));
         let Ok(fresh) = alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_SEGMENT) else {
             self.log(0, 0);

@@ -24,8 +24,9 @@
 //! # Settling (one bounded `match` per word, no heap scan)
 //! Run by a live handle (pinned) before the dead slot's announcement is released, so nothing
 //! the dead thread could reach has been freed: its announcement still holds the epoch.
-//! - `ALLOC_ITEM` / `ALLOC_BAG` / `ALLOC_SEGMENT`: the allocator reports `Alloc(x)`: free `x`
-//!   unless the structure holds it (the slot's limbo head is `x`; the directory entry is `x`).
+//! - `ALLOC_ITEM` / `ALLOC_BAG` / `ALLOC_SEGMENT`: the allocator reports `Alloc(x)` and its
+//!   step word differs from the one snapshot (`alloc_step`) before the step was logged (an
+//!   unchanged word names an earlier, finished allocation): free `x` unless the structure holds it (the slot's limbo head is `x`; the directory entry is `x`).
 //!   An item is never published under `ALLOC_ITEM`, so its block is freed.
 //! - `ITEM(x)`: the item was written; it is published iff it is *marked* (published, then
 //!   removed by someone, who retires it) or reachable from its bucket (one walk of that
@@ -68,7 +69,7 @@ pub(crate) const FREE_ENTRY: u64 = 2;
 pub(crate) const FREE_BAG: u64 = 3;
 
 /// What store recovery did for one dead slot.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settled {
     /// The slot.
     pub slot: u32,
@@ -76,6 +77,14 @@ pub struct Settled {
     pub freed: u32,
     /// Unlinked items put in limbo (by the recovering handle).
     pub retired: u32,
+    /// The item step the slot's log named (tag | offset; zero: none).
+    pub log: u64,
+    /// The limbo step it named.
+    pub limbo_log: u64,
+    /// The item whose snip it logged.
+    pub unlink: u64,
+    /// What the allocator reported.
+    pub in_flight: Option<InFlight>,
 }
 
 /// The nodes of a writer: a [`View`] that logs each snip in the slot's `unlink` word.
@@ -111,6 +120,16 @@ impl<A: Arena> Handle<A> {
         }
     }
 
+    /// Snapshots the allocator's step word before an `ALLOC_*` step is logged.
+    #[inline]
+    pub(crate) fn before_alloc(&self) {
+        let step = A::step(&self.thread);
+        self.map
+            .slot(self.slot)
+            .alloc_step
+            .store(step, Ordering::Relaxed);
+    }
+
     /// Writes this slot's item step.
     #[inline]
     pub(crate) fn log(&self, tag: u64, at: u64) {
@@ -132,26 +151,36 @@ impl<A: Arena> Handle<A> {
     /// is what the allocator reported, `None` when unknown), then releases its announcement
     /// if it still holds the value it had. Only the thread whose CAS takes a log word settles
     /// it. The slot's limbo stays in its record: the slot's next owner frees it.
-    pub(crate) fn settle(&self, dead: u32, in_flight: Option<InFlight>) -> Settled {
+    pub(crate) fn settle(&self, dead: u32, in_flight: Option<(InFlight, u64)>) -> Settled {
         let record = self.map.slot(dead);
         let announced = record.announce.load(Ordering::Acquire);
         let _pin = self.pin();
+        // An `Alloc` report names this step's block only if the allocator logged a step
+        // since the snapshot (else it is an earlier, finished allocation).
+        let snapshot = record.alloc_step.load(Ordering::Relaxed);
+        let allocated = match in_flight {
+            Some((InFlight::Alloc(o), step)) if step != snapshot => o.0,
+            _ => 0,
+        };
+        let in_flight = in_flight.map(|(f, _)| f);
         let mut done = Settled {
             slot: dead,
-            ..Settled::default()
+            freed: 0,
+            retired: 0,
+            log: 0,
+            limbo_log: 0,
+            unlink: 0,
+            in_flight,
         };
         let view = self.map.view();
         let freed_by_heap = |x: u64| in_flight == Some(InFlight::Free(Offset(x)));
-        let allocated = match in_flight {
-            Some(InFlight::Alloc(o)) => o.0,
-            _ => 0,
-        };
         let free = |x: u64, done: &mut Settled| {
             A::free(&self.thread, x);
             done.freed += 1;
         };
         // The limbo step first: `unlink` below looks at the limbo head.
         let word = take(&record.limbo_log);
+        done.limbo_log = word;
         let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
         let from = record.limbo_at.load(Ordering::Relaxed);
         match tag {
@@ -168,6 +197,7 @@ impl<A: Arena> Handle<A> {
             _ => {}
         }
         let word = take(&record.log);
+        done.log = word;
         let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
         match tag {
             ALLOC_ITEM if allocated != 0 => free(allocated, &mut done),
@@ -181,6 +211,7 @@ impl<A: Arena> Handle<A> {
             _ => {}
         }
         let x = take(&record.unlink);
+        done.unlink = x;
         if x != 0 && !self.reachable(x) && self.owes_retire(dead, x) {
             self.push_limbo(x);
             done.retired += 1;
@@ -269,7 +300,7 @@ impl<A: Arena> Map<A> {
         let h = self.handle_unrecovered()?;
         Ok(dead
             .into_iter()
-            .map(|(slot, in_flight)| h.settle(slot, Some(in_flight)))
+            .map(|(slot, in_flight, step)| h.settle(slot, Some((in_flight, step))))
             .collect())
     }
 }
