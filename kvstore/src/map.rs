@@ -194,15 +194,6 @@ impl<A: Arena> Map<A> {
         h.settle(slot, None);
         Ok(h)
     }
-
-    /// Hook for slot recovery (another issue): the owner of `slot` is proven dead and its
-    /// recovery is taking the slot over. Zeroes the slot's announcement so the dead owner no
-    /// longer holds the epoch back; its limbo list stays in the slot record and the slot's next
-    /// owner frees it as usual. Call only after liveness says the owner is gone and before
-    /// the slot is handed to a new thread.
-    pub fn release_dead_slot(&self, slot: u32) {
-        epoch::unpin(&self.slot(slot).announce);
-    }
 }
 
 /// Makes a descriptor, its slot records and segment 0 (holding bucket 0's sentinel), installs it at
@@ -544,7 +535,9 @@ impl<A: Arena> Handle<A> {
             .fetch_add(c as u64, Ordering::Relaxed)
             .wrapping_add(c as u64);
         d.used.word.fetch_add(u as u64, Ordering::Relaxed);
-        if c > 0 {
+        // A killed process's unflushed deltas are lost, so the count can drift below zero:
+        // never read it as a huge unsigned number (that would double the table to its limit).
+        if c > 0 && (count as i64) > 0 {
             self.maybe_grow(count);
         }
     }

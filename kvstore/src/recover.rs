@@ -219,12 +219,10 @@ impl<A: Arena> Handle<A> {
         // Our own slot (a handle settling what its slot's previous owner left) pins and
         // unpins it itself.
         if dead != self.slot && announced & crate::epoch::PINNED != 0 {
-            let _ = record.announce.compare_exchange(
-                announced,
-                0,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+            let _ =
+                record
+                    .announce
+                    .compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
         done
     }
@@ -241,7 +239,9 @@ impl<A: Arena> Handle<A> {
         let view = self.map.view();
         let order = view.order(x);
         let key = view.key(x);
-        let mut curr = self.head_for_read(crate::item::hash(key)).load(Ordering::Acquire);
+        let mut curr = self
+            .head_for_read(crate::item::hash(key))
+            .load(Ordering::Acquire);
         while curr != 0 {
             if curr == x {
                 return true;

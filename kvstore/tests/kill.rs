@@ -98,7 +98,10 @@ fn sigkill_loses_no_acknowledged_write_and_leaks_nothing() {
         let start = Instant::now();
         let done = store.recover_dead().unwrap();
         took.push(start.elapsed());
-        assert!(!done.is_empty(), "round {round}: the killed slot was recovered");
+        assert!(
+            !done.is_empty(),
+            "round {round}: the killed slot was recovered"
+        );
         for s in &done {
             settled.0 += s.freed;
             settled.1 += s.retired;
@@ -139,7 +142,11 @@ fn sigkill_loses_no_acknowledged_write_and_leaks_nothing() {
             let classes: Vec<_> = heap
                 .heaps
                 .iter()
-                .flat_map(|h| h.classes.iter().map(|(c, s)| (*c, s.block_bytes, s.live_blocks)))
+                .flat_map(|h| {
+                    h.classes
+                        .iter()
+                        .map(|(c, s)| (*c, s.block_bytes, s.live_blocks))
+                })
                 .filter(|c| c.2 > 0)
                 .collect();
             panic!(
