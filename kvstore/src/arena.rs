@@ -8,7 +8,7 @@
 //! offset is simply an address.
 
 use crate::StoreError;
-use podkv_alloc::{AllocError, Heap, Offset, ThreadHandle};
+use podkv_alloc::{AllocError, Heap, InFlight, Offset, ThreadHandle};
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +35,18 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn block_max(&self) -> usize;
     /// The map's name in reports (`KvMap::name`).
     const NAME: &'static str;
+    /// Recovers every slot whose owner died (finishing its allocator step) and names each
+    /// with the block its allocation or free concerned and the step word recovery read.
+    /// Nothing dies in process memory.
+    fn recover_dead(&self) -> Vec<(u32, InFlight, u64)> {
+        Vec::new()
+    }
+    /// The thread's allocator step word now (what recovery would read): the store snapshots
+    /// it before an allocation it logs, so an `Alloc` report naming an *earlier* allocation
+    /// is told apart (the word did not change). Zero where nothing is logged.
+    fn step(_thread: &Self::Thread) -> u64 {
+        0
+    }
 }
 
 /// The pod heap, shared by processes.
@@ -85,7 +97,22 @@ impl Arena for PodArena {
     }
 
     fn block_max(&self) -> usize {
-        512 * 1024
+        // Blocks past the large heap's come from the huge heap, up to its size.
+        (self.heap.geometry().huge_bytes().min(u64::from(u32::MAX)) as usize).max(512 * 1024)
+    }
+
+    fn recover_dead(&self) -> Vec<(u32, InFlight, u64)> {
+        self.heap
+            .recover_dead()
+            .into_iter()
+            .map(|r| (r.slot, r.in_flight, r.step.0))
+            .collect()
+    }
+
+    #[inline]
+    fn step(thread: &ThreadHandle) -> u64 {
+        let slot = thread.heap().slot(u64::from(thread.slot_index()));
+        slot.recovery.load(Ordering::Relaxed)
     }
 }
 

@@ -4,7 +4,7 @@
 //! - the **global epoch** (descriptor): advanced by one CAS by any thread; read by pinners;
 //! - one **announcement** per thread slot: `epoch << 1 | PINNED` while the slot's thread is
 //!   inside an operation, zero otherwise. Written only by the slot's owner (and, once, by the
-//!   recovery of a dead owner, see `Map::release_dead_slot`); read by advancers;
+//!   recovery of a dead owner, see `recover`); read by advancers;
 //! - one **limbo list** per slot (`limbo`): retired nodes with the epoch they were retired in.
 //!   Written only by the slot's owner; a new owner of the slot inherits it, so garbage of a
 //!   thread that exits or dies is never lost.
@@ -15,9 +15,8 @@
 //! announced `r+1`, i.e. to have pinned after the node was unreachable.
 //!
 //! A slot that is not pinned (including a released slot, whose announcement its handle zeroed on
-//! drop) never holds the epoch back. A slot pinned by a *dead* owner would; the slot-recovery
-//! issue calls `Map::release_dead_slot` after proving the owner dead, which zeroes the
-//! announcement (see there).
+//! drop) never holds the epoch back. A slot pinned by a *dead* owner would; store recovery
+//! (`Map::recover_dead`, see `recover`) zeroes its announcement once it has settled the slot.
 //!
 //! These functions are written over `&AtomicU64` so `tests/loom.rs` checks them as they are.
 

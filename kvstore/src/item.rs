@@ -11,7 +11,7 @@
 //! 36 vlen    u32  value bytes       written once before publication
 //! 40 klen    u16  key bytes         written once before publication
 //! 42 kind    u16  KIND_ITEM         written once before publication
-//! 44 (pad)   u32
+//! 44 claim   u32  retirer slot + 1  CAS 0 → slot + 1 by the one snipper (or recoverer) retiring it
 //! 48 key, then value
 //! ```
 //! Everything but `next` is immutable once the item is linked: a change is a new item that
@@ -161,6 +161,36 @@ impl View {
     #[inline]
     pub fn is_item(self, at: u64) -> bool {
         self.order(at) & 1 == 1
+    }
+
+    /// The claim word of item `at` (see [`View::claim_retire`]).
+    #[inline]
+    fn claim_word<'a>(self, at: u64) -> &'a std::sync::atomic::AtomicU32 {
+        // SAFETY: the `u32` at 44 of a pinned item, 4-aligned; only ever accessed atomically
+        // after publication (written zero by `write_item` before).
+        unsafe { &*(self.ptr(at + 44) as *const std::sync::atomic::AtomicU32) }
+    }
+
+    /// Claims, for `slot`, the right to retire the unlinked item `at` (CAS of its claim word
+    /// 0 → `slot + 1`): the snipper that wins it retires the item; recovery of a slot killed
+    /// right after its snip claims it too, so exactly one of them retires it (`recover`).
+    #[inline]
+    pub fn claim_retire(self, at: u64, slot: u32) -> bool {
+        self.claim_word(at)
+            .compare_exchange(
+                0,
+                slot + 1,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Who claimed item `at`'s retirement: `slot + 1`, or zero.
+    #[inline]
+    pub fn retire_claim(self, at: u64) -> u32 {
+        self.claim_word(at)
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// An item's header fields.

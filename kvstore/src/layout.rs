@@ -90,7 +90,20 @@ pub struct SlotRecord {
     /// Offset of the first limbo bag (0: none). Written and read only by the slot's owner
     /// (and by `check`, on a quiescent heap).
     pub limbo: AtomicU64,
-    _pad: [u64; 6],
+    /// The owner's item step (`recover::Step`: allocating an item or segment, an item
+    /// written but maybe not published, freeing an unpublished item). Written by the owner
+    /// before the step; settled (CAS to idle) by recovery. See `recover`.
+    pub log: AtomicU64,
+    /// The owner's limbo step (allocating a bag, freeing a limbo entry or bag).
+    pub limbo_log: AtomicU64,
+    /// Where the limbo step's block was referenced from (the entry or link word's offset).
+    pub limbo_at: AtomicU64,
+    /// The owner's snip: the marked item whose unlinking CAS it is about to try (0: none).
+    pub unlink: AtomicU64,
+    /// The allocator's step word when the owner logged its last `ALLOC_*` step: unchanged at
+    /// recovery means that allocation never started.
+    pub alloc_step: AtomicU64,
+    _pad: [u64; 1],
 }
 
 /// A block of retired nodes: `next` bag, `len` entries of `(offset, epoch)`.

@@ -52,6 +52,8 @@ pub mod map;
 #[cfg(not(podkv_loom))]
 pub mod memcached;
 #[cfg(not(podkv_loom))]
+pub mod recover;
+#[cfg(not(podkv_loom))]
 pub mod store;
 
 pub use error::StoreError;
@@ -65,5 +67,6 @@ pub use {
     maintain::CrawlReport,
     map::{Handle, Map},
     memcached::{expiry_of, parse_counter, Guard, Mode, Outcome},
+    recover::Settled,
     store::{check_path, CheckReport, Crawler, LocalStore, Store, StoreHandle},
 };

@@ -42,6 +42,11 @@ pub trait Nodes {
     fn next(&self, at: u64) -> &AtomicU64;
     /// Node `at` compared with `probe` (`Less`: the node comes first).
     fn order(&self, at: u64, probe: &Probe<'_>) -> Order;
+    /// Called just before this thread tries the CAS that snips the marked node `at`, and with
+    /// zero after a snip CAS that failed: the store logs it so recovery of a thread killed
+    /// between a successful snip and `retire` finds the node (`recover`).
+    #[inline]
+    fn snipping(&self, _at: u64) {}
 }
 
 /// Where a search stopped: `prev` is the link to `curr` (zero: the end).
@@ -78,9 +83,13 @@ pub fn find<'n, N: Nodes>(
             }
             let next = nodes.next(curr).load(Ordering::Acquire);
             if next & MARK != 0 {
+                nodes.snipping(curr);
                 match snip(prev, curr, next & !MARK) {
                     true => retire(curr),
-                    false => continue 'again,
+                    false => {
+                        nodes.snipping(0);
+                        continue 'again;
+                    }
                 }
                 curr = next & !MARK;
                 continue;
@@ -170,9 +179,11 @@ pub fn unlink<N: Nodes>(
     retire: &mut impl FnMut(u64),
 ) {
     let next = nodes.next(pos.curr).load(Ordering::Acquire) & !MARK;
+    nodes.snipping(pos.curr);
     if snip(pos.prev, pos.curr, next) {
         retire(pos.curr);
     } else {
+        nodes.snipping(0);
         find(nodes, head, probe, retire);
     }
 }

@@ -81,13 +81,14 @@ impl<A: Arena> Handle<A> {
         let Ok(head) = self.head_for_write(item::hash(key)) else {
             return false;
         };
+        let nodes = self.nodes();
         let mut retire = |n| self.retire(n);
-        let pos = list::find(&view, head, &probe, &mut retire);
+        let pos = list::find(&nodes, head, &probe, &mut retire);
         if !pos.found || pos.curr != item || !list::try_delete(&view, &pos) {
             return false;
         }
         self.account(-1, -(view.item_size(item) as i64));
-        list::unlink(&view, head, &pos, &probe, &mut retire);
+        list::unlink(&nodes, head, &pos, &probe, &mut retire);
         true
     }
 

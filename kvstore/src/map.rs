@@ -20,6 +20,7 @@ use crate::epoch;
 use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
 use crate::layout::*;
 use crate::list::{self, Probe};
+use crate::recover;
 use crate::StoreError;
 use podkv_alloc::AllocError;
 use std::cell::Cell;
@@ -165,8 +166,17 @@ impl<A: Arena> Map<A> {
         Some(self.desc().capacity).filter(|&c| c != 0)
     }
 
-    /// A handle for the calling thread (claims an arena slot).
+    /// A handle for the calling thread (claims an arena slot). Recovers dead slots first
+    /// ([`Map::recover_dead`]), so a killed process's in-flight blocks are settled with the
+    /// allocator's report rather than by a silent adoption of its slot.
     pub fn handle(&self) -> Result<Handle<A>, StoreError> {
+        self.recover_dead()?;
+        self.handle_unrecovered()
+    }
+
+    /// A handle without recovering dead slots first; the slot's own record is settled
+    /// (a slot adopted from a dead owner by the arena leaves its store log behind).
+    pub(crate) fn handle_unrecovered(&self) -> Result<Handle<A>, StoreError> {
         let thread = self.inner.arena.thread()?;
         let slot = A::slot_index(&thread);
         let h = Handle {
@@ -181,16 +191,8 @@ impl<A: Arena> Map<A> {
             cas_next: Cell::new(0),
             cas_end: Cell::new(0),
         };
+        h.settle(slot, None);
         Ok(h)
-    }
-
-    /// Hook for slot recovery (another issue): the owner of `slot` is proven dead and its
-    /// recovery is taking the slot over. Zeroes the slot's announcement so the dead owner no
-    /// longer holds the epoch back; its limbo list stays in the slot record and the slot's next
-    /// owner frees it as usual. Call only after liveness says the owner is gone and before
-    /// the slot is handed to a new thread.
-    pub fn release_dead_slot(&self, slot: u32) {
-        epoch::unpin(&self.slot(slot).announce);
     }
 }
 
@@ -340,26 +342,42 @@ impl<A: Arena> Handle<A> {
                 && self.bag(head).next.load(Ordering::Relaxed) == 0)
     }
 
-    fn bag(&self, at: u64) -> &Bag {
+    pub(crate) fn bag(&self, at: u64) -> &Bag {
         // SAFETY: bags are blocks of this slot's limbo list, touched only by this slot's owner
         // (this thread); their words are atomics.
         unsafe { &*(self.map.view().ptr(at) as *const Bag) }
     }
 
-    /// Puts an unlinked node on this slot's limbo list, stamped with the epoch now.
+    /// Retires a node this thread just snipped: claims the retirement (recovery of a killed
+    /// snipper may race for it, see `recover`), then puts it on this slot's limbo list.
     pub(crate) fn retire(&self, node: u64) {
+        if self.map.view().claim_retire(node, self.slot) {
+            self.push_limbo(node);
+        }
+        self.map.slot(self.slot).unlink.store(0, Ordering::Relaxed);
+    }
+
+    /// Puts an unlinked, claimed node on this slot's limbo list, stamped with the epoch now.
+    pub(crate) fn push_limbo(&self, node: u64) {
         let record = self.map.slot(self.slot);
         let mut head = record.limbo.load(Ordering::Relaxed);
         if head == 0 || self.bag(head).len.load(Ordering::Relaxed) == COUNT_BAG as u64 {
-            match alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_BAG) {
+            self.before_alloc();
+            self.limbo_log(recover::ALLOC_BAG, 0, 0);
+            let made = alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_BAG);
+            match made {
                 Ok(bag) => {
                     self.bag(bag).next.store(head, Ordering::Relaxed);
                     record.limbo.store(bag, Ordering::Relaxed);
+                    self.limbo_log(0, 0, 0);
                     head = bag;
                 }
                 // No room for a bag: the node leaks (counted by `check` as unreachable). Bags
                 // are 512 B and items are freed first, so this needs a heap with no free slab.
-                Err(_) => return,
+                Err(_) => {
+                    self.limbo_log(0, 0, 0);
+                    return;
+                }
             }
         }
         let bag = self.bag(head);
@@ -381,39 +399,55 @@ impl<A: Arena> Handle<A> {
             let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
             global = epoch::try_advance(&d.epoch.word, slots);
         }
+        let view = self.map.view();
         let record = self.map.slot(self.slot);
-        let mut link = &record.limbo;
+        let head_at = offset_in(view, &record.limbo);
+        let mut link_at = head_at;
         loop {
-            let at = link.load(Ordering::Relaxed);
+            let at = view.word(link_at).load(Ordering::Relaxed);
             if at == 0 {
                 return;
             }
             let bag = self.bag(at);
-            self.free_reclaimable(bag, global);
-            if bag.len.load(Ordering::Relaxed) == 0 && !std::ptr::eq(link, &record.limbo) {
-                link.store(bag.next.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.free_reclaimable(at, bag, global);
+            if bag.len.load(Ordering::Relaxed) == 0 && link_at != head_at {
+                self.limbo_log(recover::FREE_BAG, at, link_at);
+                view.word(link_at)
+                    .store(bag.next.load(Ordering::Relaxed), Ordering::Relaxed);
                 A::free(&self.thread, at);
+                self.limbo_log(0, 0, 0);
                 continue;
             }
-            link = &bag.next;
+            link_at = at; // `next` is the bag's first word
         }
     }
 
-    fn free_reclaimable(&self, bag: &Bag, global: u64) {
+    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`. Each is zeroed, then
+    /// freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
+    /// (a move is two stores: a crash between them would leave the node twice). Entries are
+    /// stamped in order, so the freed ones are a prefix; the bag empties (`len = 0`) once the
+    /// last is freed.
+    fn free_reclaimable(&self, bag_at: u64, bag: &Bag, global: u64) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
         let mut kept = 0;
-        for i in 0..len {
-            let node = bag.entries[i][0].load(Ordering::Relaxed);
-            let stamp = bag.entries[i][1].load(Ordering::Relaxed);
-            if epoch::is_reclaimable(stamp, global) {
+        for (i, entry) in bag.entries[..len].iter().enumerate() {
+            let node = entry[0].load(Ordering::Relaxed);
+            if node == 0 {
+                continue;
+            }
+            if epoch::is_reclaimable(entry[1].load(Ordering::Relaxed), global) {
+                let entry_at = bag_at + 16 + 16 * i as u64;
+                self.limbo_log(recover::FREE_ENTRY, node, entry_at);
+                entry[0].store(0, Ordering::Relaxed);
                 A::free(&self.thread, node);
+                self.limbo_log(0, 0, 0);
             } else {
-                bag.entries[kept][0].store(node, Ordering::Relaxed);
-                bag.entries[kept][1].store(stamp, Ordering::Relaxed);
                 kept += 1;
             }
         }
-        bag.len.store(kept as u64, Ordering::Relaxed);
+        if kept == 0 {
+            bag.len.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Allocates `size` bytes for a new node, evicting to make room as configured.
@@ -423,7 +457,14 @@ impl<A: Arena> Handle<A> {
             self.make_room(size as u64)?;
         }
         loop {
-            match A::allocate(&self.thread, size) {
+            self.before_alloc();
+            self.log(recover::ALLOC_ITEM, 0);
+            let made = A::allocate(&self.thread, size);
+            if made.is_err() {
+                self.log(0, 0);
+            }
+            match made {
+                // The caller writes the item and logs `ITEM(at)`.
                 Ok(at) => return Ok(at),
                 Err(AllocError::Unsupported { .. }) => {
                     return Err(StoreError::TooLarge {
@@ -466,7 +507,9 @@ impl<A: Arena> Handle<A> {
 
     /// Frees a node this thread allocated and never published.
     pub(crate) fn free_unpublished(&self, at: u64) {
+        self.log(recover::FREE_ITEM, at);
         A::free(&self.thread, at);
+        self.log(0, 0);
     }
 
     /// Counts a linked (+) or unlinked (−) item of `bytes`.
@@ -492,7 +535,9 @@ impl<A: Arena> Handle<A> {
             .fetch_add(c as u64, Ordering::Relaxed)
             .wrapping_add(c as u64);
         d.used.word.fetch_add(u as u64, Ordering::Relaxed);
-        if c > 0 {
+        // A killed process's unflushed deltas are lost, so the count can drift below zero:
+        // never read it as a huge unsigned number (that would double the table to its limit).
+        if c > 0 && (count as i64) > 0 {
             self.maybe_grow(count);
         }
     }
@@ -533,14 +578,22 @@ impl<A: Arena> Handle<A> {
 
     #[cold]
     fn make_segment(&self, entry: &AtomicU64) -> Option<u64> {
-        let fresh = alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_SEGMENT).ok()?;
-        match entry.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => Some(fresh),
+        self.before_alloc();
+        self.log(recover::ALLOC_SEGMENT, offset_in(self.map.view(), entry));
+        let Ok(fresh) = alloc_zeroed::<A>(&self.thread, self.map.view(), SIZE_SEGMENT) else {
+            self.log(0, 0);
+            return None;
+        };
+        let won = match entry.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => fresh,
             Err(won) => {
+                self.log(recover::FREE_ITEM, fresh);
                 A::free(&self.thread, fresh);
-                Some(won)
+                won
             }
-        }
+        };
+        self.log(0, 0);
+        Some(won)
     }
 
     /// Whether the sentinel at `at` is linked.
@@ -610,8 +663,9 @@ impl<A: Arena> Handle<A> {
         }
         let probe = Probe { order, key: &[] };
         let head = view.word(parent_at);
+        let nodes = self.nodes();
         loop {
-            let pos = list::find(&view, head, &probe, &mut |n| self.retire(n));
+            let pos = list::find(&nodes, head, &probe, &mut |n| self.retire(n));
             debug_assert!(!pos.found, "only the claimer links a sentinel");
             if list::try_insert(&view, &pos, at) {
                 break;
@@ -620,6 +674,11 @@ impl<A: Arena> Handle<A> {
         state.store(order | SENTINEL_LINKED, Ordering::Release);
         Ok(at)
     }
+}
+
+/// The offset of a store word (in the heap, or an address for the local arena).
+fn offset_in(view: View, word: &AtomicU64) -> u64 {
+    word as *const AtomicU64 as u64 - view.ptr(0) as u64
 }
 
 /// The bucket a bucket was split from: its highest set bit cleared.

@@ -253,6 +253,7 @@ impl<A: Arena> Handle<A> {
             flags,
         };
         self.map.view().write_item(at, &meta, key, value);
+        self.log(crate::recover::ITEM, at);
         Ok(at)
     }
 
@@ -272,9 +273,10 @@ impl<A: Arena> Handle<A> {
             key,
         };
         let head = self.head_for_write(h)?;
+        let nodes = self.nodes();
         let mut retire = |n| self.retire(n);
         loop {
-            let pos = list::find(&view, head, &probe, &mut retire);
+            let pos = list::find(&nodes, head, &probe, &mut retire);
             let visible = (pos.found && self.visible(pos.curr, self.map.now())).then_some(pos.curr);
             match decide(visible)? {
                 Step::Keep(outcome) => return Ok(outcome),
@@ -288,10 +290,11 @@ impl<A: Arena> Handle<A> {
                         self.free_unpublished(new);
                         continue;
                     }
+                    self.log(0, 0); // published: recovery must not look at it again
                     self.account(1, view.item_size(new) as i64);
                     if pos.found {
                         self.account(-1, -(view.item_size(pos.curr) as i64));
-                        list::unlink(&view, head, &pos, &probe, &mut retire);
+                        list::unlink(&nodes, head, &pos, &probe, &mut retire);
                     }
                     return Ok(outcome);
                 }
@@ -300,7 +303,7 @@ impl<A: Arena> Handle<A> {
                         continue;
                     }
                     self.account(-1, -(view.item_size(pos.curr) as i64));
-                    list::unlink(&view, head, &pos, &probe, &mut retire);
+                    list::unlink(&nodes, head, &pos, &probe, &mut retire);
                     return Ok(outcome);
                 }
             }

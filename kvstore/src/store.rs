@@ -52,7 +52,8 @@ impl Store {
         let heap = self.heap().check();
         let mut problems: Vec<String> = store.problems.clone();
         problems.extend(heap.problems.iter().map(|p| format!("heap: {p}")));
-        let live = heap.live_blocks();
+        // Huge allocations (values past the large heap's blocks) are blocks too.
+        let live = heap.live_blocks() + heap.huge.live;
         if live != store.blocks {
             problems.push(format!(
                 "heap has {live} live blocks but the store references {}: {} leaked",
@@ -62,7 +63,7 @@ impl Store {
         }
         CheckReport {
             heap_live_blocks: live,
-            heap_live_bytes: heap.live_bytes(),
+            heap_live_bytes: heap.live_bytes() + heap.huge.live_bytes,
             store,
             problems,
         }

@@ -191,11 +191,36 @@ fn key_and_value_limits() {
     let big = vec![7u8; 400 * 1024];
     h.set(b"big", &big, 0, 0).unwrap();
     assert_eq!(value(&h, b"big").unwrap(), big);
-    let huge = vec![7u8; 600 * 1024];
+    // Past 512 KiB the huge heap serves the block: 1 MiB (the default limit) is stored.
+    let huge = vec![9u8; 1 << 20];
+    h.set(b"huge", &huge, 0, 0).unwrap();
+    assert_eq!(value(&h, b"huge").unwrap(), huge);
     assert!(matches!(
-        h.set(b"huge", &huge, 0, 0),
+        h.set(b"huger", &vec![7u8; (1 << 20) + 1], 0, 0),
         Err(StoreError::TooLarge { .. })
     ));
+    assert!(store.check().is_valid(), "{:?}", store.check().problems);
+}
+
+/// The value limit is configurable up to what the huge heap serves: 4 MiB values work.
+#[test]
+fn four_mib_values_when_configured() {
+    let (_d, path) = common::heap_path("heap");
+    let config = podkv_store::StoreConfig {
+        value_max: 4 << 20,
+        ..common::config()
+    };
+    let store = podkv_store::Store::open(&path, config).unwrap();
+    assert_eq!(store.value_max(), 4 << 20);
+    let h = store.handle().unwrap();
+    let v: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    h.set(b"four", &v, 0, 0).unwrap();
+    assert_eq!(value(&h, b"four").unwrap(), v);
+    h.set(b"four", b"small again", 0, 0).unwrap();
+    h.delete(b"four").unwrap();
+    drop(h);
+    let report = store.check();
+    assert!(report.is_valid(), "{:?}", report.problems);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! `podkv store check|stats PATH`: prove a store's heap accounts for every block, and show its
-//! statistics. The logic lives in `podkv_store::check_path`; this file only prints.
+//! `podkv store check|stats|recover PATH`: prove a store's heap accounts for every block, show
+//! its statistics, recover the thread slots of killed processes. The logic lives in
+//! `podkv_store` (`check_path`, `Store::recover_dead`); this file only prints.
 
 use std::path::PathBuf;
 
@@ -9,6 +10,13 @@ pub enum StoreCommand {
     /// Walk the index and every limbo list; fail naming each leak, double reference or
     /// broken invariant (run on a quiescent heap).
     Check {
+        /// Heap file holding the store.
+        path: PathBuf,
+    },
+    /// Recover the thread slots of processes that died (e.g. SIGKILL): finish each one's
+    /// allocator step, free what it allocated and never linked, retire what it unlinked, and
+    /// release its epoch announcement. Safe while other processes use the store.
+    Recover {
         /// Heap file holding the store.
         path: PathBuf,
     },
@@ -42,6 +50,36 @@ pub fn run(command: &StoreCommand) -> anyhow::Result<()> {
                 report.store.items,
                 report.store.limbo_entries,
                 report.heap_live_blocks
+            );
+            Ok(())
+        }
+        StoreCommand::Recover { path } => {
+            let heap = podkv_alloc::Heap::open(
+                path,
+                &podkv_alloc::Config {
+                    create: false,
+                    ..podkv_alloc::Config::default()
+                },
+            )?;
+            anyhow::ensure!(
+                heap.root(0).load(std::sync::atomic::Ordering::Acquire) != 0,
+                "{}: the heap holds no store",
+                path.display()
+            );
+            let store = podkv_store::Store::open_heap(heap, &podkv_store::StoreConfig::default())?;
+            let start = std::time::Instant::now();
+            let settled = store.recover_dead()?;
+            let took = start.elapsed();
+            for s in &settled {
+                println!(
+                    "slot {}: {} blocks freed, {} items retired, allocator: {:?}",
+                    s.slot, s.freed, s.retired, s.in_flight
+                );
+            }
+            println!(
+                "{}: {} dead slots recovered in {took:?}",
+                path.display(),
+                settled.len()
             );
             Ok(())
         }

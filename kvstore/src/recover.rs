@@ -1,0 +1,306 @@
+//! Store recovery of a killed thread: the store's own small log, and the one `match` that
+//! settles it after the allocator has finished the thread's allocator step.
+//!
+//! # What the allocator's log does not cover
+//! The allocator (`podkv_alloc::Heap::recover_dead`) finishes a dead slot's allocator step and
+//! reports the block an allocation or free concerned (`InFlight`). What that block *means* —
+//! an item not yet linked, a limbo bag not yet on the slot's list, an item unlinked but not
+//! yet in limbo — only the store knows. Each such step is written, before it happens, into the
+//! slot's record ([`crate::layout::SlotRecord`]), one word per kind of step so that steps that
+//! nest (a snip inside the search of a write whose new item is already logged) never overwrite
+//! each other:
+//!
+//! | word        | step                         | set before                    | cleared after          |
+//! |-------------|------------------------------|-------------------------------|------------------------|
+//! | `log`       | `ALLOC_ITEM`                 | allocating an item            | logging `ITEM(x)`      |
+//! | `log`       | `ITEM(x)`                    | the insert / replace CAS      | the CAS succeeding     |
+//! | `log`       | `FREE_ITEM(x)`               | freeing an unpublished item   | the free               |
+//! | `log`       | `ALLOC_SEGMENT(entry)`       | allocating a bucket segment   | the directory CAS      |
+//! | `limbo_log` | `ALLOC_BAG`                  | allocating a limbo bag        | linking it             |
+//! | `limbo_log` | `FREE_ENTRY(x)` @ entry      | zeroing a limbo entry         | freeing `x`            |
+//! | `limbo_log` | `FREE_BAG(b)` @ link         | unlinking an empty bag        | freeing `b`            |
+//! | `unlink`    | `x`                          | the snip CAS of marked `x`    | `x` is in limbo        |
+//!
+//! # Settling (one bounded `match` per word, no heap scan)
+//! Run by a live handle (pinned) before the dead slot's announcement is released, so nothing
+//! the dead thread could reach has been freed: its announcement still holds the epoch.
+//! - `ALLOC_ITEM` / `ALLOC_BAG` / `ALLOC_SEGMENT`: the allocator reports `Alloc(x)` and its
+//!   step word differs from the one snapshot (`alloc_step`) before the step was logged (an
+//!   unchanged word names an earlier, finished allocation): free `x` unless the structure holds it (the slot's limbo head is `x`; the directory entry is `x`).
+//!   An item is never published under `ALLOC_ITEM`, so its block is freed.
+//! - `ITEM(x)`: the item was written; it is published iff it is *marked* (published, then
+//!   removed by someone, who retires it) or reachable from its bucket (one walk of that
+//!   bucket, comparing the block, not the key: a live process may have re-inserted the key).
+//!   Otherwise it never was, and is freed.
+//! - `FREE_*(x)`: done if the allocator reports `Free(x)`; else, if the entry / link word no
+//!   longer names `x` (`FREE_ITEM`: always), free `x`.
+//! - `unlink = x`: if `x` is still reachable, a later search snips and retires it. If not, the
+//!   snip happened (ours or a live thread's): the item's claim word decides who retires it —
+//!   every snipper CASes it `0 → slot + 1` before retiring, and so does recovery, for the
+//!   dead slot. Claimed by the dead slot but not its head bag's last entry: retire it here.
+//!
+//! A slot whose allocator step is unknown (the allocator adopted it silently when a thread
+//! claimed it) is settled with no report: allocations are then left alone and frees not
+//! redone (a possible leak, never a double free).
+
+use crate::arena::Arena;
+use crate::item::View;
+use crate::list::{Nodes, Probe};
+use crate::map::{Handle, Map};
+use podkv_alloc::{InFlight, Offset};
+use std::cmp::Ordering as Order;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Tag bits of a log word (offsets are 8-aligned).
+const MASK_TAG: u64 = 7;
+/// `log`: allocating an item.
+pub(crate) const ALLOC_ITEM: u64 = 1;
+/// `log`: item `x` written, maybe published.
+pub(crate) const ITEM: u64 = 2;
+/// `log`: freeing unpublished item `x`.
+pub(crate) const FREE_ITEM: u64 = 3;
+/// `log`: allocating the segment for the directory entry at the offset.
+pub(crate) const ALLOC_SEGMENT: u64 = 4;
+/// `limbo_log`: allocating a bag.
+pub(crate) const ALLOC_BAG: u64 = 1;
+/// `limbo_log`: freeing limbo entry `x` (its entry word at `limbo_at`).
+pub(crate) const FREE_ENTRY: u64 = 2;
+/// `limbo_log`: freeing bag `b` (the link that named it at `limbo_at`).
+pub(crate) const FREE_BAG: u64 = 3;
+
+/// What store recovery did for one dead slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settled {
+    /// The slot.
+    pub slot: u32,
+    /// Blocks freed because nothing in the store referenced them.
+    pub freed: u32,
+    /// Unlinked items put in limbo (by the recovering handle).
+    pub retired: u32,
+    /// The item step the slot's log named (tag | offset; zero: none).
+    pub log: u64,
+    /// The limbo step it named.
+    pub limbo_log: u64,
+    /// The item whose snip it logged.
+    pub unlink: u64,
+    /// What the allocator reported.
+    pub in_flight: Option<InFlight>,
+}
+
+/// The nodes of a writer: a [`View`] that logs each snip in the slot's `unlink` word.
+pub(crate) struct Logged<'a> {
+    pub(crate) view: View,
+    pub(crate) unlink: &'a AtomicU64,
+}
+
+impl Nodes for Logged<'_> {
+    #[inline]
+    fn next(&self, at: u64) -> &AtomicU64 {
+        self.view.word(at)
+    }
+
+    #[inline]
+    fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
+        Nodes::order(&self.view, at, probe)
+    }
+
+    #[inline]
+    fn snipping(&self, at: u64) {
+        self.unlink.store(at, Ordering::Relaxed);
+    }
+}
+
+impl<A: Arena> Handle<A> {
+    /// This handle's logging view of the nodes (see [`Logged`]).
+    #[inline]
+    pub(crate) fn nodes(&self) -> Logged<'_> {
+        Logged {
+            view: self.map.view(),
+            unlink: &self.map.slot(self.slot).unlink,
+        }
+    }
+
+    /// Snapshots the allocator's step word before an `ALLOC_*` step is logged.
+    #[inline]
+    pub(crate) fn before_alloc(&self) {
+        let step = A::step(&self.thread);
+        self.map
+            .slot(self.slot)
+            .alloc_step
+            .store(step, Ordering::Relaxed);
+    }
+
+    /// Writes this slot's item step.
+    #[inline]
+    pub(crate) fn log(&self, tag: u64, at: u64) {
+        self.map
+            .slot(self.slot)
+            .log
+            .store(at | tag, Ordering::Relaxed);
+    }
+
+    /// Writes this slot's limbo step and where its block is referenced from.
+    #[inline]
+    pub(crate) fn limbo_log(&self, tag: u64, block: u64, from: u64) {
+        let record = self.map.slot(self.slot);
+        record.limbo_at.store(from, Ordering::Relaxed);
+        record.limbo_log.store(block | tag, Ordering::Relaxed);
+    }
+
+    /// Settles the store log of slot `dead` (its allocator step already finished; `in_flight`
+    /// is what the allocator reported, `None` when unknown), then releases its announcement
+    /// if it still holds the value it had. Only the thread whose CAS takes a log word settles
+    /// it. The slot's limbo stays in its record: the slot's next owner frees it.
+    pub(crate) fn settle(&self, dead: u32, in_flight: Option<(InFlight, u64)>) -> Settled {
+        let record = self.map.slot(dead);
+        let announced = record.announce.load(Ordering::Acquire);
+        let _pin = self.pin();
+        // An `Alloc` report names this step's block only if the allocator logged a step
+        // since the snapshot (else it is an earlier, finished allocation).
+        let snapshot = record.alloc_step.load(Ordering::Relaxed);
+        let allocated = match in_flight {
+            Some((InFlight::Alloc(o), step)) if step != snapshot => o.0,
+            _ => 0,
+        };
+        let in_flight = in_flight.map(|(f, _)| f);
+        let mut done = Settled {
+            slot: dead,
+            freed: 0,
+            retired: 0,
+            log: 0,
+            limbo_log: 0,
+            unlink: 0,
+            in_flight,
+        };
+        let view = self.map.view();
+        let freed_by_heap = |x: u64| in_flight == Some(InFlight::Free(Offset(x)));
+        let free = |x: u64, done: &mut Settled| {
+            A::free(&self.thread, x);
+            done.freed += 1;
+        };
+        // The limbo step first: `unlink` below looks at the limbo head.
+        let word = take(&record.limbo_log);
+        done.limbo_log = word;
+        let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
+        let from = record.limbo_at.load(Ordering::Relaxed);
+        match tag {
+            ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
+                free(allocated, &mut done)
+            }
+            FREE_ENTRY | FREE_BAG
+                if in_flight.is_some()
+                    && !freed_by_heap(x)
+                    && view.word(from).load(Ordering::Relaxed) != x =>
+            {
+                free(x, &mut done)
+            }
+            _ => {}
+        }
+        let word = take(&record.log);
+        done.log = word;
+        let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
+        match tag {
+            ALLOC_ITEM if allocated != 0 => free(allocated, &mut done),
+            ITEM if !self.published(x) => free(x, &mut done),
+            FREE_ITEM if in_flight.is_some() && !freed_by_heap(x) => free(x, &mut done),
+            ALLOC_SEGMENT
+                if allocated != 0 && view.word(x).load(Ordering::Acquire) != allocated =>
+            {
+                free(allocated, &mut done)
+            }
+            _ => {}
+        }
+        let x = take(&record.unlink);
+        done.unlink = x;
+        if x != 0 && !self.reachable(x) && self.owes_retire(dead, x) {
+            self.push_limbo(x);
+            done.retired += 1;
+        }
+        // Our own slot (a handle settling what its slot's previous owner left) pins and
+        // unpins it itself.
+        if dead != self.slot && announced & crate::epoch::PINNED != 0 {
+            let _ =
+                record
+                    .announce
+                    .compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        done
+    }
+
+    /// Whether written item `x` was ever published: marked (removed since) or reachable.
+    fn published(&self, x: u64) -> bool {
+        let view = self.map.view();
+        view.word(x).load(Ordering::Acquire) & crate::list::MARK != 0 || self.reachable(x)
+    }
+
+    /// Whether block `x` (an item) is reachable from its bucket: one walk of the bucket,
+    /// through marked nodes, up to the first node ordered after it.
+    fn reachable(&self, x: u64) -> bool {
+        let view = self.map.view();
+        let order = view.order(x);
+        let key = view.key(x);
+        let mut curr = self
+            .head_for_read(crate::item::hash(key))
+            .load(Ordering::Acquire);
+        while curr != 0 {
+            if curr == x {
+                return true;
+            }
+            if view.order(curr) > order {
+                return false;
+            }
+            curr = view.word(curr).load(Ordering::Acquire) & !crate::list::MARK;
+        }
+        false
+    }
+
+    /// Unlinked item `x` whose snip slot `dead` logged: whether the dead slot (so recovery)
+    /// must retire it — nobody claimed it yet (recovery claims it now for the dead slot), or
+    /// the dead slot claimed it and died before it reached its limbo head bag.
+    fn owes_retire(&self, dead: u32, x: u64) -> bool {
+        let view = self.map.view();
+        if view.claim_retire(x, dead) {
+            return true;
+        }
+        if view.retire_claim(x) != dead + 1 {
+            return false;
+        }
+        let head = self.map.slot(dead).limbo.load(Ordering::Relaxed);
+        if head == 0 {
+            return true;
+        }
+        let bag = self.bag(head);
+        let len = bag.len.load(Ordering::Relaxed) as usize;
+        len == 0 || bag.entries[len - 1][0].load(Ordering::Relaxed) != x
+    }
+}
+
+/// Takes a log word (CAS to zero): zero if it was idle or another thread took it.
+fn take(word: &AtomicU64) -> u64 {
+    let w = word.load(Ordering::Acquire);
+    if w == 0 {
+        return 0;
+    }
+    match word.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Relaxed) {
+        Ok(_) => w,
+        Err(_) => 0,
+    }
+}
+
+impl<A: Arena> Map<A> {
+    /// Recovers every thread slot whose owner died: the arena's recovery finishes each one's
+    /// allocator step, then a handle of this process settles the store's log of it
+    /// ([`crate::recover`]) and releases its epoch announcement. Safe to run from any number
+    /// of live processes at once; returns what was settled here.
+    pub fn recover_dead(&self) -> Result<Vec<Settled>, crate::StoreError> {
+        let dead = self.inner.arena.recover_dead();
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        let h = self.handle_unrecovered()?;
+        Ok(dead
+            .into_iter()
+            .map(|(slot, in_flight, step)| h.settle(slot, Some((in_flight, step))))
+            .collect())
+    }
+}
