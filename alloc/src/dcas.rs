@@ -90,7 +90,7 @@ pub fn cas(
 }
 
 /// A writer with no recovery log: tags words (keeping the ABA protection) but acknowledges
-/// nobody. For the non-recoverable configuration and for models.
+/// nobody. For unit tests and models of the protocols built on detectable words.
 #[derive(Clone, Copy, Debug)]
 pub struct Untracked(pub Tag);
 

@@ -84,6 +84,9 @@ impl ThreadHandle {
             .heap
             .slab_heap(if step.large { Kind::Large } else { Kind::Small });
         let (slab, class) = (step.slab, usize::from(step.class));
+        // Steps re-logged below continue the same free, so a recoverer that dies in turn still
+        // reports it (the offset stays in `aux`).
+        self.after_free.set(slab_step(op) && step.after_free);
         let freed = || {
             if step.after_free {
                 InFlight::Free(Offset(self.slot().aux.load(Relaxed)))
@@ -91,16 +94,8 @@ impl ThreadHandle {
                 InFlight::None
             }
         };
-        // Whether the recovery word is acknowledged now. Read after the target: whoever
-        // replaced the target acknowledged before it did.
-        let acked = || {
-            let now = Rec(self.slot().recovery.load(Acquire));
-            now.acked() && now.ver() == rec.ver()
-        };
-        let mine = |word: &AtomicU64| {
-            let t = dcas::tag(word.load(Acquire));
-            t.tid == self.me as u16 && t.ver == rec.ver()
-        };
+        let acked = || self.acked(rec.ver());
+        let mine = |word: &AtomicU64| self.wrote(word.load(Acquire), rec.ver());
         // Whether the logged CAS on `word` took effect.
         let took = |word: &AtomicU64| mine(word) || acked();
         if slab_step(op) && slab >= self.heap.len(&heap) && op != Op::Grow {
@@ -115,7 +110,7 @@ impl ThreadHandle {
                 let listed = self.in_sized(&heap, class, slab)
                     || step.from_list && self.unsized_head(&heap) == slab + 1;
                 if !listed {
-                    self.in_hand_to_unsized(&heap, slab);
+                    self.took_slab(&heap, slab);
                 }
                 InFlight::None
             }
@@ -141,7 +136,7 @@ impl ThreadHandle {
                     if count >= 2 && self.unsized_head(&heap) != slab + 2 {
                         self.place_grown(&heap, slab..slab + count);
                     }
-                    self.in_hand_to_unsized(&heap, slab);
+                    self.took_slab(&heap, slab);
                 }
                 InFlight::None
             }
@@ -149,7 +144,7 @@ impl ThreadHandle {
                 let word = self.heap.remote(&heap, slab);
                 if took(word) {
                     if mine(word) && remote::count(word.load(Relaxed)) == 0 {
-                        self.keep_empty(&heap, slab);
+                        self.took_slab(&heap, slab);
                     }
                 } else if !self.in_sized(&heap, class, slab) {
                     // Unlinked but not detached: detach now, as the dead owner would have.
@@ -159,7 +154,7 @@ impl ThreadHandle {
                         .desc(&heap, slab)
                         .set_meta(self.me, class as u8, State::Detached);
                     if remote::detach(word, self) == 0 {
-                        self.keep_empty(&heap, slab);
+                        self.took_slab(&heap, slab);
                     }
                 }
                 InFlight::None
@@ -182,7 +177,7 @@ impl ThreadHandle {
                 let placed = op == Op::ToUnsized && self.in_sized(&heap, class, slab)
                     || self.unsized_head(&heap) == slab + 1;
                 if !placed {
-                    self.in_hand_to_unsized(&heap, slab);
+                    self.took_slab(&heap, slab);
                 }
                 freed()
             }
@@ -199,7 +194,7 @@ impl ThreadHandle {
                 let word = self.heap.remote(&heap, slab);
                 if took(word) {
                     if mine(word) && dcas::payload(word.load(Relaxed)) == 0 {
-                        self.keep_empty_to_global(&heap, slab);
+                        self.took_slab(&heap, slab);
                     }
                 } else if !self.in_sized(&heap, class, slab) {
                     // Unlinked but not disowned: disown now.
@@ -209,7 +204,7 @@ impl ThreadHandle {
                     let free = desc.count_free(heap.classes.count[class]);
                     desc.set_meta(0, class as u8, State::Disowned);
                     if remote::disown(word, free, self) == remote::Disown::Empty {
-                        self.keep_empty_to_global(&heap, slab);
+                        self.took_slab(&heap, slab);
                     }
                 }
                 InFlight::None
@@ -266,17 +261,31 @@ impl ThreadHandle {
         };
         let word = self.heap.remote(&heap, slab);
         let w = word.load(Acquire);
-        let mine = dcas::tag(w).tid == self.me as u16 && dcas::tag(w).ver == rec.ver();
-        let now = Rec(self.slot().recovery.load(Acquire));
-        if mine {
+        if self.wrote(w, rec.ver()) {
             if remote::took_slab(dcas::payload(w)) {
                 self.enter_free(offset.0);
                 self.took_slab(&heap, slab);
             }
-        } else if !(now.acked() && now.ver() == rec.ver()) {
+        } else if !self.acked(rec.ver()) {
             self.remote_free_word(heap.kind, word, slab, offset);
         }
         InFlight::Free(offset)
+    }
+
+    /// Whether detectable word `w` names this slot's operation `ver` as its last writer.
+    fn wrote(&self, w: u64, ver: u16) -> bool {
+        dcas::tag(w)
+            == (dcas::Tag {
+                tid: self.me as u16,
+                ver,
+            })
+    }
+
+    /// Whether this slot's recovery word is acknowledged for `ver` now. Read after the target:
+    /// whoever replaced the target acknowledged before it did.
+    fn acked(&self, ver: u16) -> bool {
+        let now = Rec(self.slot().recovery.load(Acquire));
+        now.acked() && now.ver() == ver
     }
 
     /// The grown slab a block offset lies in.
@@ -298,14 +307,6 @@ impl ThreadHandle {
         }
         let block = heap.classes.block_index(class, in_slab);
         (block < heap.classes.count[class]).then_some((heap, slab, block))
-    }
-
-    /// An empty slab in hand becomes an unsized slab of this slot (or goes global).
-    fn in_hand_to_unsized(&self, heap: &SlabHeap, slab: u32) {
-        self.heap
-            .desc(heap, slab)
-            .set_meta(self.me, 0, State::Unsized);
-        self.keep_or_release(heap, slab);
     }
 
     fn unsized_head(&self, heap: &SlabHeap) -> u32 {

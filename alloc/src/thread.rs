@@ -373,8 +373,10 @@ impl ThreadHandle {
         }
     }
 
-    /// A remote free took `slab` (empty, in hand): it becomes this slot's unsized slab.
-    fn took_slab(&self, heap: &SlabHeap, slab: u32) {
+    /// `slab` is empty and in hand — a remote free took it, a detach or disown found no live
+    /// block, or recovery found it between lists: it becomes this slot's unsized slab (or goes
+    /// global past the unsized bound; `give_back` drains the unsized list after disowning).
+    pub(crate) fn took_slab(&self, heap: &SlabHeap, slab: u32) {
         self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
         crash_point!("took_slab.logged");
         self.heap
@@ -553,18 +555,8 @@ impl ThreadHandle {
         crash_point!("to_detached.meta");
         if remote::detach(self.heap.remote(heap, slab), self) == 0 {
             crash_point!("to_detached.kept");
-            self.keep_empty(heap, slab);
+            self.took_slab(heap, slab);
         }
-    }
-
-    /// An empty slab in hand (after a detach that found no live block) goes to the unsized
-    /// list or the global list.
-    fn keep_empty(&self, heap: &SlabHeap, slab: u32) {
-        self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
-        self.heap
-            .desc(heap, slab)
-            .set_meta(self.me, 0, State::Unsized);
-        self.keep_or_release(heap, slab);
     }
 
     /// `detached_to_sized`: the owner freed a block of its full slab locally.
@@ -816,17 +808,8 @@ impl ThreadHandle {
         crash_point!("disown.meta");
         if remote::disown(self.heap.remote(heap, slab), free, self) == Disown::Empty {
             crash_point!("disown.empty");
-            self.keep_empty_to_global(heap, slab);
+            self.took_slab(heap, slab);
         }
-    }
-
-    /// A disowned slab that turned out empty goes to the global list.
-    fn keep_empty_to_global(&self, heap: &SlabHeap, slab: u32) {
-        self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
-        self.heap
-            .desc(heap, slab)
-            .set_meta(self.me, 0, State::Unsized);
-        self.push_global(heap, slab, false);
     }
 
     /// Gives everything back and releases the slot, logging `Idle` last (with the version, so

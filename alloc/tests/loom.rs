@@ -78,6 +78,25 @@ impl Writer for ModelWriter {
     }
 }
 
+/// A thread body for `spawn`: writer `tid` frees `times` blocks remotely on `word`; returns
+/// what the last free did.
+fn remote_freer(
+    word: &Arc<AtomicU64>,
+    recs: &Arc<Vec<AtomicU64>>,
+    tid: u16,
+    times: usize,
+) -> impl FnOnce() -> RemoteFree + Send + 'static {
+    let (word, recs) = (word.clone(), recs.clone());
+    move || {
+        let w = ModelWriter::new(tid, &recs);
+        let mut last = RemoteFree::Counted;
+        for _ in 0..times {
+            last = remote::free_remote(&word, w.begin());
+        }
+        last
+    }
+}
+
 fn recs(n: usize) -> Arc<Vec<AtomicU64>> {
     Arc::new((0..n).map(|_| AtomicU64::new(0)).collect())
 }
@@ -190,18 +209,12 @@ fn exactly_one_remote_freer_takes_a_detached_slab() {
         let word = Arc::new(AtomicU64::new(0));
         remote::reset(&word, 2, owner.begin());
         assert_eq!(remote::detach(&word, owner.begin()), 2);
-        let freers: Vec<_> = (0..2u16)
-            .map(|i| {
-                let (word, recs) = (word.clone(), recs.clone());
-                spawn(move || {
-                    let w = ModelWriter::new(i + 1, &recs);
-                    remote::free_remote(&word, w.begin()) == RemoteFree::TookSlab
-                })
-            })
+        let freers: Vec<_> = (1..=2)
+            .map(|tid| spawn(remote_freer(&word, &recs, tid, 1)))
             .collect();
         let took: usize = freers
             .into_iter()
-            .map(|f| usize::from(f.join().unwrap()))
+            .map(|f| usize::from(f.join().unwrap() == RemoteFree::TookSlab))
             .sum();
         assert_eq!(took, 1);
     });
@@ -217,10 +230,7 @@ fn reattach_races_a_remote_free_and_nobody_takes_the_slab() {
         let word = Arc::new(AtomicU64::new(0));
         remote::reset(&word, 2, owner.begin());
         let _ = remote::detach(&word, owner.begin());
-        let other = {
-            let (word, recs) = (word.clone(), recs.clone());
-            spawn(move || remote::free_remote(&word, ModelWriter::new(1, &recs).begin()))
-        };
+        let other = spawn(remote_freer(&word, &recs, 1, 1));
         remote::reattach(&word, owner.begin());
         assert_eq!(other.join().unwrap(), RemoteFree::Counted);
         assert_eq!(
@@ -240,19 +250,13 @@ fn disown_and_remote_frees_leave_exactly_one_owner() {
         let owner = ModelWriter::new(3, &recs);
         let word = Arc::new(AtomicU64::new(0));
         remote::reset(&word, 3, owner.begin());
-        let freers: Vec<_> = (0..2u16)
-            .map(|i| {
-                let (word, recs) = (word.clone(), recs.clone());
-                spawn(move || {
-                    let w = ModelWriter::new(i + 1, &recs);
-                    remote::free_remote(&word, w.begin()) == RemoteFree::TookSlab
-                })
-            })
+        let freers: Vec<_> = (1..=2)
+            .map(|tid| spawn(remote_freer(&word, &recs, tid, 1)))
             .collect();
         let owner_keeps = remote::disown(&word, 1, owner.begin()) == Disown::Empty;
         let took: usize = freers
             .into_iter()
-            .map(|f| usize::from(f.join().unwrap()))
+            .map(|f| usize::from(f.join().unwrap() == RemoteFree::TookSlab))
             .sum();
         assert_eq!(took + usize::from(owner_keeps), 1);
     });
@@ -279,14 +283,7 @@ fn a_recoverer_tells_whether_the_dead_threads_cas_took_effect() {
                 first
             })
         };
-        let other = {
-            let (word, recs) = (word.clone(), recs.clone());
-            spawn(move || {
-                let w = ModelWriter::new(2, &recs);
-                let _ = remote::free_remote(&word, w.begin());
-                let _ = remote::free_remote(&word, w.begin());
-            })
-        };
+        let other = spawn(remote_freer(&word, &recs, 2, 2));
         assert!(
             dying.join().unwrap(),
             "a CAS that took effect is seen at once"
@@ -311,18 +308,8 @@ fn an_overwritten_cas_is_acknowledged() {
     model(|| {
         let recs = recs(2);
         let word = Arc::new(AtomicU64::new(dcas::pack(3, Tag { tid: 0, ver: 0 })));
-        let first = {
-            let (word, recs) = (word.clone(), recs.clone());
-            spawn(move || {
-                let _ = remote::free_remote(&word, ModelWriter::new(1, &recs).begin());
-            })
-        };
-        let second = {
-            let (word, recs) = (word.clone(), recs.clone());
-            spawn(move || {
-                let _ = remote::free_remote(&word, ModelWriter::new(2, &recs).begin());
-            })
-        };
+        let first = spawn(remote_freer(&word, &recs, 1, 1));
+        let second = spawn(remote_freer(&word, &recs, 2, 1));
         first.join().unwrap();
         second.join().unwrap();
         for tid in [1, 2] {

@@ -315,11 +315,8 @@ fn settle(
     recovered: &[podkv_alloc::Recovered],
 ) -> anyhow::Result<(u64, u64)> {
     let t = heap.thread()?;
-    let held = |off: u64| {
-        (0..RECORDS).any(|i| {
-            offset_of(record.record(i).load(Acquire)) == off && record.record(i).load(Acquire) != 0
-        })
-    };
+    // A reserved record holds offset 0, which is never a block: no special case needed.
+    let held = |off: u64| (0..RECORDS).any(|i| offset_of(record.record(i).load(Acquire)) == off);
     let (mut allocs, mut frees) = (0, 0);
     let mut freed_by_recovery = Vec::new();
     for r in recovered {

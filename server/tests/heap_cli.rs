@@ -18,11 +18,8 @@ fn text(out: &Output) -> String {
     )
 }
 
-#[test]
-fn create_stress_from_four_processes_then_check_clean() {
-    let dir = tempfile::tempdir().unwrap();
-    let heap = dir.path().join("heap");
-    let heap = heap.to_str().unwrap();
+/// `podkv heap create HEAP` with a 1 GiB small heap and `large` of large heap; must succeed.
+fn create(heap: &str, large: &str) -> Output {
     let out = podkv(&[
         "heap",
         "create",
@@ -30,9 +27,18 @@ fn create_stress_from_four_processes_then_check_clean() {
         "--small-bytes",
         "1GiB",
         "--large-bytes",
-        "4GiB",
+        large,
     ]);
     assert!(out.status.success(), "{}", text(&out));
+    out
+}
+
+#[test]
+fn create_stress_from_four_processes_then_check_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap");
+    let heap = heap.to_str().unwrap();
+    let out = create(heap, "4GiB");
     assert!(text(&out).contains("coherence   hardware"));
     let out = podkv(&[
         "heap",
@@ -107,16 +113,7 @@ fn recover_releases_the_slots_of_a_killed_process() {
     let dir = tempfile::tempdir().unwrap();
     let heap = dir.path().join("heap");
     let heap = heap.to_str().unwrap();
-    let out = podkv(&[
-        "heap",
-        "create",
-        heap,
-        "--small-bytes",
-        "1GiB",
-        "--large-bytes",
-        "1GiB",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    create(heap, "1GiB");
     let mut worker = Command::new(env!("CARGO_BIN_EXE_podkv"))
         .args([
             "heap",
