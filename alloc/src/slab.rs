@@ -166,10 +166,12 @@ impl SlabDesc {
 
     /// Whether every one of `capacity` blocks is free.
     pub fn is_empty_of(&self, capacity: u32) -> bool {
-        self.bits
+        // Words past the capacity are zero in every state (`fill_bits`), so only the
+        // capacity's words are read.
+        let words = (capacity.div_ceil(64) as usize).min(COUNT_BITSET_WORDS);
+        self.bits[..words]
             .iter()
-            .enumerate()
-            .all(|(i, w)| w.load(Relaxed) == full_word(capacity, i))
+            .all(|w| w.load(Relaxed) == u64::MAX)
     }
 
     /// Free blocks of a slab of `capacity` blocks: set bits, less the phantom ones.
@@ -187,8 +189,9 @@ impl SlabDesc {
     /// before the block's bit is cleared (the caller logs the allocation).
     #[cold]
     pub fn take_scanning(&self, capacity: u32, log: impl FnOnce(u32)) -> Option<u32> {
-        let start = self.cursor() as usize % COUNT_BITSET_WORDS;
-        for i in (start..COUNT_BITSET_WORDS).chain(0..start) {
+        let words = (capacity.div_ceil(64) as usize).clamp(1, COUNT_BITSET_WORDS);
+        let start = self.cursor() as usize % words;
+        for i in (start..words).chain(0..start) {
             let w = self.bits[i].load(Relaxed);
             let block = i as u32 * 64 + w.trailing_zeros();
             // The lowest set bit is phantom: only phantom bits are left in this word.

@@ -32,7 +32,7 @@ use crate::offset::Offset;
 use crate::process::{lease_until, SlotLife};
 use crate::recovery::{Op, Rec, SlabStep, ACK};
 use crate::remote::{self, Disown, RemoteFree};
-use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
+use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
 use crate::slot::{LocalLists, Slot};
 use podkv_hw::sync::{
     AtomicU64,
@@ -56,7 +56,8 @@ pub struct ThreadHandle {
     slot_index: u32,
     /// Slot index plus one: the owner value of this slot's slabs.
     me: u32,
-    small_desc_at: u64,
+    /// This process's address of the small heap's first descriptor.
+    small_descs: *const SlabDesc,
     small_data_at: u64,
     small_data_len: u64,
     small_remote_at: u64,
@@ -68,6 +69,10 @@ pub struct ThreadHandle {
     recoverable: bool,
     /// The current detectable-operation version.
     ver: Cell<u16>,
+    /// `ver` where a [`Rec`] keeps it, so the fast paths log with one `or`.
+    ver_bits: Cell<u64>,
+    /// Per small class, the bitset word the fast path allocates from (see [`Current`]).
+    current: [Cell<Current>; 256],
     /// The heap's coherence mode (SWcc rules apply unless `Hardware`).
     coherence: podkv_hw::Coherence,
     /// Whether the slow path under way continues a free (whose offset is in the slot's `aux`).
@@ -84,6 +89,20 @@ impl std::fmt::Debug for ThreadHandle {
 }
 
 const MASK_OWNER_STATE: u64 = !(0xFF << 32);
+
+/// Where the next small allocation of one class comes from: one bitset word of a slab on the
+/// class's sized list, cached in the handle (process memory, not the heap) so the fast path
+/// neither walks from the list head nor checks for phantom bits. The word stays valid while
+/// the slab is on this slot's sized list for the class: `sized_unlink` forgets it. An empty
+/// entry has `mask` 0 (its `word` is any readable word), so it never yields a block.
+#[derive(Clone, Copy, Debug)]
+struct Current {
+    word: *const AtomicU64,
+    /// The word's allocatable bits: all but the phantom bits past the slab's capacity.
+    mask: u64,
+    /// Offset of the word's block 0.
+    at: u64,
+}
 
 impl ThreadHandle {
     /// Claims a free slot, or adopts a dead one (recovering it first).
@@ -122,13 +141,18 @@ impl ThreadHandle {
         // SAFETY: the slot is mapped while `heap` lives.
         let last = Rec(unsafe { &*slot }.recovery.load(Acquire));
         let sink = Box::new(AtomicU64::new(0));
+        let empty = Current {
+            word: &*sink,
+            mask: 0,
+            at: 0,
+        };
         heap.hold(i as u32);
-        ThreadHandle {
+        let handle = ThreadHandle {
             base: heap.resolve(Offset(0)),
             slot,
             slot_index: i as u32,
             me: i as u32 + 1,
-            small_desc_at: small.desc_at,
+            small_descs: heap.resolve(Offset(small.desc_at)).cast(),
             small_data_at: small.data_at,
             small_data_len: small.max << small.shift,
             small_remote_at: small.remote_at,
@@ -141,14 +165,18 @@ impl ThreadHandle {
             },
             _sink: sink,
             recoverable,
-            // Versions continue from the slot's last one, so words a previous owner of this
-            // slot tagged are never taken for this owner's.
-            ver: Cell::new(last.ver().wrapping_add(1)),
+            ver: Cell::new(0),
+            ver_bits: Cell::new(0),
+            current: std::array::from_fn(|_| Cell::new(empty)),
             after_free: Cell::new(false),
             coherence: heap.geometry().coherence,
             heap,
             _not_send: PhantomData,
-        }
+        };
+        // Versions continue from the slot's last one, so words a previous owner of this
+        // slot tagged are never taken for this owner's.
+        handle.set_ver(last.ver().wrapping_add(1));
+        handle
     }
 
     /// The heap this handle allocates from.
@@ -182,7 +210,8 @@ impl ThreadHandle {
 
     #[inline]
     fn log_block(&self, op: Op, offset: u64) {
-        self.log(Rec::block(op, self.ver.get(), offset));
+        let rec = Rec::block(op, 0, offset);
+        self.log(Rec(rec.0 | self.ver_bits.get()));
     }
 
     fn log_step(
@@ -207,7 +236,12 @@ impl ThreadHandle {
     /// Starts a step with a detectable CAS: a fresh version.
     #[inline]
     fn next_ver(&self) {
-        self.ver.set(self.ver.get().wrapping_add(1));
+        self.set_ver(self.ver.get().wrapping_add(1));
+    }
+
+    fn set_ver(&self, ver: u16) {
+        self.ver.set(ver);
+        self.ver_bits.set(Rec::block(Op::Idle, ver, 0).0);
     }
 
     /// Marks the slow path of a free of `offset` under way (its steps say `after_free`).
@@ -223,61 +257,66 @@ impl ThreadHandle {
 
     #[inline]
     fn small_desc(&self, slab: u32) -> &SlabDesc {
-        let at = self.small_desc_at + u64::from(slab) * SIZE_DESC as u64;
         // SAFETY: `slab` is on one of this slot's lists or owned by it, so it is below `len`
         // and its descriptor is backed; descriptors are plain atomics.
-        unsafe { &*(self.base.add(at as usize) as *const SlabDesc) }
+        unsafe { &*self.small_descs.add(slab as usize) }
     }
 
     /// Allocates a block for `layout` and returns its offset.
     ///
-    /// The fast path takes the first free bit of the head slab of the class's sized list, from
-    /// its cursor on: loads and stores on this slot's own metadata only — no atomic
-    /// read-modify-write and no flush — after logging the block in the recovery word.
+    /// The fast path takes the lowest free bit of the class's [`Current`] word: loads and
+    /// stores on this slot's own metadata only — no atomic read-modify-write and no flush —
+    /// after logging the block in the recovery word.
     #[inline]
     pub fn allocate(&self, layout: Layout) -> Result<Offset, AllocError> {
         if layout.size() <= SIZE_SMALL_MAX && layout.align() <= 8 {
             let class = SMALL_BY_WORDS[layout.size().div_ceil(8)];
-            let head = self.lists(Kind::Small).sized[usize::from(class)].load(Relaxed) as u32;
-            if head != 0 {
-                let desc = self.small_desc(head - 1);
-                let i = desc.cursor() as usize;
-                if let Some(word) = desc.bits.get(i) {
-                    let bits = word.load(Relaxed);
-                    let block = i as u64 * 64 + u64::from(bits.trailing_zeros());
-                    // A block past the capacity is a phantom bit: only phantoms are left here.
-                    if bits != 0 && block < u64::from(SMALL_COUNT[usize::from(class)]) {
-                        let slab = u64::from(head - 1) << SHIFT_SMALL_SLAB;
-                        let at = self.small_data_at + slab + block * SMALL_SIZE[usize::from(class)];
-                        self.log_block(Op::Alloc, at);
-                        crash_point!("alloc.logged");
-                        word.store(bits & (bits - 1), Relaxed);
-                        return Ok(Offset(at));
-                    }
-                }
-                return self.allocate_small_scan(layout, head - 1, class);
+            let current = self.current[usize::from(class)].get();
+            // SAFETY: `word` is a bitset word of a slab on this slot's sized list (backed
+            // while the heap lives) or, with `mask` 0, the handle's own sink word.
+            let word = unsafe { &*current.word };
+            let bits = word.load(Relaxed);
+            let free = bits & current.mask;
+            if free != 0 {
+                let at =
+                    current.at + u64::from(free.trailing_zeros()) * SMALL_SIZE[usize::from(class)];
+                self.log_block(Op::Alloc, at);
+                crash_point!("alloc.logged");
+                word.store(bits ^ (free & free.wrapping_neg()), Relaxed);
+                return Ok(Offset(at));
             }
+            return self.allocate_small_refill(layout, class);
         }
         self.allocate_generic(layout)
     }
 
-    /// The cursor word of the head slab is used up: scan on from it, else the slow path.
+    /// The class's current word is used up: make the next word with a free block in the
+    /// sized list's head slab current (from the slab's cursor on, wrapping around) and take
+    /// from it, else the slow path.
     #[inline(never)]
-    fn allocate_small_scan(
-        &self,
-        layout: Layout,
-        slab: u32,
-        class: u8,
-    ) -> Result<Offset, AllocError> {
-        let capacity = SMALL_COUNT[usize::from(class)];
-        let at = |block: u32| {
-            self.small_data_at
-                + (u64::from(slab) << SHIFT_SMALL_SLAB)
-                + u64::from(block) * SMALL_SIZE[usize::from(class)]
-        };
-        let desc = self.small_desc(slab);
-        if let Some(block) = desc.take_scanning(capacity, |b| self.log_block(Op::Alloc, at(b))) {
-            return Ok(Offset(at(block)));
+    fn allocate_small_refill(&self, layout: Layout, class: u8) -> Result<Offset, AllocError> {
+        let class = usize::from(class);
+        let (head, _) = unpack_ends(self.lists(Kind::Small).sized[class].load(Relaxed));
+        if head != 0 {
+            let slab = head - 1;
+            let desc = self.small_desc(slab);
+            let capacity = SMALL_COUNT[class];
+            let words = capacity.div_ceil(64) as usize;
+            let start = desc.cursor() as usize % words;
+            for i in (start..words).chain(0..start) {
+                let mask = allocatable(capacity, i);
+                if desc.bits[i].load(Relaxed) & mask != 0 {
+                    desc.set_cursor(i as u32);
+                    self.current[class].set(Current {
+                        word: &desc.bits[i],
+                        mask,
+                        at: self.small_data_at
+                            + (u64::from(slab) << SHIFT_SMALL_SLAB)
+                            + i as u64 * 64 * SMALL_SIZE[class],
+                    });
+                    return self.allocate(layout);
+                }
+            }
         }
         self.allocate_generic(layout)
     }
@@ -299,12 +338,13 @@ impl ThreadHandle {
             if meta & MASK_OWNER_STATE == self.meta_sized {
                 let class = usize::from((meta >> 32) as u8);
                 let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
-                let block = (in_slab * SMALL_RECIP[class]) >> 32;
+                let scaled = in_slab * SMALL_RECIP[class];
+                let block = scaled >> 32;
                 let i = (block / 64) as usize % desc.bits.len();
                 let word = &desc.bits[i];
                 let bits = word.load(Relaxed);
                 let bit = 1u64 << (block % 64);
-                if bits & bit == 0 && block * SMALL_SIZE[class] == in_slab {
+                if bits & bit == 0 && is_block_start(scaled) {
                     self.log_block(Op::Free, offset.0);
                     crash_point!("free.logged");
                     word.store(bits | bit, Relaxed);
@@ -742,12 +782,24 @@ impl ThreadHandle {
         );
     }
 
+    /// The class's current word may be in a slab leaving the sized list: forget it.
+    fn forget_current(&self, class: usize) {
+        self.current[class].set(Current {
+            word: &*self._sink,
+            mask: 0,
+            at: 0,
+        });
+    }
+
     /// Takes `slab` out of a sized list. The first store (the list word for the head, else the
     /// predecessor's `next`) removes it from the forward list; the rest only fix back links.
     fn sized_unlink(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let list = &self.lists(heap.kind).sized[class];
         let desc = self.heap.desc(heap, slab);
         let (next, prev) = (desc.next(), desc.prev());
+        if heap.kind == Kind::Small {
+            self.forget_current(class);
+        }
         let (mut head, mut tail) = unpack_ends(list.load(Relaxed));
         if prev == 0 {
             head = next;
@@ -852,6 +904,28 @@ impl Drop for ThreadHandle {
     }
 }
 
+/// Whether a small block's offset in its slab, times its class's reciprocal (`scaled`), was
+/// a block's first byte. With `recip = (2^32 + d) / size`, `d < size`, and offsets under
+/// 2^15, the low 32 bits are `r * 2^32 / size + offset * d / size` for remainder `r`: under
+/// 2^15 when `r` is 0, at least `2^32 / 1024 = 2^22` otherwise. One compare instead of a
+/// multiply back.
+#[inline]
+fn is_block_start(scaled: u64) -> bool {
+    const _: () = assert!(SIZE_SMALL_MAX < 1 << 17 && SHIFT_SMALL_SLAB <= 15);
+    (scaled as u32) < 1 << SHIFT_SMALL_SLAB
+}
+
+/// The bits of bitset word `i` a slab of `capacity` blocks can allocate (phantoms cleared).
+#[inline]
+fn allocatable(capacity: u32, i: usize) -> u64 {
+    let left = capacity.saturating_sub(i as u32 * 64);
+    if left >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << left) - 1
+    }
+}
+
 #[inline]
 fn unpack_ends(word: u64) -> (u32, u32) {
     (word as u32, (word >> 32) as u32)
@@ -865,4 +939,36 @@ fn pack_ends(low: u32, high: u32) -> u64 {
 fn thread_hash() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::thread::current().id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::class::SMALL;
+
+    #[test]
+    fn block_start_test_is_exact_for_every_small_class_and_offset() {
+        for (class, &recip) in SMALL_RECIP.iter().enumerate().take(SMALL.len) {
+            let size = u64::from(SMALL.size[class]);
+            for in_slab in 0..1u64 << SHIFT_SMALL_SLAB {
+                let scaled = in_slab * recip;
+                assert_eq!(
+                    is_block_start(scaled),
+                    in_slab % size == 0,
+                    "class {class} ({size} B), offset {in_slab}"
+                );
+                assert_eq!(scaled >> 32, in_slab / size);
+            }
+        }
+    }
+
+    #[test]
+    fn allocatable_bits_stop_at_the_capacity() {
+        assert_eq!(allocatable(4096, 63), u64::MAX);
+        assert_eq!(allocatable(1365, 21), (1 << 21) - 1);
+        assert_eq!(allocatable(1365, 20), u64::MAX);
+        assert_eq!(allocatable(512, 7), u64::MAX);
+        assert_eq!(allocatable(512, 8), 0);
+        assert_eq!(allocatable(32, 0), (1 << 32) - 1);
+    }
 }
