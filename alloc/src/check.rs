@@ -8,12 +8,16 @@
 //!   `live = remote - free`;
 //! - a detached slab: no free bit, `DETACHED` set, `remote >= 1` (= live blocks);
 //! - a disowned slab: no owner, `DETACHED` set, `remote >= 1`;
+//! - remote frees pending in slots' batches (`crate::pending`) count as freed: `remote`
+//!   above is the slab's remote word less them, and only sized, detached or disowned slabs
+//!   have any; a released slot has none;
 //! - a released slot holds no list;
 //! - the huge heap's invariants (`huge/check.rs`).
 //!
 //! The report doubles as the heap's statistics: bytes in use, slabs per state, per class.
 
 use crate::heap::{Heap, Kind, SlabHeap};
+use crate::pending::Pending;
 use crate::process::SlotLife;
 use crate::recovery::Rec;
 use crate::remote;
@@ -50,6 +54,9 @@ pub struct SlabHeapStats {
     pub live_bytes: u64,
     /// Live blocks.
     pub live_blocks: u64,
+    /// Blocks freed remotely whose count waits in a slot's pending batch (`crate::pending`):
+    /// free, not yet on their slab's remote word.
+    pub pending_blocks: u64,
 }
 
 /// One thread slot as the checker saw it.
@@ -110,6 +117,8 @@ enum Place {
 struct Walk<'h> {
     heap: &'h Heap,
     report: HeapReport,
+    /// Per slab heap: remote frees pending per slab, over all slots.
+    pending: [BTreeMap<u32, u32>; 2],
 }
 
 impl Heap {
@@ -118,6 +127,7 @@ impl Heap {
         let mut walk = Walk {
             heap: self,
             report: HeapReport::default(),
+            pending: [BTreeMap::new(), BTreeMap::new()],
         };
         walk.report.hwcc_bytes = self.hwcc_bytes();
         walk.report.file_bytes = self.file_allocated_bytes().unwrap_or(0);
@@ -170,8 +180,30 @@ impl Walk<'_> {
             for kind in Kind::ALL {
                 self.slot_lists(&mut places[kind as usize], kind, i, pid != 0);
             }
+            self.slot_pending(i, pid != 0);
         }
         places
+    }
+
+    /// A slot's pending remote frees; a released slot has none (its release flushed them).
+    fn slot_pending(&mut self, i: u64, claimed: bool) {
+        let Some(batch) = Pending::unpack(self.heap.slot(i).pending.load(Acquire)) else {
+            return;
+        };
+        if !claimed {
+            return self.problem(format!(
+                "released slot {i} still holds {} pending remote frees of {} slab {}",
+                batch.count,
+                if batch.large { "large" } else { "small" },
+                batch.slab
+            ));
+        }
+        let kind = if batch.large {
+            Kind::Large
+        } else {
+            Kind::Small
+        };
+        *self.pending[kind as usize].entry(batch.slab).or_default() += batch.count;
     }
 
     fn slot_lists(&mut self, places: &mut BTreeMap<u32, Place>, kind: Kind, i: u64, claimed: bool) {
@@ -280,6 +312,10 @@ impl Walk<'_> {
             bits
         };
         let name = heap.kind.name();
+        let pending = self.pending[heap.kind as usize]
+            .get(&slab)
+            .copied()
+            .unwrap_or(0);
         let Some(state) = meta.state else {
             return self.problem(format!(
                 "{name} slab {slab} has an unknown state in {meta:?}"
@@ -292,29 +328,37 @@ impl Walk<'_> {
             (Some(Place::Sized(i, class)), State::Sized) => {
                 expect_owner(i)
                     && usize::from(meta.class) == class
-                    && self.sized_ok(heap, slab, meta, free, count, detached)
+                    && self.sized_ok(heap, slab, meta, free, count - pending.min(count), detached)
+                    && count >= pending
             }
             (None, State::Detached) => {
                 meta.owner != 0
                     && free == 0
                     && detached
                     && count >= 1
+                    && count >= pending
                     && self.class_ok(heap, slab, meta)
             }
             (None, State::Disowned) => {
-                meta.owner == 0 && detached && count >= 1 && self.class_ok(heap, slab, meta)
+                meta.owner == 0
+                    && detached
+                    && count >= 1
+                    && count >= pending
+                    && self.class_ok(heap, slab, meta)
             }
             _ => false,
-        };
+        } && (pending == 0
+            || matches!(state, State::Sized | State::Detached | State::Disowned));
         if !ok {
             return self.problem(format!(
-                "{name} slab {slab}: state {state:?} owner {} class {} at {place:?}, free {free} (bits {bits}), remote {count}{}",
+                "{name} slab {slab}: state {state:?} owner {} class {} at {place:?}, free {free} (bits {bits}), remote {count}, pending {pending}{}",
                 meta.owner,
                 meta.class,
                 if detached { " detached" } else { "" }
             ));
         }
-        self.count_slab(heap, state, meta, free, count);
+        self.report.heaps[heap.kind as usize].pending_blocks += u64::from(pending);
+        self.count_slab(heap, state, meta, free, count - pending);
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -48,7 +48,7 @@ const ALIGN_DATA: u64 = 2 << 20;
 /// The format word's magic ("PKV" in the low 24 bits).
 pub const MAGIC: u64 = 0x564B50;
 /// The on-file format this build reads and writes.
-pub const FORMAT_VERSION: u64 = 2;
+pub const FORMAT_VERSION: u64 = 3;
 /// Largest reservation a geometry may ask for (64 TiB: well inside a 47-bit address space).
 pub const SIZE_RESERVATION_MAX: u64 = 64 << 40;
 

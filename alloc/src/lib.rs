@@ -7,8 +7,8 @@
 //!   from 512 KiB slabs, in size classes with bounded waste ([`class`]).
 //! - A slab is owned by one thread slot, which allocates from it and frees to it with plain
 //!   loads and stores on its SWcc descriptor's bitset ([`slab`], [`thread`]). A free by any other
-//!   thread is a *remote free*: one atomic decrement of the slab's 8-byte HWcc counter
-//!   ([`remote`]). Slabs move between states by named transitions (`unsized_to_sized`,
+//!   thread is a *remote free*: a decrement of the slab's 8-byte HWcc counter ([`remote`]),
+//!   batched per slot so a run of frees to one slab costs one CAS ([`pending`]). Slabs move between states by named transitions (`unsized_to_sized`,
 //!   `sized_to_detached`, …).
 //! - Empty slabs wait on a slot's unsized list or on the heap's global free list, a Treiber
 //!   stack changed by single CAS ([`free_list`]); a slab reaching the global list has its pages
@@ -57,6 +57,8 @@ pub mod huge;
 #[cfg(not(podkv_loom))]
 pub mod layout;
 pub mod offset;
+#[cfg(not(podkv_loom))]
+pub mod pending;
 #[cfg(not(podkv_loom))]
 pub mod process;
 #[cfg(not(podkv_loom))]

@@ -17,12 +17,13 @@ use super::{pack_ends, unpack_ends, ThreadHandle};
 use crate::dcas;
 use crate::heap::{Kind, SlabHeap};
 use crate::offset::Offset;
+use crate::pending::Pending;
 use crate::recovery::{Op, Rec};
 use crate::remote;
 use crate::slab::State;
 use podkv_hw::sync::{
     AtomicU64,
-    Ordering::{Acquire, Relaxed},
+    Ordering::{Acquire, Relaxed, Release},
 };
 use std::time::{Duration, Instant};
 
@@ -106,6 +107,7 @@ impl ThreadHandle {
             Op::Alloc => self.finish_alloc(Offset(rec.offset())),
             Op::Free => self.finish_free(Offset(rec.offset())),
             Op::RemoteFree => self.finish_remote_free(rec),
+            Op::Flush => self.finish_flush(rec, &heap, slab),
             Op::ToSized => {
                 let listed = self.in_sized(&heap, class, slab)
                     || step.from_list && self.unsized_head(&heap) == slab + 1;
@@ -254,22 +256,34 @@ impl ThreadHandle {
 
     /// A remote free was logged: redo it unless it took effect; take the slab if it was (or
     /// now is) the last block.
+    /// A remote free is done once the pending word carries its version; else it is counted
+    /// now (the batch it would have joined is as it was: the step logs after any flush).
     fn finish_remote_free(&self, rec: Rec) -> InFlight {
         let offset = Offset(rec.offset());
         let Some((heap, slab)) = self.find_slab(offset) else {
             return InFlight::None;
         };
-        let word = self.heap.remote(&heap, slab);
-        let w = word.load(Acquire);
-        if self.wrote(w, rec.ver()) {
-            if remote::took_slab(dcas::payload(w)) {
-                self.enter_free(offset.0);
-                self.took_slab(&heap, slab);
-            }
-        } else if !self.acked(rec.ver()) {
-            self.remote_free_word(heap.kind, word, slab, offset);
+        let batch = Pending::unpack(self.slot().pending.load(Acquire));
+        if batch.is_none_or(|b| b.ver != rec.ver()) {
+            self.remote_free_block(heap.kind, slab, offset);
         }
         InFlight::Free(offset)
+    }
+
+    /// A flush: if its CAS took effect, clear the batch (unless done) and take the slab if the
+    /// CAS emptied it; else the batch is still in the pending word: flush it now.
+    fn finish_flush(&self, rec: Rec, heap: &SlabHeap, slab: u32) -> InFlight {
+        let w = self.heap.remote(heap, slab).load(Acquire);
+        if self.wrote(w, rec.ver()) || self.acked(rec.ver()) {
+            self.slot().pending.store(0, Release);
+            // Overwritten means not taken: a slab the CAS emptied has no other writer.
+            if self.wrote(w, rec.ver()) && remote::took_slab(dcas::payload(w)) {
+                self.took_slab(heap, slab);
+            }
+        } else {
+            self.flush_pending();
+        }
+        InFlight::None
     }
 
     /// Whether detectable word `w` names this slot's operation `ver` as its last writer.

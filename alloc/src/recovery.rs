@@ -38,7 +38,8 @@ pub enum Op {
     Alloc = 1,
     /// Setting block `offset`'s bit in an owned slab.
     Free = 2,
-    /// Counting block `offset` freed on another slot's slab (detectable CAS).
+    /// Counting block `offset` freed on another slot's slab into the slot's pending batch
+    /// (`crate::pending`); done when the pending word carries this step's version.
     RemoteFree = 3,
     /// `unsized_to_sized`: giving `slab` (the unsized list's head if `from_list`, else one this
     /// slot holds in hand) class `class` and the sized list's head.
@@ -63,10 +64,13 @@ pub enum Op {
     TookSlab = 12,
     /// Keeping `slab` (held in hand, empty) on the slot's unsized list.
     Keep = 13,
+    /// Flushing the slot's pending remote frees of `slab` (the count is in the pending word):
+    /// one detectable CAS on the slab's remote word, then the pending word is cleared.
+    Flush = 14,
 }
 
 impl Op {
-    const ALL: [Op; 14] = [
+    const ALL: [Op; 15] = [
         Op::Idle,
         Op::Alloc,
         Op::Free,
@@ -81,6 +85,7 @@ impl Op {
         Op::Disown,
         Op::TookSlab,
         Op::Keep,
+        Op::Flush,
     ];
 
     /// The operation's name (for reports).
@@ -100,6 +105,7 @@ impl Op {
             Op::Disown => "sized_to_disowned",
             Op::TookSlab => "took_slab",
             Op::Keep => "keep_unsized",
+            Op::Flush => "flush_remote_frees",
         }
     }
 }

@@ -75,14 +75,20 @@ fn update(word: &AtomicU64, writer: &impl Writer, change: impl Fn(u32) -> u32) -
 /// Frees one block remotely: one detectable decrement.
 #[inline]
 pub fn free_remote(word: &AtomicU64, writer: &impl Writer) -> RemoteFree {
+    free_remote_n(word, 1, writer)
+}
+
+/// Frees `n` blocks of one slab remotely (a flushed batch): one detectable subtraction.
+#[inline]
+pub fn free_remote_n(word: &AtomicU64, n: u32, writer: &impl Writer) -> RemoteFree {
     let (prev, new) = update(word, writer, |p| {
         debug_assert!(
-            p & MASK_COUNT != 0,
-            "remote free on a slab with no live block"
+            p & MASK_COUNT >= n,
+            "remote free of {n} blocks on a slab with fewer live"
         );
-        p.wrapping_sub(1)
+        p.wrapping_sub(n)
     });
-    debug_assert!(prev & MASK_COUNT != 0);
+    debug_assert!(prev & MASK_COUNT >= n);
     if took_slab(new) {
         RemoteFree::TookSlab
     } else {

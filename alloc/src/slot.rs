@@ -17,6 +17,8 @@
 //!   seen expired.
 //! - `generation`: claims so far (for reports).
 //! - `aux`: the offset of the free whose slow continuation is under way (owner only).
+//! - `pending`: the batch of remote frees of one slab not yet counted on its remote word
+//!   (owner only; [`crate::pending`]).
 //! - `lists`: written and read only by the owner (single writer, single reader).
 
 use crate::class::COUNT_CLASSES_MAX;
@@ -47,7 +49,9 @@ pub struct Slot {
     pub generation: AtomicU64,
     /// Offset of the free whose continuation is under way.
     pub aux: AtomicU64,
-    reserved: [AtomicU64; 3],
+    /// Remote frees counted here, not yet on their slab's remote word ([`crate::pending`]).
+    pub pending: AtomicU64,
+    reserved: [AtomicU64; 2],
     /// Small heap lists (`[0]`) and large heap lists (`[1]`).
     pub lists: [LocalLists; 2],
 }

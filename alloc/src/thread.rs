@@ -29,6 +29,7 @@ use crate::dcas::{Tag, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::heap::{Heap, Kind, SlabHeap};
 use crate::offset::Offset;
+use crate::pending::{Pending, COUNT_MAX};
 use crate::process::{lease_until, SlotLife};
 use crate::recovery::{Op, Rec, SlabStep, ACK};
 use crate::remote::{self, Disown, RemoteFree};
@@ -60,7 +61,6 @@ pub struct ThreadHandle {
     small_descs: *const SlabDesc,
     small_data_at: u64,
     small_data_len: u64,
-    small_remote_at: u64,
     /// `meta` of a sized slab this slot owns, class bits masked out.
     meta_sized: u64,
     /// Where steps are logged: the slot's recovery word, or `sink` when not recoverable.
@@ -155,7 +155,6 @@ impl ThreadHandle {
             small_descs: heap.resolve(Offset(small.desc_at)).cast(),
             small_data_at: small.data_at,
             small_data_len: small.max << small.shift,
-            small_remote_at: small.remote_at,
             meta_sized: Meta::pack(i as u32 + 1, 0, State::Sized),
             rec: if recoverable {
                 // SAFETY: as above.
@@ -386,30 +385,65 @@ impl ThreadHandle {
         if !live || !exact {
             return self.free_generic(offset);
         }
-        // SAFETY: `slab` lies below the heap's maximum, so its remote word is inside the HWcc
-        // region; it is backed because the slab has a live block (it was grown into).
-        let word = unsafe {
-            &*(self
-                .base
-                .add((self.small_remote_at + 8 * u64::from(slab)) as usize)
-                as *const AtomicU64)
-        };
-        self.remote_free_word(Kind::Small, word, slab, offset);
+        self.remote_free_block(Kind::Small, slab, offset);
     }
 
-    /// Logs and does one remote free on `word` (slab `slab`'s remote word); takes the slab if
-    /// the free was its last live block.
+    /// Logs and does one remote free of `offset`, a block of `kind` slab `slab`: a plain store
+    /// counting it in the slot's pending batch ([`crate::pending`]), flushed first if the batch
+    /// names another slab or is full.
     #[inline]
-    fn remote_free_word(&self, kind: Kind, word: &AtomicU64, slab: u32, offset: Offset) {
+    fn remote_free_block(&self, kind: Kind, slab: u32, offset: Offset) {
+        let pending = &self.slot().pending;
+        let large = kind == Kind::Large;
+        let count = match Pending::unpack(pending.load(Relaxed)) {
+            Some(p) if p.slab == slab && p.large == large && p.count < COUNT_MAX => p.count + 1,
+            Some(_) => {
+                self.flush_pending();
+                1
+            }
+            None => 1,
+        };
         self.next_ver();
         self.log_block(Op::RemoteFree, offset.0);
         crash_point!("remote_free.logged");
-        if remote::free_remote(word, self) == RemoteFree::TookSlab {
-            crash_point!("remote_free.took");
-            self.enter_free(offset.0);
-            let heap = *self.heap.slab_heap(kind);
-            self.took_slab(&heap, slab);
-            self.after_free.set(false);
+        let batch = Pending {
+            slab,
+            large,
+            count,
+            ver: self.ver.get(),
+        };
+        pending.store(batch.pack(), Relaxed);
+    }
+
+    /// Counts this slot's pending remote frees on their slab's remote word (one detectable
+    /// CAS), and takes the slab if they were its last live blocks. A thread that has freed
+    /// other threads' blocks and will free no more for a while may call this so their slab
+    /// can be reused at once; dropping the handle does it too.
+    pub fn flush_remote_frees(&self) {
+        self.flush_pending();
+    }
+
+    fn flush_pending(&self) {
+        let pending = &self.slot().pending;
+        let Some(batch) = Pending::unpack(pending.load(Relaxed)) else {
+            return;
+        };
+        let kind = if batch.large {
+            Kind::Large
+        } else {
+            Kind::Small
+        };
+        let heap = *self.heap.slab_heap(kind);
+        self.next_ver();
+        self.log_step(Op::Flush, &heap, batch.slab, 0, |_| {});
+        crash_point!("flush.logged");
+        let word = self.heap.remote(&heap, batch.slab);
+        let took = remote::free_remote_n(word, batch.count, self);
+        crash_point!("flush.counted");
+        pending.store(0, Relaxed);
+        crash_point!("flush.cleared");
+        if took == RemoteFree::TookSlab {
+            self.took_slab(&heap, batch.slab);
         }
     }
 
@@ -504,7 +538,7 @@ impl ThreadHandle {
                 self.free_local(&heap, desc, slab, class, block, offset)
             }
             Some(State::Sized | State::Detached | State::Disowned) if meta.owner != self.me && valid_block => {
-                self.remote_free_word(heap.kind, self.heap.remote(&heap, slab), slab, offset)
+                self.remote_free_block(heap.kind, slab, offset)
             }
             _ => panic!("podkv: free of {offset}, which is not an allocated block ({:?} slab {slab}: {meta:?})", heap.kind),
         }
@@ -824,6 +858,7 @@ impl ThreadHandle {
     /// disowned (`sized_to_disowned`). Detached slabs stay the slot's: a later claimer of the
     /// slot frees into them locally, anyone else's last free takes them.
     fn give_back(&self) {
+        self.flush_pending();
         for kind in Kind::ALL {
             let heap = *self.heap.slab_heap(kind);
             for class in 0..heap.classes.len {

@@ -131,6 +131,7 @@ fn workload(heap_path: &Path, record_path: &Path) {
         let y = app.alloc(&a, big);
         app.free(&b, x);
         app.free(&b, y);
+        b.flush_remote_frees(); // both counted on the slab's remote word at once
         let z = app.alloc(&a, big);
         // A detached slab freed into locally (reattach, pushed back behind the head).
         let w = app.alloc(&a, big); // fills z's slab
@@ -141,8 +142,9 @@ fn workload(heap_path: &Path, record_path: &Path) {
         let u = app.alloc(&a, big); // fills v's slab
         let t = app.alloc(&a, big); // detaches it
         app.free(&b, v);
-        app.free(&b, u); // b takes the slab
-                         // Many empty slabs: past the unsized bound, to the global list.
+        app.free(&b, u);
+        b.flush_remote_frees(); // b takes the slab
+                                // Many empty slabs: past the unsized bound, to the global list.
         let many: Vec<usize> = (0..24).map(|_| app.alloc(&a, 300 << 10)).collect();
         for i in many {
             app.free(&a, i);

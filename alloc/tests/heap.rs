@@ -195,10 +195,44 @@ fn a_dropped_handle_disowns_partly_used_slabs_and_the_last_free_reclaims_them() 
     for off in blocks {
         survivor.free(off);
     }
+    // The frees wait in the survivor's pending batch: free, but not yet counted on the slab.
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.live_blocks(), 0);
+    assert_eq!(report.heaps[0].pending_blocks, 100);
+    assert_eq!(report.heaps[0].slabs_by_state.get("disowned"), Some(&1));
+    // One CAS counts them all, and the flusher takes the emptied slab.
+    survivor.flush_remote_frees();
     let report = heap.check();
     assert!(report.is_valid(), "{:#?}", report.problems);
     assert_eq!(report.heaps[0].slabs_by_state.get("disowned"), None);
+    assert_eq!(report.heaps[0].pending_blocks, 0);
     assert_eq!(report.live_blocks(), 0);
+}
+
+#[test]
+fn remote_frees_of_one_slab_batch_into_one_count_and_a_released_slot_holds_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let owner = heap.thread().unwrap();
+    let freer = heap.thread().unwrap();
+    // 64 B blocks: 512 to a slab, so 1000 blocks span two slabs.
+    let blocks: Vec<Offset> = (0..1000)
+        .map(|_| owner.allocate(layout(64)).unwrap())
+        .collect();
+    for &off in &blocks[..600] {
+        freer.free(off);
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    // The first slab's 512 were flushed when a block of the second came; 88 wait.
+    assert_eq!(report.heaps[0].pending_blocks, 88);
+    assert_eq!(report.live_blocks(), 400);
+    drop(freer);
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.heaps[0].pending_blocks, 0);
+    assert_eq!(report.live_blocks(), 400);
 }
 
 #[test]
