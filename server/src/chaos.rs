@@ -10,7 +10,9 @@
 //!   `SETTLED`. Hand-over is one CAS of the owner field. A free marks the record `FREEING`,
 //!   frees, and clears it;
 //! - `last[slot]`: the block each thread slot last handed to its worker;
-//! - per worker: a heartbeat (operations done), a pause acknowledgement, its op-latency maximum.
+//! - per worker: a heartbeat (operations done), a pause acknowledgement, its op-latency maximum,
+//!   and its latency figures (below);
+//! - the window word: odd from a kill until the dead process's slots are recovered.
 //!
 //! # After each kill (all live workers paused at a safe point between operations)
 //! 1. `recover_dead` finishes every dead slot's step and reports, per slot, a block it had
@@ -22,6 +24,15 @@
 //!    lost), each block's stamp must name its record (no block handed out twice); a double free
 //!    panics in `free`. Every live worker must reach its next safe point after the kill (none
 //!    stalled on the dead one); the slowest operation any live worker saw is reported.
+//!
+//! # Latency while a process is dead and recovered (nobody blocks)
+//! The living are not paused for the kill or the recovery: the coordinator kills, leaves the
+//! dead slots unrecovered for `--dead-ms` while the others work on, then recovers them, and
+//! only then pauses everyone to settle and check. Each worker times every operation (wall
+//! clock and its thread's CPU time) into one of two histograms: operations that overlapped a
+//! kill-to-recovery window, and the others. The run reports, over the live workers, the
+//! slowest window operation against the normal p99.9, and fails if a window passed in which
+//! no live worker finished an operation.
 
 use anyhow::{bail, ensure, Context};
 use podkv_alloc::{Config, Heap, InFlight, Offset, ThreadHandle};
@@ -40,6 +51,15 @@ const RESERVED: u64 = 1;
 const UNSETTLED: u64 = 2;
 const SETTLED: u64 = 3;
 const FREEING: u64 = 4;
+/// Words per worker in the record file.
+const FIELDS: usize = 8;
+/// Latency figures per worker (ns): normal p99.9 wall and CPU, window maximum wall and CPU,
+/// and operations that overlapped a window.
+const LAT_CALM_P999: usize = 0;
+const LAT_CALM_CPU_P999: usize = 1;
+const LAT_WINDOW_MAX: usize = 2;
+const LAT_WINDOW_CPU_MAX: usize = 3;
+const LAT_WINDOW_OPS: usize = 4;
 
 /// Options of `podkv heap chaos`.
 #[derive(clap::Args, Debug, Clone)]
@@ -58,6 +78,9 @@ pub struct ChaosArgs {
     /// Seed of the kill schedule and the workers' choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// How long a killed process's slots stay unrecovered while the others work on, in ms.
+    #[arg(long, default_value_t = 2)]
+    pub dead_ms: u64,
 }
 
 /// The shared record file.
@@ -66,7 +89,7 @@ struct Record {
 }
 
 impl Record {
-    const LEN: usize = RECORDS + SLOTS_MAX + 4 * WORKERS_MAX + 8;
+    const LEN: usize = RECORDS + SLOTS_MAX + FIELDS * WORKERS_MAX + 8;
 
     fn open(path: &Path, create: bool) -> anyhow::Result<Record> {
         let file = std::fs::OpenOptions::new()
@@ -101,7 +124,7 @@ impl Record {
         &self.words[RECORDS + slot as usize]
     }
     fn worker(&self, w: usize, field: usize) -> &AtomicU64 {
-        &self.words[RECORDS + SLOTS_MAX + 4 * w + field]
+        &self.words[RECORDS + SLOTS_MAX + FIELDS * w + field]
     }
     fn heartbeat(&self, w: usize) -> &AtomicU64 {
         self.worker(w, 0)
@@ -112,9 +135,17 @@ impl Record {
     fn max_latency_ns(&self, w: usize) -> &AtomicU64 {
         self.worker(w, 2)
     }
+    /// A worker's latency figure `which` (`LAT_*`), published at each pause.
+    fn latency(&self, w: usize, which: usize) -> &AtomicU64 {
+        self.worker(w, 3 + which)
+    }
     /// The pause epoch: odd while the coordinator wants everyone paused.
     fn pause(&self) -> &AtomicU64 {
-        &self.words[RECORDS + SLOTS_MAX + 4 * WORKERS_MAX]
+        &self.words[RECORDS + SLOTS_MAX + FIELDS * WORKERS_MAX]
+    }
+    /// The window: odd from a kill until the dead process's slots are recovered.
+    fn window(&self) -> &AtomicU64 {
+        &self.words[RECORDS + SLOTS_MAX + FIELDS * WORKERS_MAX + 1]
     }
 }
 
@@ -187,15 +218,46 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     let mut settled_allocs = 0u64;
     let mut settled_frees = 0u64;
     let mut max_latency_live = 0u64;
+    let mut latency = [0u64; 5];
+    let mut window_beats = Vec::new();
     let start = Instant::now();
     for round in 0..args.kills {
         std::thread::sleep(Duration::from_micros(
             1000 + rng.below(args.round_ms.max(2) * 1000),
         ));
         let victim = rng.below(u64::from(args.processes)) as usize;
+        // The window: from the kill until the dead slots are recovered, the living work on,
+        // and each of them must finish operations while the dead slots are unrecovered.
+        let living: Vec<usize> = (0..args.processes as usize)
+            .filter(|&w| w != victim)
+            .collect();
+        record.window().fetch_add(1, AcqRel);
         // SAFETY: signalling our own child.
         unsafe { libc::kill(children[victim].id() as i32, libc::SIGKILL) };
         children[victim].wait()?;
+        let dead_beats: Vec<u64> = living
+            .iter()
+            .map(|&w| record.heartbeat(w).load(Acquire))
+            .collect();
+        std::thread::sleep(Duration::from_millis(args.dead_ms));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (&w, &beat) in living.iter().zip(&dead_beats) {
+            while record.heartbeat(w).load(Acquire) == beat {
+                ensure!(
+                    Instant::now() < deadline,
+                    "round {round}: worker {w} finished no operation in 10 s while worker {victim} was dead"
+                );
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        let done: u64 = living
+            .iter()
+            .zip(&dead_beats)
+            .map(|(&w, &beat)| record.heartbeat(w).load(Acquire) - beat)
+            .sum();
+        let recovered = heap.recover_dead();
+        record.window().fetch_add(1, AcqRel);
+        window_beats.push(done);
         // Pause the living at a safe point; a worker that does not get there in time stalled.
         let epoch = record.pause().fetch_add(1, AcqRel) + 1;
         for w in (0..args.processes as usize).filter(|&w| w != victim) {
@@ -211,8 +273,10 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
                 std::thread::sleep(Duration::from_micros(200));
             }
             max_latency_live = max_latency_live.max(record.max_latency_ns(w).load(Acquire));
+            for (which, figure) in latency.iter_mut().enumerate() {
+                *figure = (*figure).max(record.latency(w, which).load(Acquire));
+            }
         }
-        let recovered = heap.recover_dead();
         recoveries.extend(recovered.iter().map(|r| r.took));
         let (allocs, frees) = settle(&heap, &record, &[victim as u64], &recovered)?;
         settled_allocs += allocs;
@@ -289,8 +353,74 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
         pct(1.0).as_secs_f64() * 1e6,
         max_latency_live as f64 / 1e6
     );
+    window_beats.sort_unstable();
+    let us = |ns: u64| ns as f64 / 1e3;
+    println!(
+        "while a process was dead and recovered ({} ms or more, then recovery; {} windows): every live worker kept finishing operations ({} to {} per window, median {}); slowest overlapping operation {:.1} µs wall, {:.1} µs CPU, against a normal p99.9 of {:.1} µs wall, {:.1} µs CPU ({} window operations)",
+        args.dead_ms,
+        window_beats.len(),
+        window_beats.first().copied().unwrap_or(0),
+        window_beats.last().copied().unwrap_or(0),
+        window_beats.get(window_beats.len() / 2).copied().unwrap_or(0),
+        us(latency[LAT_WINDOW_MAX]),
+        us(latency[LAT_WINDOW_CPU_MAX]),
+        us(latency[LAT_CALM_P999]),
+        us(latency[LAT_CALM_CPU_P999]),
+        latency[LAT_WINDOW_OPS],
+    );
     let _ = std::fs::remove_file(record_path(&args.path));
     Ok(())
+}
+
+/// This thread's CPU time in ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One worker's operation latencies: normal, and overlapping a kill-to-recovery window.
+struct Latencies {
+    calm: [hdrhistogram::Histogram<u64>; 2],
+    window: [hdrhistogram::Histogram<u64>; 2],
+}
+
+impl Latencies {
+    fn new() -> Latencies {
+        let h =
+            || hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("bounds");
+        Latencies {
+            calm: [h(), h()],
+            window: [h(), h()],
+        }
+    }
+
+    fn record(&mut self, in_window: bool, wall_ns: u64, cpu_ns: u64) {
+        let to = if in_window {
+            &mut self.window
+        } else {
+            &mut self.calm
+        };
+        to[0].saturating_record(wall_ns);
+        to[1].saturating_record(cpu_ns);
+    }
+
+    fn publish(&self, record: &Record, w: usize) {
+        let figures = [
+            (LAT_CALM_P999, self.calm[0].value_at_quantile(0.999)),
+            (LAT_CALM_CPU_P999, self.calm[1].value_at_quantile(0.999)),
+            (LAT_WINDOW_MAX, self.window[0].max()),
+            (LAT_WINDOW_CPU_MAX, self.window[1].max()),
+            (LAT_WINDOW_OPS, self.window[0].len()),
+        ];
+        for (which, value) in figures {
+            record.latency(w, which).store(value, Release);
+        }
+    }
 }
 
 /// The worker processes, killed if the coordinator stops early.
@@ -406,19 +536,25 @@ pub fn worker(path: &Path, w: u64, workers: u64, seed: u64) -> anyhow::Result<()
     let mut rng = podkv_alloc::stress::Rng::new(seed);
     let w_idx = w as usize;
     let mut paused_epoch = 0;
+    let mut latencies = Latencies::new();
     loop {
         let epoch = record.pause().load(Acquire);
         if epoch % 2 == 1 {
             if epoch != paused_epoch {
+                latencies.publish(&record, w_idx);
                 record.paused(w_idx).store(epoch, Release);
                 paused_epoch = epoch;
             }
             std::thread::sleep(Duration::from_micros(100));
             continue;
         }
-        let begin = Instant::now();
+        let window = record.window().load(Acquire);
+        let (begin, cpu) = (Instant::now(), thread_cpu_ns());
         step(&t, &record, &mut rng, w, workers);
         let ns = begin.elapsed().as_nanos() as u64;
+        let cpu_ns = thread_cpu_ns().saturating_sub(cpu);
+        let in_window = window % 2 == 1 || record.window().load(Acquire) != window;
+        latencies.record(in_window, ns, cpu_ns);
         record.max_latency_ns(w_idx).fetch_max(ns, Relaxed);
         record.heartbeat(w_idx).fetch_add(1, Release);
     }
