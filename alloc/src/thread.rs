@@ -364,8 +364,11 @@ impl ThreadHandle {
     /// The remote path for a small block: validate, then one detectable decrement.
     #[inline(never)]
     fn free_remote_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
-        // SWcc reader rule: another thread's descriptor is read fresh, not from this cache.
-        let meta = if self.coherence.is_swcc() {
+        // SWcc reader rule: another thread's descriptor is read fresh, not from this cache —
+        // unless this slot's pending batch already counts blocks of the slab: it was read
+        // fresh when the batch began, and while the batch holds live blocks of the slab
+        // nobody can re-size it, so its class (all this free reads) is still right.
+        let meta = if self.coherence.is_swcc() && !self.batches(Kind::Small, slab) {
             let desc = self.small_desc(slab);
             self.coherence
                 .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
@@ -386,6 +389,13 @@ impl ThreadHandle {
             return self.free_generic(offset);
         }
         self.remote_free_block(Kind::Small, slab, offset);
+    }
+
+    /// Whether this slot's pending batch counts blocks of `kind` slab `slab`.
+    #[inline]
+    fn batches(&self, kind: Kind, slab: u32) -> bool {
+        Pending::unpack(self.slot().pending.load(Relaxed))
+            .is_some_and(|p| p.slab == slab && p.large == (kind == Kind::Large))
     }
 
     /// Logs and does one remote free of `offset`, a block of `kind` slab `slab`: a plain store
