@@ -229,10 +229,29 @@ impl<A: Arena> Handle<A> {
         }))
     }
 
-    /// The CAS token a write gives its item: the client's explicit one (meta `E`), else a
-    /// fresh one.
-    pub(crate) fn cas_for(&self, explicit: Option<u64>) -> u64 {
-        explicit.unwrap_or_else(|| self.next_cas())
+    /// The CAS token a write replacing an item whose token is `floor` (0: none) gives its new
+    /// item: the client's explicit one (meta `E`), else a fresh one above `floor`. Handles draw
+    /// tokens from their own blocks, so another handle's block may be ahead on this key; then
+    /// this write takes a new block, which starts past every token handed out so far. So each
+    /// key's tokens increase, and "older than the item's" (`ms I`) means older.
+    pub(crate) fn cas_after(&self, explicit: Option<u64>, floor: u64) -> u64 {
+        if let Some(token) = explicit {
+            return token;
+        }
+        let token = self.next_cas();
+        if token > floor {
+            return token;
+        }
+        let token = self
+            .map
+            .desc()
+            .cas
+            .word
+            .fetch_add(BATCH_CAS, Ordering::Relaxed)
+            + 1;
+        self.cas_end.set(token + BATCH_CAS);
+        self.cas_next.set(token + 1);
+        token
     }
 
     /// A fresh CAS token. Handles take tokens from blocks of [`BATCH_CAS`] reserved with one
@@ -381,8 +400,9 @@ impl<A: Arena> Handle<A> {
         let written = std::cell::Cell::new(0);
         let outcome = self.update(key, |current| {
             let expiry = expiry_of(exptime, self.map.now());
+            let floor = current.map_or(0, |cur| view.meta(cur).cas);
             let put = |parts: &[&[u8]], flags, expiry, lease| -> Result<Step, StoreError> {
-                let cas = self.cas_for(extra.cas);
+                let cas = self.cas_after(extra.cas, floor);
                 let new = self.new_item(key, parts, flags, expiry, cas, lease)?;
                 written.set(cas);
                 Ok(Step::Put(new, Outcome::Stored))

@@ -169,7 +169,7 @@ impl<A: Arena> Handle<A> {
                     &[],
                     0,
                     final_expiry,
-                    self.cas_for(read.cas),
+                    self.cas_after(read.cas, 0),
                     LEASE_TOKEN_SENT,
                 )?;
                 let lease = Lease {
@@ -234,7 +234,7 @@ impl<A: Arena> Handle<A> {
             // Stale, the token released so the next reader wins, a new CAS, maybe a new TTL.
             let expiry = touch.map_or(m.expiry, |t| expiry_of(t, self.map.now()));
             let bits = (m.lease | LEASE_STALE) & !LEASE_TOKEN_SENT;
-            let cas = self.cas_for(delete.cas);
+            let cas = self.cas_after(delete.cas, m.cas);
             let made = self.new_item(key, &[view.value(cur)], m.flags, expiry, cas, bits)?;
             Ok(Step::Put(made, Outcome::Deleted))
         })
@@ -253,7 +253,7 @@ impl<A: Arena> Handle<A> {
                     result = Counted::NotFound;
                     return Ok(Step::Keep(Outcome::NotFound));
                 };
-                let (cas, expiry) = (self.cas_for(count.cas), expiry_of(exptime, now));
+                let (cas, expiry) = (self.cas_after(count.cas, 0), expiry_of(exptime, now));
                 let text = initial.to_string();
                 let made = self.new_item(key, &[text.as_bytes()], 0, expiry, cas, 0)?;
                 result = Counted::Value {
@@ -282,7 +282,7 @@ impl<A: Arena> Handle<A> {
             }
             let bits = if text.len() == old.len() { m.lease } else { 0 };
             let expiry = count.touch.map_or(m.expiry, |t| expiry_of(t, now));
-            let cas = self.cas_for(count.cas);
+            let cas = self.cas_after(count.cas, m.cas);
             let made = self.new_item(key, &[&text], m.flags, expiry, cas, bits)?;
             result = Counted::Value {
                 value,

@@ -9,7 +9,9 @@
 //! Command counters, connections and `bytes_read`/`bytes_written` count this process, as a
 //! memcached server counts itself. `curr_items`, `bytes` and `hash_power_level` are the
 //! store's, shared by every process on the heap; they lag by at most one second (each worker
-//! publishes its batched item counts every second).
+//! publishes its batched item counts every second). `evictions` is the store's too, summed
+//! from per-slot counters in the heap: every process's evictions, a dead one's included, and
+//! (unlike memcached's) not cleared by `stats reset`.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -222,6 +224,7 @@ impl Shared {
         lines.push("bytes", bytes);
         lines.push("curr_items", items);
         lines.push("total_items", totals[Counter::TotalItems as usize]);
+        lines.push("evictions", self.store.evictions());
         self.heap_lines(lines);
     }
 
@@ -293,7 +296,7 @@ impl Shared {
         for (name, value) in &lines {
             let metric = name.strip_prefix("podkv_").unwrap_or(name);
             if value.parse::<f64>().is_ok() {
-                let kind = if COUNTERS.iter().any(|(_, n)| n == name) {
+                let kind = if name == "evictions" || COUNTERS.iter().any(|(_, n)| n == name) {
                     "counter"
                 } else {
                     "gauge"
