@@ -276,6 +276,7 @@ fn metrics_are_prometheus_text() {
         "podkv_cmd_set 1\n",
         "podkv_curr_connections 1\n",
         "# TYPE podkv_cmd_get counter\n",
+        "# TYPE podkv_evictions counter\npodkv_evictions 0\n",
         "podkv_thread_slots_in_use ",
         "podkv_hwcc_bytes ",
     ] {
