@@ -627,6 +627,21 @@ mod tests {
     }
 
     #[test]
+    fn mg_keeps_the_order_of_t_n_r_and_ttl() {
+        let get = mg(b"mg foo t T30 v R10 N5");
+        let order = GetOrder {
+            ttl: 0,
+            touch: 1,
+            recache: 3,
+            vivify: 4,
+        };
+        assert_eq!(get.order, order);
+        let get = mg(b"mg foo v");
+        assert_eq!(get.order, GetOrder::default());
+        assert_eq!(get.order.touch, GetOrder::ABSENT);
+    }
+
+    #[test]
     fn mg_base64_key() {
         let get = mg(b"mg Zm9v b k v");
         assert_eq!(
@@ -795,6 +810,23 @@ mod tests {
             composed(|o| compose_get_hit(o, &get, &item(), lease)),
             b"HD Z X W\r\n"
         );
+        // What memcached sends for each state: a winner never also sees `Z`.
+        for (won, token_sent, stale, reply) in [
+            (true, false, false, &b"HD W\r\n"[..]),
+            (false, true, false, b"HD Z\r\n"),
+            (true, false, true, b"HD X W\r\n"),
+            (false, true, true, b"HD Z X\r\n"),
+        ] {
+            let lease = Lease {
+                won,
+                token_sent,
+                stale,
+            };
+            assert_eq!(
+                composed(|o| compose_get_hit(o, &get, &item(), lease)),
+                reply
+            );
+        }
         let get = mg(b"mg Zm9v b k t");
         let no_ttl = Item {
             ttl: None,
