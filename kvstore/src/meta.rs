@@ -108,10 +108,14 @@ pub struct Count {
     pub delta: u64,
     /// `C`: act only if the item's CAS token is this (0: no check, as memcached).
     pub compare: Option<u64>,
-    /// `T`: the result's new exptime.
-    pub touch: Option<i64>,
-    /// `N` (exptime) with `J` (initial value): create the item on a miss.
-    pub vivify: Option<(i64, u64)>,
+    /// `T`: the result's new exptime, and its rank among the flags.
+    pub touch: Option<(i64, Rank)>,
+    /// `N`: create the item on a miss with this exptime (set at `N`'s rank).
+    pub vivify: Option<(i64, Rank)>,
+    /// `J`: the value `N` creates.
+    pub initial: u64,
+    /// The rank of `t` (which expiry it prints), as in [`Read`].
+    pub ttl_rank: Rank,
     /// `E`: the CAS token the result takes.
     pub cas: Option<u64>,
 }
@@ -127,6 +131,8 @@ pub enum Counted {
         cas: u64,
         /// Absolute expiry (0: never).
         expiry: u32,
+        /// The expiry `t` prints, as of `t`'s place among the flags.
+        shown_expiry: u32,
         /// Made by `N` on a miss.
         created: bool,
     },
@@ -248,18 +254,23 @@ impl<A: Arena> Handle<A> {
         let mut result = Counted::NotFound;
         self.update(key, |current| {
             let now = self.map.now();
+            let touched = count.touch.map(|(t, rank)| (rank, expiry_of(t, now)));
             let Some(cur) = current else {
-                let Some((exptime, initial)) = count.vivify else {
+                let Some((exptime, rank)) = count.vivify else {
                     result = Counted::NotFound;
                     return Ok(Step::Keep(Outcome::NotFound));
                 };
-                let (cas, expiry) = (self.cas_after(count.cas, 0), expiry_of(exptime, now));
-                let text = initial.to_string();
+                // As `mg`: the new item's expiry starts at 0, `N` and `T` set it in order.
+                let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touched]);
+                let expiry = shown(&steps, 0, Rank::NONE);
+                let cas = self.cas_after(count.cas, 0);
+                let text = count.initial.to_string();
                 let made = self.new_item(key, &[text.as_bytes()], 0, expiry, cas, 0)?;
                 result = Counted::Value {
-                    value: initial,
+                    value: count.initial,
                     cas,
                     expiry,
+                    shown_expiry: shown(&steps, 0, count.ttl_rank),
                     created: true,
                 };
                 return Ok(Step::Put(made, Outcome::Stored));
@@ -281,13 +292,15 @@ impl<A: Arena> Handle<A> {
                 text.resize(old.len(), b' ');
             }
             let bits = if text.len() == old.len() { m.lease } else { 0 };
-            let expiry = count.touch.map_or(m.expiry, |t| expiry_of(t, now));
+            let steps = timeline(&[touched]);
+            let expiry = shown(&steps, m.expiry, Rank::NONE);
             let cas = self.cas_after(count.cas, m.cas);
             let made = self.new_item(key, &[&text], m.flags, expiry, cas, bits)?;
             result = Counted::Value {
                 value,
                 cas,
                 expiry,
+                shown_expiry: shown(&steps, m.expiry, count.ttl_rank),
                 created: false,
             };
             Ok(Step::Put(made, Outcome::Stored))
@@ -309,7 +322,7 @@ fn timeline(changes: &[Option<(Rank, u32)>]) -> Vec<(Rank, u32)> {
 }
 
 /// The expiry as it stands at `rank` among the flags: the last change before it, else
-/// `initial`.
+/// `initial` (at [`Rank::NONE`]: the final expiry).
 fn shown(steps: &[(Rank, u32)], initial: u32, rank: Rank) -> u32 {
     steps
         .iter()

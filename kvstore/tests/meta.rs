@@ -179,17 +179,21 @@ fn stale_items_and_explicit_cas() {
     let counted = h.meta_counter(
         b"n",
         Count {
-            vivify: Some((0, 7)),
+            vivify: Some((0, Rank(0))),
+            touch: Some((90, Rank(1))),
+            initial: 7,
             cas: Some(900),
             ..Count::default()
         },
     );
+    let expiry = T0 as u32 + 90;
     assert_eq!(
         counted.unwrap(),
         Counted::Value {
             value: 7,
             cas: 900,
-            expiry: 0,
+            expiry,
+            shown_expiry: expiry,
             created: true
         }
     );

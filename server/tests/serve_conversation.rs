@@ -146,6 +146,14 @@ const TABLE: &[Row] = &[
         b"mg tok6 N30 T60 t\r\nmg tok7 T60 N30 t\r\n",
         b"HD t60 W\r\nHD t30 W\r\n",
     ),
+    (
+        b"ma tok9 N30 t\r\nma tok10 t N30\r\nma tok11 N30 T60 t\r\nma tok12 T60 N30 t\r\n",
+        b"HD t30\r\nHD t-1\r\nHD t60\r\nHD t30\r\n",
+    ),
+    (
+        b"ma tok9 N30 t T90\r\nma tok9 t\r\n",
+        b"HD t30\r\nHD t90\r\n",
+    ),
     // memcached 1.6.18 has no append autovivify.
     (b"ms tok8 1 MA N30\r\nx\r\n", b"NS\r\n"),
     (b"mn\r\n", b"MN\r\n"),

@@ -249,6 +249,7 @@ fn meta_arithmetic<S: Storage + ?Sized>(storage: &S, ma: &MetaArithmetic, out: &
         touch: ma.touch,
         cas: ma.cas,
         new_cas: ma.new_cas,
+        order: ma.order,
     };
     let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, options) {
         MetaArithmeticOutcome::Value { created: false, .. } if ma.quiet => return,

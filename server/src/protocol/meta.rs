@@ -407,6 +407,7 @@ fn parse_arithmetic(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         value: of.value,
         quiet: of.quiet,
         returns,
+        order: of.order,
     }))
 }
 

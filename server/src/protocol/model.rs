@@ -496,32 +496,45 @@ impl Storage for ModelStorage {
     fn meta_arithmetic(&self, key: &[u8], o: MetaArithmeticOptions) -> MetaArithmeticOutcome {
         let mut state = self.lock();
         let now = state.now;
+        let touch = o.touch.map(|t| (o.order.touch, t.deadline(now)));
         match state.delta(key, o.mode, o.delta, o.cas) {
-            Ok((value, cas, deadline)) => {
-                let deadline = o.touch.map_or(deadline, |t| t.deadline(now));
-                if let Some(entry) = state.live(key) {
-                    entry.deadline = deadline;
-                }
+            Ok((value, cas, before)) => {
+                let steps = timeline(&[touch]);
+                let entry = state.live(key);
+                let cas = match (entry, o.new_cas) {
+                    (Some(entry), explicit) => {
+                        entry.deadline = shown(&steps, before, GetOrder::ABSENT);
+                        entry.cas = explicit.unwrap_or(cas);
+                        entry.cas
+                    }
+                    (None, _) => cas,
+                };
                 MetaArithmeticOutcome::Value {
                     value,
                     cas,
-                    ttl: state.ttl(deadline),
+                    ttl: state.ttl(shown(&steps, before, o.order.ttl)),
                     created: false,
                 }
             }
             Err(DeltaError::NotFound) => match o.vivify {
                 None => MetaArithmeticOutcome::NotFound,
                 Some(exptime) => {
+                    // The new item's expiry starts at "never"; `N` and `T` set it in order.
+                    let steps = timeline(&[Some((o.order.vivify, exptime.deadline(now))), touch]);
                     let value = Bytes::from(o.initial.to_string());
                     let key = Bytes::copy_from_slice(key);
-                    let StoreOutcome::Stored(cas) = state.insert(key, 0, exptime, value, o.new_cas)
+                    let StoreOutcome::Stored(cas) =
+                        state.insert(key.clone(), 0, exptime, value, o.new_cas)
                     else {
                         return MetaArithmeticOutcome::NotStored;
                     };
+                    if let Some(entry) = state.items.get_mut(&key) {
+                        entry.deadline = shown(&steps, Deadline::Never, GetOrder::ABSENT);
+                    }
                     MetaArithmeticOutcome::Value {
                         value: o.initial,
                         cas,
-                        ttl: state.ttl(exptime.deadline(now)),
+                        ttl: state.ttl(shown(&steps, Deadline::Never, o.order.ttl)),
                         created: true,
                     }
                 }

@@ -407,6 +407,8 @@ pub struct MetaArithmetic {
     pub quiet: bool,
     /// Reply flags in request order (`c`, `t`, `O`, `k`).
     pub returns: Vec<ReturnFlag>,
+    /// Where `T`, `N` and `t` stand among the flags (as for `mg`; `recache` unused).
+    pub order: GetOrder,
 }
 
 /// `me <key> [b]`.

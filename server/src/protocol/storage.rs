@@ -182,6 +182,8 @@ pub struct MetaArithmeticOptions {
     pub cas: Option<u64>,
     /// `E`: CAS unique to give the result.
     pub new_cas: Option<u64>,
+    /// Where `T`, `N` and `t` stand among the flags; the outcome's `ttl` is as `t` prints it.
+    pub order: GetOrder,
 }
 
 /// Outcome of `ma`.

@@ -517,6 +517,12 @@ fn meta_flag_order_and_stale_stores() {
         (b"ms t4 1 C6 I\r\nc\r\n", b"EX\r\n"),
         (b"ms t4 1 C5\r\nc\r\nmg t4 v\r\n", b"HD\r\nVA 1\r\nc\r\n"),
         (b"ms t8 1 MA N30\r\nx\r\n", b"NS\r\n"),
+        (b"ma a1 N30 t\r\nma a2 t N30\r\n", b"HD t30\r\nHD t-1\r\n"),
+        (
+            b"ma a3 N30 T60 t\r\nma a4 T60 N30 t\r\n",
+            b"HD t60\r\nHD t30\r\n",
+        ),
+        (b"ma a1 t T90\r\nma a1 t\r\n", b"HD t30\r\nHD t90\r\n"),
     ]);
 }
 

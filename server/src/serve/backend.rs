@@ -460,20 +460,24 @@ impl Storage for Backend {
         } else {
             (Counter::IncrHits, Counter::IncrMisses)
         };
+        let ranked = |e: Option<Exptime>, rank: u8| e.map(|e| (i64::from(e.0), Rank(rank)));
         let count = Count {
             decrement,
             delta: o.delta,
             compare: o.cas,
-            touch: o.touch.map(|t| i64::from(t.0)),
-            vivify: o.vivify.map(|e| (i64::from(e.0), o.initial)),
+            touch: ranked(o.touch, o.order.touch),
+            vivify: ranked(o.vivify, o.order.vivify),
+            initial: o.initial,
+            ttl_rank: Rank(o.order.ttl),
             cas: o.new_cas,
         };
         match self.handle.meta_counter(key, count) {
             Ok(Counted::Value {
                 value,
                 cas,
-                expiry,
+                shown_expiry,
                 created,
+                ..
             }) => {
                 if !created {
                     self.counters.bump(hits);
@@ -481,7 +485,7 @@ impl Storage for Backend {
                 MetaArithmeticOutcome::Value {
                     value,
                     cas,
-                    ttl: self.ttl(expiry),
+                    ttl: self.ttl(shown_expiry),
                     created,
                 }
             }
