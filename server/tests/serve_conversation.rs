@@ -2,7 +2,7 @@
 //! server process, against two processes serving one heap (rows alternate between them, so
 //! every read sees the other process's writes), and against the real memcached (proving the
 //! table is memcached's own replies). Also: memccapable's ASCII suite, SIGTERM, --metrics,
-//! SO_REUSEPORT.
+//! SO_REUSEPORT, and one recache-token winner across two processes.
 
 mod conv;
 
@@ -420,4 +420,40 @@ fn explicit_cas_and_exact_conditions() {
         b"ms s2 1 MP C0\r\nw\r\nmg s2 v\r\n",
         b"HD\r\nVA 3\r\nwxy\r\n",
     );
+}
+
+/// `W` to exactly one client: eight clients on two processes serving one heap race `mg R`
+/// on a key whose TTL is under the threshold; one wins, the rest see `Z`. Then `md I` hands
+/// the token out again, once.
+#[test]
+fn one_recache_winner_across_processes() {
+    let dir = heap_dir();
+    let heap = dir.path().join("heap");
+    let servers = [
+        Server::start(&heap, &["--threads", "2"]),
+        Server::start(&heap, &["--threads", "2"]),
+    ];
+    let race = |request: &'static [u8]| -> (usize, usize) {
+        let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let racers: Vec<_> = (0..8)
+            .map(|i| {
+                let mut client = servers[i % 2].client();
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    String::from_utf8(client.call(request)).unwrap()
+                })
+            })
+            .collect();
+        let replies: Vec<String> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        let count = |flag: &str| replies.iter().filter(|r| r.contains(flag)).count();
+        (count(" W\r\n"), count(" Z"))
+    };
+    let mut setter = servers[0].client();
+    for round in 0..20 {
+        setter.expect(b"set hot 0 100 1\r\nv\r\n", b"STORED\r\n");
+        assert_eq!(race(b"mg hot R200\r\n"), (1, 7), "round {round}");
+        setter.expect(b"md hot I\r\n", b"HD\r\n");
+        assert_eq!(race(b"mg hot\r\n"), (1, 7), "round {round}: stale");
+    }
 }
