@@ -63,6 +63,9 @@ fn filling_past_memory_evicts_like_memcached() {
     let ours = fill(&mut server.client(), "k", COUNT_FILL);
     assert!(ours["evictions"] > 0, "podkv evicted nothing: {ours:?}");
     assert_accounted("podkv", &ours, COUNT_FILL as u64);
+    let mut client = server.client();
+    client.expect(b"stats reset\r\n", b"RESET\r\n");
+    assert_eq!(stats(&mut client)["evictions"], 0, "reset, as memcached's");
     let Some(memcached) = conv::memcached(&["-m", "2"]) else {
         return;
     };

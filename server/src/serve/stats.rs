@@ -10,8 +10,8 @@
 //! memcached server counts itself. `curr_items`, `bytes` and `hash_power_level` are the
 //! store's, shared by every process on the heap; they lag by at most one second (each worker
 //! publishes its batched item counts every second). `evictions` is the store's too, summed
-//! from per-slot counters in the heap: every process's evictions, a dead one's included, and
-//! (unlike memcached's) not cleared by `stats reset`.
+//! from per-slot counters in the heap: every process's evictions, a dead one's included;
+//! `stats reset` restarts this process's view of it from zero, as memcached's does.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,6 +137,8 @@ impl Counters {
 #[derive(Debug, Default)]
 pub struct Baseline {
     at_reset: Mutex<[u64; COUNT_COUNTERS]>,
+    /// The store's `evictions` at the last `stats reset` of this process.
+    evictions_at_reset: AtomicU64,
 }
 
 impl Shared {
@@ -165,6 +167,8 @@ impl Shared {
         for (i, (counter, _)) in COUNTERS.iter().enumerate() {
             base[i] = self.workers.iter().map(|w| w.get(*counter)).sum();
         }
+        let evictions = &self.baseline.evictions_at_reset;
+        evictions.store(self.store.evictions(), Ordering::Relaxed);
     }
 
     /// The `stats` group `group` (empty: the general stats); `None` for an unknown group.
@@ -224,7 +228,11 @@ impl Shared {
         lines.push("bytes", bytes);
         lines.push("curr_items", items);
         lines.push("total_items", totals[Counter::TotalItems as usize]);
-        lines.push("evictions", self.store.evictions());
+        let since_reset = self.baseline.evictions_at_reset.load(Ordering::Relaxed);
+        lines.push(
+            "evictions",
+            self.store.evictions().saturating_sub(since_reset),
+        );
         self.heap_lines(lines);
     }
 
