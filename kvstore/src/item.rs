@@ -10,14 +10,18 @@
 //! 32 flags   u32  client flags      written once before publication
 //! 36 vlen    u32  value bytes       written once before publication
 //! 40 klen    u16  key bytes         written once before publication
-//! 42 kind    u16  KIND_ITEM         written once before publication
+//! 42 kind    u8   KIND_ITEM         written once before publication
+//! 43 lease   u8   LEASE_* bits      written once before publication (meta protocol state)
 //! 44 claim   u32  retirer slot + 1  CAS 0 → slot + 1 by the one snipper (or recoverer) retiring it
 //! 48 key, then value
 //! ```
-//! Everything but `next` is immutable once the item is linked: a change is a new item that
-//! replaces the old one by one CAS (see `list`), so readers need no locks and no copies.
-//! Per-item overhead: **48 bytes** (memcached's header is 48–56 B), plus the allocator's
-//! rounding to its size class.
+//! Everything but `next` and `claim` is immutable once the item is linked: a change is a new
+//! item that replaces the old one by one CAS (see `list`), so readers need no locks and no
+//! copies. That includes `lease`, memcached's per-item meta state (`ITEM_TOKEN_SENT`,
+//! `ITEM_STALE`): winning a recache token or marking an item stale replaces the item, so the
+//! replace CAS decides the one winner, and a concurrent touch or replace can never lose a bit
+//! (see `meta`). Per-item overhead: **48 bytes** (memcached's header is 48–56 B), plus the
+//! allocator's rounding to its size class.
 //!
 //! # Sentinels
 //! A bucket's sentinel (split-ordered lists, Shalev–Shavit) is a 16-byte node *inside its
@@ -41,8 +45,12 @@ pub const SIZE_SENTINEL: usize = 16;
 pub const SENTINEL_CLAIMED: u64 = 2;
 /// Sentinel state bit: the sentinel is linked; searches may start from it.
 pub const SENTINEL_LINKED: u64 = 4;
-/// `kind` of an item.
-pub const KIND_ITEM: u16 = 0x4954;
+/// `kind` of an item ('I').
+pub const KIND_ITEM: u8 = 0x49;
+/// `lease` bit: a client was sent the recache token (`W`); later readers see `Z`.
+pub const LEASE_TOKEN_SENT: u8 = 1;
+/// `lease` bit: the item is stale (`md I`, `ms I`); readers see `X`.
+pub const LEASE_STALE: u8 = 2;
 
 /// An item's header fields (everything but `next`), as written before publication.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,6 +65,8 @@ pub struct Meta {
     pub time: u32,
     /// Client flags.
     pub flags: u32,
+    /// Meta protocol state: [`LEASE_TOKEN_SENT`] | [`LEASE_STALE`].
+    pub lease: u8,
 }
 
 /// The split order of a key's hash: bit-reversed, low bit set (items sort after sentinels).
@@ -140,6 +150,12 @@ impl View {
         unsafe { (self.ptr(at) as *const u32).read() }
     }
 
+    #[inline]
+    fn u8_at(self, at: u64) -> u8 {
+        // SAFETY: as `u64_at`.
+        unsafe { self.ptr(at).read() }
+    }
+
     /// The node's split order (a sentinel's state flags masked off).
     #[inline]
     pub fn order(self, at: u64) -> u64 {
@@ -202,6 +218,7 @@ impl View {
             expiry: self.u32_at(at + 24),
             time: self.u32_at(at + 28),
             flags: self.u32_at(at + 32),
+            lease: self.u8_at(at + 43),
         }
     }
 
@@ -247,7 +264,8 @@ impl View {
             (p.add(32) as *mut u32).write(meta.flags);
             (p.add(36) as *mut u32).write(vlen as u32);
             (p.add(40) as *mut u16).write(key.len() as u16);
-            (p.add(42) as *mut u16).write(KIND_ITEM);
+            p.add(42).write(KIND_ITEM);
+            p.add(43).write(meta.lease);
             (p.add(44) as *mut u32).write(0);
             let mut q = p.add(SIZE_HEADER);
             std::ptr::copy_nonoverlapping(key.as_ptr(), q, key.len());

@@ -12,8 +12,8 @@ use std::sync::atomic::AtomicU64;
 
 /// "podkvST1": the descriptor's magic.
 pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;
-/// Layout version of the descriptor.
-pub const VERSION: u64 = 1;
+/// Layout version of the descriptor (2: items carry a `lease` byte; slots count evictions).
+pub const VERSION: u64 = 2;
 /// Buckets per segment (a 64 KiB block of sentinels).
 pub const COUNT_SEGMENT: u64 = 4096;
 /// Segments in the directory: at most `COUNT_SEGMENT * COUNT_SEGMENTS` = 2^26 buckets.
@@ -103,7 +103,10 @@ pub struct SlotRecord {
     /// The allocator's step word when the owner logged its last `ALLOC_*` step: unchanged at
     /// recovery means that allocation never started.
     pub alloc_step: AtomicU64,
-    _pad: [u64; 1],
+    /// Items the slot's owners evicted to make room (not expiries): `load + store` by the
+    /// owner only, summed by `Map::evictions` from any process. Never reset: it lives in the
+    /// heap, so a dead process's evictions still count, and the slot's next owner adds on.
+    pub evictions: AtomicU64,
 }
 
 /// A block of retired nodes: `next` bag, `len` entries of `(offset, epoch)`.

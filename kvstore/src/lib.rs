@@ -12,7 +12,8 @@
 //! - [`epoch`]: pinning and advancing (loom-checked);
 //! - `item`, `layout`: what lives in the heap;
 //! - `map`: the table, growth, pins, limbo;
-//! - `memcached`: commands; `maintain`: eviction and the expiry crawler; `check`: the walker;
+//! - `memcached`: commands; `meta`: the meta commands' state (recache tokens, stale items);
+//!   `maintain`: eviction and the expiry crawler; `check`: the walker;
 //! - `store`: [`Store`] / [`StoreHandle`] / [`Guard`]; `kvmap` + `baseline`: the driver trait.
 //!
 //! # Example
@@ -52,6 +53,8 @@ pub mod map;
 #[cfg(not(podkv_loom))]
 pub mod memcached;
 #[cfg(not(podkv_loom))]
+pub mod meta;
+#[cfg(not(podkv_loom))]
 pub mod recover;
 #[cfg(not(podkv_loom))]
 pub mod store;
@@ -66,7 +69,8 @@ pub use {
     config::{Clock, Eviction, StoreConfig, Table},
     maintain::CrawlReport,
     map::{Handle, Map},
-    memcached::{expiry_of, parse_counter, Guard, Mode, Outcome},
+    memcached::{expiry_of, parse_counter, Guard, Mode, Outcome, StoreExtra},
+    meta::{Count, Counted, Delete, Lease, MetaRead, Rank, Read},
     recover::Settled,
     store::{check_path, CheckReport, Crawler, LocalStore, Store, StoreHandle},
 };

@@ -33,7 +33,9 @@ pub struct CrawlReport {
 }
 
 impl<A: Arena> Handle<A> {
-    /// Evicts one item chosen by the sampled-oldest policy; whether it removed one.
+    /// Evicts one item chosen by the sampled-oldest policy; whether it removed one. Removing
+    /// a visible item counts as an eviction (this slot's counter, `Map::evictions`); an
+    /// invisible one is a reclaimed expiry, as memcached counts them.
     pub(crate) fn evict_one(&self) -> bool {
         let _pin = self.pin();
         let now = self.map.now();
@@ -54,7 +56,15 @@ impl<A: Arena> Handle<A> {
                 break;
             }
         }
-        best.is_some_and(|(_, _, at)| self.remove_exact(at))
+        let Some((visible, _, at)) = best else {
+            return false;
+        };
+        let removed = self.remove_exact(at);
+        if removed && visible {
+            let counter = &self.map.slot(self.slot).evictions;
+            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        removed
     }
 
     /// Calls `visit` on each unmarked item from sentinel `head` to the next sentinel, while it

@@ -161,6 +161,14 @@ impl<A: Arena> Map<A> {
         (count.max(0) as u64, used.max(0) as u64)
     }
 
+    /// Items evicted to make room since the store was made, by every process (the sum of the
+    /// per-slot counters in the heap; exact once the evicting threads have returned).
+    pub fn evictions(&self) -> u64 {
+        (0..self.inner.arena.slots())
+            .map(|i| self.slot(i).evictions.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Bytes of items the store may hold (`None`: until the heap is full), as its creator set.
     pub fn capacity(&self) -> Option<u64> {
         Some(self.desc().capacity).filter(|&c| c != 0)

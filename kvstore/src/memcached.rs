@@ -16,6 +16,10 @@
 //!   padded with spaces to the old length (as memcached's in-place update does), a longer one
 //!   makes a new item; a new CAS token either way, flags and expiry kept.
 //! - `append`/`prepend` keep flags and expiry; `touch`/`gat` keep the CAS token.
+//! - the meta state (`item` `lease`: token sent, stale) is kept where memcached changes the
+//!   item in place — `touch`, `gat`, an `incr`/`decr` whose result fits the old value — and
+//!   starts clear in every new item (set, add, replace, cas, append, prepend, a longer
+//!   counter), as memcached's `do_item_alloc` makes it. The meta commands are in `meta`.
 
 use crate::arena::Arena;
 use crate::item::{self, Meta, View, SIZE_HEADER};
@@ -62,6 +66,18 @@ pub enum Mode {
     Prepend,
     /// Store only if present with this CAS token.
     Cas(u64),
+}
+
+/// The meta protocol's extras of a store (`ms`), beyond its [`Mode`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreExtra {
+    /// `C` with `Append`/`Prepend`: store only if the item's CAS token is this (0: no check,
+    /// as memcached). (`Set`/`Replace` with `C` are [`Mode::Cas`].)
+    pub compare: Option<u64>,
+    /// `I` with [`Mode::Cas`]: a token older than the item's still stores, as a stale item.
+    pub invalidate: bool,
+    /// `E`: the CAS token the stored item takes instead of a fresh one.
+    pub cas: Option<u64>,
 }
 
 /// One decision of an update.
@@ -120,9 +136,9 @@ pub fn parse_counter(value: &[u8]) -> Option<u64> {
 
 /// A value read through a pin: valid for the guard's lifetime, never longer.
 pub struct Guard<'h, A: Arena> {
-    _pin: Pin<'h, A>,
-    view: View,
-    item: u64,
+    pub(crate) _pin: Pin<'h, A>,
+    pub(crate) view: View,
+    pub(crate) item: u64,
 }
 
 impl<'h, A: Arena> Guard<'h, A> {
@@ -149,6 +165,11 @@ impl<'h, A: Arena> Guard<'h, A> {
     /// Absolute expiry in Unix seconds (0: never).
     pub fn expiry(&self) -> u32 {
         self.view.meta(self.item).expiry
+    }
+
+    /// The item's meta state (`Z`, `X`); a plain read changes nothing, so `won` is false.
+    pub fn lease(&self) -> crate::meta::Lease {
+        crate::meta::Lease::of_bits(self.view.meta(self.item).lease)
     }
 }
 
@@ -208,13 +229,38 @@ impl<A: Arena> Handle<A> {
         }))
     }
 
+    /// The CAS token a write replacing an item whose token is `floor` (0: none) gives its new
+    /// item: the client's explicit one (meta `E`), else a fresh one above `floor`. Handles draw
+    /// tokens from their own blocks, so another handle's block may be ahead on this key; then
+    /// this write takes a new block, which starts past every token handed out so far. So each
+    /// key's tokens increase, and "older than the item's" (`ms I`) means older.
+    pub(crate) fn cas_after(&self, explicit: Option<u64>, floor: u64) -> u64 {
+        if let Some(token) = explicit {
+            return token;
+        }
+        let token = self.next_cas();
+        if token > floor {
+            return token;
+        }
+        let token = self
+            .map
+            .desc()
+            .cas
+            .word
+            .fetch_add(BATCH_CAS, Ordering::Relaxed)
+            + 1;
+        self.cas_end.set(token + BATCH_CAS);
+        self.cas_next.set(token + 1);
+        token
+    }
+
     /// A fresh CAS token. Handles take tokens from blocks of [`BATCH_CAS`] reserved with one
     /// `fetch_add` (one shared RMW per 64 writes instead of per write), so tokens are unique
     /// and increase per handle, and across handles only roughly (eviction's write age is
     /// approximate anyway). A block that started before the last immediate `flush_all`
     /// (`oldest_cas`) is dropped, so no write that starts after a flush gets a flushed token; a
     /// write racing the flush may, which orders it before the flush — as memcached's does.
-    fn next_cas(&self) -> u64 {
+    pub(crate) fn next_cas(&self) -> u64 {
         let d = self.map.desc();
         let mut token = self.cas_next.get();
         if token == self.cas_end.get() || token < d.oldest_cas.word.load(Ordering::Acquire) {
@@ -230,14 +276,15 @@ impl<A: Arena> Handle<A> {
         self.map.desc().cas.word.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Allocates and writes a new item.
-    fn new_item(
+    /// Allocates and writes a new item (`lease`: its meta state bits, see `item`).
+    pub(crate) fn new_item(
         &self,
         key: &[u8],
         value: &[&[u8]],
         flags: u32,
         expiry: u32,
         cas: u64,
+        lease: u8,
     ) -> Result<u64, StoreError> {
         let vlen: usize = value.iter().map(|v| v.len()).sum();
         let max = self.map.value_max();
@@ -251,6 +298,7 @@ impl<A: Arena> Handle<A> {
             expiry,
             time: self.map.now(),
             flags,
+            lease,
         };
         self.map.view().write_item(at, &meta, key, value);
         self.log(crate::recover::ITEM, at);
@@ -333,37 +381,62 @@ impl<A: Arena> Handle<A> {
         flags: u32,
         exptime: i64,
     ) -> Result<(Outcome, u64), StoreError> {
+        self.store_with(mode, key, value, flags, exptime, StoreExtra::default())
+    }
+
+    /// As [`store_cas`](Self::store_cas), with the meta protocol's extras (`ms C I E`). Every
+    /// condition is decided inside the write loop on the item the CAS replaces, so no write
+    /// can slip between the comparison and the store.
+    pub fn store_with(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        extra: StoreExtra,
+    ) -> Result<(Outcome, u64), StoreError> {
         let view = self.map.view();
         let written = std::cell::Cell::new(0);
         let outcome = self.update(key, |current| {
             let expiry = expiry_of(exptime, self.map.now());
-            let put = |parts: &[&[u8]], flags, expiry| -> Result<Step, StoreError> {
-                let cas = self.next_cas();
-                let new = self.new_item(key, parts, flags, expiry, cas)?;
+            let floor = current.map_or(0, |cur| view.meta(cur).cas);
+            let put = |parts: &[&[u8]], flags, expiry, lease| -> Result<Step, StoreError> {
+                let cas = self.cas_after(extra.cas, floor);
+                let new = self.new_item(key, parts, flags, expiry, cas, lease)?;
                 written.set(cas);
                 Ok(Step::Put(new, Outcome::Stored))
             };
-            match (mode, current) {
-                (Mode::Set, _) | (Mode::Add, None) | (Mode::Replace, Some(_)) => {
-                    put(&[value], flags, expiry)
-                }
-                (Mode::Add, Some(_)) => Ok(Step::Keep(Outcome::NotStored)),
-                (Mode::Replace | Mode::Append | Mode::Prepend, None) => {
-                    Ok(Step::Keep(Outcome::NotStored))
-                }
-                (Mode::Append, Some(cur)) => {
-                    let m = view.meta(cur);
-                    put(&[view.value(cur), value], m.flags, m.expiry)
-                }
-                (Mode::Prepend, Some(cur)) => {
-                    let m = view.meta(cur);
-                    put(&[value, view.value(cur)], m.flags, m.expiry)
-                }
-                (Mode::Cas(_), None) => Ok(Step::Keep(Outcome::NotFound)),
-                (Mode::Cas(token), Some(cur)) if view.meta(cur).cas != token => {
+            let Some(cur) = current else {
+                return match mode {
+                    Mode::Set | Mode::Add => put(&[value], flags, expiry, 0),
+                    Mode::Cas(_) => Ok(Step::Keep(Outcome::NotFound)),
+                    Mode::Replace | Mode::Append | Mode::Prepend => {
+                        Ok(Step::Keep(Outcome::NotStored))
+                    }
+                };
+            };
+            let m = view.meta(cur);
+            match mode {
+                Mode::Set | Mode::Replace => put(&[value], flags, expiry, 0),
+                Mode::Add => Ok(Step::Keep(Outcome::NotStored)),
+                // memcached checks an append's token only when it is not 0.
+                Mode::Append | Mode::Prepend
+                    if extra.compare.is_some_and(|c| c != 0 && c != m.cas) =>
+                {
                     Ok(Step::Keep(Outcome::Exists))
                 }
-                (Mode::Cas(_), Some(_)) => put(&[value], flags, expiry),
+                Mode::Append => put(&[view.value(cur), value], m.flags, m.expiry, 0),
+                Mode::Prepend => put(&[value, view.value(cur)], m.flags, m.expiry, 0),
+                // A zero token matches nothing (memcached's `CAS_NONE`).
+                Mode::Cas(token) if token != 0 && token == m.cas => put(&[value], flags, expiry, 0),
+                // `ms I` with an older token: store, but stale, keeping the item's TTL and a
+                // sent token (memcached's `CAS_STALE`).
+                Mode::Cas(token) if extra.invalidate && token != 0 && token < m.cas => {
+                    let lease = item::LEASE_STALE | (m.lease & item::LEASE_TOKEN_SENT);
+                    put(&[value], flags, m.expiry, lease)
+                }
+                Mode::Cas(_) => Ok(Step::Keep(Outcome::Exists)),
             }
         })?;
         let cas = if outcome == Outcome::Stored {
@@ -397,34 +470,24 @@ impl<A: Arena> Handle<A> {
 
     /// `incr key delta`: the new value, `None` if absent.
     pub fn incr(&self, key: &[u8], delta: u64) -> Result<Option<u64>, StoreError> {
-        self.counter(key, |v| v.wrapping_add(delta))
+        self.counter(key, delta, false)
     }
 
     /// `decr key delta`: the new value (stops at 0), `None` if absent.
     pub fn decr(&self, key: &[u8], delta: u64) -> Result<Option<u64>, StoreError> {
-        self.counter(key, |v| v.saturating_sub(delta))
+        self.counter(key, delta, true)
     }
 
-    fn counter(&self, key: &[u8], op: impl Fn(u64) -> u64) -> Result<Option<u64>, StoreError> {
-        let view = self.map.view();
-        let mut result = None;
-        self.update(key, |current| {
-            let Some(cur) = current else {
-                result = None;
-                return Ok(Step::Keep(Outcome::NotFound));
-            };
-            let old = view.value(cur);
-            let value = op(parse_counter(old).ok_or(StoreError::NonNumeric)?);
-            result = Some(value);
-            let mut text = value.to_string().into_bytes();
-            if text.len() < old.len() {
-                text.resize(old.len(), b' ');
-            }
-            let m = view.meta(cur);
-            let new = self.new_item(key, &[&text], m.flags, m.expiry, self.next_cas())?;
-            Ok(Step::Put(new, Outcome::Stored))
-        })?;
-        Ok(result)
+    fn counter(&self, key: &[u8], delta: u64, decrement: bool) -> Result<Option<u64>, StoreError> {
+        let count = crate::meta::Count {
+            decrement,
+            delta,
+            ..Default::default()
+        };
+        Ok(match self.meta_counter(key, count)? {
+            crate::meta::Counted::Value { value, .. } => Some(value),
+            _ => None,
+        })
     }
 
     /// `touch key exptime`: `Touched` or `NotFound`.
@@ -442,7 +505,7 @@ impl<A: Arena> Handle<A> {
             };
             let m = view.meta(cur);
             let expiry = expiry_of(exptime, self.map.now());
-            made = self.new_item(key, &[view.value(cur)], m.flags, expiry, m.cas)?;
+            made = self.new_item(key, &[view.value(cur)], m.flags, expiry, m.cas, m.lease)?;
             Ok(Step::Put(made, Outcome::Touched))
         })?;
         Ok((outcome, made))

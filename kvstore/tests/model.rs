@@ -1,9 +1,10 @@
 //! Proptest state machine: the store against a `HashMap` model of memcached 1.6, with a fake
-//! clock (expiry, flush_all delays), CAS tokens and incr/decr edges.
+//! clock (expiry, flush_all delays), CAS tokens, incr/decr edges, and the meta state
+//! (recache tokens `mg R`, stale items `md I` / `ms I`) through every other command.
 
 mod common;
 
-use podkv_store::{Mode, Outcome, StoreError, StoreHandle};
+use podkv_store::{Delete, Mode, Outcome, Rank, Read, StoreError, StoreExtra, StoreHandle};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -24,6 +25,12 @@ enum Op {
     Gat(usize, i64),
     Flush(i64),
     Advance(u64),
+    /// `mg` with `R<exptime>` if given.
+    MetaGet(usize, Option<i64>),
+    /// `md I` with `T<exptime>` if given.
+    Invalidate(usize, Option<i64>),
+    /// `ms I` with a token one below the item's.
+    StaleStore(usize, Vec<u8>),
 }
 
 #[derive(Clone, Debug)]
@@ -33,6 +40,10 @@ struct Item {
     expiry: u64,
     time: u64,
     cas: u64,
+    /// memcached's `ITEM_TOKEN_SENT`.
+    sent: bool,
+    /// memcached's `ITEM_STALE`.
+    stale: bool,
 }
 
 /// The reference: memcached's rules written out plainly, independent of the store's code.
@@ -131,7 +142,10 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (k.clone(), number()).prop_map(|(k, d)| Op::Decr(k, d)),
         2 => (k.clone(), number()).prop_map(|(k, n)| Op::SetNumber(k, n)),
         1 => (k.clone(), exptime()).prop_map(|(k, e)| Op::Touch(k, e)),
-        1 => (k, exptime()).prop_map(|(k, e)| Op::Gat(k, e)),
+        1 => (k.clone(), exptime()).prop_map(|(k, e)| Op::Gat(k, e)),
+        3 => (k.clone(), prop::option::of(prop_oneof![Just(3i64), Just(100)])).prop_map(|(k, r)| Op::MetaGet(k, r)),
+        2 => (k.clone(), prop::option::of(exptime())).prop_map(|(k, e)| Op::Invalidate(k, e)),
+        1 => (k, prop::collection::vec(Just(b'9'), 0..3)).prop_map(|(k, v)| Op::StaleStore(k, v)),
         1 => prop_oneof![Just(0i64), Just(2), Just(10)].prop_map(Op::Flush),
         2 => prop_oneof![Just(1u64), Just(2), Just(5), Just(DAYS_30 as u64)].prop_map(Op::Advance),
     ]
@@ -190,14 +204,19 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
             );
             if expect == Outcome::Stored {
                 let item = match (mode, cur) {
+                    // memcached's append makes a new item: the meta state starts clear.
                     (Mode::Append, Some(c)) => Item {
                         value: [c.value, v].concat(),
                         time: now,
+                        sent: false,
+                        stale: false,
                         ..c
                     },
                     (Mode::Prepend, Some(c)) => Item {
                         value: [v, c.value].concat(),
                         time: now,
+                        sent: false,
+                        stale: false,
                         ..c
                     },
                     _ => Item {
@@ -206,6 +225,8 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
                         expiry: m.expiry(e),
                         time: now,
                         cas: 0,
+                        sent: false,
+                        stale: false,
                     },
                 };
                 written(h, m, k, item);
@@ -237,6 +258,8 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
                         expiry: 0,
                         time: now,
                         cas: 0,
+                        sent: false,
+                        stale: false,
                     },
                 );
             }
@@ -295,6 +318,8 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
             if text.len() < cur.value.len() {
                 text.resize(cur.value.len(), b' ');
             }
+            // In place (the result fits) keeps the meta state; a longer one is a new item.
+            let in_place = text.len() == cur.value.len();
             written(
                 h,
                 m,
@@ -302,6 +327,8 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
                 Item {
                     value: text,
                     time: now,
+                    sent: cur.sent && in_place,
+                    stale: cur.stale && in_place,
                     ..cur
                 },
             );
@@ -314,6 +341,8 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
                 expiry: 0,
                 time: now,
                 cas: 0,
+                sent: false,
+                stale: false,
             };
             written(h, m, k, item);
         }
@@ -348,7 +377,96 @@ fn step(h: &StoreHandle, m: &mut Model, op: &Op, clock: &std::sync::atomic::Atom
             m.now += s;
             clock.store(m.now, Ordering::Relaxed);
         }
+        Op::MetaGet(k, r) => meta_get(h, m, k, r),
+        Op::Invalidate(k, e) => invalidate(h, m, k, e),
+        Op::StaleStore(k, v) => stale_store(h, m, k, v),
     }
+}
+
+/// `mg [R<r>]`: `W` to the first reader under the threshold or of a stale item, once.
+fn meta_get(h: &StoreHandle, m: &mut Model, k: usize, r: Option<i64>) {
+    let read = Read {
+        recache: r.map(|r| (r, Rank(0))),
+        ..Read::default()
+    };
+    let got = h.meta_get(&key(k), read).unwrap().map(|g| {
+        let l = g.lease;
+        (g.guard.value().to_vec(), l.won, l.token_sent, l.stale)
+    });
+    let threshold = r.map(|r| m.expiry(r));
+    let now = m.now;
+    let Some(cur) = m.live(k).cloned() else {
+        assert_eq!(got, None, "mg {k}");
+        return;
+    };
+    let under = threshold.is_some_and(|t| cur.expiry != 0 && cur.expiry < t);
+    let won = !cur.sent && (under || cur.stale);
+    assert_eq!(
+        got,
+        Some((cur.value.clone(), won, cur.sent, cur.stale)),
+        "mg {k} R{r:?}"
+    );
+    if won {
+        let item = Item {
+            sent: true,
+            time: now,
+            ..cur
+        };
+        m.items.insert(k, item);
+    }
+}
+
+/// `md I [T<e>]`: stale, token released, a new CAS, maybe a new TTL.
+fn invalidate(h: &StoreHandle, m: &mut Model, k: usize, e: Option<i64>) {
+    let delete = Delete {
+        invalidate: Some(e),
+        ..Delete::default()
+    };
+    let got = h.meta_delete(&key(k), delete).unwrap();
+    let Some(cur) = m.live(k).cloned() else {
+        assert_eq!(got, Outcome::NotFound);
+        return;
+    };
+    assert_eq!(got, Outcome::Deleted);
+    let item = Item {
+        expiry: e.map_or(cur.expiry, |e| m.expiry(e)),
+        time: m.now,
+        sent: false,
+        stale: true,
+        ..cur
+    };
+    written(h, m, k, item);
+}
+
+/// `ms I C<older>`: stored stale, keeping TTL and a sent token.
+fn stale_store(h: &StoreHandle, m: &mut Model, k: usize, v: Vec<u8>) {
+    let cur = m.live(k).cloned();
+    let token = cur.as_ref().map_or(1, |c| c.cas - 1);
+    let extra = StoreExtra {
+        invalidate: true,
+        ..StoreExtra::default()
+    };
+    let got = h
+        .store_with(Mode::Cas(token), &key(k), &v, 2, 0, extra)
+        .unwrap()
+        .0;
+    let Some(cur) = cur else {
+        assert_eq!(got, Outcome::NotFound);
+        return;
+    };
+    if token == 0 {
+        assert_eq!(got, Outcome::Exists, "a zero token matches nothing");
+        return;
+    }
+    assert_eq!(got, Outcome::Stored);
+    let item = Item {
+        value: v,
+        flags: 2,
+        time: m.now,
+        stale: true,
+        ..cur
+    };
+    written(h, m, k, item);
 }
 
 proptest! {

@@ -2,7 +2,7 @@
 //! server process, against two processes serving one heap (rows alternate between them, so
 //! every read sees the other process's writes), and against the real memcached (proving the
 //! table is memcached's own replies). Also: memccapable's ASCII suite, SIGTERM, --metrics,
-//! SO_REUSEPORT.
+//! SO_REUSEPORT, and one recache-token winner across two processes.
 
 mod conv;
 
@@ -101,6 +101,61 @@ const TABLE: &[Row] = &[
     (b"me nope\r\n", b"EN\r\n"),
     (b"ms Zm9v 1 b\r\nz\r\n", b"HD\r\n"),
     (b"mg foo v\r\n", b"VA 1\r\nz\r\n"),
+    // Recache tokens: `N` creates and wins, later readers see `Z`.
+    (b"mg tok1 v N30\r\n", b"VA 0 W\r\n\r\n"),
+    (b"mg tok1 v N30\r\n", b"VA 0 Z\r\n\r\n"),
+    (b"mg tok1 s\r\n", b"HD s0 Z\r\n"),
+    // `R`: the first reader under the threshold wins, once.
+    (b"set tok2 0 100 1\r\nx\r\n", b"STORED\r\n"),
+    (b"mg tok2 v R200\r\n", b"VA 1 W\r\nx\r\n"),
+    (b"mg tok2 v R200\r\n", b"VA 1 Z\r\nx\r\n"),
+    (b"mg tok2 R50\r\n", b"HD Z\r\n"),
+    // `md I`: stale, token released (the next reader wins), new TTL; `get` still reads it.
+    (
+        b"md tok2 I T30\r\nmg tok2 t v\r\n",
+        b"HD\r\nVA 1 t30 X W\r\nx\r\n",
+    ),
+    (b"mg tok2 t\r\n", b"HD t30 Z X\r\n"),
+    (b"get tok2\r\n", b"VALUE tok2 0 1\r\nx\r\nEND\r\n"),
+    (
+        b"set tok2 0 0 1\r\ny\r\nmg tok2 v\r\n",
+        b"STORED\r\nVA 1\r\ny\r\n",
+    ),
+    // `ms I` with an older CAS: stored, stale, keeping the TTL and the sent token.
+    (
+        b"set tok3 0 100 1\r\na\r\nmg tok3 R200\r\n",
+        b"STORED\r\nHD W\r\n",
+    ),
+    (
+        b"ms tok3 1 C1 I T5\r\nb\r\nmg tok3 v t\r\n",
+        b"HD\r\nVA 1 t100 Z X\r\nb\r\n",
+    ),
+    (b"ms tok3 1 C999999999999 I\r\nc\r\n", b"EX\r\n"),
+    (b"md tok3 C1\r\nmd tok3 q C1 I\r\n", b"EX\r\nEX\r\n"),
+    // `T`, `N`, `R` and `t` act in the order written.
+    (
+        b"set tok4 0 100 1\r\na\r\nmg tok4 t T30\r\nmg tok4 t\r\n",
+        b"STORED\r\nHD t100\r\nHD t30\r\n",
+    ),
+    (b"mg tok4 T10 R20 t\r\n", b"HD t10 W\r\n"),
+    (
+        b"mg tok5 t N30\r\nmg tok5 t\r\n",
+        b"HD t-1 W\r\nHD t30 Z\r\n",
+    ),
+    (
+        b"mg tok6 N30 T60 t\r\nmg tok7 T60 N30 t\r\n",
+        b"HD t60 W\r\nHD t30 W\r\n",
+    ),
+    (
+        b"ma tok9 N30 t\r\nma tok10 t N30\r\nma tok11 N30 T60 t\r\nma tok12 T60 N30 t\r\n",
+        b"HD t30\r\nHD t-1\r\nHD t60\r\nHD t30\r\n",
+    ),
+    (
+        b"ma tok9 N30 t T90\r\nma tok9 t\r\n",
+        b"HD t30\r\nHD t90\r\n",
+    ),
+    // memcached 1.6.18 has no append autovivify.
+    (b"ms tok8 1 MA N30\r\nx\r\n", b"NS\r\n"),
     (b"mn\r\n", b"MN\r\n"),
     (b"flush_all\r\n", b"OK\r\n"),
     (b"get n foo bin\r\n", b"END\r\n"),
@@ -229,6 +284,7 @@ fn metrics_are_prometheus_text() {
         "podkv_cmd_set 1\n",
         "podkv_curr_connections 1\n",
         "# TYPE podkv_cmd_get counter\n",
+        "# TYPE podkv_evictions counter\npodkv_evictions 0\n",
         "podkv_thread_slots_in_use ",
         "podkv_hwcc_bytes ",
     ] {
@@ -338,24 +394,66 @@ fn reuseport_two_processes_one_address() {
     assert_eq!(err.lines().count(), 1, "one clear line: {err}");
 }
 
-/// Where the store keeps no per-item state (`podkv::serve::backend`, items 1–2): the first
-/// `W` is memcached's, later readers get no `Z`; `md I` deletes. `C` mismatches answer `EX`
-/// as memcached does.
+/// `E` (explicit CAS, a flag of memcached releases after 1.6.18, which refuses it): the item
+/// takes the given CAS on `ms`, `md I`, `ma`, and `mg N`; `C` on append and `md` compare it.
 #[test]
-fn meta_tokens_where_the_store_keeps_no_state() {
+fn explicit_cas_and_exact_conditions() {
     let dir = heap_dir();
     let server = Server::start(&dir.path().join("heap"), &[]);
     let mut c = server.client();
-    c.expect(b"mg nv v N30\r\n", b"VA 0 W\r\n\r\n");
-    c.expect(b"mg nv v N30\r\n", b"VA 0\r\n\r\n");
+    c.expect(b"ms e 1 T100 E500 c\r\na\r\n", b"HD c500\r\n");
+    c.expect(b"mg e c v\r\n", b"VA 1 c500\r\na\r\n");
+    c.expect(b"ms e 1 C400 I T5 E600 c\r\nb\r\n", b"HD c600\r\n");
+    c.expect(b"mg e v t c\r\n", b"VA 1 t100 c600 X W\r\nb\r\n");
+    c.expect(b"ms e 1 C600 E700 c\r\nc\r\n", b"HD c700\r\n");
+    c.expect(b"mg e v c\r\n", b"VA 1 c700\r\nc\r\n");
+    c.expect(b"ms e 1 C900 I\r\nd\r\n", b"EX\r\n");
+    c.expect(b"md e I E800\r\nmg e c\r\n", b"HD\r\nHD c800 X W\r\n");
+    c.expect(b"md e C799\r\nmd e C800 q\r\nmg e\r\n", b"EX\r\nEN\r\n");
+    c.expect(b"ma n N0 J5 E900 c v\r\n", b"VA 1 c900\r\n5\r\n");
+    c.expect(b"ma n E901 c\r\nma n C900\r\n", b"HD c901\r\nEX\r\n");
+    c.expect(b"mg nv N30 E950 c\r\n", b"HD c950 W\r\n");
+    c.expect(b"ms s2 1 E1000\r\nx\r\n", b"HD\r\n");
+    c.expect(b"ms s2 1 MA C999\r\ny\r\n", b"EX\r\n");
+    c.expect(b"ms s2 1 MA C1000 E1001 c\r\ny\r\n", b"HD c1001\r\n");
     c.expect(
-        b"set r 0 100 1\r\nx\r\nmg r v R200\r\n",
-        b"STORED\r\nVA 1 W\r\nx\r\n",
+        b"ms s2 1 MP C0\r\nw\r\nmg s2 v\r\n",
+        b"HD\r\nVA 3\r\nwxy\r\n",
     );
-    c.expect(b"mg r v R200\r\n", b"VA 1 W\r\nx\r\n");
-    c.expect(b"mg r v R50\r\n", b"VA 1\r\nx\r\n");
-    c.expect(
-        b"set c 0 0 1\r\n5\r\nmd c C1\r\nma c C1\r\nmd c I\r\nmg c v\r\n",
-        b"STORED\r\nEX\r\nEX\r\nHD\r\nEN\r\n",
-    );
+}
+
+/// `W` to exactly one client: eight clients on two processes serving one heap race `mg R`
+/// on a key whose TTL is under the threshold; one wins, the rest see `Z`. Then `md I` hands
+/// the token out again, once.
+#[test]
+fn one_recache_winner_across_processes() {
+    let dir = heap_dir();
+    let heap = dir.path().join("heap");
+    let servers = [
+        Server::start(&heap, &["--threads", "2"]),
+        Server::start(&heap, &["--threads", "2"]),
+    ];
+    let race = |request: &'static [u8]| -> (usize, usize) {
+        let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let racers: Vec<_> = (0..8)
+            .map(|i| {
+                let mut client = servers[i % 2].client();
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    String::from_utf8(client.call(request)).unwrap()
+                })
+            })
+            .collect();
+        let replies: Vec<String> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        let count = |flag: &str| replies.iter().filter(|r| r.contains(flag)).count();
+        (count(" W\r\n"), count(" Z"))
+    };
+    let mut setter = servers[0].client();
+    for round in 0..20 {
+        setter.expect(b"set hot 0 100 1\r\nv\r\n", b"STORED\r\n");
+        assert_eq!(race(b"mg hot R200\r\n"), (1, 7), "round {round}");
+        setter.expect(b"md hot I\r\n", b"HD\r\n");
+        assert_eq!(race(b"mg hot\r\n"), (1, 7), "round {round}: stale");
+    }
 }

@@ -7,9 +7,11 @@
 //! replies share a CAS. A `cas`/`C` argument names a CAS by that order, and each server gets
 //! its own value for it.
 //!
-//! The generator covers the text commands and the meta commands with the flags whose
-//! behaviour podkv shares with memcached (see `podkv::serve::backend` for the ones it does not:
-//! recache tokens, stale items, `E`, access times). Set `PODKV_VS_STEPS` for longer runs.
+//! The generator covers the text commands and the meta commands with their flags, recache
+//! tokens (`R N`, `W Z`), stale items (`md I`, `ms I`, `X`) and touches included; it leaves out
+//! what `podkv::serve::backend` lists as different: access times (`l h`) and `E`, which
+//! memcached 1.6.18 refuses. Fixed meta sequences are compared too. Set `PODKV_VS_STEPS` for
+//! longer runs.
 
 mod conv;
 
@@ -106,8 +108,53 @@ fn cas_arg(rng: &mut Rng, seen: usize) -> CasArg {
     }
 }
 
+/// What the generator remembers between steps.
+struct Gen {
+    /// Keys whose item may carry meta state (token sent, stale). memcached keeps that state
+    /// through an `incr`/`decr`/`ma` only when it updates in place, which depends on whether
+    /// its background threads hold a reference at that moment (see `unpadded`): counters on
+    /// these keys are left out. A `set`, `delete` or `flush_all` clears the mark.
+    marked: std::collections::HashSet<String>,
+    /// Whether `ms I` may be sent. "A CAS older than the item's" compares tokens; two podkv
+    /// processes hand out tokens from their own blocks, so tokens of *different* keys are not
+    /// in write order (each key's are), while the generator's CAS arguments come from any key.
+    stale_stores: bool,
+}
+
+impl Gen {
+    fn new(stale_stores: bool) -> Gen {
+        Gen {
+            marked: Default::default(),
+            stale_stores,
+        }
+    }
+
+    /// Generates one step; `seen` is how many distinct CAS values have been shown so far.
+    fn step(&mut self, rng: &mut Rng, seen: usize) -> Step {
+        let step = step(rng, seen, self.stale_stores);
+        let line = String::from_utf8_lossy(&step.before).into_owned();
+        let mut words = line.split([' ', '\r']);
+        let (cmd, key) = (
+            words.next().unwrap_or(""),
+            words.next().unwrap_or("").to_owned(),
+        );
+        let has = |flag: &str| line.contains(flag);
+        match cmd {
+            "incr" | "decr" | "ma" if self.marked.contains(&key) => {
+                return Step::text(format!("get {key}\r\n"));
+            }
+            "md" | "ms" if has(" I") => drop(self.marked.insert(key)),
+            "mg" if has(" R") || has(" N") => drop(self.marked.insert(key)),
+            "set" | "delete" => drop(self.marked.remove(&key)),
+            "flush_all\r\n" => self.marked.clear(),
+            _ => {}
+        }
+        step
+    }
+}
+
 /// Generates one step; `seen` is how many distinct CAS values have been shown so far.
-fn step(rng: &mut Rng, seen: usize) -> Step {
+fn step(rng: &mut Rng, seen: usize, stale_stores: bool) -> Step {
     let key = *rng.pick(KEYS);
     let text = Step::text;
     match rng.below(22) {
@@ -162,6 +209,16 @@ fn step(rng: &mut Rng, seen: usize) -> Step {
                     flags.push(f);
                 }
             }
+            // Recache tokens, vivify and touch, in either order (memcached applies them in
+            // flag order); thresholds far from the TTLs used, so no second boundary matters.
+            for f in ["R2000", "R10", "N1000", "T1000", "T-1"] {
+                if rng.chance(12) {
+                    flags.push(f);
+                }
+            }
+            if flags.len() > 1 && rng.chance(50) {
+                flags.reverse();
+            }
             text(format!("mg {key} {}\r\n", flags.join(" ")))
         }
         15..=16 => {
@@ -174,6 +231,9 @@ fn step(rng: &mut Rng, seen: usize) -> Step {
                 }
             }
             let with_cas = rng.chance(25);
+            if with_cas && rng.chance(40) && stale_stores {
+                flags.push_str(" I");
+            }
             let c = if with_cas { " C" } else { "" };
             Step {
                 before: format!("ms {key} {}{flags}{c}", v.len()).into_bytes(),
@@ -185,8 +245,9 @@ fn step(rng: &mut Rng, seen: usize) -> Step {
             let with_cas = rng.chance(30);
             let q = if rng.chance(30) { " q" } else { "" };
             let c = if with_cas { " C" } else { "" };
+            let i = *rng.pick(&["", "", " I", " I T1000", " I T-1"]);
             Step {
-                before: format!("md {key}{q} k{c}").into_bytes(),
+                before: format!("md {key}{q}{i} k{c}").into_bytes(),
                 cas: with_cas.then(|| cas_arg(rng, seen)),
                 after: b"\r\n".to_vec(),
             }
@@ -334,6 +395,7 @@ fn compare(memcached: SocketAddr, podkv: &[SocketAddr]) {
         .unwrap_or(COUNT_STEPS);
     for seed in SEEDS {
         let mut rng = Rng(seed);
+        let mut gen = Gen::new(podkv.len() == 1);
         let mut reference = Side::new(&vec![memcached; podkv.len()]);
         let mut ours = Side::new(podkv);
         for side in [&mut reference, &mut ours] {
@@ -341,7 +403,7 @@ fn compare(memcached: SocketAddr, podkv: &[SocketAddr]) {
         }
         let mut log = Vec::new();
         for turn in 0..steps {
-            let step = step(
+            let step = gen.step(
                 &mut rng,
                 reference.cas_values.len().min(ours.cas_values.len()),
             );

@@ -194,6 +194,7 @@ fn meta_get<S: Storage + ?Sized>(storage: &S, mg: &MetaGet, out: &mut BytesMut) 
         recache: mg.recache,
         no_bump: mg.no_bump,
         new_cas: mg.new_cas,
+        order: mg.order,
     };
     match storage.meta_get(&mg.key.bytes, options) {
         Some(hit) => meta::compose_get_hit(out, mg, &hit.item, hit.lease),
@@ -213,7 +214,6 @@ fn meta_set<S: Storage + ?Sized>(storage: &S, ms: MetaSet, out: &mut BytesMut) {
         cas: ms.cas,
         new_cas: ms.new_cas,
         invalidate: ms.invalidate,
-        vivify: ms.vivify,
     };
     let outcome = storage.meta_set(options);
     if !(ms.quiet && matches!(outcome, StoreOutcome::Stored(_))) {
@@ -234,6 +234,7 @@ fn meta_delete<S: Storage + ?Sized>(storage: &S, md: &MetaDelete, out: &mut Byte
         MetaDeleteOutcome::Deleted => b"HD",
         MetaDeleteOutcome::NotFound => b"NF",
         MetaDeleteOutcome::Exists => b"EX",
+        MetaDeleteOutcome::OutOfMemory => return ErrorReply::OUT_OF_MEMORY.compose(out),
     };
     meta::compose_status(out, code, &md.returns, &key_facts(&md.key));
 }
@@ -248,6 +249,7 @@ fn meta_arithmetic<S: Storage + ?Sized>(storage: &S, ma: &MetaArithmetic, out: &
         touch: ma.touch,
         cas: ma.cas,
         new_cas: ma.new_cas,
+        order: ma.order,
     };
     let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, options) {
         MetaArithmeticOutcome::Value { created: false, .. } if ma.quiet => return,

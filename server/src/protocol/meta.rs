@@ -21,8 +21,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::base64;
 use super::numeric::{parse_i32, parse_u32, parse_u64};
 use super::request::{
-    ArithmeticMode, Exptime, MetaArithmetic, MetaDebug, MetaDelete, MetaGet, MetaKey, MetaSet,
-    Request, ReturnFlag, SetMode,
+    ArithmeticMode, Exptime, GetOrder, MetaArithmetic, MetaDebug, MetaDelete, MetaGet, MetaKey,
+    MetaSet, Request, ReturnFlag, SetMode,
 };
 use super::storage::{Item, ItemDebug, Lease, StoreOutcome};
 use super::text::{DataHeader, ErrorReply, Parsed};
@@ -98,6 +98,8 @@ pub struct MetaFlags {
     pub delta: u64,
     /// Return flags in request order.
     pub returns: Vec<ReturnFlag>,
+    /// Where `T`, `N`, `R`, `t` stand among the flags.
+    pub order: GetOrder,
 }
 
 /// Parses the numeric part of a flag token into `slot`, or records `error`.
@@ -135,12 +137,13 @@ impl MetaFlags {
         };
         let mut seen = [false; 127];
         let mut failed = None;
-        for token in flags {
+        for (rank, token) in flags.iter().enumerate() {
             let flag = token[0];
             if flag >= 127 || seen[flag as usize] {
                 return Err(ErrorReply::DUPLICATE_FLAG);
             }
             seen[flag as usize] = true;
+            of.note_order(flag, rank as u8);
             of.apply(token, &mut failed)?;
             if let Some(returned) = return_flag(token)? {
                 of.returns.push(returned);
@@ -199,6 +202,17 @@ impl MetaFlags {
             _ => return Err(ErrorReply::INVALID_FLAG),
         }
         Ok(())
+    }
+
+    /// Records where an order-sensitive flag stands (fewer than 20 tokens: fits a `u8`).
+    fn note_order(&mut self, flag: u8, rank: u8) {
+        match flag {
+            b'T' => self.order.touch = rank,
+            b'N' => self.order.vivify = rank,
+            b'R' => self.order.recache = rank,
+            b't' => self.order.ttl = rank,
+            _ => {}
+        }
     }
 
     /// `b`: replace the key by its base64 decoding.
@@ -280,6 +294,7 @@ fn parse_get(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         recache: of.recache,
         no_bump: of.no_bump,
         new_cas: of.new_cas,
+        order: of.order,
     }))
 }
 
@@ -392,6 +407,7 @@ fn parse_arithmetic(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         value: of.value,
         quiet: of.quiet,
         returns,
+        order: of.order,
     }))
 }
 
@@ -612,6 +628,21 @@ mod tests {
     }
 
     #[test]
+    fn mg_keeps_the_order_of_t_n_r_and_ttl() {
+        let get = mg(b"mg foo t T30 v R10 N5");
+        let order = GetOrder {
+            ttl: 0,
+            touch: 1,
+            recache: 3,
+            vivify: 4,
+        };
+        assert_eq!(get.order, order);
+        let get = mg(b"mg foo v");
+        assert_eq!(get.order, GetOrder::default());
+        assert_eq!(get.order.touch, GetOrder::ABSENT);
+    }
+
+    #[test]
     fn mg_base64_key() {
         let get = mg(b"mg Zm9v b k v");
         assert_eq!(
@@ -780,6 +811,23 @@ mod tests {
             composed(|o| compose_get_hit(o, &get, &item(), lease)),
             b"HD Z X W\r\n"
         );
+        // What memcached sends for each state: a winner never also sees `Z`.
+        for (won, token_sent, stale, reply) in [
+            (true, false, false, &b"HD W\r\n"[..]),
+            (false, true, false, b"HD Z\r\n"),
+            (true, false, true, b"HD X W\r\n"),
+            (false, true, true, b"HD Z X\r\n"),
+        ] {
+            let lease = Lease {
+                won,
+                token_sent,
+                stale,
+            };
+            assert_eq!(
+                composed(|o| compose_get_hit(o, &get, &item(), lease)),
+                reply
+            );
+        }
         let get = mg(b"mg Zm9v b k t");
         let no_ttl = Item {
             ttl: None,

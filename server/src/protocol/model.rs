@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::numeric::parse_u64;
-use super::request::{ArithmeticMode, Deadline, Exptime, SetMode};
+use super::request::{ArithmeticMode, Deadline, Exptime, GetOrder, SetMode};
 use super::storage::{
     DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOptions, MetaArithmeticOutcome,
     MetaDeleteOptions, MetaDeleteOutcome, MetaGetOptions, MetaItem, MetaSetOptions, StatLines,
@@ -226,12 +226,32 @@ impl State {
         if digits.len() < entry.value.len() {
             digits.resize(entry.value.len(), b' ');
         }
+        if digits.len() > entry.value.len() {
+            // Not in place: a new item, whose meta state starts clear.
+            (entry.stale, entry.token_sent) = (false, false);
+        }
         entry.value = Bytes::from(digits);
         entry.cas = next;
         let deadline = entry.deadline;
         self.next_cas = next;
         Ok((value, next, deadline))
     }
+}
+
+/// Expiry changes `(rank, deadline)` in flag order.
+fn timeline(changes: &[Option<(u8, Deadline)>]) -> Vec<(u8, Deadline)> {
+    let mut steps: Vec<(u8, Deadline)> = changes.iter().flatten().copied().collect();
+    steps.sort_unstable_by_key(|s| s.0);
+    steps
+}
+
+/// The deadline as it stands at `rank` among the flags.
+fn shown(steps: &[(u8, Deadline)], initial: Deadline, rank: u8) -> Deadline {
+    steps
+        .iter()
+        .take_while(|s| s.0 < rank)
+        .last()
+        .map_or(initial, |s| s.1)
 }
 
 /// The text `incr`/`decr` outcome of an arithmetic step.
@@ -379,41 +399,41 @@ impl Storage for ModelStorage {
     fn meta_get(&self, key: &[u8], options: MetaGetOptions) -> Option<MetaItem> {
         let mut state = self.lock();
         let now = state.now;
+        let order = options.order;
+        let touch = options.touch.map(|t| (order.touch, t.deadline(now)));
         if state.live(key).is_none() {
             let vivify = options.vivify?;
-            let _ = state.insert(
-                Bytes::copy_from_slice(key),
-                0,
-                vivify,
-                Bytes::new(),
-                options.new_cas,
-            );
-            let entry = state.items.get_mut(key)?;
+            // A created item's expiry starts at "never"; `N` and `T` set it in flag order.
+            let steps = timeline(&[Some((order.vivify, vivify.deadline(now))), touch]);
+            let key = Bytes::copy_from_slice(key);
+            let _ = state.insert(key.clone(), 0, vivify, Bytes::new(), options.new_cas);
+            let entry = state.items.get_mut(&key)?;
             entry.token_sent = true;
+            entry.deadline = shown(&steps, Deadline::Never, GetOrder::ABSENT);
+            let mut item = state.read(&key, false)?;
+            item.ttl = state.ttl(shown(&steps, Deadline::Never, order.ttl));
             let lease = Lease {
                 won: true,
                 ..Lease::default()
             };
-            return Some(MetaItem {
-                item: state.read(key, false)?,
-                lease,
-            });
+            return Some(MetaItem { item, lease });
         }
         let entry = state.live(key)?;
-        let recache = options.recache.map(|r| r.deadline(now));
-        let mut won = matches!((entry.deadline, recache), (Deadline::At(t), Some(Deadline::At(r))) if !entry.token_sent && t < r);
-        let lease_before = (entry.token_sent, entry.stale);
-        won |= entry.stale && !entry.token_sent;
-        entry.token_sent |= won;
-        if let Some(touch) = options.touch {
-            entry.deadline = touch.deadline(now);
-        }
-        let item = state.read(key, !options.no_bump)?;
+        let steps = timeline(&[touch]);
+        let before = entry.deadline;
+        let recache_wins = options.recache.is_some_and(|r| {
+            let at = shown(&steps, before, order.recache);
+            matches!((at, r.deadline(now)), (Deadline::At(t), Deadline::At(r)) if t < r)
+        });
         let lease = Lease {
-            won,
-            token_sent: lease_before.0,
-            stale: lease_before.1,
+            won: !entry.token_sent && (recache_wins || entry.stale),
+            token_sent: entry.token_sent,
+            stale: entry.stale,
         };
+        entry.token_sent |= lease.won;
+        entry.deadline = shown(&steps, before, GetOrder::ABSENT);
+        let mut item = state.read(key, !options.no_bump)?;
+        item.ttl = state.ttl(shown(&steps, before, order.ttl));
         Some(MetaItem { item, lease })
     }
 
@@ -424,10 +444,7 @@ impl Storage for ModelStorage {
         }
         let current = state.live(&o.key).map(|e| e.cas);
         match (o.mode, o.cas, current) {
-            (SetMode::Append | SetMode::Prepend, _, None) => match o.vivify {
-                Some(exptime) => state.insert(o.key, o.flags, exptime, o.value, o.new_cas),
-                None => StoreOutcome::NotStored,
-            },
+            (SetMode::Append | SetMode::Prepend, _, None) => StoreOutcome::NotStored,
             (SetMode::Append | SetMode::Prepend, cas, Some(_)) => {
                 state.concat(o.key, o.value, o.mode == SetMode::Append, cas)
             }
@@ -437,9 +454,14 @@ impl Storage for ModelStorage {
                 if !(o.invalidate && cas < now_cas) {
                     return StoreOutcome::Exists;
                 }
+                // Stored stale, keeping the item's TTL and a sent token (`CAS_STALE`).
+                let Some((deadline, sent)) = state.live(&o.key).map(|e| (e.deadline, e.token_sent))
+                else {
+                    return StoreOutcome::NotFound;
+                };
                 let stored = state.insert(o.key.clone(), o.flags, o.exptime, o.value, o.new_cas);
                 if let Some(entry) = state.items.get_mut(&o.key) {
-                    entry.stale = true;
+                    (entry.stale, entry.deadline, entry.token_sent) = (true, deadline, sent);
                 }
                 stored
             }
@@ -474,32 +496,45 @@ impl Storage for ModelStorage {
     fn meta_arithmetic(&self, key: &[u8], o: MetaArithmeticOptions) -> MetaArithmeticOutcome {
         let mut state = self.lock();
         let now = state.now;
+        let touch = o.touch.map(|t| (o.order.touch, t.deadline(now)));
         match state.delta(key, o.mode, o.delta, o.cas) {
-            Ok((value, cas, deadline)) => {
-                let deadline = o.touch.map_or(deadline, |t| t.deadline(now));
-                if let Some(entry) = state.live(key) {
-                    entry.deadline = deadline;
-                }
+            Ok((value, cas, before)) => {
+                let steps = timeline(&[touch]);
+                let entry = state.live(key);
+                let cas = match (entry, o.new_cas) {
+                    (Some(entry), explicit) => {
+                        entry.deadline = shown(&steps, before, GetOrder::ABSENT);
+                        entry.cas = explicit.unwrap_or(cas);
+                        entry.cas
+                    }
+                    (None, _) => cas,
+                };
                 MetaArithmeticOutcome::Value {
                     value,
                     cas,
-                    ttl: state.ttl(deadline),
+                    ttl: state.ttl(shown(&steps, before, o.order.ttl)),
                     created: false,
                 }
             }
             Err(DeltaError::NotFound) => match o.vivify {
                 None => MetaArithmeticOutcome::NotFound,
                 Some(exptime) => {
+                    // The new item's expiry starts at "never"; `N` and `T` set it in order.
+                    let steps = timeline(&[Some((o.order.vivify, exptime.deadline(now))), touch]);
                     let value = Bytes::from(o.initial.to_string());
                     let key = Bytes::copy_from_slice(key);
-                    let StoreOutcome::Stored(cas) = state.insert(key, 0, exptime, value, o.new_cas)
+                    let StoreOutcome::Stored(cas) =
+                        state.insert(key.clone(), 0, exptime, value, o.new_cas)
                     else {
                         return MetaArithmeticOutcome::NotStored;
                     };
+                    if let Some(entry) = state.items.get_mut(&key) {
+                        entry.deadline = shown(&steps, Deadline::Never, GetOrder::ABSENT);
+                    }
                     MetaArithmeticOutcome::Value {
                         value: o.initial,
                         cas,
-                        ttl: state.ttl(exptime.deadline(now)),
+                        ttl: state.ttl(shown(&steps, Deadline::Never, o.order.ttl)),
                         created: true,
                     }
                 }

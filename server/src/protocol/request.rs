@@ -276,6 +276,39 @@ pub struct MetaGet {
     pub no_bump: bool,
     /// `E<cas>`: CAS unique for an item created by `N`.
     pub new_cas: Option<u64>,
+    /// Where `T`, `N`, `R` and `t` stand among the flags: memcached applies them in order.
+    pub order: GetOrder,
+}
+
+/// The positions of `mg`'s order-sensitive flags among its flag tokens ([`GetOrder::ABSENT`]
+/// when not given). memcached walks the flags once: `T` and `N` set the expiry where they
+/// stand, `R` compares the expiry as it stands at `R`, and `t` prints it as it stands at `t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetOrder {
+    /// `T`.
+    pub touch: u8,
+    /// `N`.
+    pub vivify: u8,
+    /// `R`.
+    pub recache: u8,
+    /// `t`.
+    pub ttl: u8,
+}
+
+impl GetOrder {
+    /// The position of a flag that was not given (after every other).
+    pub const ABSENT: u8 = u8::MAX;
+}
+
+impl Default for GetOrder {
+    fn default() -> Self {
+        GetOrder {
+            touch: Self::ABSENT,
+            vivify: Self::ABSENT,
+            recache: Self::ABSENT,
+            ttl: Self::ABSENT,
+        }
+    }
 }
 
 /// The `M` mode of `ms`.
@@ -312,7 +345,8 @@ pub struct MetaSet {
     pub new_cas: Option<u64>,
     /// `I`: with `C`, a stale CAS still stores but marks the item stale.
     pub invalidate: bool,
-    /// `N<exptime>`: append/prepend on a miss creates the item with this TTL.
+    /// `N<exptime>`: parsed, and ignored as memcached 1.6.18 ignores it (its `ms` has no
+    /// append autovivify: `ms k 1 MA N30` on a miss answers `NS`).
     pub vivify: Option<Exptime>,
     /// `q`: hide `HD`.
     pub quiet: bool,
@@ -373,6 +407,8 @@ pub struct MetaArithmetic {
     pub quiet: bool,
     /// Reply flags in request order (`c`, `t`, `O`, `k`).
     pub returns: Vec<ReturnFlag>,
+    /// Where `T`, `N` and `t` stand among the flags (as for `mg`; `recache` unused).
+    pub order: GetOrder,
 }
 
 /// `me <key> [b]`.

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 
-use super::request::{ArithmeticMode, Exptime, SetMode};
+use super::request::{ArithmeticMode, Exptime, GetOrder, SetMode};
 
 /// An item as a read sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +79,7 @@ pub enum DeltaOutcome {
 pub type StatLines = Vec<(String, String)>;
 
 /// Options of `mg` that change the store (the reply-shaping flags stay in the protocol).
+/// The hit's [`Item::ttl`] is the TTL as `t` prints it: at `t`'s place among the flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MetaGetOptions {
     /// `T`: set this expiration on a hit.
@@ -91,6 +92,8 @@ pub struct MetaGetOptions {
     pub no_bump: bool,
     /// `E`: CAS unique for an item created by `N`.
     pub new_cas: Option<u64>,
+    /// Where `T`, `N`, `R`, `t` stand among the flags (memcached applies them in order).
+    pub order: GetOrder,
 }
 
 /// The recache-token state memcached reports after `mg` flags (`W`, `Z`, `X`).
@@ -133,8 +136,6 @@ pub struct MetaSetOptions {
     pub new_cas: Option<u64>,
     /// `I`: a CAS older than the item's still stores, marking the item stale.
     pub invalidate: bool,
-    /// `N`: append/prepend on a miss creates the item with this expiration.
-    pub vivify: Option<Exptime>,
 }
 
 /// Options of `md`.
@@ -160,6 +161,8 @@ pub enum MetaDeleteOutcome {
     NotFound,
     /// `EX`: CAS mismatch.
     Exists,
+    /// `SERVER_ERROR out of memory` (no room for an `I` copy even after eviction).
+    OutOfMemory,
 }
 
 /// Options of `ma`.
@@ -179,6 +182,8 @@ pub struct MetaArithmeticOptions {
     pub cas: Option<u64>,
     /// `E`: CAS unique to give the result.
     pub new_cas: Option<u64>,
+    /// Where `T`, `N` and `t` stand among the flags; the outcome's `ttl` is as `t` prints it.
+    pub order: GetOrder,
 }
 
 /// Outcome of `ma`.

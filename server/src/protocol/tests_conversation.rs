@@ -501,6 +501,31 @@ fn meta_vivify_and_recache() {
     ]);
 }
 
+/// memcached applies `T`, `N`, `R` and prints `t` in flag order; `ms I` with an older CAS
+/// stores a stale item keeping its TTL and sent token; `ms` has no append autovivify.
+#[test]
+fn meta_flag_order_and_stale_stores() {
+    converse(&[
+        (b"mg t5 t N30\r\nmg t5 t\r\n", b"HD t-1 W\r\nHD t30 Z\r\n"),
+        (b"mg t6 N30 T60 t\r\n", b"HD t60 W\r\n"),
+        (b"mg t7 T60 N30 t\r\n", b"HD t30 W\r\n"),
+        (b"ms t4 1 T100\r\na\r\n", b"HD\r\n"),
+        (b"mg t4 t T30\r\n", b"HD t100\r\n"),
+        (b"mg t4 T10 R20 t c\r\n", b"HD t10 c4 W\r\n"),
+        (b"ms t4 1 C1 I T5 c\r\nb\r\n", b"HD c5\r\n"),
+        (b"mg t4 v t\r\n", b"VA 1 t10 Z X\r\nb\r\n"),
+        (b"ms t4 1 C6 I\r\nc\r\n", b"EX\r\n"),
+        (b"ms t4 1 C5\r\nc\r\nmg t4 v\r\n", b"HD\r\nVA 1\r\nc\r\n"),
+        (b"ms t8 1 MA N30\r\nx\r\n", b"NS\r\n"),
+        (b"ma a1 N30 t\r\nma a2 t N30\r\n", b"HD t30\r\nHD t-1\r\n"),
+        (
+            b"ma a3 N30 T60 t\r\nma a4 T60 N30 t\r\n",
+            b"HD t60\r\nHD t30\r\n",
+        ),
+        (b"ma a1 t T90\r\nma a1 t\r\n", b"HD t30\r\nHD t90\r\n"),
+    ]);
+}
+
 #[test]
 fn meta_arithmetic() {
     converse(&[

@@ -1,28 +1,30 @@
 //! [`Backend`]: the protocol's [`Storage`] over one worker's [`StoreHandle`].
 //!
-//! Text commands map one to one onto the store's memcached commands. Meta commands are built
-//! from the same calls; where the store keeps no state for a meta feature, the behaviour
-//! below is what podkv does instead (memcached's differs only there):
+//! Text commands map one to one onto the store's memcached commands, meta commands onto its
+//! meta commands (`podkv_store::meta`): recache tokens (`W`/`Z`), stale items (`X`, `md I`,
+//! `ms I`), explicit CAS (`E`) and every `C` comparison are decided inside the store's write
+//! loop, as memcached 1.6.18 decides them under its item lock. A plain `get` or `mg` (no `T`,
+//! `N`, `R`, and the item not stale) still writes nothing to shared memory.
 //!
-//! 1. **Recache tokens.** The store keeps no per-item "token sent" or "stale" bit, so `mg R`
-//!    answers `W` to every client that reads an item whose TTL is under the threshold (never
-//!    `Z`), `mg N` answers `W` to the client whose add created the empty item and `Z` to the
-//!    ones that lost that race; `X` is never reported.
-//! 2. **Invalidation.** `md I` deletes the item; `ms I` is a plain CAS store.
-//! 3. **Explicit CAS (`E`)** is ignored: the store hands out its own tokens.
-//! 4. **Conditional meta commands** `md C` and append/prepend `ms C` compare the CAS read by
-//!    a lookup, then act: a write by another client in between can slip through (the store
-//!    has no conditional delete or append yet). Text `cas`, `ms C` with set/replace and
-//!    `ma C` are exact (the store compares inside its CAS loop).
-//! 5. **Padding.** A shorter `incr`/`decr`/`ma` result is padded with spaces to the old
+//! What remains different from memcached 1.6.18:
+//!
+//! 1. **Padding.** A shorter `incr`/`decr`/`ma` result is padded with spaces to the old
 //!    length, always. memcached pads only when it can update in place (no other reference to
 //!    the item alive; its LRU maintainer and crawler threads take references in the
 //!    background) and otherwise writes the bare number.
-//! 6. **Access facts** (`mg l h`, `me la= fetch=`): lookups never write shared memory, so
+//! 2. **Access facts** (`mg l h`, `me la= fetch=`): lookups never write shared memory, so
 //!    podkv reports 0 seconds and "not fetched".
+//! 3. **`E`** (explicit CAS) is a flag of later memcached releases (1.6.18 refuses it as an
+//!    invalid flag); podkv accepts it and gives the item that CAS, as those releases do.
+//! 4. **Room for a token.** Winning a token, touching or marking stale makes a copy of the
+//!    item (items are immutable once linked); if even eviction cannot make room for it, `mg`
+//!    answers as a plain read (no `W`) and `md I` answers `SERVER_ERROR out of memory`.
 
 use bytes::Bytes;
-use podkv_store::{expiry_of, parse_counter, Mode, Outcome, StoreError, StoreHandle};
+use podkv_store::{
+    Count, Counted, Delete, Guard, Mode, Outcome, PodArena, Rank, Read, StoreError, StoreExtra,
+    StoreHandle,
+};
 
 use crate::protocol::request::{ArithmeticMode, Exptime, SetMode};
 use crate::protocol::storage::{
@@ -87,14 +89,19 @@ impl Backend {
     /// The visible item under `key`, copied out (value, flags, CAS, TTL).
     fn lookup(&self, key: &[u8]) -> Option<Item> {
         let guard = self.handle.get(key).ok().flatten()?;
-        Some(Item {
+        Some(self.item(&guard, guard.expiry()))
+    }
+
+    /// An item copied out of the heap, with the TTL of `expiry`.
+    fn item(&self, guard: &Guard<'_, PodArena>, expiry: u32) -> Item {
+        Item {
             value: Bytes::copy_from_slice(guard.value()),
             flags: guard.flags(),
             cas: guard.cas(),
-            ttl: self.ttl(guard.expiry()),
+            ttl: self.ttl(expiry),
             last_access: 0,
             fetched: false,
-        })
+        }
     }
 
     /// Counts a read of one key.
@@ -117,10 +124,27 @@ impl Backend {
         flags: u32,
         exptime: Exptime,
     ) -> StoreOutcome {
+        let outcome = self.store_with(mode, key, value, flags, exptime, StoreExtra::default());
+        if mode == Mode::Set && outcome == StoreOutcome::OutOfMemory {
+            let _ = self.handle.delete(key);
+        }
+        outcome
+    }
+
+    /// A store with the meta extras (`C` on append, `I`, `E`), counted as memcached counts.
+    fn store_with(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: Exptime,
+        extra: StoreExtra,
+    ) -> StoreOutcome {
         self.counters.bump(Counter::CmdSet);
         let result = self
             .handle
-            .store_cas(mode, key, value, flags, i64::from(exptime.0));
+            .store_with(mode, key, value, flags, i64::from(exptime.0), extra);
         let outcome = match result {
             Ok((Outcome::Stored, cas)) => StoreOutcome::Stored(cas),
             Ok((Outcome::Exists, _)) => StoreOutcome::Exists,
@@ -128,9 +152,6 @@ impl Backend {
             Ok(_) => StoreOutcome::NotStored,
             Err(error) => self.refused(error),
         };
-        if mode == Mode::Set && outcome == StoreOutcome::OutOfMemory {
-            let _ = self.handle.delete(key);
-        }
         if matches!(outcome, StoreOutcome::Stored(_)) {
             self.counters.bump(Counter::TotalItems);
         }
@@ -183,87 +204,60 @@ impl Backend {
         }
     }
 
-    /// `ms` after its CAS pre-check: the store call for `mode`, with vivify on a miss.
-    fn meta_store(&self, o: &MetaSetOptions) -> StoreOutcome {
-        let concat = matches!(o.mode, SetMode::Append | SetMode::Prepend);
-        if concat {
-            // memcached's append checks the token only when it is not 0.
-            if let Some(cas) = o.cas.filter(|&c| c != 0) {
-                match self.handle.get(&o.key).ok().flatten().map(|g| g.cas()) {
-                    Some(now) if now != cas => return StoreOutcome::Exists,
-                    None if o.vivify.is_none() => return StoreOutcome::NotStored,
-                    _ => {}
-                }
-            }
+    /// `mg` as a plain read, when nothing in it can change the item: `None` when it must go
+    /// through the store's `meta_get` (a miss, or a stale item whose token is not out).
+    fn meta_peek(&self, key: &[u8]) -> Option<MetaItem> {
+        let guard = self.handle.get(key).ok().flatten()?;
+        let lease = guard.lease();
+        if lease.read_would_win() {
+            return None;
         }
-        let mode = match (o.mode, o.cas) {
-            (SetMode::Add, _) => Mode::Add,
-            (SetMode::Set | SetMode::Replace, Some(cas)) => Mode::Cas(cas),
-            (SetMode::Set, None) => Mode::Set,
-            (SetMode::Replace, None) => Mode::Replace,
-            (SetMode::Append, _) => Mode::Append,
-            (SetMode::Prepend, _) => Mode::Prepend,
+        let lease = Lease {
+            won: false,
+            token_sent: lease.token_sent,
+            stale: lease.stale,
         };
-        let outcome = self.store(mode, &o.key, &o.value, o.flags, o.exptime);
-        match (outcome, o.vivify) {
-            (StoreOutcome::NotStored, Some(exptime)) if concat => {
-                self.store(Mode::Add, &o.key, &o.value, o.flags, exptime)
-            }
-            _ => outcome,
+        Some(MetaItem {
+            item: self.item(&guard, guard.expiry()),
+            lease,
+        })
+    }
+
+    /// Counts an `mg` as memcached does: a touch when it had `T`, else a get.
+    fn count_meta_get(&self, touch: bool, hit: bool) {
+        if !touch {
+            return self.count_read(hit);
         }
+        self.counters.bump(Counter::CmdTouch);
+        self.counters.bump(if hit {
+            Counter::TouchHits
+        } else {
+            Counter::TouchMisses
+        });
     }
 }
 
-/// One try of `ma` on a present item.
-enum Attempt {
-    /// Finished with this outcome.
-    Done(MetaArithmeticOutcome),
-    /// The key has no visible item.
-    Miss,
-    /// Another writer changed the item between the read and the CAS store: try again.
-    Raced,
+/// The store's `mg` options for the protocol's.
+fn read_options(o: &MetaGetOptions) -> Read {
+    let ranked = |e: Option<Exptime>, rank: u8| e.map(|e| (i64::from(e.0), Rank(rank)));
+    Read {
+        touch: ranked(o.touch, o.order.touch),
+        vivify: ranked(o.vivify, o.order.vivify),
+        recache: ranked(o.recache, o.order.recache),
+        ttl_rank: Rank(o.order.ttl),
+        cas: o.new_cas,
+    }
 }
 
-impl Backend {
-    /// `ma`: read, compute, then a CAS store against the token just read, so a concurrent
-    /// write makes it retry rather than be lost. A shorter number is padded with spaces to the
-    /// old length, as memcached's in-place update (and the store's `incr`) does.
-    fn meta_delta_once(&self, key: &[u8], o: &MetaArithmeticOptions) -> Attempt {
-        let Some(guard) = self.handle.get(key).ok().flatten() else {
-            return Attempt::Miss;
-        };
-        let (cas, flags, expiry) = (guard.cas(), guard.flags(), guard.expiry());
-        if o.cas.is_some_and(|c| c != 0 && c != cas) {
-            return Attempt::Done(MetaArithmeticOutcome::Exists);
-        }
-        let Some(current) = parse_counter(guard.value()) else {
-            return Attempt::Done(MetaArithmeticOutcome::NonNumeric);
-        };
-        let old_len = guard.value().len();
-        drop(guard);
-        let value = match o.mode {
-            ArithmeticMode::Increment => current.wrapping_add(o.delta),
-            ArithmeticMode::Decrement => current.saturating_sub(o.delta),
-        };
-        // An absolute expiry passes through memcached's exptime rules unchanged.
-        let exptime = o.touch.map_or(i64::from(expiry), |t| i64::from(t.0));
-        let mut text = value.to_string().into_bytes();
-        if text.len() < old_len {
-            text.resize(old_len, b' ');
-        }
-        match self
-            .handle
-            .store_cas(Mode::Cas(cas), key, &text, flags, exptime)
-        {
-            Ok((Outcome::Stored, new_cas)) => Attempt::Done(MetaArithmeticOutcome::Value {
-                value,
-                cas: new_cas,
-                ttl: self.ttl(expiry_of(exptime, self.now())),
-                created: false,
-            }),
-            Ok(_) => Attempt::Raced,
-            Err(_) => Attempt::Done(MetaArithmeticOutcome::OutOfMemory),
-        }
+/// The store's mode for an `ms`: `C` turns set and replace into a CAS store.
+fn meta_mode(o: &MetaSetOptions) -> Mode {
+    match (o.mode, o.cas) {
+        (SetMode::Add, _) => Mode::Add,
+        (SetMode::Set | SetMode::Replace, Some(cas)) => Mode::Cas(cas),
+        (SetMode::Set, None) => Mode::Set,
+        (SetMode::Replace, None) => Mode::Replace,
+        (SetMode::Append, _) => Mode::Append,
+        (SetMode::Prepend, _) => Mode::Prepend,
     }
 }
 
@@ -395,90 +389,113 @@ impl Storage for Backend {
 
     fn meta_get(&self, key: &[u8], options: MetaGetOptions) -> Option<MetaItem> {
         self.counters.bump(Counter::CmdMeta);
-        let item = match options.touch {
-            Some(exptime) => self.gat(key, exptime),
-            None => self.get(key),
-        };
-        if let Some(item) = item {
-            let won = options.recache.is_some_and(|recache| {
-                let threshold = u32::try_from(recache.0).unwrap_or(0);
-                item.ttl.is_some_and(|ttl| ttl < threshold)
-            });
-            let lease = Lease {
-                won,
-                ..Lease::default()
-            };
-            return Some(MetaItem { item, lease });
-        }
-        let exptime = options.vivify?;
-        let won = matches!(
-            self.store(Mode::Add, key, b"", 0, exptime),
-            StoreOutcome::Stored(_)
-        );
-        let item = self.lookup(key)?;
-        let lease = Lease {
-            won,
-            token_sent: !won,
-            stale: false,
-        };
-        Some(MetaItem { item, lease })
-    }
-
-    fn meta_set(&self, options: MetaSetOptions) -> StoreOutcome {
-        self.counters.bump(Counter::CmdMeta);
-        self.meta_store(&options)
-    }
-
-    fn meta_delete(&self, key: &[u8], options: MetaDeleteOptions) -> MetaDeleteOutcome {
-        self.counters.bump(Counter::CmdMeta);
-        if let Some(cas) = options.cas {
-            match self.handle.get(key).ok().flatten().map(|g| g.cas()) {
-                None => return MetaDeleteOutcome::NotFound,
-                Some(now) if now != cas => return MetaDeleteOutcome::Exists,
-                Some(_) => {}
+        let touch = options.touch.is_some();
+        let changes = touch || options.recache.is_some() || options.vivify.is_some();
+        if !changes {
+            if let Some(hit) = self.meta_peek(key) {
+                self.count_meta_get(false, true);
+                return Some(hit);
             }
         }
-        match self.delete(key) {
-            KeyOutcome::Done => MetaDeleteOutcome::Deleted,
-            KeyOutcome::NotFound => MetaDeleteOutcome::NotFound,
+        let hit = match self.handle.meta_get(key, read_options(&options)) {
+            Ok(found) => found.map(|read| {
+                let lease = Lease {
+                    won: read.lease.won,
+                    token_sent: read.lease.token_sent,
+                    stale: read.lease.stale,
+                };
+                let item = self.item(&read.guard, read.shown_expiry);
+                MetaItem { item, lease }
+            }),
+            // No room for the copy a win or touch needs: answer as a plain read.
+            Err(_) => self.meta_peek(key),
+        };
+        self.count_meta_get(touch, hit.is_some());
+        hit
+    }
+
+    fn meta_set(&self, o: MetaSetOptions) -> StoreOutcome {
+        self.counters.bump(Counter::CmdMeta);
+        let extra = StoreExtra {
+            compare: o.cas,
+            invalidate: o.invalidate,
+            cas: o.new_cas,
+        };
+        let mode = meta_mode(&o);
+        let outcome = self.store_with(mode, &o.key, &o.value, o.flags, o.exptime, extra);
+        // memcached's `ms` drops the old item whenever it cannot allocate the new one.
+        if outcome == StoreOutcome::OutOfMemory {
+            let _ = self.handle.delete(&o.key);
         }
+        outcome
+    }
+
+    fn meta_delete(&self, key: &[u8], o: MetaDeleteOptions) -> MetaDeleteOutcome {
+        self.counters.bump(Counter::CmdMeta);
+        let delete = Delete {
+            compare: o.cas,
+            invalidate: o.invalidate.then(|| o.exptime.map(|e| i64::from(e.0))),
+            cas: o.new_cas,
+        };
+        let outcome = match self.handle.meta_delete(key, delete) {
+            Ok(Outcome::Deleted) => MetaDeleteOutcome::Deleted,
+            Ok(Outcome::Exists) => MetaDeleteOutcome::Exists,
+            Ok(_) | Err(StoreError::KeyLength { .. }) => MetaDeleteOutcome::NotFound,
+            Err(_) => MetaDeleteOutcome::OutOfMemory,
+        };
+        // memcached counts a removal as a hit, a mark-stale as neither, the rest as misses.
+        match outcome {
+            MetaDeleteOutcome::Deleted if !o.invalidate => self.counters.bump(Counter::DeleteHits),
+            MetaDeleteOutcome::Deleted | MetaDeleteOutcome::OutOfMemory => {}
+            _ => self.counters.bump(Counter::DeleteMisses),
+        }
+        outcome
     }
 
     fn meta_arithmetic(&self, key: &[u8], o: MetaArithmeticOptions) -> MetaArithmeticOutcome {
         self.counters.bump(Counter::CmdMeta);
-        let (hits, misses) = match o.mode {
-            ArithmeticMode::Increment => (Counter::IncrHits, Counter::IncrMisses),
-            ArithmeticMode::Decrement => (Counter::DecrHits, Counter::DecrMisses),
+        let decrement = o.mode == ArithmeticMode::Decrement;
+        let (hits, misses) = if decrement {
+            (Counter::DecrHits, Counter::DecrMisses)
+        } else {
+            (Counter::IncrHits, Counter::IncrMisses)
         };
-        loop {
-            match self.meta_delta_once(key, &o) {
-                Attempt::Done(outcome) => {
-                    self.counters.bump(match outcome {
-                        MetaArithmeticOutcome::Value { created: false, .. } => hits,
-                        _ => misses,
-                    });
-                    return outcome;
-                }
-                Attempt::Miss => break,
-                Attempt::Raced => continue,
-            }
-        }
-        self.counters.bump(misses);
-        let Some(exptime) = o.vivify else {
-            return MetaArithmeticOutcome::NotFound;
+        let ranked = |e: Option<Exptime>, rank: u8| e.map(|e| (i64::from(e.0), Rank(rank)));
+        let count = Count {
+            decrement,
+            delta: o.delta,
+            compare: o.cas,
+            touch: ranked(o.touch, o.order.touch),
+            vivify: ranked(o.vivify, o.order.vivify),
+            initial: o.initial,
+            ttl_rank: Rank(o.order.ttl),
+            cas: o.new_cas,
         };
-        let initial = o.initial.to_string();
-        match self.store(Mode::Add, key, initial.as_bytes(), 0, exptime) {
-            StoreOutcome::Stored(cas) => MetaArithmeticOutcome::Value {
-                value: o.initial,
+        match self.handle.meta_counter(key, count) {
+            Ok(Counted::Value {
+                value,
                 cas,
-                ttl: self.ttl(expiry_of(i64::from(exptime.0), self.now())),
-                created: true,
-            },
-            StoreOutcome::OutOfMemory | StoreOutcome::TooLarge => {
-                MetaArithmeticOutcome::OutOfMemory
+                shown_expiry,
+                created,
+                ..
+            }) => {
+                if !created {
+                    self.counters.bump(hits);
+                }
+                MetaArithmeticOutcome::Value {
+                    value,
+                    cas,
+                    ttl: self.ttl(shown_expiry),
+                    created,
+                }
             }
-            _ => MetaArithmeticOutcome::NotStored,
+            Ok(Counted::NotFound) | Err(StoreError::KeyLength { .. }) => {
+                self.counters.bump(misses);
+                MetaArithmeticOutcome::NotFound
+            }
+            Ok(Counted::Exists) => MetaArithmeticOutcome::Exists,
+            Err(StoreError::NonNumeric) => MetaArithmeticOutcome::NonNumeric,
+            Err(_) => MetaArithmeticOutcome::OutOfMemory,
         }
     }
 

@@ -9,7 +9,9 @@
 //! Command counters, connections and `bytes_read`/`bytes_written` count this process, as a
 //! memcached server counts itself. `curr_items`, `bytes` and `hash_power_level` are the
 //! store's, shared by every process on the heap; they lag by at most one second (each worker
-//! publishes its batched item counts every second).
+//! publishes its batched item counts every second). `evictions` is the store's too, summed
+//! from per-slot counters in the heap: every process's evictions, a dead one's included;
+//! `stats reset` restarts this process's view of it from zero, as memcached's does.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +137,8 @@ impl Counters {
 #[derive(Debug, Default)]
 pub struct Baseline {
     at_reset: Mutex<[u64; COUNT_COUNTERS]>,
+    /// The store's `evictions` at the last `stats reset` of this process.
+    evictions_at_reset: AtomicU64,
 }
 
 impl Shared {
@@ -163,6 +167,8 @@ impl Shared {
         for (i, (counter, _)) in COUNTERS.iter().enumerate() {
             base[i] = self.workers.iter().map(|w| w.get(*counter)).sum();
         }
+        let evictions = &self.baseline.evictions_at_reset;
+        evictions.store(self.store.evictions(), Ordering::Relaxed);
     }
 
     /// The `stats` group `group` (empty: the general stats); `None` for an unknown group.
@@ -222,6 +228,11 @@ impl Shared {
         lines.push("bytes", bytes);
         lines.push("curr_items", items);
         lines.push("total_items", totals[Counter::TotalItems as usize]);
+        let since_reset = self.baseline.evictions_at_reset.load(Ordering::Relaxed);
+        lines.push(
+            "evictions",
+            self.store.evictions().saturating_sub(since_reset),
+        );
         self.heap_lines(lines);
     }
 
@@ -293,7 +304,7 @@ impl Shared {
         for (name, value) in &lines {
             let metric = name.strip_prefix("podkv_").unwrap_or(name);
             if value.parse::<f64>().is_ok() {
-                let kind = if COUNTERS.iter().any(|(_, n)| n == name) {
+                let kind = if name == "evictions" || COUNTERS.iter().any(|(_, n)| n == name) {
                     "counter"
                 } else {
                     "gauge"

@@ -1,0 +1,356 @@
+//! memcached 1.6's meta commands over the write loop: `mg` with recache tokens, `md` with
+//! invalidation and a compared CAS, `ma` with its options — each one pass of
+//! [`Handle::update`], so every condition is decided on the very item the CAS replaces.
+//!
+//! # Meta state (`item` `lease` byte)
+//! memcached keeps two bits per item: `ITEM_TOKEN_SENT` (a client was told `W`: it won the
+//! right to recache) and `ITEM_STALE` (`md I` / `ms I`). Its rules, from `proto_text.c`:
+//! - `mg`: a reader sees `Z` if the token was sent, `X` if stale; it wins (`W`, and the token
+//!   is now sent) if the token was not sent and either `R<ttl>` finds the remaining TTL below
+//!   `ttl` or the item is stale; `N<ttl>` on a miss creates an empty item whose creator wins.
+//! - `md I`: the item stays, stale, with the token released, a new CAS and (`T`) a new TTL.
+//! - `ms I` with an older CAS: the value is stored stale, keeping TTL and a sent token.
+//!
+//! Here those bits are header fields like the rest: a change is a new item replacing the old
+//! by one link CAS, so of two clients racing to win a token exactly one replace succeeds (the
+//! other decides again on the new item and sees `Z`), and a token won on an item that a
+//! touch is copying cannot get lost. A read that changes nothing — every plain `get`, every
+//! `mg` without `T`/`N`/`R` of an item that is not stale — stays a read: no shared write.
+//!
+//! # Token order
+//! memcached applies `mg`'s `T`, `N`, `R` and prints `t` in the order the client wrote them
+//! (`mg k T10 R20` compares the new TTL; `mg k t T30` prints the old one); [`Read`] carries
+//! that order.
+
+use crate::arena::Arena;
+use crate::item::{LEASE_STALE, LEASE_TOKEN_SENT};
+use crate::map::Handle;
+use crate::memcached::{expiry_of, parse_counter, Guard, Outcome, Step};
+use crate::StoreError;
+
+/// An item's meta state and what one `mg` did to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lease {
+    /// `W`: this read won the recache token.
+    pub won: bool,
+    /// `Z`: the token had been sent before this read.
+    pub token_sent: bool,
+    /// `X`: the item is stale.
+    pub stale: bool,
+    /// The read created the item (`N` on a miss).
+    pub created: bool,
+}
+
+impl Lease {
+    /// The state an item's `lease` bits show to a reader that changes nothing.
+    pub fn of_bits(bits: u8) -> Lease {
+        Lease {
+            token_sent: bits & LEASE_TOKEN_SENT != 0,
+            stale: bits & LEASE_STALE != 0,
+            ..Lease::default()
+        }
+    }
+
+    /// Whether a plain read of an item in this state would win the token (a stale item whose
+    /// token is not out): such a read must go through [`Handle::meta_get`].
+    pub fn read_would_win(self) -> bool {
+        self.stale && !self.token_sent
+    }
+}
+
+/// Where a flag stands among an `mg`'s flags (`Rank::NONE`: absent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank(pub u8);
+
+impl Rank {
+    /// The flag was not given.
+    pub const NONE: Rank = Rank(u8::MAX);
+}
+
+impl Default for Rank {
+    fn default() -> Self {
+        Rank::NONE
+    }
+}
+
+/// The options of `mg` that change the item, with the positions that order their effects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Read {
+    /// `T<exptime>` and its rank.
+    pub touch: Option<(i64, Rank)>,
+    /// `N<exptime>` and its rank: create an empty item on a miss.
+    pub vivify: Option<(i64, Rank)>,
+    /// `R<exptime>` and its rank: win the token when the TTL is below it.
+    pub recache: Option<(i64, Rank)>,
+    /// The rank of `t` (which TTL it prints).
+    pub ttl_rank: Rank,
+    /// `E<cas>`: the CAS token of an item `N` creates.
+    pub cas: Option<u64>,
+}
+
+/// What `mg` found: the item (read in place) and its meta state.
+#[derive(Debug)]
+pub struct MetaRead<'h, A: Arena> {
+    /// The item after the read's changes.
+    pub guard: Guard<'h, A>,
+    /// `W Z X`.
+    pub lease: Lease,
+    /// The absolute expiry `t` prints (0: never), as of `t`'s place among the flags.
+    pub shown_expiry: u32,
+}
+
+/// The options of `ma`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    /// Decrement (stopping at 0) instead of increment (wrapping).
+    pub decrement: bool,
+    /// The amount.
+    pub delta: u64,
+    /// `C`: act only if the item's CAS token is this (0: no check, as memcached).
+    pub compare: Option<u64>,
+    /// `T`: the result's new exptime, and its rank among the flags.
+    pub touch: Option<(i64, Rank)>,
+    /// `N`: create the item on a miss with this exptime (set at `N`'s rank).
+    pub vivify: Option<(i64, Rank)>,
+    /// `J`: the value `N` creates.
+    pub initial: u64,
+    /// The rank of `t` (which expiry it prints), as in [`Read`].
+    pub ttl_rank: Rank,
+    /// `E`: the CAS token the result takes.
+    pub cas: Option<u64>,
+}
+
+/// What `ma` (and `incr`/`decr`) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// The new value, its CAS token and absolute expiry; `created` when `N` made the item.
+    Value {
+        /// The number.
+        value: u64,
+        /// The item's CAS token.
+        cas: u64,
+        /// Absolute expiry (0: never).
+        expiry: u32,
+        /// The expiry `t` prints, as of `t`'s place among the flags.
+        shown_expiry: u32,
+        /// Made by `N` on a miss.
+        created: bool,
+    },
+    /// No item.
+    NotFound,
+    /// `C` did not match.
+    Exists,
+}
+
+/// What `md` does to a present item.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Delete {
+    /// `C`: act only if the item's CAS token is this (0 included, as memcached).
+    pub compare: Option<u64>,
+    /// `I`: mark stale instead of removing, with `T` (exptime) if given.
+    pub invalidate: Option<Option<i64>>,
+    /// `E`: the CAS token a stale-marked item takes.
+    pub cas: Option<u64>,
+}
+
+impl<A: Arena> Handle<A> {
+    /// `mg` with `T`, `N` or `R` (or of a stale item): one update that may touch, create, or
+    /// win the token, deciding `W` by the replace CAS. `None`: a miss.
+    pub fn meta_get(&self, key: &[u8], read: Read) -> Result<Option<MetaRead<'_, A>>, StoreError> {
+        let pin = self.pin();
+        let view = self.map.view();
+        let mut found = None;
+        self.update(key, |current| {
+            let now = self.map.now();
+            let Some(cur) = current else {
+                found = None;
+                let Some((exptime, rank)) = read.vivify else {
+                    return Ok(Step::Keep(Outcome::NotFound));
+                };
+                // The new item's expiry starts at 0; `N` and `T` set it in flag order.
+                let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touch_at(read, now)]);
+                let final_expiry = steps.last().map_or(0, |s| s.1);
+                let made = self.new_item(
+                    key,
+                    &[],
+                    0,
+                    final_expiry,
+                    self.cas_after(read.cas, 0),
+                    LEASE_TOKEN_SENT,
+                )?;
+                let lease = Lease {
+                    won: true,
+                    created: true,
+                    ..Lease::default()
+                };
+                found = Some((made, lease, shown(&steps, 0, read.ttl_rank)));
+                return Ok(Step::Put(made, Outcome::Stored));
+            };
+            let m = view.meta(cur);
+            let before = Lease::of_bits(m.lease);
+            let touched = touch_at(read, now);
+            let steps = timeline(&[touched]);
+            let final_expiry = steps.last().map_or(m.expiry, |s| s.1);
+            // `R` compares the TTL as it stands at `R`'s place among the flags.
+            let recache_wins = read.recache.is_some_and(|(r, rank)| {
+                let expiry = shown(&steps, m.expiry, rank);
+                expiry != 0 && expiry < expiry_of(r, now)
+            });
+            let lease = Lease {
+                won: !before.token_sent && (recache_wins || before.stale),
+                ..before
+            };
+            let shown_expiry = shown(&steps, m.expiry, read.ttl_rank);
+            if !lease.won && touched.is_none() {
+                found = Some((cur, lease, shown_expiry));
+                return Ok(Step::Keep(Outcome::Stored));
+            }
+            let bits = m.lease | if lease.won { LEASE_TOKEN_SENT } else { 0 };
+            let made =
+                self.new_item(key, &[view.value(cur)], m.flags, final_expiry, m.cas, bits)?;
+            found = Some((made, lease, shown_expiry));
+            Ok(Step::Put(made, Outcome::Touched))
+        })?;
+        Ok(found.map(|(item, lease, shown_expiry)| MetaRead {
+            guard: Guard {
+                _pin: pin,
+                view,
+                item,
+            },
+            lease,
+            shown_expiry,
+        }))
+    }
+
+    /// `md`: `Deleted` (removed, or marked stale with `I`), `NotFound`, or `Exists` when `C`
+    /// does not match — compared inside the write loop.
+    pub fn meta_delete(&self, key: &[u8], delete: Delete) -> Result<Outcome, StoreError> {
+        let view = self.map.view();
+        self.update(key, |current| {
+            let Some(cur) = current else {
+                return Ok(Step::Keep(Outcome::NotFound));
+            };
+            let m = view.meta(cur);
+            if delete.compare.is_some_and(|c| c != m.cas) {
+                return Ok(Step::Keep(Outcome::Exists));
+            }
+            let Some(touch) = delete.invalidate else {
+                return Ok(Step::Remove(Outcome::Deleted));
+            };
+            // Stale, the token released so the next reader wins, a new CAS, maybe a new TTL.
+            let expiry = touch.map_or(m.expiry, |t| expiry_of(t, self.map.now()));
+            let bits = (m.lease | LEASE_STALE) & !LEASE_TOKEN_SENT;
+            let cas = self.cas_after(delete.cas, m.cas);
+            let made = self.new_item(key, &[view.value(cur)], m.flags, expiry, cas, bits)?;
+            Ok(Step::Put(made, Outcome::Deleted))
+        })
+    }
+
+    /// `ma` (and `incr`/`decr`): the value must be a decimal `u64` (`NonNumeric` otherwise);
+    /// a shorter result is padded with spaces to the old length and keeps the meta state (as
+    /// memcached's in-place update), a longer one is a new item with the state clear.
+    pub fn meta_counter(&self, key: &[u8], count: Count) -> Result<Counted, StoreError> {
+        let view = self.map.view();
+        let mut result = Counted::NotFound;
+        self.update(key, |current| {
+            let now = self.map.now();
+            let touched = count.touch.map(|(t, rank)| (rank, expiry_of(t, now)));
+            let Some(cur) = current else {
+                let Some((exptime, rank)) = count.vivify else {
+                    result = Counted::NotFound;
+                    return Ok(Step::Keep(Outcome::NotFound));
+                };
+                // As `mg`: the new item's expiry starts at 0, `N` and `T` set it in order.
+                let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touched]);
+                let expiry = shown(&steps, 0, Rank::NONE);
+                let cas = self.cas_after(count.cas, 0);
+                let text = count.initial.to_string();
+                let made = self.new_item(key, &[text.as_bytes()], 0, expiry, cas, 0)?;
+                result = Counted::Value {
+                    value: count.initial,
+                    cas,
+                    expiry,
+                    shown_expiry: shown(&steps, 0, count.ttl_rank),
+                    created: true,
+                };
+                return Ok(Step::Put(made, Outcome::Stored));
+            };
+            let m = view.meta(cur);
+            if count.compare.is_some_and(|c| c != 0 && c != m.cas) {
+                result = Counted::Exists;
+                return Ok(Step::Keep(Outcome::Exists));
+            }
+            let old = view.value(cur);
+            let number = parse_counter(old).ok_or(StoreError::NonNumeric)?;
+            let value = if count.decrement {
+                number.saturating_sub(count.delta)
+            } else {
+                number.wrapping_add(count.delta)
+            };
+            let mut text = value.to_string().into_bytes();
+            if text.len() < old.len() {
+                text.resize(old.len(), b' ');
+            }
+            let bits = if text.len() == old.len() { m.lease } else { 0 };
+            let steps = timeline(&[touched]);
+            let expiry = shown(&steps, m.expiry, Rank::NONE);
+            let cas = self.cas_after(count.cas, m.cas);
+            let made = self.new_item(key, &[&text], m.flags, expiry, cas, bits)?;
+            result = Counted::Value {
+                value,
+                cas,
+                expiry,
+                shown_expiry: shown(&steps, m.expiry, count.ttl_rank),
+                created: false,
+            };
+            Ok(Step::Put(made, Outcome::Stored))
+        })?;
+        Ok(result)
+    }
+}
+
+/// `T`'s effect on the expiry: (its rank, the new absolute expiry).
+fn touch_at(read: Read, now: u32) -> Option<(Rank, u32)> {
+    read.touch.map(|(t, rank)| (rank, expiry_of(t, now)))
+}
+
+/// The expiry changes in flag order.
+fn timeline(changes: &[Option<(Rank, u32)>]) -> Vec<(Rank, u32)> {
+    let mut steps: Vec<(Rank, u32)> = changes.iter().flatten().copied().collect();
+    steps.sort_unstable_by_key(|s| s.0);
+    steps
+}
+
+/// The expiry as it stands at `rank` among the flags: the last change before it, else
+/// `initial` (at [`Rank::NONE`]: the final expiry).
+fn shown(steps: &[(Rank, u32)], initial: u32, rank: Rank) -> u32 {
+    steps
+        .iter()
+        .take_while(|s| s.0 < rank)
+        .last()
+        .map_or(initial, |s| s.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_follows_flag_order() {
+        let steps = timeline(&[Some((Rank(3), 30)), Some((Rank(1), 60))]);
+        assert_eq!(steps, vec![(Rank(1), 60), (Rank(3), 30)]);
+        assert_eq!(shown(&steps, 0, Rank(0)), 0, "t before both");
+        assert_eq!(shown(&steps, 0, Rank(2)), 60, "t between");
+        assert_eq!(shown(&steps, 0, Rank::NONE), 30, "no t: the final expiry");
+        assert_eq!(steps.last().map(|s| s.1), Some(30));
+    }
+
+    #[test]
+    fn lease_bits() {
+        let stale = Lease::of_bits(LEASE_STALE);
+        assert!(stale.stale && !stale.token_sent && stale.read_would_win());
+        let both = Lease::of_bits(LEASE_STALE | LEASE_TOKEN_SENT);
+        assert!(both.token_sent && !both.read_would_win());
+        assert_eq!(Lease::of_bits(0), Lease::default());
+    }
+}
