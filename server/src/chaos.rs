@@ -52,14 +52,16 @@ const UNSETTLED: u64 = 2;
 const SETTLED: u64 = 3;
 const FREEING: u64 = 4;
 /// Words per worker in the record file.
-const FIELDS: usize = 8;
+const FIELDS: usize = 10;
 /// Latency figures per worker (ns): normal p99.9 wall and CPU, window maximum wall and CPU,
-/// and operations that overlapped a window.
+/// operations that overlapped a window, normal maximum wall and CPU.
 const LAT_CALM_P999: usize = 0;
 const LAT_CALM_CPU_P999: usize = 1;
 const LAT_WINDOW_MAX: usize = 2;
 const LAT_WINDOW_CPU_MAX: usize = 3;
 const LAT_WINDOW_OPS: usize = 4;
+const LAT_CALM_MAX: usize = 5;
+const LAT_CALM_CPU_MAX: usize = 6;
 
 /// Options of `podkv heap chaos`.
 #[derive(clap::Args, Debug, Clone)]
@@ -218,7 +220,7 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     let mut settled_allocs = 0u64;
     let mut settled_frees = 0u64;
     let mut max_latency_live = 0u64;
-    let mut latency = [0u64; 5];
+    let mut latency = [0u64; 7];
     let mut window_beats = Vec::new();
     let start = Instant::now();
     for round in 0..args.kills {
@@ -356,7 +358,7 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     window_beats.sort_unstable();
     let us = |ns: u64| ns as f64 / 1e3;
     println!(
-        "while a process was dead and recovered ({} ms or more, then recovery; {} windows): every live worker kept finishing operations ({} to {} per window, median {}); slowest overlapping operation {:.1} µs wall, {:.1} µs CPU, against a normal p99.9 of {:.1} µs wall, {:.1} µs CPU ({} window operations)",
+        "while a process was dead and recovered ({} ms or more, then recovery; {} windows): every live worker kept finishing operations ({} to {} per window, median {}); slowest overlapping operation {:.1} µs wall, {:.1} µs CPU, against a normal p99.9 of {:.1} µs wall, {:.1} µs CPU and a normal maximum of {:.1} µs wall, {:.1} µs CPU ({} window operations)",
         args.dead_ms,
         window_beats.len(),
         window_beats.first().copied().unwrap_or(0),
@@ -366,6 +368,8 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
         us(latency[LAT_WINDOW_CPU_MAX]),
         us(latency[LAT_CALM_P999]),
         us(latency[LAT_CALM_CPU_P999]),
+        us(latency[LAT_CALM_MAX]),
+        us(latency[LAT_CALM_CPU_MAX]),
         latency[LAT_WINDOW_OPS],
     );
     let _ = std::fs::remove_file(record_path(&args.path));
@@ -416,6 +420,8 @@ impl Latencies {
             (LAT_WINDOW_MAX, self.window[0].max()),
             (LAT_WINDOW_CPU_MAX, self.window[1].max()),
             (LAT_WINDOW_OPS, self.window[0].len()),
+            (LAT_CALM_MAX, self.calm[0].max()),
+            (LAT_CALM_CPU_MAX, self.calm[1].max()),
         ];
         for (which, value) in figures {
             record.latency(w, which).store(value, Release);
