@@ -158,10 +158,27 @@ fn workload(heap_path: &Path, record_path: &Path) {
         app.free(&a, s);
         app.free(&a, t);
         drop(b);
+        huge_workload(&heap, &mut app, &a);
         drop(a);
     }
     // Reaching here means the armed point was never passed.
     std::process::exit(3);
+}
+
+/// The huge heap's transitions: claiming a run, allocating and mapping, a local free (unmap,
+/// reclaim), a free of another slot's block, a run given back, and a block whose slot was
+/// released before it was freed (the freer's collection sweeps that slot).
+fn huge_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
+    let b = heap.thread().unwrap();
+    let h1 = app.alloc(a, 3 << 20); // claims a run
+    let h2 = app.alloc(a, 5 << 20); // fits in it
+    app.free(a, h1); // reclaimed at once; the run still holds h2
+    app.free(&b, h2); // another slot's block: its owner reclaims it and gives the run back
+    let c = heap.thread().unwrap();
+    let h3 = app.alloc(&c, 2 << 20);
+    drop(c); // released with h3 live
+    app.free(a, h3); // freed in a released slot: swept
+    drop(b);
 }
 
 fn child_main() -> ! {
@@ -244,6 +261,9 @@ fn recover_and_settle(dir: &Path, point: &str) -> Result<(), String> {
         }
     }
     let report = heap.check();
+    if let Some(problem) = huge_leftovers(&heap, &report) {
+        return Err(format!("{point}: {problem} after {recovered:?}"));
+    }
     if !report.is_valid() {
         return Err(format!(
             "{point}: {:?} after {recovered:?}",
@@ -263,6 +283,21 @@ fn recover_and_settle(dir: &Path, point: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What the huge heap still holds after recovery and settling: descriptors, ranges, or backed
+/// pages in its data range (`SEEK_DATA` finds none past its start).
+fn huge_leftovers(heap: &Heap, report: &podkv_alloc::HeapReport) -> Option<String> {
+    let huge = &report.huge;
+    if (huge.live, huge.freed, huge.ranges_claimed) != (0, 0, 0) {
+        return Some(format!("huge heap not empty: {huge:?}"));
+    }
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(heap.path()).unwrap();
+    let from = heap.layout().huge_data as libc::off_t;
+    // SAFETY: lseek on a file we opened; SEEK_DATA reports the next backed byte or ENXIO.
+    let data = unsafe { libc::lseek(file.as_raw_fd(), from, libc::SEEK_DATA) };
+    (data >= 0).then(|| format!("huge data range still backed at {data:#x}"))
 }
 
 #[test]
