@@ -425,3 +425,57 @@ fn lease_child_entry() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A dead slot adopted while claiming (`Heap::thread`), not by `recover_dead`: the registered
+/// recovery hook sees its report while the adopter holds the slot, the claiming handle can
+/// take the same report once, and a huge allocation made live but never returned is reported
+/// `Alloc` like a small one.
+#[test]
+fn adoption_while_claiming_reports_a_huge_block_in_flight_to_the_hook_and_the_handle() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    assert!(crash_child(dir.path(), "huge_alloc.live", 0));
+    let heap = Heap::open(dir.path().join("heap"), &config()).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook_seen = seen.clone();
+    heap.set_recovery_hook(Some(std::sync::Arc::new(move |handle, recovered| {
+        assert_eq!(handle.slot_index(), recovered.slot, "run by the adopter");
+        hook_seen.lock().unwrap().push(*recovered);
+    })));
+    // Claim every slot: one of the claims adopts the dead one.
+    let handles: Vec<_> = (0..SLOTS).map(|_| heap.thread().unwrap()).collect();
+    let seen = seen.lock().unwrap().clone();
+    // The child's workload held two slots (`a`, allocating, and `b`).
+    assert_eq!(seen.len(), 2, "both dead slots adopted: {seen:?}");
+    let adopted = *seen
+        .iter()
+        .find(|r| r.huge_step.is_some())
+        .expect("the slot that was allocating");
+    let InFlight::Alloc(block) = adopted.in_flight else {
+        panic!("a huge block made live in flight: {seen:?}");
+    };
+    assert!(heap.huge_allocation(block).is_some());
+    let adopter = handles
+        .iter()
+        .find(|h| h.slot_index() == adopted.slot)
+        .unwrap();
+    assert_eq!(
+        adopter.take_adoption().map(|r| r.in_flight),
+        Some(adopted.in_flight)
+    );
+    assert!(adopter.take_adoption().is_none(), "taken once");
+    let others = handles.iter().filter(|h| h.slot_index() != adopted.slot);
+    assert_eq!(
+        others.filter_map(|h| h.take_adoption()).count(),
+        1,
+        "the other dead slot's report, kept for its adopter"
+    );
+    adopter.free(block);
+    heap.set_recovery_hook(None);
+    drop(handles);
+    let report = heap.check();
+    assert!(report.is_valid(), "{:?}", report.problems);
+    assert_eq!(huge_leftovers(&heap, &report), None);
+}
