@@ -252,10 +252,8 @@ fn a_block_freed_by_an_exited_thread_is_reclaimed_by_another_process_s_next_call
     let mut child = spawn("handover", &path);
     let offset = Offset(wait_root_of(&heap, 1, Some(&mut child)));
     // SAFETY: the child wrote the block's first word before publishing it; the read maps it.
-    assert_eq!(
-        unsafe { std::ptr::read_volatile(heap.resolve(offset) as *const u64) },
-        offset.0
-    );
+    let first_word = unsafe { std::ptr::read_volatile(heap.resolve(offset) as *const u64) };
+    assert_eq!(first_word, offset.0);
     let first = heap.huge_allocation(offset).unwrap();
     heap.root(2).store(1, Release);
     assert!(succeeded(&child.wait_with_output().unwrap()));
