@@ -258,7 +258,14 @@ fn a_block_freed_by_an_exited_thread_is_reclaimed_by_another_process_s_next_call
     heap.root(2).store(1, Release);
     assert!(succeeded(&child.wait_with_output().unwrap()));
     let before = heap.check();
-    assert_eq!((before.huge.freed, before.huge.awaiting_unmap), (1, 1));
+    assert_eq!(
+        (
+            before.huge.freed,
+            before.huge.awaiting_unmap,
+            before.huge.freed_in_released
+        ),
+        (1, 1, 1)
+    );
     assert!(
         before
             .claimed_slots
