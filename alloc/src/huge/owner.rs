@@ -5,7 +5,7 @@
 //! # The sweep: freed blocks of released slots
 //! A huge block freed while another process still maps it cannot be reclaimed at once; if its
 //! owning slot is released before that process unmaps it, no owner is left to reclaim it
-//! (rule 7: memory goes back). So every huge housekeeping call ([`ThreadHandle::collect_huge`],
+//! (rule 7: memory goes back). So every huge housekeeping call ([`crate::ThreadHandle::collect_huge`],
 //! [`Heap::collect_huge`]) ends with a sweep:
 //! 1. one pass over the reservation array (constant size: `COUNT_HUGE_RANGES` loads) lists
 //!    the slots holding runs — a slot holding a freed descriptor holds the run it lies in;
@@ -26,7 +26,7 @@ use crate::crash_point;
 use crate::hazard;
 use crate::heap::Heap;
 use crate::offset::Offset;
-use crate::process::{lease_until, SlotLife};
+use crate::process::lease_until;
 use crate::thread::InFlight;
 use podkv_hw::sync::Ordering;
 
@@ -238,18 +238,23 @@ pub(crate) fn sweep_released(
             break;
         }
         let owner = HugeOwner { heap, view, slot };
-        let free = heap.slot_life(u64::from(slot)) == SlotLife::Free;
+        let place = heap.slot(u64::from(slot));
+        // Free is one load (a dead owner's slot is recovery's, and judging life costs a read
+        // of /proc); reclaimable needs the descriptors and hazard records.
+        let free = place.owner.load(Ordering::Acquire) == 0;
         if !free || !(0..COUNT_HUGE_DESC).any(|i| owner.reclaimable(i)) {
             continue;
         }
-        let place = heap.slot(u64::from(slot));
         if !place.try_claim(heap.shared.me, lease_until()) {
             continue;
         }
+        // Lease mode: renewed while held, however long the punching takes.
+        heap.hold(slot);
         claimed += 1;
         crash_point!("huge_sweep.claimed");
         reclaimed += owner.collect();
         crash_point!("huge_sweep.collected");
+        heap.unhold(slot);
         place.release();
     }
     reclaimed
