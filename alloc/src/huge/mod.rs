@@ -34,9 +34,10 @@
 //!
 //! Log-before-do: [`HugeLocal::log`] is written with [`HugeStep::to_word`] before each step and
 //! cleared after it (a free logs in the *freeing* slot's word, which may not own the block).
-//! The slot's recovery word (`recovery.rs`) reports blocks to the application: a huge
-//! allocation logs `Alloc(offset)` there once its descriptor is live, a free `Free(offset)`
-//! once it is freed, as small and large blocks do.
+//! The slot's recovery word (`recovery.rs`) reports blocks to the application, as for small
+//! and large blocks: a huge allocation logs `Alloc(offset)` there once its place is chosen
+//! (reported only if this slot's descriptor of it went live), a free logs `Free(offset)` once
+//! the descriptor is freed.
 //! [`ThreadHandle::recover_huge`] is the recovery, one `match`, idempotent given the word (run
 //! by every adoption of a dead slot, `recover.rs`): a claim is undone for ranges of the logged
 //! run that hold this slot's word but no descriptor; an allocation whose descriptor never went
@@ -701,7 +702,9 @@ impl ThreadHandle {
             return Err(AllocError::OutOfMemory);
         }
         crash_point!("huge_alloc.backed");
-        d.generation.fetch_add(1, Ordering::Relaxed);
+        // One writer (this slot): a plain increment, written back with the state below.
+        let generation = d.generation.load(Ordering::Relaxed);
+        d.generation.store(generation.wrapping_add(1), Ordering::Relaxed);
         d.state.store(DESC_LIVE, Ordering::Release);
         view.write_back(d);
         crash_point!("huge_alloc.live");
