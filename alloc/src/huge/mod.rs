@@ -704,7 +704,8 @@ impl ThreadHandle {
         crash_point!("huge_alloc.backed");
         // One writer (this slot): a plain increment, written back with the state below.
         let generation = d.generation.load(Ordering::Relaxed);
-        d.generation.store(generation.wrapping_add(1), Ordering::Relaxed);
+        d.generation
+            .store(generation.wrapping_add(1), Ordering::Relaxed);
         d.state.store(DESC_LIVE, Ordering::Release);
         view.write_back(d);
         crash_point!("huge_alloc.live");
