@@ -49,6 +49,27 @@ pub const POINTS: &[&str] = &[
     "disown.logged",
     "disown.meta",
     "disown.empty",
+    // The huge heap (`huge/`): claiming a run, allocating, freeing, unmapping, reclaiming,
+    // giving runs back, and the sweep of released slots.
+    "huge_claim.logged",
+    "huge_claim.range",
+    "huge_alloc.logged",
+    "huge_alloc.backed",
+    "huge_alloc.live",
+    "huge_alloc.published",
+    "huge_alloc.mapped",
+    "huge_alloc.done",
+    "huge_free.logged",
+    "huge_free.marked",
+    "huge_free.done",
+    "huge_unmap.unmapped",
+    "huge_reclaim.logged",
+    "huge_reclaim.punched",
+    "huge_reclaim.emptied",
+    "huge_release.logged",
+    "huge_release.given",
+    "huge_sweep.claimed",
+    "huge_sweep.collected",
 ];
 
 /// Marks a crash point (see the module docs).

@@ -259,7 +259,18 @@ pub(crate) struct Shared {
     /// Slots this process holds, whose leases its renewer keeps fresh (lease mode only).
     pub(crate) held: Mutex<Vec<u32>>,
     pub(crate) renewer: OnceLock<()>,
+    /// The application's hook for slots adopted while claiming (process-local).
+    pub(crate) recovery_hook: Mutex<Option<RecoveryHook>>,
+    /// Reports of slots this process's threads adopted while claiming, with the slot's claim
+    /// generation then, until the claiming handle takes them (one per slot at most; a report
+    /// of an earlier claim of the slot is never handed out; process-local).
+    pub(crate) adoptions: Mutex<Vec<(u64, Recovered)>>,
 }
+
+/// What the application runs for a slot recovered from a dead owner, while the adopting
+/// handle (the first argument) still holds the slot: typically it settles the block the
+/// report names as in flight ([`crate::InFlight`]) against its own records.
+pub type RecoveryHook = Arc<dyn Fn(&ThreadHandle, &Recovered) + Send + Sync>;
 
 /// An open heap: cheap to clone, shared by every thread of the process. Each allocating thread
 /// takes a [`ThreadHandle`] with [`Heap::thread`].
@@ -314,6 +325,8 @@ impl Heap {
                 recoverable: config.recoverable,
                 held: Mutex::new(Vec::new()),
                 renewer: OnceLock::new(),
+                recovery_hook: Mutex::new(None),
+                adoptions: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -348,19 +361,87 @@ impl Heap {
         }
     }
 
-    /// Recovers every slot whose owner is dead: adopts it, finishes its logged step, gives its
-    /// slabs back and releases it. Live threads are never waited for; a slot another thread
-    /// adopts first is skipped. Returns what was done, per slot.
+    /// Recovers every slot whose owner is dead: adopts it, finishes its logged step, runs the
+    /// registered recovery hook ([`Heap::set_recovery_hook`]), gives its slabs back and
+    /// releases it. Live threads are never waited for; a slot another thread adopts first is
+    /// skipped. Returns what was done, per slot.
     pub fn recover_dead(&self) -> Vec<Recovered> {
+        let hook = self.recovery_hook();
+        self.recover_dead_with(|handle, recovered| {
+            if let Some(hook) = &hook {
+                hook(handle, recovered);
+            }
+        })
+    }
+
+    /// As [`Heap::recover_dead`], with `settle` in place of the registered hook: it runs for
+    /// each recovered slot while the adopting handle still holds it, so the application
+    /// settles the block in flight ([`Recovered::in_flight`]) before anyone can claim the
+    /// slot again. `settle` may claim slots of its own (another slot is then used).
+    pub fn recover_dead_with(
+        &self,
+        mut settle: impl FnMut(&ThreadHandle, &Recovered),
+    ) -> Vec<Recovered> {
         let mut done = Vec::new();
         for i in 0..self.shared.geometry.slots() {
             if let SlotLife::Dead(word) = self.slot_life(i) {
                 if let Some(handle) = ThreadHandle::adopt(self, i, word) {
-                    done.push(handle.recover());
+                    done.push(handle.recover_with(&mut settle));
                 }
             }
         }
         done
+    }
+
+    /// Registers (or with `None` removes) this process's recovery hook: run for every slot a
+    /// thread of this process adopts from a dead owner while claiming ([`Heap::thread`]) and
+    /// by [`Heap::recover_dead`], while the adopter holds the slot. The hook must not keep
+    /// this `Heap` alive (hold a weak reference), or the heap is never closed.
+    pub fn set_recovery_hook(&self, hook: Option<RecoveryHook>) {
+        *self
+            .shared
+            .recovery_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = hook;
+    }
+
+    pub(crate) fn recovery_hook(&self) -> Option<RecoveryHook> {
+        self.shared
+            .recovery_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Keeps the report of a slot adopted while claiming, for its claiming handle.
+    pub(crate) fn keep_adoption(&self, recovered: Recovered) {
+        let generation = self.claims_of(recovered.slot);
+        let mut kept = self
+            .shared
+            .adoptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        kept.retain(|(_, r)| r.slot != recovered.slot);
+        kept.push((generation, recovered));
+    }
+
+    /// Takes the kept report of slot `slot`'s adoption, if it was made by its current claim.
+    pub(crate) fn take_adoption(&self, slot: u32) -> Option<Recovered> {
+        let generation = self.claims_of(slot);
+        let mut kept = self
+            .shared
+            .adoptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let at = kept.iter().position(|(_, r)| r.slot == slot)?;
+        let (made, recovered) = kept.swap_remove(at);
+        (made == generation).then_some(recovered)
+    }
+
+    fn claims_of(&self, slot: u32) -> u64 {
+        self.slot(u64::from(slot))
+            .generation
+            .load(Ordering::Acquire)
     }
 
     /// Whether slot `i`'s owner is alive, dead, or the slot free.

@@ -12,13 +12,22 @@
 //!
 //! Each arm is idempotent: it re-logs before it changes anything, so a crash of the adopter is
 //! recovered the same way. No arm waits for another thread or scans the heap.
+//!
+//! # The application's turn
+//! Recovery ends by telling the application what the dead owner was doing with a block
+//! ([`InFlight`]) while the adopter still holds the slot, so the application settles it before
+//! the slot can be released and claimed again: [`crate::Heap::recover_dead_with`] calls its
+//! callback then; an adoption while claiming ([`crate::Heap::thread`]) calls the hook
+//! registered with [`crate::Heap::set_recovery_hook`] and keeps the report for the claiming
+//! handle ([`ThreadHandle::take_adoption`]). Huge blocks are reported like the others: the huge
+//! log (`huge/owner.rs`) names an allocation made live but not returned, or a free under way.
 
 use super::{pack_ends, unpack_ends, ThreadHandle};
 use crate::dcas;
 use crate::heap::{Kind, SlabHeap};
 use crate::offset::Offset;
 use crate::pending::Pending;
-use crate::recovery::{Op, Rec};
+use crate::recovery::{Op, Rec, SlabStep};
 use crate::remote;
 use crate::slab::State;
 use podkv_hw::sync::{
@@ -55,25 +64,69 @@ pub struct Recovered {
 }
 
 impl ThreadHandle {
-    /// Finishes the step a dead owner of this (just adopted) slot was in. Bounded work: this
-    /// slot's own lists and the one slab the step names.
+    /// Recovers this slot, just adopted while claiming it: the registered recovery hook sees
+    /// the report, and the claiming handle keeps it ([`ThreadHandle::take_adoption`]).
     pub(crate) fn recover(&self) -> Recovered {
+        let hook = self.heap.recovery_hook();
+        let recovered = self.recover_with(&mut |handle, recovered| {
+            if let Some(hook) = &hook {
+                hook(handle, recovered);
+            }
+        });
+        self.heap.keep_adoption(recovered);
+        recovered
+    }
+
+    /// Finishes the step a dead owner of this (just adopted) slot was in, then hands the
+    /// report to `settle` while this handle still holds the slot. Bounded work: this slot's
+    /// own lists, the one slab the step names and its huge state.
+    pub(crate) fn recover_with(
+        &self,
+        settle: &mut dyn FnMut(&ThreadHandle, &Recovered),
+    ) -> Recovered {
         let start = Instant::now();
         let rec = Rec(self.slot().recovery.load(Relaxed));
         self.repair_lists();
-        let in_flight = self.finish(rec);
+        let mut in_flight = self.finish(rec);
         self.after_free.set(false);
-        // The huge heap logs its own steps (`huge/mod.rs`): finish those, then reclaim what
-        // the dead owner freed and nobody maps any more.
-        let huge_step = self.recover_huge();
+        // The huge heap logs its own steps (`huge/owner.rs`): finish those (a huge step under
+        // way names the block in flight), then reclaim what the dead owner freed and nobody
+        // maps any more.
+        let huge = self.recover_huge_in_flight();
+        if let Some((_, huge_in_flight)) = huge {
+            if huge_in_flight != InFlight::None {
+                in_flight = huge_in_flight;
+            }
+        }
         self.collect_huge();
-        Recovered {
+        let recovered = Recovered {
             slot: self.slot_index,
             step: rec,
-            huge_step,
+            huge_step: huge.map(|(step, _)| step),
             in_flight,
             took: start.elapsed(),
-        }
+        };
+        settle(self, &recovered);
+        recovered
+    }
+
+    /// What recovery reported when this handle adopted its slot from a dead owner while
+    /// claiming it (taken once; `None` for a slot that was free).
+    pub fn take_adoption(&self) -> Option<Recovered> {
+        self.heap.take_adoption(self.slot_index)
+    }
+
+    /// Logs a huge block's allocation or free in the recovery word, as the slab heaps log
+    /// theirs, for [`InFlight`] reports: `Alloc(offset)` once the place is chosen (reported
+    /// only if this slot's descriptor of it went live), `Free(offset)` once it is freed.
+    pub(crate) fn log_huge_block(&self, op: Op, offset: u64) {
+        self.log_block(op, offset);
+    }
+
+    /// Logs that a huge allocation started and names no block yet (so the recovery word no
+    /// longer names this slot's previous allocation, which the application holds).
+    pub(crate) fn log_huge_start(&self) {
+        self.log(Rec::slab(Op::Idle, self.ver.get(), SlabStep::default()));
     }
 
     fn finish(&self, rec: Rec) -> InFlight {
@@ -214,8 +267,16 @@ impl ThreadHandle {
         }
     }
 
-    /// An allocation was logged: if the block's bit is clear it was taken.
+    /// An allocation was logged: if the block's bit is clear it was taken (a huge block: if
+    /// this slot's descriptor of it is live).
     fn finish_alloc(&self, offset: Offset) -> InFlight {
+        if let Some(view) = self.heap.huge_view().filter(|v| v.contains(offset.0)) {
+            let live = view.find(offset.0, true, &[crate::huge::DESC_LIVE]);
+            return match live {
+                Some(found) if found.slot == self.slot_index => InFlight::Alloc(offset),
+                _ => InFlight::None,
+            };
+        }
         match self.find_block(offset) {
             Some((heap, slab, block)) => {
                 let desc = self.heap.desc(&heap, slab);
@@ -231,7 +292,11 @@ impl ThreadHandle {
     }
 
     /// A local free was logged: set the bit if it is not yet, and reattach a detached slab.
+    /// (A huge block's free is logged here only once its descriptor is freed.)
     fn finish_free(&self, offset: Offset) -> InFlight {
+        if self.heap.huge_view().is_some_and(|v| v.contains(offset.0)) {
+            return InFlight::Free(offset);
+        }
         let Some((heap, slab, block)) = self.find_block(offset) else {
             return InFlight::None;
         };

@@ -160,10 +160,27 @@ fn workload(heap_path: &Path, record_path: &Path) {
         app.free(&a, s);
         app.free(&a, t);
         drop(b);
+        huge_workload(&heap, &mut app, &a);
         drop(a);
     }
     // Reaching here means the armed point was never passed.
     std::process::exit(3);
+}
+
+/// The huge heap's transitions: claiming a run, allocating and mapping, a local free (unmap,
+/// reclaim), a free of another slot's block, a run given back, and a block whose slot was
+/// released before it was freed (the freer's collection sweeps that slot).
+fn huge_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
+    let b = heap.thread().unwrap();
+    let h1 = app.alloc(a, 3 << 20); // claims a run
+    let h2 = app.alloc(a, 5 << 20); // fits in it
+    app.free(a, h1); // reclaimed at once; the run still holds h2
+    app.free(&b, h2); // another slot's block: its owner reclaims it and gives the run back
+    let c = heap.thread().unwrap();
+    let h3 = app.alloc(&c, 2 << 20);
+    drop(c); // released with h3 live
+    app.free(a, h3); // freed in a released slot: swept
+    drop(b);
 }
 
 fn child_main() -> ! {
@@ -246,6 +263,9 @@ fn recover_and_settle(dir: &Path, point: &str) -> Result<(), String> {
         }
     }
     let report = heap.check();
+    if let Some(problem) = huge_leftovers(&heap, &report) {
+        return Err(format!("{point}: {problem} after {recovered:?}"));
+    }
     if !report.is_valid() {
         return Err(format!(
             "{point}: {:?} after {recovered:?}",
@@ -265,6 +285,35 @@ fn recover_and_settle(dir: &Path, point: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What the huge heap still holds after recovery and settling: descriptors, ranges, or backed
+/// pages in its data range. (`SEEK_DATA` cannot tell: fallocated pages never written count as
+/// holes. So the test punches the whole range itself: the file's storage must not shrink.)
+fn huge_leftovers(heap: &Heap, report: &podkv_alloc::HeapReport) -> Option<String> {
+    let huge = &report.huge;
+    if (huge.live, huge.freed, huge.ranges_claimed) != (0, 0, 0) {
+        return Some(format!("huge heap not empty: {huge:?}"));
+    }
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(heap.path())
+        .unwrap();
+    let (from, to) = (heap.layout().huge_data, heap.layout().total);
+    let before = heap.file_allocated_bytes().unwrap();
+    // SAFETY: fallocate on a file we opened; no huge block is live, so no data is lost.
+    let punched = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            from as libc::off_t,
+            (to - from) as libc::off_t,
+        )
+    };
+    assert_eq!(punched, 0, "punching the huge range");
+    let after = heap.file_allocated_bytes().unwrap();
+    (after != before).then(|| format!("{} bytes of huge pages still backed", before - after))
 }
 
 #[test]
@@ -391,4 +440,58 @@ fn lease_child_entry() {
     loop {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// A dead slot adopted while claiming (`Heap::thread`), not by `recover_dead`: the registered
+/// recovery hook sees its report while the adopter holds the slot, the claiming handle can
+/// take the same report once, and a huge allocation made live but never returned is reported
+/// `Alloc` like a small one.
+#[test]
+fn adoption_while_claiming_reports_a_huge_block_in_flight_to_the_hook_and_the_handle() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    assert!(crash_child(dir.path(), "huge_alloc.live", 0));
+    let heap = Heap::open(dir.path().join("heap"), &config()).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook_seen = seen.clone();
+    heap.set_recovery_hook(Some(std::sync::Arc::new(move |handle, recovered| {
+        assert_eq!(handle.slot_index(), recovered.slot, "run by the adopter");
+        hook_seen.lock().unwrap().push(*recovered);
+    })));
+    // Claim every slot: one of the claims adopts the dead one.
+    let handles: Vec<_> = (0..SLOTS).map(|_| heap.thread().unwrap()).collect();
+    let seen = seen.lock().unwrap().clone();
+    // The child's workload held two slots (`a`, allocating, and `b`).
+    assert_eq!(seen.len(), 2, "both dead slots adopted: {seen:?}");
+    let adopted = *seen
+        .iter()
+        .find(|r| r.huge_step.is_some())
+        .expect("the slot that was allocating");
+    let InFlight::Alloc(block) = adopted.in_flight else {
+        panic!("a huge block made live in flight: {seen:?}");
+    };
+    assert!(heap.huge_allocation(block).is_some());
+    let adopter = handles
+        .iter()
+        .find(|h| h.slot_index() == adopted.slot)
+        .unwrap();
+    assert_eq!(
+        adopter.take_adoption().map(|r| r.in_flight),
+        Some(adopted.in_flight)
+    );
+    assert!(adopter.take_adoption().is_none(), "taken once");
+    let others = handles.iter().filter(|h| h.slot_index() != adopted.slot);
+    assert_eq!(
+        others.filter_map(|h| h.take_adoption()).count(),
+        1,
+        "the other dead slot's report, kept for its adopter"
+    );
+    adopter.free(block);
+    heap.set_recovery_hook(None);
+    drop(handles);
+    let report = heap.check();
+    assert!(report.is_valid(), "{:?}", report.problems);
+    assert_eq!(huge_leftovers(&heap, &report), None);
 }

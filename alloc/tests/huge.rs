@@ -6,8 +6,11 @@
 //!   up unmapped, the file's storage falls back, and the next block reuses range and descriptor;
 //! - a null dereference, one just past the heap, one into unallocated huge address space and
 //!   one into a freed huge block still die of SIGSEGV;
-//! - threads of several processes allocate, hand over and free huge blocks; the heap checks
-//!   clean afterwards.
+//! - a block freed by a thread that then exits, while another process still maps it, is
+//!   reclaimed by that process's next allocator call (a sweep of released slots), which reuses
+//!   its range; the next claimer of the released slot reuses its descriptor;
+//! - threads of several processes allocate, hand over and free huge blocks; afterwards no huge
+//!   block is left unreclaimed and the file's storage is back to its baseline.
 
 use podkv_alloc::{Config, Heap, HugeBacking, Offset};
 use std::alloc::Layout;
@@ -151,6 +154,7 @@ fn child() {
             unsafe { std::ptr::read_volatile(heap.resolve(off) as *const u64) };
         }
         "stress" => stress_worker(&heap),
+        "handover" => child_frees_and_exits(&heap),
         other => panic!("unknown role {other}"),
     }
     std::process::exit(0);
@@ -199,6 +203,112 @@ fn child_reads_and_frees_huge_blocks(heap: &Heap, path: &std::path::Path) {
         "the freer unmapped both"
     );
     assert_eq!(heap.check().huge.mapped_here, 0);
+}
+
+/// Allocates a 64 MiB block, publishes it, frees it once the parent mapped it, and lets its
+/// slot go (the thread's handle drops) while the parent still maps the block.
+fn child_frees_and_exits(heap: &Heap) {
+    let offset = std::thread::scope(|s| {
+        s.spawn(|| {
+            let t = heap.thread().unwrap();
+            let offset = t.allocate(layout(64 * MIB)).unwrap();
+            // SAFETY: a live 64 MiB block of ours.
+            unsafe { std::ptr::write_volatile(heap.resolve(offset) as *mut u64, offset.0) };
+            heap.root(1).store(offset.0, Release);
+            wait_root(heap, 2); // the parent maps it
+            t.free(offset);
+            offset
+        })
+        .join()
+        .unwrap()
+    });
+    let left = heap.huge_allocation(offset).expect("still a descriptor");
+    assert_eq!(
+        heap.check().huge.freed,
+        1,
+        "the parent's mapping keeps {left:?} from being reclaimed"
+    );
+}
+
+#[test]
+fn a_block_freed_by_an_exited_thread_is_reclaimed_by_another_process_s_next_call() {
+    if std::env::var(ENV_ROLE).is_ok() {
+        return;
+    }
+    let dir = shm_dir();
+    let path = dir.path().join("heap");
+    // Two slots: the parent's thread holds one, so the child's thread and the next claimer
+    // both take the other.
+    let heap = Heap::open(
+        &path,
+        &Config {
+            slots: 2,
+            ..config()
+        },
+    )
+    .unwrap();
+    let t = heap.thread().unwrap();
+    let baseline = heap.file_allocated_bytes().unwrap();
+    let mut child = spawn("handover", &path);
+    let offset = Offset(wait_root_of(&heap, 1, Some(&mut child)));
+    // SAFETY: the child wrote the block's first word before publishing it; the read maps it.
+    let first_word = unsafe { std::ptr::read_volatile(heap.resolve(offset) as *const u64) };
+    assert_eq!(first_word, offset.0);
+    let first = heap.huge_allocation(offset).unwrap();
+    heap.root(2).store(1, Release);
+    assert!(succeeded(&child.wait_with_output().unwrap()));
+    let before = heap.check();
+    assert_eq!(
+        (
+            before.huge.freed,
+            before.huge.awaiting_unmap,
+            before.huge.freed_in_released
+        ),
+        (1, 1, 1)
+    );
+    assert!(
+        before
+            .claimed_slots
+            .iter()
+            .all(|s| s.index != u64::from(first.slot)),
+        "the freeing thread's slot is released"
+    );
+
+    let again = t.allocate(layout(64 * MIB)).unwrap();
+    assert_eq!(
+        again, offset,
+        "reclaimed by this call, and its range reused"
+    );
+    assert_eq!(heap.huge_allocation(again).unwrap().slot, t.slot_index());
+    let reused = std::thread::scope(|s| {
+        s.spawn(|| {
+            let u = heap.thread().unwrap();
+            assert_eq!(
+                u.slot_index(),
+                first.slot,
+                "the released slot, claimed again"
+            );
+            let block = u.allocate(layout(64 * MIB)).unwrap();
+            let found = heap.huge_allocation(block).unwrap();
+            u.free(block);
+            found
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(
+        (reused.slot, reused.desc),
+        (first.slot, first.desc),
+        "and the descriptor reused"
+    );
+    t.free(again);
+    let after = heap.check();
+    assert!(after.is_valid(), "{:#?}", after.problems);
+    assert_eq!(
+        (after.huge.live, after.huge.freed, after.huge.ranges_claimed),
+        (0, 0, 0)
+    );
+    assert_eq!(heap.file_allocated_bytes().unwrap(), baseline);
 }
 
 #[test]
@@ -470,6 +580,7 @@ fn threads_of_several_processes_allocate_and_free_huge_blocks() {
     let dir = shm_dir();
     let path = dir.path().join("heap");
     let heap = Heap::open(&path, &config()).unwrap();
+    let baseline = heap.file_allocated_bytes().unwrap();
     let children: Vec<_> = (0..COUNT_STRESS_PROCESSES)
         .map(|_| spawn("stress", &path))
         .collect();
@@ -484,9 +595,25 @@ fn threads_of_several_processes_allocate_and_free_huge_blocks() {
         }
     }
     drop(t);
+    // Blocks freed while another process mapped them, in slots released since, are reclaimed
+    // by the sweeps of later collections (each claims at most COUNT_SWEEP_SLOTS slots).
+    let slots = config().slots as usize;
+    for _ in 0..slots.div_ceil(podkv_alloc::huge::COUNT_SWEEP_SLOTS) {
+        heap.collect_huge();
+    }
     let report = heap.check();
     assert!(report.is_valid(), "{:#?}", report.problems);
     assert_eq!(report.huge.live, 0);
     assert_eq!(report.huge.mapped_here, 0);
-    println!("{:?}", report.huge);
+    assert_eq!(
+        (report.huge.freed, report.huge.ranges_claimed),
+        (0, 0),
+        "every freed block reclaimed, every range given back: {:?}",
+        report.huge
+    );
+    assert_eq!(
+        heap.file_allocated_bytes().unwrap(),
+        baseline,
+        "the file's storage is back to its baseline"
+    );
 }

@@ -35,11 +35,15 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn block_max(&self) -> usize;
     /// The map's name in reports (`KvMap::name`).
     const NAME: &'static str;
-    /// Recovers every slot whose owner died (finishing its allocator step) and names each
-    /// with the block its allocation or free concerned and the step word recovery read.
-    /// Nothing dies in process memory.
-    fn recover_dead(&self) -> Vec<(u32, InFlight, u64)> {
-        Vec::new()
+    /// Recovers every slot whose owner died (finishing its allocator step) and calls
+    /// `settle(slot, in_flight, step)` for each — the block its allocation or free concerned
+    /// and the step word recovery read — while the slot is still held, so nobody claims it
+    /// before it is settled. Nothing dies in process memory.
+    fn recover_dead_with(&self, _settle: &mut dyn FnMut(u32, InFlight, u64)) {}
+    /// What recovery reported when `thread` adopted its slot from a dead owner while claiming
+    /// it (taken once; `None` when the slot was free or nothing dies).
+    fn adoption(_thread: &Self::Thread) -> Option<(InFlight, u64)> {
+        None
     }
     /// The thread's allocator step word now (what recovery would read): the store snapshots
     /// it before an allocation it logs, so an `Alloc` report naming an *earlier* allocation
@@ -101,12 +105,13 @@ impl Arena for PodArena {
         (self.heap.geometry().huge_bytes().min(u64::from(u32::MAX)) as usize).max(512 * 1024)
     }
 
-    fn recover_dead(&self) -> Vec<(u32, InFlight, u64)> {
+    fn recover_dead_with(&self, settle: &mut dyn FnMut(u32, InFlight, u64)) {
         self.heap
-            .recover_dead()
-            .into_iter()
-            .map(|r| (r.slot, r.in_flight, r.step.0))
-            .collect()
+            .recover_dead_with(|_, r| settle(r.slot, r.in_flight, r.step.0));
+    }
+
+    fn adoption(thread: &ThreadHandle) -> Option<(InFlight, u64)> {
+        thread.take_adoption().map(|r| (r.in_flight, r.step.0))
     }
 
     #[inline]

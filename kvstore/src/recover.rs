@@ -39,9 +39,18 @@
 //!   every snipper CASes it `0 → slot + 1` before retiring, and so does recovery, for the
 //!   dead slot. Claimed by the dead slot but not its head bag's last entry: retire it here.
 //!
-//! A slot whose allocator step is unknown (the allocator adopted it silently when a thread
-//! claimed it) is settled with no report: allocations are then left alone and frees not
-//! redone (a possible leak, never a double free).
+//! # When settling happens
+//! Always while the slot is held, so no new owner's log is taken for the dead one's:
+//! - [`Map::recover_dead`]: the allocator adopts each dead slot and, still holding it, hands its
+//!   report to a handle of this process, which settles it ([`podkv_alloc::Heap::recover_dead_with`]);
+//!   only then is the slot released. (Settling after the release let a handle that claimed the
+//!   released slot first settle it with no report — its own slot — and leak the block in
+//!   flight: the kill test's rare single-block leak with every log found idle.)
+//! - a slot adopted while claiming: the claiming handle settles its own slot with the report
+//!   the allocator kept for it ([`crate::arena::Arena::adoption`]).
+//!
+//! A slot whose allocator step is unknown (no report) is settled so: allocations are left
+//! alone and frees not redone (a possible leak, never a double free).
 
 use crate::arena::Arena;
 use crate::item::View;
@@ -152,6 +161,11 @@ impl<A: Arena> Handle<A> {
     /// if it still holds the value it had. Only the thread whose CAS takes a log word settles
     /// it. The slot's limbo stays in its record: the slot's next owner frees it.
     pub(crate) fn settle(&self, dead: u32, in_flight: Option<(InFlight, u64)>) -> Settled {
+        // Our own slot, adopted while claiming it: the allocator kept its report for us.
+        let in_flight = match in_flight {
+            None if dead == self.slot => A::adoption(&self.thread),
+            known => known,
+        };
         let record = self.map.slot(dead);
         let announced = record.announce.load(Ordering::Acquire);
         let _pin = self.pin();
@@ -289,18 +303,33 @@ fn take(word: &AtomicU64) -> u64 {
 
 impl<A: Arena> Map<A> {
     /// Recovers every thread slot whose owner died: the arena's recovery finishes each one's
-    /// allocator step, then a handle of this process settles the store's log of it
-    /// ([`crate::recover`]) and releases its epoch announcement. Safe to run from any number
-    /// of live processes at once; returns what was settled here.
+    /// allocator step, then, while the slot is still held, a handle of this process (made at
+    /// the first dead slot) settles the store's log of it ([`crate::recover`]) and releases
+    /// its epoch announcement. Safe to run from any number of live processes at once; returns
+    /// what was settled here.
     pub fn recover_dead(&self) -> Result<Vec<Settled>, crate::StoreError> {
-        let dead = self.inner.arena.recover_dead();
-        if dead.is_empty() {
-            return Ok(Vec::new());
+        let mut h: Option<Handle<A>> = None;
+        let mut settled = Vec::new();
+        let mut failed = None;
+        self.inner
+            .arena
+            .recover_dead_with(&mut |slot, in_flight, step| {
+                if h.is_none() {
+                    match self.handle_unrecovered() {
+                        Ok(handle) => h = Some(handle),
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                            return;
+                        }
+                    }
+                }
+                if let Some(h) = &h {
+                    settled.push(h.settle(slot, Some((in_flight, step))));
+                }
+            });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(settled),
         }
-        let h = self.handle_unrecovered()?;
-        Ok(dead
-            .into_iter()
-            .map(|(slot, in_flight, step)| h.settle(slot, Some((in_flight, step))))
-            .collect())
     }
 }

@@ -396,12 +396,13 @@ fn print_stats(report: &HeapReport) {
     let h = &report.huge;
     if h.enabled {
         println!(
-            "huge blocks {} live ({}), {} freed ({}), {} of them awaiting unmap by a process",
+            "huge blocks {} live ({}), {} freed ({}), {} of them awaiting unmap by a process, {} in released slots (reclaimed by the next sweep once unmapped)",
             h.live,
             human_bytes(h.live_bytes),
             h.freed,
             human_bytes(h.freed_bytes),
-            h.awaiting_unmap
+            h.awaiting_unmap,
+            h.freed_in_released
         );
         println!(
             "huge space  {} of {} ranges claimed in {} runs ({} of {} address space)",
@@ -487,6 +488,7 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
             "freed": report.huge.freed,
             "freed_bytes": report.huge.freed_bytes,
             "awaiting_unmap": report.huge.awaiting_unmap,
+            "freed_in_released": report.huge.freed_in_released,
             "processes": report.huge.processes,
             "dead_records": report.huge.dead_records,
         },

@@ -39,6 +39,8 @@ pub struct HugeReport {
     pub freed_bytes: u64,
     /// Freed allocations some live process still maps (awaiting its lazy unmap).
     pub awaiting_unmap: u64,
+    /// Freed allocations of released slots (a sweep reclaims them once nobody maps them).
+    pub freed_in_released: u64,
     /// Hazard records claimed by running processes.
     pub processes: u64,
     /// Hazard records left by dead processes.
@@ -63,7 +65,11 @@ impl Heap {
         };
         check_ranges(view, &mut report, problems);
         for slot in 0..self.geometry().slots() as u32 {
+            let freed = report.freed;
             check_slot(view, slot, &mut report, problems);
+            if self.slot_life(u64::from(slot)) == crate::process::SlotLife::Free {
+                report.freed_in_released += report.freed - freed;
+            }
         }
         check_records(view, &mut report, problems);
         report

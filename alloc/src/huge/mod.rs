@@ -20,6 +20,8 @@
 //!   [`crate::Heap::collect_huge`] it unmaps whatever its hazard record names that is no longer
 //!   live. The owning slot reclaims a freed descriptor (punches the file's pages out, empties the
 //!   descriptor, gives empty runs back) only when no live process's hazard record names it.
+//!   Freed descriptors of a slot released meanwhile are reclaimed by whichever process sweeps
+//!   it next (`owner.rs`): every collection claims a few such slots for a moment.
 //!
 //! # Transitions (each logged in the slot's huge log word before it starts)
 //! | step | operands | does |
@@ -28,21 +30,30 @@
 //! | [`HugeStep::Allocate`] | descriptor | back the pages, descriptor → live, map |
 //! | [`HugeStep::Reclaim`] | descriptor | punch the pages, descriptor → empty |
 //! | [`HugeStep::ReleaseRun`] | first range, count | ranges → zero, last first |
+//! | [`HugeStep::Free`] | owner slot, descriptor, generation | descriptor live → freed |
 //!
-//! Log-before-do: [`HugeLocal::log`] (through `ThreadHandle::huge_log`) is written with [`HugeStep::to_word`] before each step and
-//! cleared after it; this is where the slot's recovery word (issue 4) takes over.
-//! [`ThreadHandle::recover_huge`] is the recovery, one `match`, idempotent given the word: a
-//! claim is undone for ranges of the logged run that hold this slot's word but no descriptor;
-//! an allocation whose descriptor never went live has its pages punched out and the descriptor
-//! emptied; a reclaim is redone; a release is redone. The slot's adopter calls it (issue 4
-//! wires that); the tests below crash each step by hand and recover it.
+//! Log-before-do: [`HugeLocal::log`] is written with [`HugeStep::to_word`] before each step and
+//! cleared after it (a free logs in the *freeing* slot's word, which may not own the block).
+//! The slot's recovery word (`recovery.rs`) reports blocks to the application, as for small
+//! and large blocks: a huge allocation logs `Alloc(offset)` there once its place is chosen
+//! (reported only if this slot's descriptor of it went live), a free logs `Free(offset)` once
+//! the descriptor is freed.
+//! [`ThreadHandle::recover_huge`] is the recovery, one `match`, idempotent given the word (run
+//! by every adoption of a dead slot, `recover.rs`): a claim is undone for ranges of the logged
+//! run that hold this slot's word but no descriptor; an allocation whose descriptor never went
+//! live has its pages punched out and the descriptor emptied, one that went live is reported
+//! in flight; a reclaim is redone; a release is redone; a free is redone unless it took
+//! effect, and reported. Crash points (`crash.rs`, `huge_*`) sit in every window.
 
 mod check;
+mod owner;
 
 pub use check::HugeReport;
+pub use owner::COUNT_SWEEP_SLOTS;
 
+use crate::crash_point;
 use crate::error::{AllocError, HeapError, ResolveError};
-use crate::hazard::{self, HazardRecord, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
+use crate::hazard::{HazardRecord, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
 use crate::heap::Heap;
 use crate::layout::{Geometry, Layout, COUNT_HUGE_RANGES};
 use crate::offset::Offset;
@@ -73,6 +84,9 @@ pub const DESC_FREED: u64 = 2;
 ///   freed → empty by the owning slot once no hazard offset names `offset`. Read by any process.
 /// - `offset`, `len`: written by the owning slot while empty, before the store that makes the
 ///   descriptor live; read by any process that saw it live.
+/// - `generation`: allocations made in the descriptor (mod 2^28), bumped by the owning slot
+///   before the store that makes it live; a logged free names it, so recovery tells the
+///   freed block from a later one at the same place.
 ///
 /// Invariant: `state == EMPTY <=> offset == 0 && len == 0` (quiescent); otherwise
 /// `[offset, offset + len)` lies in one run of the owning slot, `ALIGN_HUGE`-aligned, and no two
@@ -85,8 +99,12 @@ pub struct HugeDesc {
     pub offset: AtomicU64,
     /// Bytes mapped (the request rounded up to pages).
     pub len: AtomicU64,
-    reserved: AtomicU64,
+    /// Allocations made in this descriptor (mod 2^28).
+    pub generation: AtomicU64,
 }
+
+/// Bits of a descriptor generation a free logs.
+pub const MASK_GENERATION: u64 = (1 << 28) - 1;
 
 /// A thread slot's huge state (CXLALLOC `HugeLocal`), in its own per-slot array so the slot
 /// itself is untouched.
@@ -128,6 +146,16 @@ pub enum HugeStep {
         /// Ranges.
         count: u32,
     },
+    /// Freeing the block of slot `slot`'s descriptor `desc` in generation `generation` (its
+    /// offset in the freeing slot's `aux` word).
+    Free {
+        /// The owning slot.
+        slot: u32,
+        /// Descriptor index in that slot.
+        desc: u16,
+        /// The descriptor's generation (low 28 bits).
+        generation: u32,
+    },
 }
 
 const MASK_RANGE: u64 = (1 << 20) - 1;
@@ -143,6 +171,15 @@ impl HugeStep {
             HugeStep::Allocate { desc } => 2 | u64::from(desc) << 4,
             HugeStep::Reclaim { desc } => 3 | u64::from(desc) << 4,
             HugeStep::ReleaseRun { first, count } => run(4, first, count),
+            HugeStep::Free {
+                slot,
+                desc,
+                generation,
+            } => {
+                5 | (u64::from(desc) & 0xFF) << 4
+                    | (u64::from(slot) & 0xFFFF) << 12
+                    | (u64::from(generation) & MASK_GENERATION) << 28
+            }
         }
     }
 
@@ -156,6 +193,11 @@ impl HugeStep {
             2 => Some(HugeStep::Allocate { desc }),
             3 => Some(HugeStep::Reclaim { desc }),
             4 => Some(HugeStep::ReleaseRun { first, count }),
+            5 => Some(HugeStep::Free {
+                slot: ((word >> 12) & 0xFFFF) as u32,
+                desc: desc & 0xFF,
+                generation: ((word >> 28) & MASK_GENERATION) as u32,
+            }),
             _ => None,
         }
     }
@@ -429,6 +471,7 @@ impl HugeView {
             }
             if let Some(found) = self.find(offset, true, &[DESC_FREED]) {
                 self.unmap(found.offset, found.len);
+                crash_point!("huge_unmap.unmapped");
             }
             record.withdraw(offset);
             count += 1;
@@ -489,6 +532,8 @@ pub(crate) struct HugeProcess {
     pub(crate) view: HugeView,
     /// `HugeBacking as u64`: this process's choice, changeable while open.
     backing: std::sync::atomic::AtomicU64,
+    /// Where this process's next sweep of released slots starts (`owner.rs`).
+    sweep_cursor: std::sync::atomic::AtomicUsize,
     registration: Option<crate::fault::Registration>,
 }
 
@@ -504,6 +549,7 @@ impl HugeProcess {
         Ok(HugeProcess {
             view,
             backing: std::sync::atomic::AtomicU64::new(backing as u64),
+            sweep_cursor: std::sync::atomic::AtomicUsize::new(0),
             registration: Some(registration),
         })
     }
@@ -530,10 +576,15 @@ impl Heap {
     }
 
     /// Unmaps every huge allocation this process has mapped that was freed since, withdrawing
-    /// its hazard offsets so its owner can reclaim it. Huge allocations and frees do this
-    /// themselves; a process that only reads huge blocks calls it now and then.
+    /// its hazard offsets so its owner can reclaim it, then sweeps a few released slots
+    /// (`owner.rs`). Huge allocations and frees do this themselves; a process that only reads
+    /// huge blocks calls it now and then. Returns allocations reclaimed by the sweep.
     pub fn collect_huge(&self) -> usize {
-        self.huge_view().map_or(0, HugeView::unmap_freed)
+        let Some(huge) = &self.shared.huge else {
+            return 0;
+        };
+        huge.view.unmap_freed();
+        owner::sweep_released(self, &huge.view, &huge.sweep_cursor)
     }
 
     /// Changes how this process backs the huge blocks it allocates from now on (no effect on a
@@ -593,12 +644,18 @@ impl ThreadHandle {
             .map(|h| (&h.view, h.backing()))
     }
 
+    /// This slot as the owner of its huge state.
+    fn huge_owner<'a>(&'a self, view: &'a HugeView) -> owner::HugeOwner<'a> {
+        owner::HugeOwner {
+            heap: self.heap(),
+            view,
+            slot: self.slot_index(),
+        }
+    }
+
     fn huge_log(&self, step: Option<HugeStep>) {
         let (view, _) = self.huge().expect("huge heap");
-        let word = step.map_or(0, HugeStep::to_word);
-        view.local(self.slot_index())
-            .log
-            .store(word, Ordering::Release);
+        self.huge_owner(view).log(step);
     }
 
     /// Allocates a huge block: lazy unmap and reclaim first, then a descriptor and a place in
@@ -616,6 +673,7 @@ impl ThreadHandle {
             return Err(unsupported);
         }
         let len = (layout.size() as u64).next_multiple_of(SIZE_PAGE);
+        self.log_huge_start();
         self.collect_huge();
         let me = self.slot_index();
         let local = view.local(me);
@@ -631,7 +689,9 @@ impl ThreadHandle {
         let d = &local.descs[desc];
         d.offset.store(offset, Ordering::Relaxed);
         d.len.store(len, Ordering::Relaxed);
+        self.log_huge_block(crate::recovery::Op::Alloc, offset);
         self.huge_log(Some(HugeStep::Allocate { desc: desc as u16 }));
+        crash_point!("huge_alloc.logged");
         let file = &self.heap().shared.file;
         let backed = match backing {
             HugeBacking::Reserve => file.back(offset, len),
@@ -641,27 +701,42 @@ impl ThreadHandle {
             self.undo_allocate(view, desc);
             return Err(AllocError::OutOfMemory);
         }
+        crash_point!("huge_alloc.backed");
+        // One writer (this slot): a plain increment, written back with the state below.
+        let generation = d.generation.load(Ordering::Relaxed);
+        d.generation
+            .store(generation.wrapping_add(1), Ordering::Relaxed);
         d.state.store(DESC_LIVE, Ordering::Release);
         view.write_back(d);
-        let found = Found {
-            slot: me,
-            desc,
-            offset,
-            len,
-        };
-        if !view.map_live(found) {
-            d.state.store(DESC_FREED, Ordering::Release);
-            self.undo_allocate(view, desc);
-            return Err(AllocError::OutOfMemory);
+        crash_point!("huge_alloc.live");
+        if !view.record().publish(offset) {
+            return Err(self.undo_live(view, desc));
         }
+        crash_point!("huge_alloc.published");
+        if !view.map(offset, len) {
+            view.record().withdraw(offset);
+            return Err(self.undo_live(view, desc));
+        }
+        crash_point!("huge_alloc.mapped");
         self.huge_log(None);
+        crash_point!("huge_alloc.done");
         Ok(Offset(offset))
     }
 
+    /// Undoes an allocation whose descriptor went live but could not be mapped here.
+    fn undo_live(&self, view: &HugeView, desc: usize) -> AllocError {
+        view.local(self.slot_index()).descs[desc]
+            .state
+            .store(DESC_FREED, Ordering::Release);
+        self.undo_allocate(view, desc);
+        AllocError::OutOfMemory
+    }
+
     fn undo_allocate(&self, view: &HugeView, desc: usize) {
-        self.reclaim(view, desc);
-        self.release_empty_runs(view);
-        self.huge_log(None);
+        let owner = self.huge_owner(view);
+        owner.reclaim(desc);
+        owner.release_empty_runs();
+        owner.log(None);
     }
 
     /// First fit for `len` bytes in this slot's runs, between its allocations.
@@ -701,6 +776,7 @@ impl ThreadHandle {
                 first: first32,
                 count: count32,
             }));
+            crash_point!("huge_claim.logged");
             let word = RunWord {
                 slot: self.slot_index(),
                 first: first32,
@@ -708,9 +784,13 @@ impl ThreadHandle {
             }
             .pack();
             let lost = (first..first + count).find(|&i| {
-                ranges[i]
+                let taken = ranges[i]
                     .compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
+                    .is_ok();
+                if taken {
+                    crash_point!("huge_claim.range");
+                }
+                !taken
             });
             match lost {
                 None => return Ok(view.range_offset(first32)),
@@ -726,8 +806,9 @@ impl ThreadHandle {
         Err(AllocError::OutOfMemory)
     }
 
-    /// Frees a huge block (from any thread of any process): the descriptor becomes freed, this
-    /// process unmaps it, and its owner reclaims it once no process maps it.
+    /// Frees a huge block (from any thread of any process): logged in this slot's huge log
+    /// (with the descriptor's generation), the descriptor becomes freed, this process unmaps
+    /// it, and its owner reclaims it once no process maps it.
     #[cold]
     pub(crate) fn free_huge(&self, offset: Offset) {
         let Some((view, _)) = self.huge() else {
@@ -737,125 +818,47 @@ impl ThreadHandle {
             panic!("podkv: free of {offset}, which is not a live huge allocation");
         };
         let d = &view.local(found.slot).descs[found.desc];
+        let generation = d.generation.load(Ordering::Acquire) & MASK_GENERATION;
+        let me = self.heap().slot(u64::from(self.slot_index()));
+        me.aux.store(offset.0, Ordering::Relaxed);
+        self.huge_log(Some(HugeStep::Free {
+            slot: found.slot,
+            desc: found.desc as u16,
+            generation: generation as u32,
+        }));
+        crash_point!("huge_free.logged");
         d.state.store(DESC_FREED, Ordering::Release);
         view.write_back(d);
+        crash_point!("huge_free.marked");
+        self.log_huge_block(crate::recovery::Op::Free, offset.0);
+        self.huge_log(None);
+        crash_point!("huge_free.done");
         self.collect_huge();
     }
 
     /// This slot's housekeeping, as every huge allocation and free does it: unmap what this
     /// process mapped and was freed since, reclaim this slot's freed allocations that no
-    /// process maps any more, and give back runs left empty. Returns allocations reclaimed.
+    /// process maps any more, give back runs left empty, then sweep a few released slots
+    /// (`owner.rs`). Returns allocations reclaimed.
     pub fn collect_huge(&self) -> usize {
-        let Some((view, _)) = self.huge() else {
+        let Some(huge) = &self.heap().shared.huge else {
             return 0;
         };
-        view.unmap_freed();
-        let records = view.records();
-        let reclaimable: Vec<usize> = (0..COUNT_HUGE_DESC)
-            .filter(|&i| {
-                let (state, offset, _) = view.read(&view.local(self.slot_index()).descs[i]);
-                state == DESC_FREED && !hazard::is_hazard(records, offset)
-            })
-            .collect();
-        for &desc in &reclaimable {
-            self.reclaim(view, desc);
-        }
-        if !reclaimable.is_empty() {
-            self.release_empty_runs(view);
-        }
-        self.huge_log(None);
-        reclaimable.len()
-    }
-
-    /// `Reclaim`: punch out the pages, empty the descriptor (owner only, no hazard left).
-    fn reclaim(&self, view: &HugeView, desc: usize) {
-        self.huge_log(Some(HugeStep::Reclaim { desc: desc as u16 }));
-        let d = &view.local(self.slot_index()).descs[desc];
-        let (offset, len) = (
-            d.offset.load(Ordering::Relaxed),
-            d.len.load(Ordering::Relaxed),
-        );
-        if len != 0 {
-            self.heap().shared.file.release(offset, len);
-        }
-        d.state.store(DESC_EMPTY, Ordering::Release);
-        d.offset.store(0, Ordering::Relaxed);
-        d.len.store(0, Ordering::Relaxed);
-        view.write_back(d);
-    }
-
-    /// `ReleaseRun` for each of this slot's runs that holds no allocation.
-    fn release_empty_runs(&self, view: &HugeView) {
-        let me = self.slot_index();
-        let occupied = view.occupied(me);
-        for run in view.runs_of(me) {
-            let start = view.range_offset(run.first);
-            let end = start + (u64::from(run.count) << view.range_shift);
-            if occupied.iter().any(|(o, _)| (start..end).contains(o)) {
-                continue;
-            }
-            self.huge_log(Some(HugeStep::ReleaseRun {
-                first: run.first,
-                count: run.count,
-            }));
-            self.give_back_ranges(view, run.first, run.count);
-        }
-    }
-
-    /// Gives back the ranges of `first..first + count` that hold this slot's word for that run
-    /// (one CAS each, last first, so a range another slot claimed meanwhile stays its).
-    fn give_back_ranges(&self, view: &HugeView, first: u32, count: u32) {
-        let word = RunWord {
-            slot: self.slot_index(),
-            first,
-            count,
-        }
-        .pack();
-        let span = first as usize..(first as usize + count as usize).min(view.ranges().len());
-        for range in view.ranges()[span].iter().rev() {
-            let _ = range.compare_exchange(word, 0, Ordering::AcqRel, Ordering::Relaxed);
-        }
+        huge.view.unmap_freed();
+        let mine = self.huge_owner(&huge.view).collect();
+        mine + owner::sweep_released(self.heap(), &huge.view, &huge.sweep_cursor)
     }
 
     /// Finishes or undoes the huge step this slot's log word names, as after a crash of the
-    /// slot's previous owner: one `match`, idempotent, touching only the slot's own state and
-    /// the ranges the step names. Returns the step it recovered. (Issue 4 calls this from the
-    /// slot's recovery; until then it is run by hand and by tests.)
-    pub fn recover_huge(&self) -> Option<HugeStep> {
+    /// slot's previous owner (`owner.rs`): returns the step and the block it leaves in flight.
+    pub(crate) fn recover_huge_in_flight(&self) -> Option<(HugeStep, crate::thread::InFlight)> {
         let (view, _) = self.huge()?;
-        let local = view.local(self.slot_index());
-        let step = HugeStep::from_word(local.log.load(Ordering::Acquire))?;
-        match step {
-            // Crashed while claiming: give back whatever of the run it got but did not use.
-            HugeStep::ClaimRun { first, count } => {
-                let run = view.range_offset(first)..view.range_offset(first + count);
-                if !view
-                    .occupied(self.slot_index())
-                    .iter()
-                    .any(|(o, _)| run.contains(o))
-                {
-                    self.give_back_ranges(view, first, count);
-                }
-            }
-            // Crashed before the descriptor went live: its pages were perhaps backed; punch them
-            // out and empty it. A live descriptor is a finished allocation.
-            HugeStep::Allocate { desc } => {
-                let d = &local.descs[usize::from(desc) % COUNT_HUGE_DESC];
-                if d.state.load(Ordering::Acquire) == DESC_EMPTY {
-                    self.reclaim(view, usize::from(desc) % COUNT_HUGE_DESC);
-                    self.release_empty_runs(view);
-                }
-            }
-            // Crashed while reclaiming (no hazard was left): redo it.
-            HugeStep::Reclaim { desc } => {
-                self.reclaim(view, usize::from(desc) % COUNT_HUGE_DESC);
-                self.release_empty_runs(view);
-            }
-            // Crashed while giving ranges back: finish.
-            HugeStep::ReleaseRun { first, count } => self.give_back_ranges(view, first, count),
-        }
-        self.huge_log(None);
-        Some(step)
+        self.huge_owner(view).recover()
+    }
+
+    /// As [`ThreadHandle::recover_huge_in_flight`], the step only.
+    pub fn recover_huge(&self) -> Option<HugeStep> {
+        self.recover_huge_in_flight().map(|(step, _)| step)
     }
 }
 
@@ -873,6 +876,11 @@ mod tests {
             HugeStep::Allocate { desc: 126 },
             HugeStep::Reclaim { desc: 0 },
             HugeStep::ReleaseRun { first: 0, count: 1 },
+            HugeStep::Free {
+                slot: 16383,
+                desc: 126,
+                generation: (MASK_GENERATION - 1) as u32,
+            },
         ];
         for step in steps {
             let word = step.to_word();
