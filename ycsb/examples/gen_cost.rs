@@ -4,8 +4,10 @@
 //! other processes share the machine. Stream set-up (zeta) is outside the timed loop.
 //!
 //! ```text
-//! cargo run --release -p podkv-ycsb --example gen_cost [OPS]
+//! cargo run --release -p podkv-ycsb --example gen_cost [OPS [WORKLOAD...]]
 //! ```
+//!
+//! Naming workloads runs only those (handy under `valgrind --tool=callgrind`).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -20,6 +22,7 @@ fn main() -> Result<(), podkv_ycsb::YcsbError> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(5_000_000);
+    let only: Vec<String> = std::env::args().skip(2).collect();
     let cases = [
         ("load", "load", Phase::Load),
         ("a", "a", Phase::Run),
@@ -35,6 +38,9 @@ fn main() -> Result<(), podkv_ycsb::YcsbError> {
         "workload", "phase", "ops", "wall ns/op", "cpu ns/op"
     );
     for (label, name, phase) in cases {
+        if !only.is_empty() && !only.iter().any(|o| o == label) {
+            continue;
+        }
         let mut props = Properties::named(name)?;
         props.records(1_000_000).ops(ops);
         let workload = props.workload()?;

@@ -205,7 +205,7 @@ fn run_source<S: Source, X: Session>(
     recorder.start();
     while let Some(op) = source.next_op()? {
         let start = ticks();
-        let (kind, outcome) = S::perform(&op, session, values)?;
+        let (kind, outcome) = S::perform(op, session, values)?;
         let end = ticks();
         recorder.record(kind, end.wrapping_sub(start), outcome == Outcome::Hit);
         done += 1;
