@@ -3,8 +3,9 @@
 //!
 //! # Map
 //! - [`RunArgs`] / [`RunSpec`]: what to run; the spec travels to worker processes as JSON;
-//! - [`launch`]: the launcher — control file, worker processes (`podkv run-worker`), start
-//!   lines, `--duration`, progress bar, merged results;
+//! - [`launch_processes`]: the launcher — control file, worker processes (`podkv
+//!   run-worker`), start lines, `--duration`, progress bar, every process's report; shared
+//!   by `podkv ycsb` / `podkv replay` ([`launch`]) and `podkv bench` ([`Job::Bench`]);
 //! - [`worker`]: one process — target, sources, pinned worker threads, the timed loop;
 //! - [`control`]: start/stop barriers in a shared-memory file;
 //! - [`source`]: YCSB streams and trace shares as target commands;
@@ -156,7 +157,13 @@ pub enum Job {
         /// The trace file (CSV, .zst or Parquet).
         trace: PathBuf,
     },
+    /// An allocator benchmark (`podkv bench threadtest|xmalloc`); its target is `null`:
+    /// the job names the allocator it drives.
+    Bench(crate::bench::BenchJob),
 }
+
+/// The one "kind" of a benchmark's operations: an allocation with its free.
+const NAMES_BENCH: [&str; 1] = ["alloc"];
 
 impl Job {
     /// Names of the operation kinds, indexed as the sources report them.
@@ -164,6 +171,7 @@ impl Job {
         match self {
             Job::Ycsb(_) => &source::NAMES_YCSB,
             Job::Replay { .. } => &podkv_traces::Op::NAMES,
+            Job::Bench(_) => &NAMES_BENCH,
         }
     }
 
@@ -171,15 +179,16 @@ impl Job {
     pub fn phase_count(&self) -> usize {
         match self {
             Job::Ycsb(j) => j.phases().len(),
-            Job::Replay { .. } => 1,
+            Job::Replay { .. } | Job::Bench(_) => 1,
         }
     }
 
-    /// `ycsb` or `replay`.
+    /// `ycsb`, `replay`, or the benchmark (`threadtest`, `xmalloc`).
     pub fn kind(&self) -> &'static str {
         match self {
             Job::Ycsb(_) => "ycsb",
             Job::Replay { .. } => "replay",
+            Job::Bench(b) => b.kind.name(),
         }
     }
 
@@ -191,6 +200,7 @@ impl Job {
                 || trace.display().to_string(),
                 |n| n.to_string_lossy().into(),
             ),
+            Job::Bench(b) => b.allocator.name().into(),
         }
     }
 
@@ -205,6 +215,7 @@ impl Job {
                 })
             }
             Job::Replay { .. } => None,
+            Job::Bench(b) => Some(b.ops),
         })
     }
 }
@@ -260,6 +271,13 @@ impl RunSpec {
             "target {} lives in process-local memory: it cannot run with --processes > 1",
             self.target.name()
         );
+        if let Job::Bench(b) = &self.job {
+            anyhow::ensure!(
+                self.processes == 1 || b.allocator.spans_processes(),
+                "{} lives in process-local memory: it cannot run with --processes > 1",
+                b.allocator.name()
+            );
+        }
         if let Some(d) = self.duration {
             anyhow::ensure!(d > 0.0 && d.is_finite(), "--duration must be positive");
         }
@@ -269,6 +287,26 @@ impl RunSpec {
 
 /// Runs `spec`: its record (also printed as a table, and appended to `json` if given).
 pub fn launch(spec: &RunSpec, json: Option<&std::path::Path>) -> anyhow::Result<RunRecord> {
+    let (reports, wall) = launch_processes(spec, &|ctl| worker::run_process(spec, ctl, 0))?;
+    let record = RunRecord::from_reports(spec, &reports, wall)?;
+    record.print_table(spec.job.kind_names());
+    if let Some(path) = json {
+        record.append_json(path)?;
+    }
+    Ok(record)
+}
+
+/// The launcher: starts `spec`'s workers and holds them to the control file's barriers
+/// (progress bar on stderr for a timed phase over a second, `--duration`); returns every
+/// process's report and the wall time.
+///
+/// With one process the workers are threads of this one, run by `local` (so it may share
+/// what the caller holds, e.g. an open heap); with more, each process is `podkv run-worker`
+/// re-executed from this binary, which reaches [`worker::run_process`].
+pub fn launch_processes(
+    spec: &RunSpec,
+    local: &(dyn Fn(&Control) -> anyhow::Result<ProcessReport> + Sync),
+) -> anyhow::Result<(Vec<ProcessReport>, Duration)> {
     spec.validate()?;
     let expected = spec.job.expected_ops()?;
     let ctl_file = ControlFile::create()?;
@@ -276,7 +314,13 @@ pub fn launch(spec: &RunSpec, json: Option<&std::path::Path>) -> anyhow::Result<
     let started = Instant::now();
     let reports = if spec.processes == 1 {
         std::thread::scope(|s| {
-            let worker = s.spawn(|| worker::run_process(spec, ctl, 0));
+            let worker = s.spawn(|| {
+                let report = local(ctl);
+                if report.is_err() {
+                    ctl.failed.store(1, Ordering::Release);
+                }
+                report
+            });
             let coordinated = coordinate(spec, ctl, &mut [], expected);
             let report = worker
                 .join()
@@ -286,13 +330,7 @@ pub fn launch(spec: &RunSpec, json: Option<&std::path::Path>) -> anyhow::Result<
     } else {
         run_processes(spec, &ctl_file, expected)?
     };
-    let wall = started.elapsed();
-    let record = RunRecord::from_reports(spec, &reports, wall)?;
-    record.print_table(spec.job.kind_names());
-    if let Some(path) = json {
-        record.append_json(path)?;
-    }
-    Ok(record)
+    Ok((reports, started.elapsed()))
 }
 
 fn run_processes(
