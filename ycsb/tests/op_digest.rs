@@ -1,7 +1,7 @@
 //! Pins the operation stream of every shipped workload, so that work on the generators'
 //! speed can never change a generated operation unnoticed.
 //!
-//! Each case hashes (FNV-1a 64) two things of the same seeded run: the `--dump-ops` text
+//! Each case hashes (FNV-1a 64) two things of one seeded run: the `--dump-ops` text
 //! (kinds, keys, scan lengths, phase markers) and the `Debug` form of every operation,
 //! which adds the key number and the value length. The pinned digests were taken from the
 //! generators before any speed work (commit `daa4d96`); a case that fails prints the
@@ -11,7 +11,7 @@
 //! (`recordcount=10^12`), three interleaved workers, ordered zero-padded keys, and the
 //! hotspot, exponential, uniform and zipfian length generators.
 
-use podkv_ycsb::dump::dump_phase;
+use podkv_ycsb::dump::{write_op, write_phase_marker};
 use podkv_ycsb::{Phase, Properties, Workload};
 
 /// One pinned run: workload, extra properties, threads, and the two digests.
@@ -52,43 +52,32 @@ fn phases(w: &Workload) -> Vec<Phase> {
     }
 }
 
-/// The digest of the dump text of every phase.
-fn dump_digest(w: &Workload, threads: usize) -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325;
+/// The digests of the dump text and of the operations' `Debug` forms, every phase, the
+/// workers taken round-robin as `dump_phase` takes them (one pass: the dump text is written
+/// with the dump's own `write_phase_marker` and `write_op`).
+fn digests(w: &Workload, threads: usize) -> (u64, u64) {
+    let (mut dump, mut ops) = (0xcbf2_9ce4_8422_2325, 0xcbf2_9ce4_8422_2325);
+    let mut line = Vec::new();
     for phase in phases(w) {
-        let mut out = Vec::new();
-        dump_phase(
-            &mut out,
-            phase,
-            w.streams(phase, threads).unwrap(),
-            "memory",
-        )
-        .unwrap();
-        fnv1a(&mut hash, &out);
-    }
-    hash
-}
-
-/// The digest of every operation's `Debug` form, the workers taken round-robin as the
-/// dump takes them.
-fn ops_digest(w: &Workload, threads: usize) -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325;
-    for phase in phases(w) {
+        write_phase_marker(&mut line, phase).unwrap();
         let mut streams = w.streams(phase, threads).unwrap();
         while !streams.is_empty() {
             let mut i = 0;
             while i < streams.len() {
                 match streams[i].try_next().unwrap() {
                     Some(op) => {
-                        fnv1a(&mut hash, format!("{op:?}\n").as_bytes());
+                        write_op(&mut line, &op).unwrap();
+                        fnv1a(&mut ops, format!("{op:?}\n").as_bytes());
                         i += 1;
                     }
                     None => streams.remove(i).finish().unwrap(),
                 }
+                fnv1a(&mut dump, &line);
+                line.clear();
             }
         }
     }
-    hash
+    (dump, ops)
 }
 
 #[rustfmt::skip]
@@ -138,7 +127,7 @@ fn every_shipped_workload_generates_the_pinned_operations() {
     let mut wrong = Vec::new();
     for case in CASES {
         let w = workload(case);
-        let (dump, ops) = (dump_digest(&w, case.threads), ops_digest(&w, case.threads));
+        let (dump, ops) = digests(&w, case.threads);
         if (dump, ops) != (case.dump, case.ops) {
             wrong.push(format!(
                 "Case {{ workload: {:?}, seed: {}, threads: {}, dump: {dump:#018x}, ops: {ops:#018x} }},",
