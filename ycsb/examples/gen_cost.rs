@@ -1,7 +1,8 @@
 //! Measures the cost of generating operations (not a test, not a benchmark harness):
 //! one worker, release build, `std::time::Instant` around a loop that folds every
-//! operation into a checksum so nothing is optimized away; the best of three runs, since
-//! other processes share the machine. Stream set-up (zeta) is outside the timed loop.
+//! operation (lent by `OpStream::next_ref`, as the runner takes them) into a checksum so
+//! nothing is optimized away; the best of three runs, since other processes share the
+//! machine. Stream set-up (zeta) is outside the timed loop.
 //!
 //! ```text
 //! cargo run --release -p podkv-ycsb --example gen_cost [OPS [WORKLOAD...]]
@@ -48,10 +49,14 @@ fn main() -> Result<(), podkv_ycsb::YcsbError> {
         let mut best_cpu = f64::INFINITY;
         let mut count = 0;
         for _ in 0..REPEAT {
-            let stream = workload.streams(phase, 1)?.remove(0);
+            let mut stream = workload.streams(phase, 1)?.remove(0);
             count = stream.remaining();
             let (start, cpu_start) = (Instant::now(), thread_cpu_ns());
-            let checksum = stream.fold(0u64, |acc, op| acc ^ fold(&op));
+            // The runner's path: each operation lent by the stream, not copied out.
+            let mut checksum = 0u64;
+            while let Some(op) = stream.next_ref()? {
+                checksum ^= fold(op);
+            }
             let (elapsed, cpu) = (start.elapsed(), thread_cpu_ns() - cpu_start);
             black_box(checksum);
             best = best.min(elapsed.as_nanos() as f64 / count as f64);

@@ -22,11 +22,35 @@
 //!
 //! # Cost
 //! The runner's own cost per operation is what a run against `--target null` reports as
-//! `cpu_ns_per_op` (CPU time of the timed loops / ops; `scripts/runner-cost.toml`). On the
-//! project's shared 2-core VM (Xeon 2.5 GHz, load 5-7) it is 114 ns (cxlalloc-d, 8-byte keys)
-//! to 150-180 ns (YCSB a-f and cxlalloc-a, `user…` keys); generation alone is 86-131 ns of it
-//! (`cargo run --release -p podkv-ycsb --example gen_cost`), timing and counting ~30 ns (two
-//! time-stamp-counter reads and one histogram record per op).
+//! `cpu_ns_per_op` (CPU time of the timed loops / ops): `podkv suite
+//! scripts/runner-cost.toml` runs every shipped workload that way (one thread, 2 M records,
+//! 2 M ops). It is generation plus bookkeeping:
+//! - two time-stamp-counter reads around every operation, ~21 ns together on this VM
+//!   (measured alone), and one record into a flat, hdrhistogram-shaped array ([`metrics`]);
+//! - generation: the operation is built in place in its stream and lent to the loop
+//!   (`OpStream::next_ref`: no copies of the 100-byte op, no store-forwarding stalls), key
+//!   names from a 4-digit table, FNV-64 rounds over zero octets folded into one multiply;
+//! - libm's `pow` in every zipfian and latest draw, ~29 ns (measured alone): YCSB's
+//!   formula, kept because every generated operation must stay the same (an approximate
+//!   `pow` with an exact fallback was tried and was slower: its polynomial chains are
+//!   longer than libm's).
+//!
+//! Instructions per operation (callgrind, difference of 300 k and 100 k ops, 1 M records;
+//! the stable metric on the shared VM), before this work → after: a 752 → 487, b 739 →
+//! 477, c 737 → 475, d 698 → 443, e 795 → 534, f 753 → 493, load 339 → 243, cxlalloc-a
+//! 600 → 468, cxlalloc-d 566 → 435 (−35%). Generation alone (`cargo run --release -p
+//! podkv-ycsb --example gen_cost`, best of three, CPU ns): a 126 → 89, b 125 → 78, d 116 →
+//! 72, e 132 → 90, f 124 → 84, load 61 → 30, cxlalloc-a 131 → 109, cxlalloc-d 82 → 69.
+//! CPU time on the shared 2-core VM (Xeon 2.5
+//! GHz) swings with the other tenants' load, so before and after were interleaved, three
+//! runs each, medians (the suite's parameters; load average 7–9), ns/op: a 237 →
+//! 175, b 226 → 165, c 212 → 123, d 144 → 135, e 188 → 124, f 164 → 119, load 87 → 78,
+//! cxlalloc-a 147 → 124, cxlalloc-d 116 → 104; at a quieter moment a ran at 114 and
+//! cxlalloc-d at 95–100 (three runs each). Not yet under 100 ns everywhere: about 50 ns of
+//! every zipfian or latest operation is `pow` and the clock, and cxlalloc-a costs more per
+//! operation the more operations per record a run has, because YCSB redraws key numbers
+//! above the acknowledged inserts (another `pow` each). The streams are pinned by
+//! `ycsb/tests/op_digest.rs`.
 
 pub mod cli;
 pub mod control;
