@@ -35,22 +35,25 @@
 //!   `pow` with an exact fallback was tried and was slower: its polynomial chains are
 //!   longer than libm's).
 //!
-//! Instructions per operation (callgrind, difference of 300 k and 100 k ops, 1 M records;
-//! the stable metric on the shared VM), before this work → after: a 752 → 487, b 739 →
-//! 477, c 737 → 475, d 698 → 443, e 795 → 534, f 753 → 493, load 339 → 243, cxlalloc-a
-//! 600 → 468, cxlalloc-d 566 → 435 (−35%). Generation alone (`cargo run --release -p
-//! podkv-ycsb --example gen_cost`, best of three, CPU ns): a 126 → 89, b 125 → 78, d 116 →
-//! 72, e 132 → 90, f 124 → 84, load 61 → 30, cxlalloc-a 131 → 109, cxlalloc-d 82 → 69.
-//! CPU time on the shared 2-core VM (Xeon 2.5
-//! GHz) swings with the other tenants' load, so before and after were interleaved, three
-//! runs each, medians (the suite's parameters; load average 7–9), ns/op: a 237 →
-//! 175, b 226 → 165, c 212 → 123, d 144 → 135, e 188 → 124, f 164 → 119, load 87 → 78,
-//! cxlalloc-a 147 → 124, cxlalloc-d 116 → 104; at a quieter moment a ran at 114 and
-//! cxlalloc-d at 95–100 (three runs each). Not yet under 100 ns everywhere: about 50 ns of
-//! every zipfian or latest operation is `pow` and the clock, and cxlalloc-a costs more per
-//! operation the more operations per record a run has, because YCSB redraws key numbers
-//! above the acknowledged inserts (another `pow` each). The streams are pinned by
-//! `ycsb/tests/op_digest.rs`.
+//! Instructions per operation in the timed loop, the stable metric on this shared VM
+//! (`valgrind --tool=callgrind --toggle-collect='*run_source*' podkv ycsb --workload W
+//! --target null --records 1000000 --ops 200000 --phase run --no-pin`, Ir / ops), before
+//! this work → after: a 750 → 527, b 738 → 516, c 736 → 514, d 696 → 482, e 789 → 567,
+//! f 752 → 529, load 445 → 335, cxlalloc-a 582 → 475, cxlalloc-d 565 → 466. Generation
+//! alone (`cargo run --release -p podkv-ycsb --example gen_cost`, best of three, CPU ns):
+//! a 126 → 89, b 125 → 78, d 116 → 72, e 132 → 90, f 124 → 84, load 61 → 30, cxlalloc-a
+//! 131 → 109, cxlalloc-d 82 → 69.
+//!
+//! CPU ns/op swing with the other tenants' load (2 cores, load average 4–12 while this was
+//! measured), so before and after were interleaved, three runs each at the suite's
+//! parameters, medians; load average 4–6: a 194 → 144, b 176 → 118, c 149 → 105, d 147 →
+//! 103, e 160 → 115, f 174 → 119, load 102 → 72, cxlalloc-a 154 → 135, cxlalloc-d 115 →
+//! 117 (an earlier round: 116 → 104); at the quietest moment seen a ran at 114 and
+//! cxlalloc-d at 95–100. **Not under 100 ns yet** for most workloads: about 50 ns of every
+//! zipfian or latest operation is libm's `pow` and the two clock reads, and cxlalloc-a
+//! costs more per operation the more operations per record a run has, because YCSB
+//! redraws key numbers above the acknowledged inserts (another `pow` each). The streams
+//! are pinned by `ycsb/tests/op_digest.rs`.
 
 pub mod cli;
 pub mod control;
