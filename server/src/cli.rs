@@ -59,7 +59,8 @@ pub enum Command {
     /// and releases the claim. Exits non-zero if a live processor already serves the region.
     /// Example: `podkv mcas-nmp --heap /dev/shm/podkv-mcas --create`.
     McasNmp(mcas_cmd::NmpArgs),
-    /// One process of a multi-process run (started by `podkv ycsb` / `podkv replay`).
+    /// One process of a multi-process run (started by `podkv ycsb`, `podkv replay` and
+    /// `podkv bench`).
     #[command(hide = true)]
     RunWorker {
         /// The control file.
@@ -71,19 +72,6 @@ pub enum Command {
         /// The run, as JSON.
         #[arg(long)]
         spec: String,
-    },
-    /// One process of a multi-process benchmark (started by `podkv bench`).
-    #[command(hide = true)]
-    BenchWorker {
-        /// Heap file.
-        #[arg(long)]
-        heap: PathBuf,
-        /// Offset of the control block.
-        #[arg(long)]
-        control: u64,
-        /// This process's index.
-        #[arg(long)]
-        process: usize,
     },
 }
 
@@ -128,10 +116,5 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             process,
             spec,
         } => runner::worker_main(&control, process, &spec),
-        Command::BenchWorker {
-            heap,
-            control,
-            process,
-        } => bench::worker_process(&heap, control, process),
     }
 }

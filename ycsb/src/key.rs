@@ -67,12 +67,24 @@ impl KeyFormat {
     /// The key of record number `keynum`.
     #[inline]
     pub fn build(&self, keynum: u64) -> Key {
+        let mut key = Key::empty(keynum);
+        self.build_into(&mut key);
+        key
+    }
+
+    /// Writes the key of record number `key.num()` into `key`, which must be empty
+    /// ([`Key::empty`]): the streams build each key where the operation lives, so it is
+    /// never copied (and never read back right after its bytes were stored piecewise,
+    /// which stalls the CPU's store forwarding).
+    #[inline(always)]
+    pub(crate) fn build_into(&self, key: &mut Key) {
+        debug_assert_eq!(key.len, 0);
         match *self {
             KeyFormat::Ycsb {
                 zero_padding,
                 hashed,
-            } => build_ycsb(keynum, zero_padding, hashed),
-            KeyFormat::Fixed8 { hashed } => build_8b(keynum, hashed),
+            } => build_ycsb(key, zero_padding, hashed),
+            KeyFormat::Fixed8 { hashed } => build_8b(key, hashed),
         }
     }
 }
@@ -96,12 +108,17 @@ impl Key {
         self.num
     }
 
-    fn empty(num: u64) -> Self {
-        Self {
-            num,
-            len: 0,
-            bytes: [0; KEY_CAPACITY],
-        }
+    /// The empty key of record 0.
+    pub(crate) const EMPTY: Key = Key {
+        num: 0,
+        len: 0,
+        bytes: [0; KEY_CAPACITY],
+    };
+
+    /// The empty key of record number `num`, to be filled by [`KeyFormat::build_into`].
+    #[inline(always)]
+    pub(crate) fn empty(num: u64) -> Self {
+        Self { num, ..Self::EMPTY }
     }
 
     fn extend(&mut self, bytes: &[u8]) {
@@ -124,15 +141,37 @@ impl fmt::Debug for Key {
 }
 
 /// `buildKeyName(keynum, zeropadding, !hashed)`: `Long.toString` of the (hashed) number,
-/// which is negative for the one hash Java's `Math.abs` cannot fix. Inlined so the key is
-/// built where the caller keeps it, not copied out of a temporary.
+/// which is negative for the one hash Java's `Math.abs` cannot fix.
+///
+/// Fast path: a non-negative number of 17 to 20 digits (all but ~0.1% of hashed keys)
+/// and no padding beyond its digits. It is cut into `top` (1-4 digits), `mid` and `low`
+/// (8 each) by independent divisions by constants, and each part goes into the key as
+/// stores of table digits ([`DIGITS4`]): `top`'s four digits end where `mid` begins
+/// (the prefix, stored after, covers what `top`'s store wrote before byte 4).
 #[inline(always)]
-fn build_ycsb(keynum: u64, zero_padding: usize, hashed: bool) -> Key {
+fn build_ycsb(key: &mut Key, zero_padding: usize, hashed: bool) {
+    let keynum = key.num;
     let value = if hashed {
         fnvhash64(keynum as i64)
     } else {
         keynum as i64
     };
+    const E8: u64 = 100_000_000;
+    const E16: u64 = E8 * E8;
+    let n = value as u64;
+    if value >= E16 as i64 {
+        let (top, mid, low) = ((n / E16) as u32, (n / E8 % E8) as u32, (n % E8) as u32);
+        let top_digits = digit_count(top);
+        if zero_padding <= top_digits + 16 {
+            let start = PREFIX.len() + top_digits;
+            key.bytes[start - 4..start].copy_from_slice(&chunk4(top));
+            key.bytes[..PREFIX.len()].copy_from_slice(PREFIX);
+            key.bytes[start..start + 8].copy_from_slice(&chunk8(mid));
+            key.bytes[start + 8..start + 16].copy_from_slice(&chunk8(low));
+            key.len = (start + 16) as u8;
+            return;
+        }
+    }
     let mut buf = [b'0'; 20];
     let start = write_decimal(value.unsigned_abs(), &mut buf);
     let digits = &buf[start..];
@@ -140,17 +179,6 @@ fn build_ycsb(keynum: u64, zero_padding: usize, hashed: bool) -> Key {
     let fill = zero_padding
         .saturating_sub(digits.len() + usize::from(negative))
         .min(ZERO_PADDING_MAX);
-    let mut key = Key::empty(keynum);
-    let end = PREFIX.len() + fill + digits.len();
-    if !negative && fill <= start && end >= buf.len() {
-        // Fast path (every hashed key of 16 or more digits): `buf` holds the digits
-        // behind '0's, so writing all 20 bytes to end at `end` lays down the padding and
-        // the digits with fixed-size stores; the prefix goes on top of anything before.
-        key.bytes[end - buf.len()..end].copy_from_slice(&buf);
-        key.bytes[..PREFIX.len()].copy_from_slice(PREFIX);
-        key.len = end as u8;
-        return key;
-    }
     key.extend(PREFIX);
     key.bytes[key.len as usize..][..fill].fill(b'0');
     key.len += fill as u8;
@@ -158,7 +186,6 @@ fn build_ycsb(keynum: u64, zero_padding: usize, hashed: bool) -> Key {
         key.extend(b"-");
     }
     key.extend(digits);
-    key
 }
 
 /// `"00" "01" … "99"`: two digits per division.
@@ -171,19 +198,19 @@ const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 /// Writes `n` in decimal at the end of `buf`; returns where the digits start.
 ///
 /// The number is cut into 8-digit chunks with two divisions by 10^8 (a multiply each);
-/// each full chunk is written as four independent digit pairs in 32-bit arithmetic, so
-/// the work is not one long chain of 64-bit divisions (YCSB's hashed key numbers have 19
-/// digits; this is most of the cost of a key name).
+/// each chunk is two lookups in [`DIGITS4`]. Bytes of `buf` before the returned start
+/// are left as they were or set to `'0'`. (Keys take this path only when
+/// `build_ycsb`'s fast path does not apply.)
 #[inline]
 fn write_decimal(n: u64, buf: &mut [u8; 20]) -> usize {
     const CHUNK: u64 = 100_000_000;
     if n < CHUNK {
-        return write_u32(n as u32, buf, 20);
+        return write_chunk8_trimmed(n as u32, buf, 12);
     }
     let (high, low) = (n / CHUNK, (n % CHUNK) as u32);
     write_chunk8(low, buf, 12);
     if high < CHUNK {
-        return write_u32(high as u32, buf, 12);
+        return write_chunk8_trimmed(high as u32, buf, 4);
     }
     write_chunk8((high % CHUNK) as u32, buf, 4);
     write_u32((high / CHUNK) as u32, buf, 4)
@@ -192,12 +219,62 @@ fn write_decimal(n: u64, buf: &mut [u8; 20]) -> usize {
 /// Writes exactly 8 digits of `v < 10^8` (leading zeros kept) at `buf[at..at + 8]`.
 #[inline]
 fn write_chunk8(v: u32, buf: &mut [u8; 20], at: usize) {
-    let (high, low) = (v / 10_000, v % 10_000);
-    let pairs = [high / 100, high % 100, low / 100, low % 100];
-    for (i, p) in pairs.into_iter().enumerate() {
-        let p = p as usize * 2;
-        buf[at + 2 * i..at + 2 * i + 2].copy_from_slice(&DIGIT_PAIRS[p..p + 2]);
+    buf[at..at + 8].copy_from_slice(&chunk8(v));
+}
+
+/// Writes `v < 10^8` as [`write_chunk8`] does; returns where its significant digits
+/// start (the bytes before are `'0'`).
+#[inline]
+fn write_chunk8_trimmed(v: u32, buf: &mut [u8; 20], at: usize) -> usize {
+    write_chunk8(v, buf, at);
+    at + 8 - digit_count(v)
+}
+
+/// Decimal digits of `v < 10^8` (1 for 0).
+#[inline]
+fn digit_count(v: u32) -> usize {
+    1 + [10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
+        .iter()
+        .filter(|&&t| v >= t)
+        .count()
+}
+
+/// The four ASCII digits (leading zeros kept) of every number below 10^4, built at
+/// compile time: 40 KB, small enough to stay in the L1/L2 caches of a worker, and four
+/// digits per independent load is several times faster than dividing them out
+/// (measured: 6 ns against 21 ns for 19 digits with SWAR arithmetic, which LLVM
+/// vectorises badly).
+static DIGITS4: [[u8; 4]; 10_000] = digits4();
+
+const fn digits4() -> [[u8; 4]; 10_000] {
+    let mut table = [[0u8; 4]; 10_000];
+    let mut v = 0;
+    while v < 10_000 {
+        table[v] = [
+            b'0' + (v / 1000) as u8,
+            b'0' + (v / 100 % 10) as u8,
+            b'0' + (v / 10 % 10) as u8,
+            b'0' + (v % 10) as u8,
+        ];
+        v += 1;
     }
+    table
+}
+
+/// The four ASCII digits of `v < 10^4`.
+#[inline(always)]
+fn chunk4(v: u32) -> [u8; 4] {
+    DIGITS4[v as usize]
+}
+
+/// The eight ASCII digits of `v < 10^8`, most significant first.
+#[inline(always)]
+fn chunk8(v: u32) -> [u8; 8] {
+    debug_assert!(v < 100_000_000);
+    let (high, low) = (chunk4(v / 10_000), chunk4(v % 10_000));
+    [
+        high[0], high[1], high[2], high[3], low[0], low[1], low[2], low[3],
+    ]
 }
 
 /// Writes `v` (no leading zeros) so that it ends at `end`; returns where it starts.
@@ -221,7 +298,8 @@ fn write_u32(mut v: u32, buf: &mut [u8; 20], end: usize) -> usize {
     at
 }
 
-fn build_8b(keynum: u64, hashed: bool) -> Key {
+fn build_8b(key: &mut Key, hashed: bool) {
+    let keynum = key.num;
     let value = if hashed {
         permute48(keynum)
     } else {
@@ -231,9 +309,7 @@ fn build_8b(keynum: u64, hashed: bool) -> Key {
     for (i, c) in chars.iter_mut().enumerate() {
         *c = ALPHABET_8B[((value >> ((7 - i) * 6)) & 63) as usize];
     }
-    let mut key = Key::empty(keynum);
     key.extend(&chars);
-    key
 }
 
 /// A bijection of `[0, 2^48)` that scatters neighbouring numbers: two rounds of an odd
@@ -317,6 +393,17 @@ mod tests {
     }
 
     #[test]
+    fn every_chunk_of_eight_digits_matches_std() {
+        for v in (0..100_000_000u32).step_by(997).chain([0, 9, 99_999_999]) {
+            assert_eq!(chunk8(v), *format!("{v:08}").as_bytes(), "{v}");
+            assert_eq!(digit_count(v), v.to_string().len(), "{v}");
+        }
+        for v in 0..10_000u32 {
+            assert_eq!(chunk4(v), *format!("{v:04}").as_bytes(), "{v}");
+        }
+    }
+
+    #[test]
     fn decimal_edges_match_std() {
         let mut edges = vec![0, 9, 10, 99, 100, u64::MAX, u64::MAX - 1];
         for p in 1..20 {
@@ -349,7 +436,7 @@ mod tests {
             let text = value.to_string();
             let fill = padding.saturating_sub(text.len()).min(ZERO_PADDING_MAX);
             let expected = format!("user{}{text}", "0".repeat(fill));
-            let key = build_ycsb(keynum, padding, hashed);
+            let key = KeyFormat::Ycsb { zero_padding: padding, hashed }.build(keynum);
             proptest::prop_assert_eq!(key.as_str(), expected.as_str());
             proptest::prop_assert!(key.bytes[usize::from(key.len)..].iter().all(|&b| b == 0));
         }

@@ -9,7 +9,8 @@
 //! and [`cli`] is the `podkv ycsb` front door ([`YcsbArgs`], [`dry_run`]).
 //!
 //! Sizes: a [`Key`] is at most [`KEY_CAPACITY`] bytes, inline; generating one operation
-//! costs a few tens of nanoseconds in a release build (`examples/gen_cost.rs`).
+//! costs about 40-110 ns in a release build, a third of it libm's `pow` for zipfian
+//! workloads (`examples/gen_cost.rs`; the runner's figures are in `podkv::runner`, # Cost).
 //!
 //! # Reading order
 //!

@@ -94,6 +94,19 @@ impl Op {
             | Op::ReadModifyWrite { key, .. } => key,
         }
     }
+
+    /// The key, to build in place.
+    #[inline(always)]
+    pub(crate) fn key_mut(&mut self) -> &mut Key {
+        match self {
+            Op::Read { key }
+            | Op::Update { key, .. }
+            | Op::Insert { key, .. }
+            | Op::Delete { key }
+            | Op::Scan { key, .. }
+            | Op::ReadModifyWrite { key, .. } => key,
+        }
+    }
 }
 
 /// Operations counted by kind.

@@ -111,6 +111,9 @@ enum LengthGen {
     Zipfian(Zipfian),
 }
 
+/// The slot's content before the first operation.
+const EMPTY: Op = Op::Read { key: Key::EMPTY };
+
 /// The operations of one worker in one phase.
 ///
 /// Iterate it, or call [`OpStream::try_next`] to see the one error a stream can meet
@@ -132,6 +135,8 @@ pub struct OpStream {
     /// The run-phase insert number handed out last and not yet acknowledged.
     pending_ack: Option<i64>,
     error: Option<YcsbError>,
+    /// The operation [`OpStream::next_ref`] lends: each is built here, key in place.
+    slot: Op,
 }
 
 impl Workload {
@@ -198,6 +203,7 @@ impl Workload {
             key_format: self.key_format,
             pending_ack: None,
             error: None,
+            slot: EMPTY,
         };
         let total = match phase {
             Phase::Load => self.load_count,
@@ -288,6 +294,7 @@ impl OpStream {
             key_format: self.key_format,
             pending_ack: None,
             error: None,
+            slot: EMPTY,
         }
     }
 
@@ -314,15 +321,23 @@ impl OpStream {
 
     /// The next operation, `Ok(None)` at the end; acknowledges the previous insert first.
     pub fn try_next(&mut self) -> Result<Option<Op>, YcsbError> {
+        Ok(self.next_ref()?.copied())
+    }
+
+    /// [`OpStream::try_next`] without the copy: the operation is built inside the
+    /// stream and lent until the next call. The runner's timed loop takes this path.
+    #[inline]
+    pub fn next_ref(&mut self) -> Result<Option<&Op>, YcsbError> {
         self.acknowledge_pending()?;
         if self.remaining == 0 {
             return Ok(None);
         }
         self.remaining -= 1;
-        Ok(Some(match self.phase {
+        match self.phase {
             Phase::Load => self.next_load(),
             Phase::Run => self.next_run(),
-        }))
+        }
+        Ok(Some(&self.slot))
     }
 
     /// Acknowledges any pending insert and reports the error that stopped iteration, if
@@ -332,6 +347,7 @@ impl OpStream {
         self.error.take().map_or(Ok(()), Err)
     }
 
+    #[inline]
     fn acknowledge_pending(&mut self) -> Result<(), YcsbError> {
         match self.pending_ack.take() {
             Some(n) => self.shared.insert_keys.acknowledge(n),
@@ -339,72 +355,70 @@ impl OpStream {
         }
     }
 
+    /// Puts `op` (its key empty) in the slot and builds its key there. Keys are built
+    /// last, after every draw of the operation, which keeps YCSB's order of draws: the
+    /// key number, then the lengths.
+    #[inline(always)]
+    fn put(&mut self, op: Op) {
+        self.slot = op;
+        self.key_format.build_into(self.slot.key_mut());
+    }
+
     /// `doInsert`: the next number of the shared key sequence, all fields.
-    fn next_load(&mut self) -> Op {
+    fn next_load(&mut self) {
         let keynum = self.shared.load_keys.next_value() as u64;
-        Op::Insert {
-            key: self.key_format.build(keynum),
-            value_len: self.record_len(),
-        }
+        let value_len = self.record_len();
+        self.put(Op::Insert {
+            key: Key::empty(keynum),
+            value_len,
+        });
     }
 
     /// `doTransaction`: choose the kind, then its operands.
-    fn next_run(&mut self) -> Op {
-        let Some(chooser) = self.chooser else {
+    #[inline(always)]
+    fn next_run(&mut self) {
+        // By reference: the chooser is 100 bytes, and copying it was a tenth of an op.
+        let Some(chooser) = &self.chooser else {
             unreachable!("Workload::check refuses a run phase without operations")
         };
-        match chooser.next_value(&mut self.rng) {
-            OpKind::Read => Op::Read {
-                key: self.chosen_key(),
-            },
-            OpKind::Update => self.next_update(),
-            OpKind::Insert => self.next_insert(),
-            OpKind::Scan => self.next_scan(),
-            OpKind::ReadModifyWrite => self.next_read_modify_write(),
-            OpKind::Delete => Op::Delete {
-                key: self.chosen_key(),
-            },
+        let kind = chooser.next_value(&mut self.rng);
+        if kind == OpKind::Insert {
+            return self.next_insert();
         }
-    }
-
-    fn next_update(&mut self) -> Op {
-        let key = self.chosen_key();
-        Op::Update {
-            key,
-            value_len: self.update_len(),
-        }
-    }
-
-    fn next_scan(&mut self) -> Op {
-        let key = self.chosen_key();
-        let len = self.scan_length.next_value(&mut self.rng) as usize;
-        Op::Scan { key, len }
-    }
-
-    fn next_read_modify_write(&mut self) -> Op {
-        let key = self.chosen_key();
-        Op::ReadModifyWrite {
-            key,
-            value_len: self.update_len(),
+        // Every other kind starts by choosing an existing key: one call site, inlined.
+        let key = Key::empty(self.next_keynum());
+        match kind {
+            OpKind::Read => self.put(Op::Read { key }),
+            OpKind::Update => {
+                let value_len = self.update_len();
+                self.put(Op::Update { key, value_len });
+            }
+            OpKind::Scan => {
+                let len = self.scan_length.next_value(&mut self.rng) as usize;
+                self.put(Op::Scan { key, len });
+            }
+            OpKind::ReadModifyWrite => {
+                let value_len = self.update_len();
+                self.put(Op::ReadModifyWrite { key, value_len });
+            }
+            OpKind::Delete => self.put(Op::Delete { key }),
+            OpKind::Insert => unreachable!("handled above"),
         }
     }
 
     /// `doTransactionInsert`: take a number; it is acknowledged on the next call.
-    fn next_insert(&mut self) -> Op {
+    fn next_insert(&mut self) {
         let keynum = self.shared.insert_keys.next_value();
         self.pending_ack = Some(keynum);
-        Op::Insert {
-            key: self.key_format.build(keynum as u64),
-            value_len: self.record_len(),
-        }
-    }
-
-    fn chosen_key(&mut self) -> Key {
-        let keynum = self.next_keynum();
-        self.key_format.build(keynum)
+        let value_len = self.record_len();
+        self.put(Op::Insert {
+            key: Key::empty(keynum as u64),
+            value_len,
+        });
     }
 
     /// `nextKeynum`: redraw until the record exists.
+    #[inline(always)]
     fn next_keynum(&mut self) -> u64 {
         let limit = self.shared.insert_keys.last_value();
         loop {

@@ -3,34 +3,41 @@
 //!
 //! # Map
 //! - [`workload`]: the two loops; [`alloc`]: the allocators behind one trait;
-//! - [`control`]: start line and results, shared by threads or processes; [`ring`]: xmalloc's
-//!   hand-over queue;
-//! - this file: arguments, one run per (repeat, allocator), the table and NDJSON records.
+//!   [`ring`]: xmalloc's hand-over queue;
+//! - [`process`]: one process of a run — pinned worker threads at the runner's start line,
+//!   the timed loops, PSS and faults;
+//! - this file: arguments, one run per (repeat, allocator) launched by the shared runner
+//!   ([`crate::runner::launch_processes`]: `podkv run-worker` processes, shared-memory
+//!   barriers, progress bar), the table and NDJSON records.
 //!
 //! Every run is measured from a common start (all workers wait at the start line, warm-up
 //! done) to the last worker's finish; the table reports the median over `--repeat` runs and
 //! each allocator's ratio to mimalloc from the same invocation.
 
 pub mod alloc;
-pub mod control;
 pub mod huge;
 pub mod metrics;
+pub mod process;
 pub mod ring;
 pub mod workload;
 
+use crate::runner::control::COUNT_WORKERS_MAX;
+use crate::runner::target::TargetSpec;
+use crate::runner::worker::ProcessReport;
+use crate::runner::{self, Job, RunSpec};
 use alloc::BenchAlloc;
-use control::{Control, COUNT_WORKERS_MAX};
-use podkv_alloc::{Config, Heap, Offset};
+use podkv_alloc::{Config, Heap};
 use podkv_hw::Coherence;
+pub use process::BenchJob;
 use ring::Ring;
+use serde::{Deserialize, Serialize};
 use std::alloc::Layout;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 /// Which microbenchmark.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum Kind {
     /// Batches of fixed-size allocations then frees, thread-local (Hoard's threadtest).
     Threadtest,
@@ -39,7 +46,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    /// `threadtest` or `xmalloc`.
+    pub fn name(self) -> &'static str {
         match self {
             Kind::Threadtest => "threadtest",
             Kind::Xmalloc => "xmalloc",
@@ -48,7 +56,7 @@ impl Kind {
 }
 
 /// An allocator to measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum AllocatorName {
     /// The pod heap (shared memory; may span processes).
     Podkv,
@@ -65,7 +73,14 @@ pub enum AllocatorName {
 }
 
 impl AllocatorName {
-    fn name(self) -> &'static str {
+    /// Whether workers of several processes can share it (only the pod heap's memory is
+    /// shared; `podkv-nonrecoverable` and `podkv-limited` are one-process comparisons).
+    pub fn spans_processes(self) -> bool {
+        self == AllocatorName::Podkv
+    }
+
+    /// The name in flags and results.
+    pub fn name(self) -> &'static str {
         match self {
             AllocatorName::Podkv => "podkv",
             AllocatorName::PodkvNonrecoverable => "podkv-nonrecoverable",
@@ -128,7 +143,7 @@ pub struct BenchArgs {
 }
 
 /// How podkv backs huge blocks (`podkv_alloc::HugeBacking`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum Backing {
     /// Every page at allocation.
     Reserve,
@@ -222,7 +237,7 @@ fn validate(kind: Kind, args: &BenchArgs, threads: usize) -> anyhow::Result<()> 
         "--batch and --repeat must be at least 1"
     );
     anyhow::ensure!(
-        args.processes == 1 || args.allocator.iter().all(|&a| a == AllocatorName::Podkv),
+        args.processes == 1 || args.allocator.iter().all(|a| a.spans_processes()),
         "only podkv can run with --processes > 1: mimalloc and system memory cannot be shared across processes"
     );
     anyhow::ensure!(
@@ -245,24 +260,31 @@ fn run_once(
         Kind::Threadtest => (args.ops / workers / args.batch as u64).max(1) * args.batch as u64,
         Kind::Xmalloc => (args.ops / workers).max(1),
     };
-    let params = [
-        kind as u64,
-        args.size as u64,
-        per_worker,
-        args.batch as u64,
-        threads as u64,
-        args.processes as u64,
-        args.window.unwrap_or(0) as u64,
-        args.huge_backing.to_alloc() as u64,
-    ];
-    let (seconds, pss_bytes, page_faults, hwcc_bytes) = match allocator {
-        AllocatorName::Podkv => run_podkv(args, params, true, args.coherence)?,
-        AllocatorName::PodkvNonrecoverable => run_podkv(args, params, false, args.coherence)?,
-        AllocatorName::PodkvLimited => run_podkv(args, params, true, Coherence::Limited)?,
-        AllocatorName::Mimalloc => run_local(params, alloc::mimalloc),
-        AllocatorName::System => run_local(params, alloc::system),
+    let job = BenchJob {
+        kind,
+        allocator,
+        size: args.size,
+        ops_per_worker: per_worker,
+        ops: per_worker * workers,
+        batch: args.batch,
+        window: args.window.unwrap_or(0),
+        huge_backing: args.huge_backing,
+        heap: None,
+        rings: Vec::new(),
     };
-    let ops = per_worker * workers;
+    let (reports, hwcc_bytes) = match allocator {
+        AllocatorName::Podkv => run_podkv(args, job, threads, true, args.coherence)?,
+        AllocatorName::PodkvNonrecoverable => run_podkv(args, job, threads, false, args.coherence)?,
+        AllocatorName::PodkvLimited => run_podkv(args, job, threads, true, Coherence::Limited)?,
+        AllocatorName::Mimalloc => (run_local(job, threads, alloc::mimalloc)?, None),
+        AllocatorName::System => (run_local(job, threads, alloc::system)?, None),
+    };
+    let mut tally = runner::metrics::Tally::new(1);
+    for r in &reports {
+        tally.merge(&r.tally.decode()?);
+    }
+    let ops = tally.total();
+    let seconds = tally.elapsed_ns_max.max(1) as f64 / 1e9;
     Ok(Record {
         kind: kind.name(),
         allocator: allocator.name(),
@@ -272,9 +294,9 @@ fn run_once(
         processes: args.processes,
         seconds,
         ops_per_sec: ops as f64 / seconds,
-        pss_bytes,
+        pss_bytes: reports.iter().map(|r| r.pss_bytes).sum(),
         hwcc_bytes,
-        page_faults,
+        page_faults: reports.iter().map(|r| r.page_faults).sum(),
         repeat,
         coherence: match allocator {
             AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable => {
@@ -287,47 +309,36 @@ fn run_once(
     })
 }
 
-fn set_params(ctl: &Control, params: [u64; 8]) {
-    let words = [
-        &ctl.kind,
-        &ctl.size,
-        &ctl.ops_per_worker,
-        &ctl.batch,
-        &ctl.threads,
-        &ctl.processes,
-        &ctl.window,
-        &ctl.huge_backing,
-    ];
-    for (word, value) in words.into_iter().zip(params) {
-        word.store(value, Ordering::Release);
+/// The runner's spec of `job` with `processes` × `threads` pinned workers.
+fn spec_of(job: BenchJob, processes: usize, threads: usize) -> RunSpec {
+    RunSpec {
+        job: Job::Bench(job),
+        target: TargetSpec::Null,
+        processes,
+        threads,
+        duration: None,
+        pin: true,
     }
 }
 
-/// A process-local allocator: control block and rings in ordinary memory.
+/// A process-local allocator: one process, its rings in ordinary memory.
 fn run_local<A: BenchAlloc, F: Fn() -> A + Sync>(
-    params: [u64; 8],
+    job: BenchJob,
+    threads: usize,
     make: F,
-) -> (f64, u64, u64, Option<u64>) {
-    let ctl = zeroed_box::<Control>();
-    set_params(&ctl, params);
-    let rings: Vec<Box<Ring>> = (0..ctl.workers()).map(|_| zeroed_box::<Ring>()).collect();
+) -> anyhow::Result<Vec<ProcessReport>> {
+    let rings: Vec<Box<Ring>> = (0..threads).map(|_| zeroed_box::<Ring>()).collect();
     let ring_refs: Vec<&Ring> = rings.iter().map(|r| &**r).collect();
-    std::thread::scope(|s| {
-        s.spawn(|| run_process(&ctl, &ring_refs, 0, &make));
-        Control::wait_for(&ctl.ready, ctl.workers() as u64);
-        ctl.go.store(1, Ordering::Release);
-    });
-    (
-        seconds_of(&ctl),
-        ctl.pss[0].load(Ordering::Acquire),
-        ctl.faults[0].load(Ordering::Acquire),
-        None,
-    )
+    let spec = spec_of(job.clone(), 1, threads);
+    let (reports, _) = runner::launch_processes(&spec, &|ctl| {
+        process::run_process(&spec, &job, ctl, &ring_refs, 0, &make)
+    })?;
+    Ok(reports)
 }
 
 fn zeroed_box<T>() -> Box<T> {
     let layout = Layout::new::<T>();
-    // SAFETY: `T` here is a control block or ring: plain atomics, for which zero is valid.
+    // SAFETY: `T` here is a ring: plain atomics, for which zero is valid (an empty ring).
     unsafe {
         let p = std::alloc::alloc_zeroed(layout).cast::<T>();
         assert!(!p.is_null(), "out of memory");
@@ -335,22 +346,15 @@ fn zeroed_box<T>() -> Box<T> {
     }
 }
 
-fn seconds_of(ctl: &Control) -> f64 {
-    let max = ctl.elapsed_ns[..ctl.workers()]
-        .iter()
-        .map(|e| e.load(Ordering::Acquire))
-        .max()
-        .unwrap_or(0);
-    max.max(1) as f64 / 1e9
-}
-
-/// podkv: one heap; workers are threads of this process, or of child processes.
+/// podkv: one heap; workers are threads of this process, or of `podkv run-worker`
+/// processes that open the same heap.
 fn run_podkv(
     args: &BenchArgs,
-    params: [u64; 8],
+    job: BenchJob,
+    threads: usize,
     recoverable: bool,
     coherence: Coherence,
-) -> anyhow::Result<(f64, u64, u64, Option<u64>)> {
+) -> anyhow::Result<(Vec<ProcessReport>, Option<u64>)> {
     let temp = args.heap.is_none();
     let path = args.heap.clone().unwrap_or_else(|| {
         static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -369,7 +373,7 @@ fn run_podkv(
         huge_backing: args.huge_backing.to_alloc(),
         ..Config::default()
     };
-    let result = run_podkv_at(&path, &config, params);
+    let result = run_podkv_at(&path, &config, job, args.processes, threads);
     if temp {
         let _ = std::fs::remove_file(&path);
     }
@@ -379,189 +383,31 @@ fn run_podkv(
 fn run_podkv_at(
     path: &Path,
     config: &Config,
-    params: [u64; 8],
-) -> anyhow::Result<(f64, u64, u64, Option<u64>)> {
+    mut job: BenchJob,
+    processes: usize,
+    threads: usize,
+) -> anyhow::Result<(Vec<ProcessReport>, Option<u64>)> {
     let heap = Heap::open(path, config)?;
     let launcher = heap.thread()?;
-    let ctl_offset = launcher.allocate(Layout::new::<Control>())?;
-    // SAFETY: a fresh block of Control's size and alignment; zeroed, a Control is valid.
-    let ctl = unsafe {
-        std::ptr::write_bytes(heap.resolve(ctl_offset), 0, Control::SIZE);
-        &*(heap.resolve(ctl_offset) as *const Control)
-    };
-    set_params(ctl, params);
-    let mut ring_offsets = Vec::new();
-    for w in 0..ctl.workers() {
+    for _ in 0..processes * threads {
         let off = launcher.allocate(Layout::new::<Ring>())?;
         // SAFETY: a fresh block of Ring's size; zero is an empty ring.
         unsafe { std::ptr::write_bytes(heap.resolve(off), 0, Ring::SIZE) };
-        ctl.rings[w].store(off.0, Ordering::Release);
-        ring_offsets.push(off);
+        job.rings.push(off.0);
     }
-    let processes = params[5] as usize;
-    if processes == 1 {
-        let rings = rings_of(&heap, ctl);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                run_process(ctl, &rings, 0, &|| {
-                    heap.thread().expect("a free thread slot")
-                })
-            });
-            Control::wait_for(&ctl.ready, ctl.workers() as u64);
-            ctl.go.store(1, Ordering::Release);
-        });
-    } else {
-        spawn_processes(path, ctl_offset, ctl, processes)?;
-    }
-    let pss = ctl.pss[..processes]
-        .iter()
-        .map(|p| p.load(Ordering::Acquire))
-        .sum();
-    let faults = ctl.faults[..processes]
-        .iter()
-        .map(|p| p.load(Ordering::Acquire))
-        .sum();
-    let out = (seconds_of(ctl), pss, faults, Some(heap.hwcc_bytes()));
-    for off in ring_offsets {
-        launcher.free(off);
-    }
-    launcher.free(ctl_offset);
-    Ok(out)
-}
-
-fn rings_of<'h>(heap: &'h Heap, ctl: &Control) -> Vec<&'h Ring> {
-    (0..ctl.workers())
-        .map(|w| {
-            let off = Offset(ctl.rings[w].load(Ordering::Acquire));
-            // SAFETY: the launcher allocated and zeroed each ring before any worker started,
-            // and frees them only after every worker has finished.
-            unsafe { &*(heap.resolve(off) as *const Ring) }
+    job.heap = Some(path.to_owned());
+    let rings = process::rings_in(&heap, &job.rings);
+    let spec = spec_of(job.clone(), processes, threads);
+    let result = runner::launch_processes(&spec, &|ctl| {
+        process::run_process(&spec, &job, ctl, &rings, 0, &|| {
+            heap.thread().expect("a free thread slot")
         })
-        .collect()
-}
-
-fn spawn_processes(
-    path: &Path,
-    ctl_offset: Offset,
-    ctl: &Control,
-    processes: usize,
-) -> anyhow::Result<()> {
-    let exe = std::env::current_exe()?;
-    let mut children = Vec::new();
-    for p in 0..processes {
-        let child = std::process::Command::new(&exe)
-            .args(["bench-worker", "--heap"])
-            .arg(path)
-            .args([
-                "--control",
-                &ctl_offset.0.to_string(),
-                "--process",
-                &p.to_string(),
-            ])
-            .spawn()?;
-        children.push(child);
-    }
-    Control::wait_for(&ctl.ready, ctl.workers() as u64);
-    ctl.go.store(1, Ordering::Release);
-    for mut child in children {
-        let status = child.wait()?;
-        anyhow::ensure!(
-            status.success(),
-            "a benchmark worker process failed: {status}"
-        );
-    }
-    Ok(())
-}
-
-/// The hidden `podkv bench-worker` subcommand: one process of a multi-process podkv run.
-pub fn worker_process(heap_path: &Path, control: u64, process: usize) -> anyhow::Result<()> {
-    let heap = Heap::open(
-        heap_path,
-        &Config {
-            create: false,
-            ..Config::default()
-        },
-    )?;
-    // SAFETY: the launcher allocated the control block at this offset and keeps it until
-    // every worker process has exited.
-    let ctl = unsafe { &*(heap.resolve(Offset(control)) as *const Control) };
-    if ctl.huge_backing.load(Ordering::Acquire) == podkv_alloc::HugeBacking::Sparse as u64 {
-        heap.set_huge_backing(podkv_alloc::HugeBacking::Sparse);
-    }
-    let rings = rings_of(&heap, ctl);
-    run_process(ctl, &rings, process, &|| {
-        heap.thread().expect("a free thread slot")
     });
-    Ok(())
-}
-
-/// Runs this process's threads of the benchmark and records its memory and faults.
-fn run_process<A: BenchAlloc, F: Fn() -> A + Sync>(
-    ctl: &Control,
-    rings: &[&Ring],
-    process: usize,
-    make: &F,
-) {
-    let threads = ctl.threads.load(Ordering::Acquire) as usize;
-    let done_here = AtomicU64::new(0);
-    let measured = AtomicU64::new(0);
-    let faults_before = metrics::minor_faults();
-    let cpus = crate::runner::worker::allowed_cpus();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (done_here, measured, cpus) = (&done_here, &measured, &cpus);
-            s.spawn(move || {
-                // Each worker on its own CPU (round robin), as the runner does, so runs of
-                // different allocators see the same placement.
-                if !cpus.is_empty() {
-                    crate::runner::worker::pin_to(cpus[(process * threads + t) % cpus.len()]);
-                }
-                let a = make();
-                run_worker(&a, ctl, rings, process * threads + t);
-                done_here.fetch_add(1, Ordering::AcqRel);
-                if t == 0 {
-                    Control::wait_for(done_here, threads as u64);
-                    ctl.pss[process].store(metrics::pss_bytes(), Ordering::Release);
-                    let faults = metrics::minor_faults() - faults_before;
-                    ctl.faults[process].store(faults, Ordering::Release);
-                    measured.store(1, Ordering::Release);
-                }
-                Control::wait_for(measured, 1);
-            });
-        }
-    });
-}
-
-fn run_worker<A: BenchAlloc>(a: &A, ctl: &Control, rings: &[&Ring], w: usize) {
-    let layout =
-        Layout::from_size_align(ctl.size.load(Ordering::Acquire) as usize, 8).expect("validated");
-    let ops = ctl.ops_per_worker.load(Ordering::Acquire);
-    let batch = ctl.batch.load(Ordering::Acquire);
-    let workers = rings.len();
-    let threadtest = ctl.kind.load(Ordering::Acquire) == Kind::Threadtest as u64;
-    if threadtest {
-        workload::threadtest(a, layout, 1, batch as usize); // warm-up: slabs and pages in place
+    let hwcc = heap.hwcc_bytes();
+    for &off in &job.rings {
+        launcher.free(podkv_alloc::Offset(off));
     }
-    ctl.ready.fetch_add(1, Ordering::AcqRel);
-    Control::wait_for(&ctl.go, 1);
-    let start = Instant::now();
-    if threadtest {
-        workload::threadtest(a, layout, ops / batch, batch as usize);
-    } else {
-        let window = match ctl.window.load(Ordering::Acquire) as usize {
-            0 => ring::COUNT_RING_SLOTS,
-            window => window,
-        };
-        workload::xmalloc(
-            a,
-            layout,
-            ops,
-            (batch, window),
-            rings[w],
-            rings[(w + workers - 1) % workers],
-        );
-    }
-    ctl.elapsed_ns[w].store(start.elapsed().as_nanos() as u64, Ordering::Release);
+    Ok((result?.0, Some(hwcc)))
 }
 
 fn append_json(path: &Path, record: &Record) -> anyhow::Result<()> {

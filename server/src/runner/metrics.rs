@@ -30,9 +30,79 @@ pub fn ticks() -> u64 {
     }
 }
 
+/// Sub-buckets in the lower half of a bucket: 2 significant digits need 200 distinct
+/// values per bucket, hdrhistogram rounds that up to 256, half of which are new in every
+/// bucket after the first.
+const COUNT_SUB_BUCKETS_HALF: usize = 128;
+
+/// Buckets after the first: values up to 2^40 ticks (minutes) keep 2 digits; larger ones
+/// are counted as the largest (an operation that slow is an outage, not a latency).
+const COUNT_BUCKETS: usize = 40 - 8;
+
+/// Largest value counted as itself.
+const TICKS_MAX: u64 = (1 << 40) - 1;
+
+/// Latency counts of one operation kind, in hdrhistogram's layout for 2 significant
+/// digits and a lowest value of 1: value `v < 256` at index `v`; a larger `v` in bucket
+/// `b = log2(v) - 7` at index `b * 128 + (v >> b)` (so every index below `256 + 128 * b`
+/// belongs to buckets up to `b`). Recording is a leading-zero count, a shift and an
+/// increment, where hdrhistogram's generic `record` also checks and resizes.
+///
+/// Invariant: `counts.len() == 256 + COUNT_BUCKETS * 128`.
+#[derive(Clone)]
+struct Buckets {
+    counts: Box<[u64]>,
+}
+
+impl Buckets {
+    fn new() -> Self {
+        let len = 2 * COUNT_SUB_BUCKETS_HALF + COUNT_BUCKETS * COUNT_SUB_BUCKETS_HALF;
+        Self {
+            counts: vec![0; len].into_boxed_slice(),
+        }
+    }
+
+    /// The index of `ticks` (clamped to [`TICKS_MAX`]).
+    #[inline(always)]
+    fn index(ticks: u64) -> usize {
+        let v = ticks.min(TICKS_MAX);
+        let bucket = 63 - (v | 255).leading_zeros() - 7;
+        ((bucket as usize) << 7) + (v >> bucket) as usize
+    }
+
+    /// The lowest value counted at `index` (hdrhistogram's `value_from_index`).
+    fn value_at(index: usize) -> u64 {
+        if index < 2 * COUNT_SUB_BUCKETS_HALF {
+            return index as u64;
+        }
+        let bucket = (index >> 7) - 1;
+        ((index - (bucket << 7)) as u64) << bucket
+    }
+
+    #[inline(always)]
+    fn record(&mut self, ticks: u64) {
+        let i = Self::index(ticks);
+        // `index` is below `counts.len()` for every value up to TICKS_MAX; the check
+        // costs a compare that is never taken.
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+    }
+
+    /// The same counts as an hdrhistogram.
+    fn to_histogram(&self) -> Histogram<u64> {
+        let mut h = new_histogram();
+        for (i, &n) in self.counts.iter().enumerate().filter(|(_, &n)| n > 0) {
+            h.record_n(Self::value_at(i), n)
+                .expect("auto-resizing histograms take any value");
+        }
+        h
+    }
+}
+
 /// One worker's measurements of one timed phase.
 pub struct Recorder {
-    histograms: Vec<Histogram<u64>>,
+    buckets: Vec<Buckets>,
     hits: Vec<u64>,
     misses: Vec<u64>,
     started: Option<(Instant, u64, u64)>,
@@ -44,7 +114,7 @@ impl Recorder {
     /// A recorder for `kinds` operation kinds.
     pub fn new(kinds: usize) -> Self {
         Self {
-            histograms: (0..kinds).map(|_| new_histogram()).collect(),
+            buckets: (0..kinds).map(|_| Buckets::new()).collect(),
             hits: vec![0; kinds],
             misses: vec![0; kinds],
             started: None,
@@ -71,10 +141,7 @@ impl Recorder {
     /// Records one operation of `kind` that took `ticks`.
     #[inline]
     pub fn record(&mut self, kind: usize, ticks: u64, hit: bool) {
-        let h = &mut self.histograms[kind];
-        if h.record(ticks.max(1)).is_err() {
-            h.saturating_record(ticks);
-        }
+        self.buckets[kind].record(ticks.max(1));
         if hit {
             self.hits[kind] += 1;
         } else {
@@ -85,7 +152,7 @@ impl Recorder {
     /// The worker's totals.
     pub fn into_tally(self) -> Tally {
         Tally {
-            histograms: self.histograms,
+            histograms: self.buckets.iter().map(Buckets::to_histogram).collect(),
             hits: self.hits,
             misses: self.misses,
             elapsed_ns_max: self.elapsed.0,
@@ -260,6 +327,35 @@ fn unhex(text: &str) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_are_hdrhistograms_layout() {
+        let mut values: Vec<u64> = (1..5000).collect();
+        values.extend((0..62).flat_map(|s| [1u64 << s, (1 << s) + 1, (3 << s) / 2]));
+        values.extend([TICKS_MAX, u64::MAX]);
+        let mut buckets = Buckets::new();
+        let mut reference = new_histogram();
+        for &v in &values {
+            buckets.record(v);
+            reference.record(v.min(TICKS_MAX)).unwrap();
+            let i = Buckets::index(v.min(TICKS_MAX));
+            assert!(
+                reference.equivalent(Buckets::value_at(i), v.min(TICKS_MAX)),
+                "{v}"
+            );
+        }
+        let ours = buckets.to_histogram();
+        assert_eq!(ours.len(), reference.len());
+        for q in [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(
+                ours.value_at_quantile(q),
+                reference.value_at_quantile(q),
+                "{q}"
+            );
+        }
+        assert_eq!(ours.max(), reference.max());
+        assert_eq!(ours.min(), reference.min());
+    }
 
     #[test]
     fn tallies_merge_and_survive_the_wire() {

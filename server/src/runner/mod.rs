@@ -3,8 +3,9 @@
 //!
 //! # Map
 //! - [`RunArgs`] / [`RunSpec`]: what to run; the spec travels to worker processes as JSON;
-//! - [`launch`]: the launcher — control file, worker processes (`podkv run-worker`), start
-//!   lines, `--duration`, progress bar, merged results;
+//! - [`launch_processes`]: the launcher — control file, worker processes (`podkv
+//!   run-worker`), start lines, `--duration`, progress bar, every process's report; shared
+//!   by `podkv ycsb` / `podkv replay` ([`launch`]) and `podkv bench` ([`Job::Bench`]);
 //! - [`worker`]: one process — target, sources, pinned worker threads, the timed loop;
 //! - [`control`]: start/stop barriers in a shared-memory file;
 //! - [`source`]: YCSB streams and trace shares as target commands;
@@ -21,11 +22,38 @@
 //!
 //! # Cost
 //! The runner's own cost per operation is what a run against `--target null` reports as
-//! `cpu_ns_per_op` (CPU time of the timed loops / ops; `scripts/runner-cost.toml`). On the
-//! project's shared 2-core VM (Xeon 2.5 GHz, load 5-7) it is 114 ns (cxlalloc-d, 8-byte keys)
-//! to 150-180 ns (YCSB a-f and cxlalloc-a, `user…` keys); generation alone is 86-131 ns of it
-//! (`cargo run --release -p podkv-ycsb --example gen_cost`), timing and counting ~30 ns (two
-//! time-stamp-counter reads and one histogram record per op).
+//! `cpu_ns_per_op` (CPU time of the timed loops / ops): `podkv suite
+//! scripts/runner-cost.toml` runs every shipped workload that way (one thread, 2 M records,
+//! 2 M ops). It is generation plus bookkeeping:
+//! - two time-stamp-counter reads around every operation, ~21 ns together on this VM
+//!   (measured alone), and one record into a flat, hdrhistogram-shaped array ([`metrics`]);
+//! - generation: the operation is built in place in its stream and lent to the loop
+//!   (`OpStream::next_ref`: no copies of the 100-byte op, no store-forwarding stalls), key
+//!   names from a 4-digit table, FNV-64 rounds over zero octets folded into one multiply;
+//! - libm's `pow` in every zipfian and latest draw, ~29 ns (measured alone): YCSB's
+//!   formula, kept because every generated operation must stay the same (an approximate
+//!   `pow` with an exact fallback was tried and was slower: its polynomial chains are
+//!   longer than libm's).
+//!
+//! Instructions per operation in the timed loop, the stable metric on this shared VM
+//! (`valgrind --tool=callgrind --toggle-collect='*run_source*' podkv ycsb --workload W
+//! --target null --records 1000000 --ops 200000 --phase run --no-pin`, Ir / ops), before
+//! this work → after: a 750 → 527, b 738 → 516, c 736 → 514, d 696 → 482, e 789 → 567,
+//! f 752 → 529, load 445 → 335, cxlalloc-a 582 → 475, cxlalloc-d 565 → 466. Generation
+//! alone (`cargo run --release -p podkv-ycsb --example gen_cost`, best of three, CPU ns):
+//! a 126 → 89, b 125 → 78, d 116 → 72, e 132 → 90, f 124 → 84, load 61 → 30, cxlalloc-a
+//! 131 → 109, cxlalloc-d 82 → 69.
+//!
+//! CPU ns/op swing with the other tenants' load (2 cores, load average 4–12 while this was
+//! measured), so before and after were interleaved, three runs each at the suite's
+//! parameters, medians; load average 4–6: a 194 → 144, b 176 → 118, c 149 → 105, d 147 →
+//! 103, e 160 → 115, f 174 → 119, load 102 → 72, cxlalloc-a 154 → 135, cxlalloc-d 115 →
+//! 117 (an earlier round: 116 → 104); at the quietest moment seen a ran at 114 and
+//! cxlalloc-d at 95–100. **Not under 100 ns yet** for most workloads: about 50 ns of every
+//! zipfian or latest operation is libm's `pow` and the two clock reads, and cxlalloc-a
+//! costs more per operation the more operations per record a run has, because YCSB
+//! redraws key numbers above the acknowledged inserts (another `pow` each). The streams
+//! are pinned by `ycsb/tests/op_digest.rs`.
 
 pub mod cli;
 pub mod control;
@@ -156,7 +184,13 @@ pub enum Job {
         /// The trace file (CSV, .zst or Parquet).
         trace: PathBuf,
     },
+    /// An allocator benchmark (`podkv bench threadtest|xmalloc`); its target is `null`:
+    /// the job names the allocator it drives.
+    Bench(crate::bench::BenchJob),
 }
+
+/// The one "kind" of a benchmark's operations: an allocation with its free.
+const NAMES_BENCH: [&str; 1] = ["alloc"];
 
 impl Job {
     /// Names of the operation kinds, indexed as the sources report them.
@@ -164,6 +198,7 @@ impl Job {
         match self {
             Job::Ycsb(_) => &source::NAMES_YCSB,
             Job::Replay { .. } => &podkv_traces::Op::NAMES,
+            Job::Bench(_) => &NAMES_BENCH,
         }
     }
 
@@ -171,15 +206,16 @@ impl Job {
     pub fn phase_count(&self) -> usize {
         match self {
             Job::Ycsb(j) => j.phases().len(),
-            Job::Replay { .. } => 1,
+            Job::Replay { .. } | Job::Bench(_) => 1,
         }
     }
 
-    /// `ycsb` or `replay`.
+    /// `ycsb`, `replay`, or the benchmark (`threadtest`, `xmalloc`).
     pub fn kind(&self) -> &'static str {
         match self {
             Job::Ycsb(_) => "ycsb",
             Job::Replay { .. } => "replay",
+            Job::Bench(b) => b.kind.name(),
         }
     }
 
@@ -191,6 +227,7 @@ impl Job {
                 || trace.display().to_string(),
                 |n| n.to_string_lossy().into(),
             ),
+            Job::Bench(b) => b.allocator.name().into(),
         }
     }
 
@@ -205,6 +242,7 @@ impl Job {
                 })
             }
             Job::Replay { .. } => None,
+            Job::Bench(b) => Some(b.ops),
         })
     }
 }
@@ -260,6 +298,13 @@ impl RunSpec {
             "target {} lives in process-local memory: it cannot run with --processes > 1",
             self.target.name()
         );
+        if let Job::Bench(b) = &self.job {
+            anyhow::ensure!(
+                self.processes == 1 || b.allocator.spans_processes(),
+                "{} lives in process-local memory: it cannot run with --processes > 1",
+                b.allocator.name()
+            );
+        }
         if let Some(d) = self.duration {
             anyhow::ensure!(d > 0.0 && d.is_finite(), "--duration must be positive");
         }
@@ -269,6 +314,26 @@ impl RunSpec {
 
 /// Runs `spec`: its record (also printed as a table, and appended to `json` if given).
 pub fn launch(spec: &RunSpec, json: Option<&std::path::Path>) -> anyhow::Result<RunRecord> {
+    let (reports, wall) = launch_processes(spec, &|ctl| worker::run_process(spec, ctl, 0))?;
+    let record = RunRecord::from_reports(spec, &reports, wall)?;
+    record.print_table(spec.job.kind_names());
+    if let Some(path) = json {
+        record.append_json(path)?;
+    }
+    Ok(record)
+}
+
+/// The launcher: starts `spec`'s workers and holds them to the control file's barriers
+/// (progress bar on stderr for a timed phase over a second, `--duration`); returns every
+/// process's report and the wall time.
+///
+/// With one process the workers are threads of this one, run by `local` (so it may share
+/// what the caller holds, e.g. an open heap); with more, each process is `podkv run-worker`
+/// re-executed from this binary, which reaches [`worker::run_process`].
+pub fn launch_processes(
+    spec: &RunSpec,
+    local: &(dyn Fn(&Control) -> anyhow::Result<ProcessReport> + Sync),
+) -> anyhow::Result<(Vec<ProcessReport>, Duration)> {
     spec.validate()?;
     let expected = spec.job.expected_ops()?;
     let ctl_file = ControlFile::create()?;
@@ -276,7 +341,13 @@ pub fn launch(spec: &RunSpec, json: Option<&std::path::Path>) -> anyhow::Result<
     let started = Instant::now();
     let reports = if spec.processes == 1 {
         std::thread::scope(|s| {
-            let worker = s.spawn(|| worker::run_process(spec, ctl, 0));
+            let worker = s.spawn(|| {
+                let report = local(ctl);
+                if report.is_err() {
+                    ctl.failed.store(1, Ordering::Release);
+                }
+                report
+            });
             let coordinated = coordinate(spec, ctl, &mut [], expected);
             let report = worker
                 .join()
@@ -286,13 +357,7 @@ pub fn launch(spec: &RunSpec, json: Option<&std::path::Path>) -> anyhow::Result<
     } else {
         run_processes(spec, &ctl_file, expected)?
     };
-    let wall = started.elapsed();
-    let record = RunRecord::from_reports(spec, &reports, wall)?;
-    record.print_table(spec.job.kind_names());
-    if let Some(path) = json {
-        record.append_json(path)?;
-    }
-    Ok(record)
+    Ok((reports, started.elapsed()))
 }
 
 fn run_processes(

@@ -113,6 +113,7 @@ impl RunRecord {
         let phase = match &spec.job {
             super::Job::Ycsb(j) => j.phases().last().map_or("run", |p| p.as_str()),
             super::Job::Replay { .. } => "replay",
+            super::Job::Bench(_) => "run",
         };
         Ok(RunRecord {
             kind: spec.job.kind().into(),

@@ -21,8 +21,9 @@ pub const NAMES_YCSB: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "d
 pub trait Source {
     /// One operation.
     type Op;
-    /// The next operation, `None` at the end.
-    fn next_op(&mut self) -> anyhow::Result<Option<Self::Op>>;
+    /// The next operation, `None` at the end; lent until the next call, so the timed
+    /// loop copies nothing.
+    fn next_op(&mut self) -> anyhow::Result<Option<&Self::Op>>;
     /// Runs `op` on `session`; returns its kind index and outcome.
     fn perform<S: Session>(
         op: &Self::Op,
@@ -59,8 +60,8 @@ impl Source for OpStream {
     type Op = Op;
 
     #[inline]
-    fn next_op(&mut self) -> anyhow::Result<Option<Op>> {
-        Ok(self.try_next()?)
+    fn next_op(&mut self) -> anyhow::Result<Option<&Op>> {
+        Ok(self.next_ref()?)
     }
 
     #[inline]
@@ -94,15 +95,14 @@ impl Source for OpStream {
 
 /// A worker's share of a trace, read into memory before the timed run.
 pub struct TraceShare {
-    requests: std::vec::IntoIter<Request>,
+    requests: Vec<Request>,
+    next: usize,
 }
 
 impl TraceShare {
     /// Replays `requests` in order.
     pub fn new(requests: Vec<Request>) -> Self {
-        Self {
-            requests: requests.into_iter(),
-        }
+        Self { requests, next: 0 }
     }
 }
 
@@ -110,8 +110,10 @@ impl Source for TraceShare {
     type Op = Request;
 
     #[inline]
-    fn next_op(&mut self) -> anyhow::Result<Option<Request>> {
-        Ok(self.requests.next())
+    fn next_op(&mut self) -> anyhow::Result<Option<&Request>> {
+        let request = self.requests.get(self.next);
+        self.next += 1;
+        Ok(request)
     }
 
     #[inline]

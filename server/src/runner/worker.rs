@@ -35,7 +35,10 @@ pub struct ProcessReport {
 
 /// Runs process `process` of `spec`; any failure also raises `failed` in the control block.
 pub fn run_process(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<ProcessReport> {
-    let result = run_target(spec, ctl, process);
+    let result = match &spec.job {
+        Job::Bench(job) => crate::bench::process::worker_process(spec, job, ctl, process),
+        Job::Ycsb(_) | Job::Replay { .. } => run_target(spec, ctl, process),
+    };
     if result.is_err() {
         ctl.failed.store(1, Ordering::Release);
     }
@@ -91,6 +94,7 @@ fn run_sources<T: Target>(
                 .collect();
             run_threads(spec, ctl, process, target, per_thread)
         }
+        Job::Bench(_) => unreachable!("run_process runs benchmarks in crate::bench::process"),
     }
 }
 
@@ -205,7 +209,7 @@ fn run_source<S: Source, X: Session>(
     recorder.start();
     while let Some(op) = source.next_op()? {
         let start = ticks();
-        let (kind, outcome) = S::perform(&op, session, values)?;
+        let (kind, outcome) = S::perform(op, session, values)?;
         let end = ticks();
         recorder.record(kind, end.wrapping_sub(start), outcome == Outcome::Hit);
         done += 1;

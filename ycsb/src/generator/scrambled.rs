@@ -51,7 +51,7 @@ impl ScrambledZipfian {
     ///
     /// The hash is taken as unsigned, which differs from Java only for the one hash value
     /// that Java's `Math.abs` leaves negative.
-    #[inline]
+    #[inline(always)]
     pub fn next_value<R: RngCore + ?Sized>(&mut self, rng: &mut R) -> u64 {
         let rank = self.gen.next_value(rng);
         self.min + self.modulus.reduce(fnvhash64(rank as i64) as u64)

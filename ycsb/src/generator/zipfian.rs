@@ -86,13 +86,13 @@ impl Zipfian {
     }
 
     /// The next item from the construction-time item count.
-    #[inline]
+    #[inline(always)]
     pub fn next_value<R: RngCore + ?Sized>(&mut self, rng: &mut R) -> u64 {
         self.next_long(self.items, rng)
     }
 
     /// The next item from `itemcount` items, extending zeta first if `itemcount` grew.
-    #[inline]
+    #[inline(always)]
     pub fn next_long<R: RngCore + ?Sized>(&mut self, itemcount: u64, rng: &mut R) -> u64 {
         if itemcount > self.count_for_zeta {
             self.grow_to(itemcount);
@@ -106,7 +106,7 @@ impl Zipfian {
             return self.base + 1;
         }
         let tail = itemcount as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha);
-        self.base + tail as u64
+        self.base + to_u64(tail)
     }
 
     /// The zeta currently in use.
@@ -138,6 +138,19 @@ impl Zipfian {
     }
 }
 
+/// `x as u64` (negative and NaN to 0, too large to `u64::MAX`), with the usual case —
+/// `0 <= x < 2^63` — on the one-instruction signed conversion, which gives the same value
+/// there.
+#[inline(always)]
+fn to_u64(x: f64) -> u64 {
+    const TWO_POW_63: f64 = (1u64 << 63) as f64;
+    if (0.0..TWO_POW_63).contains(&x) {
+        x as i64 as u64
+    } else {
+        x as u64
+    }
+}
+
 /// `zeta(n) = sum_{i=0..n} 1 / (i+1)^theta`, from scratch (`zetastatic(n, theta)`).
 pub fn zeta_static(n: u64, theta: f64) -> f64 {
     zeta_incremental(0, n, theta, 0.0)
@@ -160,6 +173,28 @@ mod tests {
 
     fn relative(a: f64, b: f64) -> f64 {
         (a - b).abs() / b.abs()
+    }
+
+    #[test]
+    fn to_u64_is_as() {
+        let edges = [
+            -1.0,
+            -0.0,
+            0.0,
+            0.5,
+            1.0,
+            1e10,
+            9.2e18,
+            9.223_372_036_854_775e18,
+            2f64.powi(63),
+            2f64.powi(64),
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        for x in edges {
+            assert_eq!(to_u64(x), x as u64, "{x}");
+        }
     }
 
     #[test]

@@ -1,0 +1,148 @@
+//! `podkv bench threadtest|xmalloc` on the shared runner, end to end: worker processes
+//! started by the runner's launcher, exact operation counts in one NDJSON record per run,
+//! the record's fields, a heap left empty, and process-local allocators refused across
+//! processes.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn podkv(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_podkv"))
+        .args(args)
+        .output()
+        .expect("podkv runs")
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn threadtest_in_two_processes_counts_every_operation_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("b.ndjson");
+    let (processes, threads, per_worker) = (2u64, 2u64, 5_000u64);
+    let ops = (processes * threads * per_worker).to_string();
+    let stdout = ok(&podkv(&[
+        "bench",
+        "threadtest",
+        "--allocator",
+        "podkv",
+        "--processes",
+        "2",
+        "--threads",
+        "2",
+        "--ops",
+        &ops,
+        "--batch",
+        "500",
+        "--repeat",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]));
+    assert!(stdout.contains("threadtest size=64"), "{stdout}");
+    let records = records(&json);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!(r["ops"].as_u64(), Some(processes * threads * per_worker));
+    assert_eq!(r["processes"].as_u64(), Some(processes));
+    assert_eq!(r["threads"].as_u64(), Some(threads));
+    assert_eq!(r["kind"], "threadtest");
+    assert_eq!(r["allocator"], "podkv");
+    assert_eq!(r["coherence"], "hardware");
+    assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(r["seconds"].as_f64().unwrap() > 0.0);
+    assert!(
+        r["pss_bytes"].as_u64().unwrap() > 0,
+        "PSS summed over processes"
+    );
+    assert!(r["hwcc_bytes"].as_u64().unwrap() > 0);
+    for field in ["size", "page_faults", "repeat", "git_commit"] {
+        assert!(r.get(field).is_some(), "{field} missing: {r}");
+    }
+}
+
+#[test]
+fn xmalloc_across_processes_leaves_the_shared_heap_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap");
+    let heap = heap.to_str().unwrap();
+    let json = dir.path().join("x.ndjson");
+    ok(&podkv(&["heap", "create", heap]));
+    ok(&podkv(&[
+        "bench",
+        "xmalloc",
+        "--allocator",
+        "podkv",
+        "--processes",
+        "2",
+        "--threads",
+        "1",
+        "--ops",
+        "20000",
+        "--repeat",
+        "2",
+        "--heap",
+        heap,
+        "--json",
+        json.to_str().unwrap(),
+    ]));
+    let records = records(&json);
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r["ops"].as_u64() == Some(20_000)));
+    ok(&podkv(&["heap", "check", heap, "--expect-empty"]));
+}
+
+#[test]
+fn baselines_run_in_one_process_and_refuse_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("m.ndjson");
+    let stdout = ok(&podkv(&[
+        "bench",
+        "xmalloc",
+        "--allocator",
+        "podkv,mimalloc,system",
+        "--ops",
+        "20000",
+        "--repeat",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]));
+    assert!(stdout.contains("vs mimalloc"), "{stdout}");
+    let names: Vec<String> = records(&json)
+        .iter()
+        .map(|r| r["allocator"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["podkv", "mimalloc", "system"]);
+    let out = podkv(&[
+        "bench",
+        "threadtest",
+        "--allocator",
+        "mimalloc",
+        "--processes",
+        "2",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("only podkv can run with --processes > 1"),
+        "{err}"
+    );
+}
