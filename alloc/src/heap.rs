@@ -36,14 +36,14 @@ use crate::layout::{
     FormatProblem, Geometry, Layout, COUNT_GLOBAL_LINES, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE,
     SIZE_HEADER,
 };
+use crate::mcas::HeapMcas;
 use crate::offset::Offset;
 use crate::process::{Liveness, SlotLife};
 use crate::slab::{SlabDesc, State, SIZE_DESC};
 use crate::slot::{Owner, Slot, SIZE_SLOT};
 use crate::thread::{Recovered, ThreadHandle};
-use podkv_hw::sync::{AtomicU64, Ordering};
-use crate::mcas::HeapMcas;
 use podkv_hw::mcas::McasKind;
+use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -506,7 +506,13 @@ impl Heap {
 
     /// The mCAS hook's CAS for slot `client` (an `mcas` heap only).
     #[cold]
-    pub(crate) fn mcas_cas(&self, client: u32, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+    pub(crate) fn mcas_cas(
+        &self,
+        client: u32,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
         self.shared
             .mcas
             .as_ref()

@@ -128,7 +128,9 @@ impl Geometry {
         }
         let nmp = word >> 57 & 1 != 0;
         if nmp && coherence != Coherence::Mcas {
-            return Err(FormatProblem::Corrupt("mCAS implementation in a heap without mCAS"));
+            return Err(FormatProblem::Corrupt(
+                "mCAS implementation in a heap without mCAS",
+            ));
         }
         let geometry = Geometry {
             small_slabs_log2: ((word >> 32) & 0x3F) as u32,
@@ -355,6 +357,30 @@ mod tests {
         assert_eq!(l.huge_data % ALIGN_DATA, 0);
         assert_eq!(l.total, l.huge_data + (1 << 40));
         assert_eq!(g.huge_range_shift(), 30, "1 TiB in 1024 ranges of 1 GiB");
+    }
+
+    #[test]
+    fn an_mcas_heap_puts_its_region_between_the_hwcc_words_and_the_slots() {
+        let hardware = geometry();
+        let mcas = Geometry {
+            coherence: Coherence::Mcas,
+            mcas: McasKind::Nmp,
+            ..geometry()
+        };
+        let (h, m) = (hardware.layout(), mcas.layout());
+        assert_eq!(h.mcas_bytes, 0, "other modes keep their layout");
+        assert_eq!(h.slots, h.hwcc_end.next_multiple_of(ALIGN_PAGE));
+        assert_eq!(m.hwcc_end, m.large_remote + 8 * mcas.large_slabs_max());
+        assert_eq!(m.mcas % ALIGN_PAGE, 0);
+        assert!(m.hwcc_end <= m.mcas, "the targets stay apart from the lines");
+        assert_eq!(m.mcas_bytes, region_bytes(mcas.slots() as u32));
+        assert!(m.mcas + m.mcas_bytes <= m.slots);
+        assert_eq!(Geometry::from_word(mcas.to_word()), Ok(mcas));
+        let device = Geometry {
+            mcas: McasKind::Device,
+            ..mcas
+        };
+        assert!(device.validate().is_err());
     }
 
     #[test]

@@ -138,7 +138,10 @@ impl HeapMcas {
         let target = self.target_of(word);
         self.ops.fetch_add(1, Ordering::Relaxed);
         loop {
-            match self.client(client).and_then(|m| m.cas(target, current, new)) {
+            match self
+                .client(client)
+                .and_then(|m| m.cas(target, current, new))
+            {
                 Ok(previous) if previous == current => return Ok(previous),
                 Ok(previous) => return Err(previous),
                 Err(error) => {
@@ -157,10 +160,7 @@ impl HeapMcas {
     pub(crate) fn store(&self, client: u32, word: &AtomicU64, value: u64) {
         let target = self.target_of(word);
         self.ops.fetch_add(1, Ordering::Relaxed);
-        while let Err(error) = self
-            .client(client)
-            .and_then(|m| m.store(target, value))
-        {
+        while let Err(error) = self.client(client).and_then(|m| m.store(target, value)) {
             self.settle(error, target);
         }
     }

@@ -83,7 +83,11 @@ fn processes_share_a_fresh_mcas_heap_of_each_impl_and_it_checks_clean() {
             assert!(said.contains("mCAS requests"), "{kind}: child ran:\n{said}");
         }
         let heap = Heap::open(&path, &config(Coherence::Hardware, McasKind::FlushCas)).unwrap();
-        assert_eq!(heap.geometry().coherence, Coherence::Mcas, "the header decides");
+        assert_eq!(
+            heap.geometry().coherence,
+            Coherence::Mcas,
+            "the header decides"
+        );
         assert_eq!(heap.mcas_kind(), Some(kind));
         let (_, corrupt) = stress::drain(&heap);
         assert_eq!(corrupt, 0);
@@ -128,7 +132,11 @@ fn grow_remote_free_and_global_push_pop_go_through_mcas_and_hardware_sends_none(
             }
             drop(freer); // flushes its batch of remote frees onto the slab's remote word
         });
-        assert_eq!(remote > 0, mcas, "{coherence}/{kind}: remote frees sent {remote}");
+        assert_eq!(
+            remote > 0,
+            mcas,
+            "{coherence}/{kind}: remote frees sent {remote}"
+        );
         let push = ops_during(&heap, || drop(owner)); // empty slabs go to the global lists
         assert_eq!(push > 0, mcas, "{coherence}/{kind}: pushes sent {push}");
         let len = heap.len(heap.slab_heap(podkv_alloc::Kind::Small));
