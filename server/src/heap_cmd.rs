@@ -344,8 +344,9 @@ fn print_geometry(heap: &Heap) {
     println!("coherence   {}", g.coherence.name());
     if let Some(kind) = heap.mcas_kind() {
         println!(
-            "mcas        {kind}: targets {:#x}..{:#x}, lines at {:#x} ({} B)",
-            l.hwcc, l.hwcc_end, l.mcas, l.mcas_bytes
+            "mcas        {kind}: targets {:#x}..{:#x}, lines at offset {} ({} B; \
+             `podkv mcas-nmp --heap PATH --offset {}` serves them)",
+            l.hwcc, l.hwcc_end, l.mcas, l.mcas_bytes, l.mcas
         );
     }
     println!("liveness    {}", g.liveness.name());
