@@ -5,10 +5,13 @@
 use podkv_alloc::layout::Geometry;
 use podkv_alloc::stress::{self, StressReport};
 use podkv_alloc::{Config, Heap, Offset};
-use podkv_hw::mcas::McasKind;
+use podkv_hw::mcas::processor::{is_beating, TAKEOVER_AFTER};
+use podkv_hw::mcas::{McasKind, Processor, RegionFile};
 use podkv_hw::Coherence;
 use std::alloc::Layout;
 use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 const ENV_ROLE: &str = "PODKV_MCAS_CHILD";
 const COUNT_PROCESSES: u64 = 3;
@@ -174,4 +177,69 @@ fn the_header_records_the_impl_and_refuses_it_outside_mcas() {
     };
     let err = Heap::open(dir.path().join("device"), &device).unwrap_err();
     assert!(err.to_string().contains("not available"), "{err}");
+}
+
+const ENV_PROCESSOR: &str = "PODKV_MCAS_PROCESSOR";
+
+/// The child: serves the heap's mCAS region as its own process until killed.
+#[test]
+fn nmp_processor_child() {
+    let Ok(spec) = std::env::var(ENV_PROCESSOR) else {
+        return;
+    };
+    let (path, offset) = spec.split_once('|').unwrap();
+    let file = RegionFile::open_at(path.as_ref(), offset.parse().unwrap()).unwrap();
+    let processor = Processor::claim(file.region(), TAKEOVER_AFTER).unwrap();
+    processor.run(&AtomicBool::new(false));
+}
+
+#[test]
+fn a_killed_processor_process_is_replaced_and_the_heap_works_on() {
+    if std::env::var(ENV_PROCESSOR).is_ok() || std::env::var(ENV_ROLE).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let config = config(Coherence::Mcas, McasKind::Nmp);
+    let offset = Heap::open(&path, &config).unwrap().layout().mcas; // closed: its processor stops
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "nmp_processor_child", "--test-threads=1"])
+        .env(ENV_PROCESSOR, format!("{}|{offset}", path.display()))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let region = RegionFile::open_at(&path, offset).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !is_beating(region.region(), Duration::from_millis(50)) {
+        assert!(
+            Instant::now() < deadline,
+            "the processor child never served"
+        );
+    }
+    let heap = Heap::open(&path, &config).unwrap(); // finds the child serving: starts none
+    let t = heap.thread().unwrap();
+    let first: Vec<Offset> = (0..100).map(|_| t.allocate(small(4096)).unwrap()).collect();
+    assert!(heap.mcas_ops() > 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Requests now find the processor dead (an error from podkv_hw::mcas, after its heartbeat
+    // timeout); the heap starts a processor on a thread here and carries on.
+    let started = Instant::now();
+    let more: Vec<Offset> = (0..2000)
+        .map(|_| t.allocate(small(4096)).unwrap())
+        .collect();
+    let other = heap.thread().unwrap();
+    for block in first.into_iter().chain(more) {
+        other.free(block);
+    }
+    drop((t, other));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took over in {:?}",
+        started.elapsed()
+    );
+    assert!(is_beating(region.region(), Duration::from_secs(1)));
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.live_blocks(), 0);
 }
