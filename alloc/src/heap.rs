@@ -11,6 +11,8 @@
 //!    huge data range (`file.rs`);
 //! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
 //!    hazard record and join the SIGSEGV handler's registry (`huge/`, `fault.rs`).
+//! 6. in an `mcas` heap, back and open (formatting if fresh) the mCAS region, and for `nmp`
+//!    start a processor thread if none is alive (`mcas.rs`).
 //!
 //! # Why the slab heaps are mapped eagerly
 //! The small and large heaps only grow: a slab's file pages are backed before `len` says it
