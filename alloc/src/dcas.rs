@@ -57,14 +57,32 @@ pub const fn pack(payload: u32, tag: Tag) -> u64 {
     payload as u64 | (tag.tid as u64) << 32 | (tag.ver as u64) << 48
 }
 
-/// The writer side of detectable CAS: who writes, and how it acknowledges the word's previous
-/// writer before replacing it.
+/// The writer side of detectable CAS: who writes, how it acknowledges the word's previous
+/// writer before replacing it, and how it changes a multi-writer word.
+///
+/// [`Writer::cas_word`] and [`Writer::store_word`] are the one hook every change of a
+/// multi-writer word (global list heads, heap lengths, remote words) goes through. By default
+/// they are CPU atomics, right wherever the word is hardware coherent (`hardware` and `limited`
+/// heaps, and tests); a thread of an `mcas` heap overrides them with memory-side CAS.
 pub trait Writer {
     /// This writer's tag for the operation under way.
     fn tag(&self) -> Tag;
     /// Acknowledges `previous` (the last writer of a word about to be replaced): called only
     /// when it is another thread.
     fn acknowledge(&self, previous: Tag);
+
+    /// Replaces `word` by `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
+    #[inline]
+    fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
+    /// Writes `value` to `word`, which no other thread may change concurrently by contract of
+    /// the caller, ordered after every earlier change of it.
+    #[inline]
+    fn store_word(&self, word: &AtomicU64, value: u64) {
+        word.store(value, Ordering::Release);
+    }
 }
 
 /// One detectable CAS attempt: replaces `current` (as loaded) with `new_payload` tagged by
@@ -81,12 +99,7 @@ pub fn cas(
     if previous.tid != 0 && previous.tid != me.tid {
         writer.acknowledge(previous);
     }
-    word.compare_exchange(
-        current,
-        pack(new_payload, me),
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    )
+    writer.cas_word(word, current, pack(new_payload, me))
 }
 
 /// A writer with no recovery log: tags words (keeping the ABA protection) but acknowledges

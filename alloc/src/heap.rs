@@ -11,6 +11,8 @@
 //!    huge data range (`file.rs`);
 //! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
 //!    hazard record and join the SIGSEGV handler's registry (`huge/`, `fault.rs`).
+//! 6. in an `mcas` heap, back and open (formatting if fresh) the mCAS region, and for `nmp`
+//!    start a processor thread if none is alive (`mcas.rs`).
 //!
 //! # Why the slab heaps are mapped eagerly
 //! The small and large heaps only grow: a slab's file pages are backed before `len` says it
@@ -36,11 +38,13 @@ use crate::layout::{
     FormatProblem, Geometry, Layout, COUNT_GLOBAL_LINES, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE,
     SIZE_HEADER,
 };
+use crate::mcas::HeapMcas;
 use crate::offset::Offset;
 use crate::process::{Liveness, SlotLife};
 use crate::slab::{SlabDesc, State, SIZE_DESC};
 use crate::slot::{Owner, Slot, SIZE_SLOT};
 use crate::thread::{Recovered, ThreadHandle};
+use podkv_hw::mcas::McasKind;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::path::{Path, PathBuf};
@@ -78,6 +82,9 @@ pub struct Config {
     pub huge_bytes: u64,
     /// How this process backs the huge blocks it allocates.
     pub huge_backing: HugeBacking,
+    /// The mCAS implementation of a fresh `mcas` heap: `flush-cas` (the default) or `nmp`.
+    /// Ignored (left `flush-cas`) in other modes.
+    pub mcas: McasKind,
 }
 
 impl Default for Config {
@@ -92,6 +99,7 @@ impl Default for Config {
             recoverable: true,
             huge_bytes: 1 << 40,
             huge_backing: HugeBacking::Reserve,
+            mcas: McasKind::FlushCas,
         }
     }
 }
@@ -111,17 +119,15 @@ impl Config {
             } else {
                 log2(self.huge_bytes)
             },
+            mcas: if self.coherence == Coherence::Mcas {
+                self.mcas
+            } else {
+                McasKind::FlushCas
+            },
         };
         geometry
             .validate()
             .map_err(|why| HeapError::Config(why.to_owned()))?;
-        if self.coherence == Coherence::Mcas {
-            return Err(HeapError::Config(
-                "coherence mode mcas: this allocator does not yet change its multi-writer words \
-                 through memory-side CAS (podkv_hw::mcas exists; hardware and limited heaps work)"
-                    .to_owned(),
-            ));
-        }
         Ok(geometry)
     }
 }
@@ -248,6 +254,9 @@ pub(crate) struct Shared {
     /// First field: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
     /// mapping below still stands.
     pub(crate) huge: Option<HugeProcess>,
+    /// An `mcas` heap's region and processor: dropped (stopping a processor this process
+    /// runs) while the mapping below still stands.
+    pub(crate) mcas: Option<HeapMcas>,
     pub(crate) mapping: Mapping,
     pub(crate) file: HeapFile,
     pub(crate) geometry: Geometry,
@@ -298,7 +307,16 @@ impl Heap {
         refuse_truncated(&file, &geometry, &layout)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
+        file.back(layout.mcas, layout.mcas_bytes)?;
         let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
+        let mcas = if geometry.coherence == Coherence::Mcas {
+            // SAFETY: the mapping covers `0..huge_data` with the HWcc globals and the mCAS
+            // lines backed (above; remote words are backed before `len` names their slabs),
+            // and `Shared` drops `mcas` before `mapping`.
+            Some(unsafe { HeapMcas::open(mapping.base(), &geometry, &layout)? })
+        } else {
+            None
+        };
         let me = crate::process::me();
         let huge = open_huge(
             &file,
@@ -316,6 +334,7 @@ impl Heap {
         Ok(Heap {
             shared: Arc::new(Shared {
                 huge,
+                mcas,
                 mapping,
                 file,
                 geometry,
@@ -557,15 +576,54 @@ impl Heap {
         self.word(heap.warm_at)
     }
 
+    /// The mCAS implementation of an `mcas` heap (`None` in other modes).
+    pub fn mcas_kind(&self) -> Option<McasKind> {
+        self.shared.mcas.as_ref().map(HeapMcas::kind)
+    }
+
+    /// mCAS operations (CAS and store on multi-writer words) this process has sent to an
+    /// `mcas` heap's region; zero in other modes, where no change goes through mCAS.
+    pub fn mcas_ops(&self) -> u64 {
+        self.shared.mcas.as_ref().map_or(0, HeapMcas::ops)
+    }
+
+    /// The mCAS hook's CAS for slot `client` (an `mcas` heap only).
+    #[cold]
+    pub(crate) fn mcas_cas(
+        &self,
+        client: u32,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
+        self.shared
+            .mcas
+            .as_ref()
+            .expect("an mcas heap has its region")
+            .cas(client, word, current, new)
+    }
+
+    /// The mCAS hook's store for slot `client` (an `mcas` heap only).
+    #[cold]
+    pub(crate) fn mcas_store(&self, client: u32, word: &AtomicU64, value: u64) {
+        self.shared
+            .mcas
+            .as_ref()
+            .expect("an mcas heap has its region")
+            .store(client, word, value)
+    }
+
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
-    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap.
+    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap, plus an
+    /// `mcas` heap's region lines (uncachable too).
     pub fn hwcc_bytes(&self) -> u64 {
         let huge = if self.shared.huge.is_some() {
             8 * crate::layout::COUNT_HUGE_RANGES
         } else {
             0
         };
-        huge + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
+        huge + self.shared.layout.mcas_bytes
+            + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
             + Kind::ALL
                 .iter()
                 .map(|&k| 8 * u64::from(self.len(self.slab_heap(k))))

@@ -6,6 +6,10 @@
 //! hwcc         HWcc         globals: len, cold and warm free list heads    (one line each)
 //!                            per slab heap,
 //!                            then one 8 B remote-free word per slab         (remote.rs)
+//! mcas         mCAS lines   `mcas` heaps only: the mCAS region's header,    (mcas.rs)
+//!                            liveness and journal lines, then one request
+//!                            (spwr) and one response (sprd) line per thread
+//!                            slot; its targets are the HWcc region above
 //! slots        thread slots COUNT_SLOTS × 2 KiB                             (slot.rs)
 //! small_desc   SWcc descs   one 576 B descriptor per small slab            (slab.rs)
 //! large_desc   SWcc descs   one 576 B descriptor per large slab
@@ -35,6 +39,8 @@ use crate::huge::SIZE_HUGE_LOCAL;
 use crate::process::Liveness;
 use crate::slab::SIZE_DESC;
 use crate::slot::SIZE_SLOT;
+use podkv_hw::mcas::region::region_bytes;
+use podkv_hw::mcas::McasKind;
 use podkv_hw::Coherence;
 
 /// The header's size.
@@ -68,6 +74,9 @@ pub struct Geometry {
     pub liveness: Liveness,
     /// log2 of the huge heap's address space, zero for a heap without a huge heap.
     pub huge_log2: u32,
+    /// Which mCAS implementation an `mcas` heap uses (`flush-cas` or `nmp`); `flush-cas` for
+    /// every other mode, where nothing uses it.
+    pub mcas: McasKind,
 }
 
 /// Ranges in the huge heap's reservation array: each one `2^huge_log2 / COUNT_HUGE_RANGES`
@@ -100,6 +109,7 @@ impl Geometry {
             | self.coherence.to_bits() << 48
             | u64::from(self.liveness == Liveness::Lease) << 50
             | u64::from(self.huge_log2) << 51
+            | u64::from(self.mcas == McasKind::Nmp) << 57
     }
 
     /// Reads a format word back, refusing foreign, other-version and impossible ones.
@@ -113,8 +123,14 @@ impl Geometry {
         }
         let coherence = Coherence::from_bits((word >> 48) & 0x3)
             .ok_or(FormatProblem::Corrupt("coherence mode"))?;
-        if word >> 57 != 0 {
+        if word >> 58 != 0 {
             return Err(FormatProblem::Corrupt("reserved format bits set"));
+        }
+        let nmp = word >> 57 & 1 != 0;
+        if nmp && coherence != Coherence::Mcas {
+            return Err(FormatProblem::Corrupt(
+                "mCAS implementation in a heap without mCAS",
+            ));
         }
         let geometry = Geometry {
             small_slabs_log2: ((word >> 32) & 0x3F) as u32,
@@ -127,6 +143,11 @@ impl Geometry {
                 Liveness::Process
             },
             huge_log2: ((word >> 51) & 0x3F) as u32,
+            mcas: if nmp {
+                McasKind::Nmp
+            } else {
+                McasKind::FlushCas
+            },
         };
         geometry.validate().map_err(FormatProblem::Corrupt)?;
         Ok(geometry)
@@ -142,6 +163,12 @@ impl Geometry {
         }
         if self.huge_log2 != 0 && !(HUGE_LOG2_MIN..=HUGE_LOG2_MAX).contains(&self.huge_log2) {
             return Err("huge heap outside 2 GiB to 16 TiB");
+        }
+        if self.mcas == McasKind::Device {
+            return Err("mCAS device not available on this machine (use flush-cas or nmp)");
+        }
+        if self.mcas != McasKind::FlushCas && self.coherence != Coherence::Mcas {
+            return Err("an mCAS implementation only applies to coherence mode mcas");
         }
         if self.layout().total > SIZE_RESERVATION_MAX.min(crate::recovery::OFFSET_MAX) {
             return Err("heap larger than 32 TiB of address space");
@@ -185,7 +212,14 @@ impl Geometry {
         let hwcc = SIZE_HEADER;
         let small_remote = hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE;
         let large_remote = small_remote + 8 * small;
-        let slots = (large_remote + 8 * large).next_multiple_of(ALIGN_PAGE);
+        let hwcc_end = large_remote + 8 * large;
+        let mcas = hwcc_end.next_multiple_of(ALIGN_PAGE);
+        let mcas_bytes = if self.coherence == Coherence::Mcas {
+            region_bytes(self.slots() as u32)
+        } else {
+            0
+        };
+        let slots = (mcas + mcas_bytes).next_multiple_of(ALIGN_PAGE);
         let small_desc = slots + SIZE_SLOT as u64 * self.slots();
         let large_desc = small_desc + SIZE_DESC as u64 * small;
         let small_data = (large_desc + SIZE_DESC as u64 * large).next_multiple_of(ALIGN_DATA);
@@ -200,6 +234,9 @@ impl Geometry {
             hwcc,
             small_remote,
             large_remote,
+            hwcc_end,
+            mcas,
+            mcas_bytes,
             slots,
             small_desc,
             large_desc,
@@ -223,6 +260,14 @@ pub struct Layout {
     pub small_remote: u64,
     /// Large slabs' remote-free words.
     pub large_remote: u64,
+    /// End of the HWcc region (`hwcc..hwcc_end`: every multi-writer word of the slab heaps,
+    /// the mCAS targets of an `mcas` heap).
+    pub hwcc_end: u64,
+    /// The mCAS region's lines (header, liveness, journal, spwr and sprd per thread slot),
+    /// page aligned after the HWcc region; `mcas_bytes` is zero unless the heap is `mcas`.
+    pub mcas: u64,
+    /// Bytes of the mCAS region's lines.
+    pub mcas_bytes: u64,
     /// Thread slots.
     pub slots: u64,
     /// Small slabs' SWcc descriptors.
@@ -257,6 +302,7 @@ mod tests {
             coherence: Coherence::Hardware,
             liveness: Liveness::Process,
             huge_log2: 40,
+            mcas: McasKind::FlushCas,
         }
     }
 
@@ -311,6 +357,33 @@ mod tests {
         assert_eq!(l.huge_data % ALIGN_DATA, 0);
         assert_eq!(l.total, l.huge_data + (1 << 40));
         assert_eq!(g.huge_range_shift(), 30, "1 TiB in 1024 ranges of 1 GiB");
+    }
+
+    #[test]
+    fn an_mcas_heap_puts_its_region_between_the_hwcc_words_and_the_slots() {
+        let hardware = geometry();
+        let mcas = Geometry {
+            coherence: Coherence::Mcas,
+            mcas: McasKind::Nmp,
+            ..geometry()
+        };
+        let (h, m) = (hardware.layout(), mcas.layout());
+        assert_eq!(h.mcas_bytes, 0, "other modes keep their layout");
+        assert_eq!(h.slots, h.hwcc_end.next_multiple_of(ALIGN_PAGE));
+        assert_eq!(m.hwcc_end, m.large_remote + 8 * mcas.large_slabs_max());
+        assert_eq!(m.mcas % ALIGN_PAGE, 0);
+        assert!(
+            m.hwcc_end <= m.mcas,
+            "the targets stay apart from the lines"
+        );
+        assert_eq!(m.mcas_bytes, region_bytes(mcas.slots() as u32));
+        assert!(m.mcas + m.mcas_bytes <= m.slots);
+        assert_eq!(Geometry::from_word(mcas.to_word()), Ok(mcas));
+        let device = Geometry {
+            mcas: McasKind::Device,
+            ..mcas
+        };
+        assert!(device.validate().is_err());
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub mod heap;
 pub mod huge;
 #[cfg(not(podkv_loom))]
 pub mod layout;
+#[cfg(not(podkv_loom))]
+mod mcas;
 pub mod offset;
 #[cfg(not(podkv_loom))]
 pub mod pending;

@@ -105,7 +105,7 @@ pub fn reset(word: &AtomicU64, capacity: u32, writer: &impl Writer) {
     if previous.tid != 0 && previous.tid != me.tid {
         writer.acknowledge(previous);
     }
-    word.store(dcas::pack(capacity, me), Ordering::Release);
+    writer.store_word(word, dcas::pack(capacity, me));
 }
 
 /// The owner filled the slab (no free bit): from now on the last free takes it. Returns the

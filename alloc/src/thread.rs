@@ -940,6 +940,25 @@ impl Writer for ThreadHandle {
             let _ = word.compare_exchange(cur, cur | ACK, AcqRel, Relaxed);
         }
     }
+
+    /// CPU CAS, or in an `mcas` heap memory-side CAS (one predictable branch on a field of
+    /// the handle; the mCAS path is out of line).
+    #[inline]
+    fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        if self.coherence == podkv_hw::Coherence::Mcas {
+            return self.heap.mcas_cas(self.slot_index, word, current, new);
+        }
+        word.compare_exchange(current, new, AcqRel, Acquire)
+    }
+
+    /// A plain release store, or in an `mcas` heap an mCAS store.
+    #[inline]
+    fn store_word(&self, word: &AtomicU64, value: u64) {
+        if self.coherence == podkv_hw::Coherence::Mcas {
+            return self.heap.mcas_store(self.slot_index, word, value);
+        }
+        word.store(value, podkv_hw::sync::Ordering::Release);
+    }
 }
 
 impl Drop for ThreadHandle {

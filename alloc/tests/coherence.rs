@@ -118,12 +118,23 @@ fn giving_slabs_back_writes_them_back_and_taking_one_invalidates_it() {
 }
 
 #[test]
-fn mcas_heaps_are_refused_with_a_reason() {
+fn mcas_heaps_follow_the_swcc_protocol_too() {
+    // No coherence at all: descriptors move by the same write-backs as in `limited`, and the
+    // fast paths still flush nothing (the multi-writer words go through mCAS: tests/mcas.rs).
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        coherence: Coherence::Mcas,
-        ..Config::default()
-    };
-    let err = Heap::open(dir.path().join("heap"), &config).unwrap_err();
-    assert!(err.to_string().contains("memory-side CAS"), "{err}");
+    let heap = heap(&dir, Coherence::Mcas);
+    let t = heap.thread().unwrap();
+    let c = during(|| {
+        t.allocate(layout(BIG)).unwrap();
+    });
+    assert!(c.lines_written_back > 0, "sizing: {c:?}");
+    let warm = t.allocate(layout(64)).unwrap();
+    let c = during(|| {
+        for _ in 0..1000 {
+            let off = t.allocate(layout(64)).unwrap();
+            t.free(off);
+        }
+    });
+    assert_eq!(c, Counts::default(), "fast paths: {c:?}");
+    t.free(warm);
 }

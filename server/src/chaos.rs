@@ -83,6 +83,13 @@ pub struct ChaosArgs {
     /// How long a killed process's slots stay unrecovered while the others work on, in ms.
     #[arg(long, default_value_t = 2)]
     pub dead_ms: u64,
+    /// Coherence mode of the fresh heap: `hardware`, `limited` or `mcas`.
+    #[arg(long, default_value = "hardware")]
+    pub coherence: podkv_hw::Coherence,
+    /// With `--coherence mcas`: `flush-cas` or `nmp` (the coordinator, never killed, runs
+    /// the processor).
+    #[arg(long, default_value = "flush-cas")]
+    pub mcas_impl: podkv_hw::mcas::McasKind,
 }
 
 /// The shared record file.
@@ -186,7 +193,12 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
         "--processes must be 2..={WORKERS_MAX}"
     );
     let _ = std::fs::remove_file(&args.path);
-    let heap = Heap::open(&args.path, &config())?;
+    let fresh = Config {
+        coherence: args.coherence,
+        mcas: args.mcas_impl,
+        ..config()
+    };
+    let heap = Heap::open(&args.path, &fresh)?;
     let record = Record::open(&record_path(&args.path), true)?;
     let exe = std::env::current_exe()?;
     let spawn = |w: u32, seed: u64| -> anyhow::Result<Child> {

@@ -108,10 +108,15 @@ pub struct GeometryArgs {
     #[arg(long, default_value = "process")]
     pub liveness: podkv_alloc::Liveness,
     /// Coherence across hosts: `hardware` (all memory coherent), `limited` (only the HWcc
-    /// region; descriptors follow the SWcc protocol). `mcas` is refused until the allocator
-    /// routes its multi-writer words through memory-side CAS.
+    /// region; descriptors follow the SWcc protocol), `mcas` (nothing coherent: every
+    /// multi-writer word changes by memory-side CAS, in its own region).
     #[arg(long, default_value = "hardware")]
     pub coherence: podkv_hw::Coherence,
+    /// With `--coherence mcas`: the mCAS implementation, `flush-cas` (evict the line, then
+    /// CPU CAS) or `nmp` (a software near-memory processor, started as a thread by whichever
+    /// process opens the heap and finds none alive). Recorded in the heap's header.
+    #[arg(long, default_value = "flush-cas")]
+    pub mcas_impl: podkv_hw::mcas::McasKind,
     /// Address space of the huge heap (blocks over 512 KiB), 2GiB to 16TiB; 0: none.
     #[arg(long, default_value = "1TiB", value_parser = parse_bytes)]
     pub huge_bytes: u64,
@@ -152,6 +157,7 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
                 liveness: geometry.liveness,
                 coherence: geometry.coherence,
                 huge_bytes: geometry.huge_bytes,
+                mcas: geometry.mcas_impl,
                 ..Config::default()
             };
             let heap = Heap::open(path, &config)?;
@@ -336,6 +342,13 @@ fn print_geometry(heap: &Heap) {
     let l = heap.layout();
     println!("heap        {}", heap.path().display());
     println!("coherence   {}", g.coherence.name());
+    if let Some(kind) = heap.mcas_kind() {
+        println!(
+            "mcas        {kind}: targets {:#x}..{:#x}, lines at offset {} ({} B; \
+             `podkv mcas-nmp --heap PATH --offset {}` serves them)",
+            l.hwcc, l.hwcc_end, l.mcas, l.mcas_bytes, l.mcas
+        );
+    }
     println!("liveness    {}", g.liveness.name());
     println!("slots       {}", g.slots());
     for kind in Kind::ALL {
@@ -471,6 +484,7 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
     serde_json::json!({
         "path": heap.path(),
         "coherence": heap.geometry().coherence.name(),
+        "mcas_impl": heap.mcas_kind().map(|kind| kind.name()),
         "liveness": heap.geometry().liveness.name(),
         "dead_slots": report.claimed_slots.iter().filter(|s| !s.alive).map(|s| serde_json::json!({"slot": s.index, "pid": s.pid, "step": s.step})).collect::<Vec<_>>(),
         "slots": heap.geometry().slots(),

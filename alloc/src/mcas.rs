@@ -1,0 +1,181 @@
+//! An `mcas` heap's memory-side CAS (CXLALLOC §4): its region in the heap file, the
+//! implementation that serves it, and the hook through which a thread changes a multi-writer
+//! word.
+//!
+//! # Placement
+//! The targets are the heap's HWcc region (`Layout::hwcc .. Layout::hwcc_end`): the global
+//! lines (both lengths, the cold and warm list heads) and every slab's remote word, and nothing
+//! else lives there. The region's own lines (header, liveness, journal, one `spwr` and one
+//! `sprd` line per thread slot) follow at `Layout::mcas`, page aligned. Both are fixed by the
+//! geometry. The region's header is deterministic too, so every opener of a fresh zero-filled
+//! file may write it (identical bytes, magic last): any number of processes can open at once.
+//!
+//! # Implementations
+//! The header's format word records which one serves the heap (`Geometry::mcas`):
+//! `flush-cas` (evict the line, then CPU CAS; stateless) or `nmp` (the software near-memory
+//! processor: a thread of whichever process finds none alive, started at open and again
+//! whenever a request finds the processor dead or gone). Thread slot `i` is client `i`.
+//!
+//! # A dead processor
+//! A request that finds no processor, or one whose heartbeat stopped, comes back as an error
+//! from `podkv_hw::mcas` (never a hang). The hook then makes sure a processor serves the region
+//! (starting one here if needed) and settles the request: a word that now holds exactly what
+//! the request would have written (its writer tag and version make it unique) means the
+//! request took effect; otherwise it is sent again. A request that took effect and was
+//! overwritten by another thread before the check is the one case this cannot tell apart; it
+//! needs the processor to die during that very request.
+
+use crate::error::HeapError;
+use crate::layout::{Geometry, Layout};
+use podkv_hw::mcas::{
+    ensure_processor, Liveness, Mcas, McasError, McasKind, NmpOptions, ProcessorHandle, Region,
+    Start, Window,
+};
+use podkv_hw::sync::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// One process's view of an `mcas` heap's region.
+pub(crate) struct HeapMcas {
+    kind: McasKind,
+    region: Region,
+    options: NmpOptions,
+    /// Address of heap offset zero in this process: a word's target is its offset from here.
+    base: usize,
+    /// The processor this process started (`nmp`): stopped, its pending requests answered,
+    /// when the heap closes (the field drops before the mapping does).
+    processor: Mutex<Option<ProcessorHandle>>,
+    /// mCAS operations this process sent (cas and store), for tests and reports.
+    ops: AtomicU64,
+}
+
+impl HeapMcas {
+    /// Opens (formatting if fresh) the region of the heap mapped at `base`, and for `nmp`
+    /// makes sure a processor serves it.
+    ///
+    /// # Safety
+    /// `base .. base + layout.huge_data` is the heap's mapping, backed over the HWcc region
+    /// and the mCAS lines, and stays mapped while the returned value lives.
+    pub(crate) unsafe fn open(
+        base: *mut u8,
+        geometry: &Geometry,
+        layout: &Layout,
+    ) -> Result<HeapMcas, HeapError> {
+        let bad = |e: McasError| HeapError::Config(format!("mCAS region: {e}"));
+        // SAFETY: the caller's contract; every access to the region's words is atomic.
+        let window = unsafe { Window::new(base, layout.huge_data as usize, None) };
+        let clients = geometry.slots() as u32;
+        let targets = layout.hwcc..layout.hwcc_end;
+        let fresh = window
+            .word(layout.mcas)
+            .is_some_and(|magic| magic.load(Ordering::Acquire) == 0);
+        let region = if fresh {
+            Region::format(window, layout.mcas, clients, targets.clone()).map_err(bad)?
+        } else {
+            Region::open(window, layout.mcas).map_err(bad)?
+        };
+        if region.count_clients() != clients || region.targets() != targets {
+            return Err(HeapError::Config(format!(
+                "mCAS region serves {} clients on {:?}; the geometry says {clients} on {targets:?}",
+                region.count_clients(),
+                region.targets()
+            )));
+        }
+        let mcas = HeapMcas {
+            kind: geometry.mcas,
+            region,
+            options: NmpOptions::default(),
+            base: base as usize,
+            processor: Mutex::new(None),
+            ops: AtomicU64::new(0),
+        };
+        if mcas.kind == McasKind::Nmp {
+            mcas.ensure_processor().map_err(bad)?;
+        }
+        Ok(mcas)
+    }
+
+    /// The implementation serving the heap.
+    pub(crate) fn kind(&self) -> McasKind {
+        self.kind
+    }
+
+    /// mCAS operations this process has sent.
+    pub(crate) fn ops(&self) -> u64 {
+        self.ops.load(Ordering::Relaxed)
+    }
+
+    /// Starts a processor on a thread of this process unless a live one serves the region.
+    fn ensure_processor(&self) -> Result<(), McasError> {
+        let mut held = self.processor.lock().unwrap_or_else(|e| e.into_inner());
+        if let Liveness::StartedThread(handle) =
+            ensure_processor(&self.region, Start::Thread, self.options.timeout)?
+        {
+            *held = Some(handle);
+        }
+        Ok(())
+    }
+
+    fn target_of(&self, word: &AtomicU64) -> u64 {
+        (word as *const AtomicU64 as usize).wrapping_sub(self.base) as u64
+    }
+
+    /// Thread slot `client`'s handle on the region: stateless for `flush-cas`; for `nmp` it
+    /// reads the slot's request line afresh, so a slot's line passes between owners (and
+    /// processes) with no state kept here.
+    fn client(&self, client: u32) -> Result<Mcas, McasError> {
+        Mcas::open(self.kind, &self.region, client, self.options)
+    }
+
+    /// The CAS of [`crate::dcas::Writer::cas_word`], by mCAS on behalf of slot `client`.
+    #[cold]
+    pub(crate) fn cas(
+        &self,
+        client: u32,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
+        let target = self.target_of(word);
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        loop {
+            match self
+                .client(client)
+                .and_then(|m| m.cas(target, current, new))
+            {
+                Ok(previous) if previous == current => return Ok(previous),
+                Ok(previous) => return Err(previous),
+                Err(error) => {
+                    self.settle(error, target);
+                    if word.load(Ordering::Acquire) == new {
+                        return Ok(current);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The store of [`crate::dcas::Writer::store_word`], by mCAS on behalf of slot `client`.
+    /// A store is idempotent, so a request whose outcome is unknown is simply sent again.
+    #[cold]
+    pub(crate) fn store(&self, client: u32, word: &AtomicU64, value: u64) {
+        let target = self.target_of(word);
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        while let Err(error) = self.client(client).and_then(|m| m.store(target, value)) {
+            self.settle(error, target);
+        }
+    }
+
+    /// After a failed request: a processor serves the region again when this returns. Errors
+    /// that no retry can cure are bugs of the caller (a word outside the HWcc region) or a
+    /// region that stopped being one, and panic with the reason.
+    fn settle(&self, error: McasError, target: u64) {
+        match error {
+            McasError::ProcessorDead(_) | McasError::NoProcessor | McasError::OutcomeUnknown => {
+                if let Err(why) = self.ensure_processor() {
+                    panic!("podkv: no mCAS processor can serve the heap: {why}");
+                }
+            }
+            other => panic!("podkv: mCAS on heap offset {target} failed: {other}"),
+        }
+    }
+}

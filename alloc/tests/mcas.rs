@@ -1,0 +1,245 @@
+//! `mcas` heaps (CXLALLOC §4): every change of a multi-writer word goes through memory-side
+//! CAS, with each implementation (`flush-cas`, `nmp`), from separate OS processes that open one
+//! fresh zero-length file at once; a `hardware` heap sends none.
+
+use podkv_alloc::layout::Geometry;
+use podkv_alloc::stress::{self, StressReport};
+use podkv_alloc::{Config, Heap, Offset};
+use podkv_hw::mcas::processor::{is_beating, TAKEOVER_AFTER};
+use podkv_hw::mcas::{McasKind, Processor, RegionFile};
+use podkv_hw::Coherence;
+use std::alloc::Layout;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+const ENV_ROLE: &str = "PODKV_MCAS_CHILD";
+const COUNT_PROCESSES: u64 = 3;
+const IMPLS: [McasKind; 2] = [McasKind::FlushCas, McasKind::Nmp];
+
+fn config(coherence: Coherence, mcas: McasKind) -> Config {
+    Config {
+        small_bytes: 1 << 30,
+        large_bytes: 4 << 30,
+        slots: 64,
+        coherence,
+        mcas,
+        ..Config::default()
+    }
+}
+
+/// The child: opens the shared heap (whose header decides its mode) and stresses it with two
+/// threads; prints how many mCAS requests this process sent.
+#[test]
+fn mcas_child() {
+    let Ok(spec) = std::env::var(ENV_ROLE) else {
+        return;
+    };
+    let mut parts = spec.split('|');
+    let (path, index, kind) = (
+        parts.next().unwrap(),
+        parts.next().unwrap().parse::<u64>().unwrap(),
+        parts.next().unwrap().parse::<McasKind>().unwrap(),
+    );
+    let heap = Heap::open(path, &config(Coherence::Mcas, kind)).expect("child opens the heap");
+    assert_eq!(heap.mcas_kind(), Some(kind));
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let heap = heap.clone();
+            std::thread::spawn(move || stress::worker(&heap, index * 10 + t, 5_000))
+        })
+        .collect();
+    for thread in threads {
+        let report: StressReport = thread.join().unwrap();
+        assert_eq!(report.corrupt, 0, "child {index}: {report:?}");
+    }
+    assert!(heap.mcas_ops() > 0, "child {index} sent no mCAS");
+    println!("child {index}: {} mCAS requests", heap.mcas_ops());
+}
+
+#[test]
+fn processes_share_a_fresh_mcas_heap_of_each_impl_and_it_checks_clean() {
+    if std::env::var(ENV_ROLE).is_ok() {
+        return;
+    }
+    for kind in IMPLS {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mcas-heap");
+        std::fs::File::create(&path).unwrap(); // zero bytes: nobody initialised it
+        let exe = std::env::current_exe().unwrap();
+        let children: Vec<_> = (0..COUNT_PROCESSES)
+            .map(|i| {
+                Command::new(&exe)
+                    .args(["--exact", "mcas_child", "--nocapture", "--test-threads=1"])
+                    .env(ENV_ROLE, format!("{}|{i}|{kind}", path.display()))
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{kind}: a child failed:\n{said}");
+            assert!(said.contains("mCAS requests"), "{kind}: child ran:\n{said}");
+        }
+        let heap = Heap::open(&path, &config(Coherence::Hardware, McasKind::FlushCas)).unwrap();
+        assert_eq!(
+            heap.geometry().coherence,
+            Coherence::Mcas,
+            "the header decides"
+        );
+        assert_eq!(heap.mcas_kind(), Some(kind));
+        let (_, corrupt) = stress::drain(&heap);
+        assert_eq!(corrupt, 0);
+        let report = heap.check();
+        assert!(report.is_valid(), "{kind}: {:#?}", report.problems);
+        assert_eq!(report.live_blocks(), 0, "{kind}: blocks unaccounted for");
+    }
+}
+
+fn small(size: usize) -> Layout {
+    Layout::from_size_align(size, 8).unwrap()
+}
+
+/// mCAS requests `f` sends from this process.
+fn ops_during(heap: &Heap, f: impl FnOnce()) -> u64 {
+    let before = heap.mcas_ops();
+    f();
+    heap.mcas_ops() - before
+}
+
+#[test]
+fn grow_remote_free_and_global_push_pop_go_through_mcas_and_hardware_sends_none() {
+    let modes = [
+        (Coherence::Mcas, McasKind::FlushCas),
+        (Coherence::Mcas, McasKind::Nmp),
+        (Coherence::Hardware, McasKind::FlushCas),
+    ];
+    for (coherence, kind) in modes {
+        let mcas = coherence == Coherence::Mcas;
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &config(coherence, kind)).unwrap();
+        let owner = heap.thread().unwrap();
+        let mut blocks = Vec::new();
+        let grow = ops_during(&heap, || {
+            blocks.extend((0..64).map(|_| owner.allocate(small(512)).unwrap()));
+        });
+        assert_eq!(grow > 0, mcas, "{coherence}/{kind}: growing sent {grow}");
+        let freer = heap.thread().unwrap();
+        let remote = ops_during(&heap, || {
+            for &block in &blocks {
+                freer.free(block);
+            }
+            drop(freer); // flushes its batch of remote frees onto the slab's remote word
+        });
+        assert_eq!(
+            remote > 0,
+            mcas,
+            "{coherence}/{kind}: remote frees sent {remote}"
+        );
+        let push = ops_during(&heap, || drop(owner)); // empty slabs go to the global lists
+        assert_eq!(push > 0, mcas, "{coherence}/{kind}: pushes sent {push}");
+        let len = heap.len(heap.slab_heap(podkv_alloc::Kind::Small));
+        let again = heap.thread().unwrap();
+        let pop = ops_during(&heap, || {
+            let block: Offset = again.allocate(small(512)).unwrap();
+            again.free(block);
+        });
+        assert_eq!(pop > 0, mcas, "{coherence}/{kind}: the pop sent {pop}");
+        assert_eq!(
+            heap.len(heap.slab_heap(podkv_alloc::Kind::Small)),
+            len,
+            "the slab came off the global list, not from growth"
+        );
+        drop(again);
+        assert!(heap.check().is_valid());
+    }
+}
+
+#[test]
+fn the_header_records_the_impl_and_refuses_it_outside_mcas() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let heap = Heap::open(&path, &config(Coherence::Mcas, McasKind::Nmp)).unwrap();
+    let word = heap.geometry().to_word();
+    assert_eq!(Geometry::from_word(word).unwrap().mcas, McasKind::Nmp);
+    let hardware = Geometry {
+        coherence: Coherence::Hardware,
+        ..heap.geometry()
+    };
+    assert!(Geometry::from_word(hardware.to_word()).is_err());
+    let device = Config {
+        mcas: McasKind::Device,
+        ..config(Coherence::Mcas, McasKind::FlushCas)
+    };
+    let err = Heap::open(dir.path().join("device"), &device).unwrap_err();
+    assert!(err.to_string().contains("not available"), "{err}");
+}
+
+const ENV_PROCESSOR: &str = "PODKV_MCAS_PROCESSOR";
+
+/// The child: serves the heap's mCAS region as its own process until killed.
+#[test]
+fn nmp_processor_child() {
+    let Ok(spec) = std::env::var(ENV_PROCESSOR) else {
+        return;
+    };
+    let (path, offset) = spec.split_once('|').unwrap();
+    let file = RegionFile::open_at(path.as_ref(), offset.parse().unwrap()).unwrap();
+    let processor = Processor::claim(file.region(), TAKEOVER_AFTER).unwrap();
+    processor.run(&AtomicBool::new(false));
+}
+
+#[test]
+fn a_killed_processor_process_is_replaced_and_the_heap_works_on() {
+    if std::env::var(ENV_PROCESSOR).is_ok() || std::env::var(ENV_ROLE).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let config = config(Coherence::Mcas, McasKind::Nmp);
+    let offset = Heap::open(&path, &config).unwrap().layout().mcas; // closed: its processor stops
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "nmp_processor_child", "--test-threads=1"])
+        .env(ENV_PROCESSOR, format!("{}|{offset}", path.display()))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let region = RegionFile::open_at(&path, offset).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !is_beating(region.region(), Duration::from_millis(50)) {
+        assert!(
+            Instant::now() < deadline,
+            "the processor child never served"
+        );
+    }
+    let heap = Heap::open(&path, &config).unwrap(); // finds the child serving: starts none
+    let t = heap.thread().unwrap();
+    let first: Vec<Offset> = (0..100).map(|_| t.allocate(small(4096)).unwrap()).collect();
+    assert!(heap.mcas_ops() > 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Requests now find the processor dead (an error from podkv_hw::mcas, after its heartbeat
+    // timeout); the heap starts a processor on a thread here and carries on.
+    let started = Instant::now();
+    let more: Vec<Offset> = (0..2000)
+        .map(|_| t.allocate(small(4096)).unwrap())
+        .collect();
+    let other = heap.thread().unwrap();
+    for block in first.into_iter().chain(more) {
+        other.free(block);
+    }
+    drop((t, other));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took over in {:?}",
+        started.elapsed()
+    );
+    assert!(is_beating(region.region(), Duration::from_secs(1)));
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.live_blocks(), 0);
+}
