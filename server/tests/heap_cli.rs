@@ -33,13 +33,43 @@ fn create(heap: &str, large: &str) -> Output {
     out
 }
 
+/// The coherence modes every multi-process heap test runs in (issue 5's test matrix):
+/// `podkv heap create` flags and the mode `heap info` then names.
+const MODES: [(&[&str], &str); 4] = [
+    (&["--coherence", "hardware"], "hardware"),
+    (&["--coherence", "limited"], "limited"),
+    (&["--coherence", "mcas", "--mcas-impl", "flush-cas"], "mcas"),
+    (&["--coherence", "mcas", "--mcas-impl", "nmp"], "mcas"),
+];
+
 #[test]
 fn create_stress_from_four_processes_then_check_clean() {
-    let dir = tempfile::tempdir().unwrap();
-    let heap = dir.path().join("heap");
-    let heap = heap.to_str().unwrap();
-    let out = create(heap, "4GiB");
-    assert!(text(&out).contains("coherence   hardware"));
+    for (flags, name) in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let heap = dir.path().join("heap");
+        let heap = heap.to_str().unwrap();
+        stress_then_check(heap, flags, name);
+    }
+}
+
+fn stress_then_check(heap: &str, flags: &[&str], name: &str) {
+    let mut args = vec![
+        "heap",
+        "create",
+        heap,
+        "--small-bytes",
+        "1GiB",
+        "--large-bytes",
+        "4GiB",
+    ];
+    args.extend_from_slice(flags);
+    let out = podkv(&args);
+    assert!(out.status.success(), "{flags:?}: {}", text(&out));
+    assert!(
+        text(&out).contains(&format!("coherence   {name}")),
+        "{flags:?}: {}",
+        text(&out)
+    );
     let out = podkv(&[
         "heap",
         "stress",
@@ -51,13 +81,13 @@ fn create_stress_from_four_processes_then_check_clean() {
         "--ops",
         "10000",
     ]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{flags:?}: {}", text(&out));
     assert!(text(&out).contains("ok:"), "{}", text(&out));
     let out = podkv(&["heap", "check", heap, "--expect-empty"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{flags:?}: {}", text(&out));
     let out = podkv(&["heap", "info", heap, "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info --json is JSON");
-    assert_eq!(info["live_blocks"], 0);
+    assert_eq!(info["live_blocks"], 0, "{flags:?}");
     assert!(info["hwcc_bytes"].as_u64().unwrap() > 0);
 }
 
@@ -113,6 +143,24 @@ fn chaos_kills_recover_with_no_leak_loss_or_double_free() {
         )),
         "{text}"
     );
+}
+
+/// The chaos run in the other coherence modes (50 kills each; `hardware` runs above).
+#[test]
+fn chaos_kills_recover_in_every_coherence_mode() {
+    for (flags, _) in &MODES[1..] {
+        let dir = tempfile::tempdir().unwrap();
+        let heap = dir.path().join("heap");
+        let mut args = vec!["heap", "chaos", heap.to_str().unwrap(), "--kills", "50"];
+        args.extend_from_slice(flags);
+        let out = podkv(&args);
+        let text = text(&out);
+        assert!(out.status.success(), "{flags:?}: {text}");
+        assert!(
+            text.contains("no leak, no loss, no double free"),
+            "{flags:?}: {text}"
+        );
+    }
 }
 
 /// A process killed while it holds thread slots leaves them dead: `podkv heap check` names
