@@ -12,7 +12,8 @@ use std::path::Path;
 /// A store target over arena `A`.
 pub struct StoreTarget<A: Arena> {
     map: Map<A>,
-    hwcc_bytes: Option<u64>,
+    /// The pod heap, for targets that have one: its HWcc bytes are read when the run ends.
+    heap: Option<podkv_alloc::Heap>,
 }
 
 impl StoreTarget<PodArena> {
@@ -20,8 +21,8 @@ impl StoreTarget<PodArena> {
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         let map = podkv_store::Store::open(path, StoreConfig::default())
             .map_err(|e| anyhow::anyhow!("cannot open the store in {}: {e}", path.display()))?;
-        let hwcc_bytes = Some(map.heap().hwcc_bytes());
-        Ok(Self { map, hwcc_bytes })
+        let heap = Some(map.heap().clone());
+        Ok(Self { map, heap })
     }
 }
 
@@ -30,7 +31,7 @@ impl StoreTarget<LocalArena> {
     pub fn local() -> anyhow::Result<Self> {
         Ok(Self {
             map: podkv_store::LocalStore::new_local(&StoreConfig::default())?,
-            hwcc_bytes: None,
+            heap: None,
         })
     }
 }
@@ -52,7 +53,7 @@ impl<A: Arena> Target for StoreTarget<A> {
     }
 
     fn hwcc_bytes(&self) -> Option<u64> {
-        self.hwcc_bytes
+        self.heap.as_ref().map(podkv_alloc::Heap::hwcc_bytes)
     }
 }
 
