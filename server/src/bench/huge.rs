@@ -123,6 +123,7 @@ fn bench_args(
         window: Some(args.batch),
         huge_backing: args.huge_backing,
         coherence: podkv_hw::Coherence::Hardware,
+        mcas_impl: podkv_hw::mcas::McasKind::FlushCas,
         huge_bytes: 1 << 40,
     }
 }

@@ -132,10 +132,16 @@ pub struct BenchArgs {
     /// is an error then), or `sparse` (only the pages touched).
     #[arg(long, value_enum, default_value = "reserve")]
     pub huge_backing: Backing,
-    /// Coherence mode of podkv's heap: `hardware` (all memory coherent) or `limited` (only the
-    /// HWcc words; slab descriptors follow the SWcc write-back/invalidate protocol).
+    /// Coherence mode of podkv's heap: `hardware` (all memory coherent), `limited` (only the
+    /// HWcc words; slab descriptors follow the SWcc write-back/invalidate protocol) or `mcas`
+    /// (nothing coherent; every multi-writer word changed by memory-side CAS).
     #[arg(long, default_value = "hardware")]
     pub coherence: podkv_hw::Coherence,
+    /// With `--coherence mcas`: the mCAS implementation, `flush-cas` (write back, then CPU CAS)
+    /// or `nmp` (the software near-memory processor, started by the first process to open the
+    /// heap). Ignored in other modes.
+    #[arg(long, default_value = "flush-cas")]
+    pub mcas_impl: podkv_hw::mcas::McasKind,
     /// Address space of podkv's huge heap (blocks over 512 KiB); 0: none (e.g. under valgrind,
     /// which cannot reserve a terabyte).
     #[arg(long, default_value = "1TiB", value_parser = crate::heap_cmd::parse_bytes)]
@@ -371,6 +377,7 @@ fn run_podkv(
         coherence,
         huge_bytes: args.huge_bytes,
         huge_backing: args.huge_backing.to_alloc(),
+        mcas: args.mcas_impl,
         ..Config::default()
     };
     let result = run_podkv_at(&path, &config, job, args.processes, threads);
