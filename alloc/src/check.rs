@@ -194,16 +194,13 @@ impl Walk<'_> {
             return self.problem(format!(
                 "released slot {i} still holds {} pending remote frees of {} slab {}",
                 batch.count,
-                if batch.large { "large" } else { "small" },
+                batch.kind.name(),
                 batch.slab
             ));
         }
-        let kind = if batch.large {
-            Kind::Large
-        } else {
-            Kind::Small
-        };
-        *self.pending[kind as usize].entry(batch.slab).or_default() += batch.count;
+        *self.pending[batch.kind as usize]
+            .entry(batch.slab)
+            .or_default() += batch.count;
     }
 
     fn slot_lists(&mut self, places: &mut BTreeMap<u32, Place>, kind: Kind, i: u64, claimed: bool) {

@@ -74,15 +74,27 @@ pub trait Writer {
     /// Replaces `word` by `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
     #[inline]
     fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+        cpu_cas(word, current, new)
     }
 
     /// Writes `value` to `word`, which no other thread may change concurrently by contract of
     /// the caller, ordered after every earlier change of it.
     #[inline]
     fn store_word(&self, word: &AtomicU64, value: u64) {
-        word.store(value, Ordering::Release);
+        cpu_store(word, value);
     }
+}
+
+/// [`Writer::cas_word`] by CPU atomics (a hardware-coherent word).
+#[inline]
+pub fn cpu_cas(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+    word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+}
+
+/// [`Writer::store_word`] by a CPU release store (a hardware-coherent word).
+#[inline]
+pub fn cpu_store(word: &AtomicU64, value: u64) {
+    word.store(value, Ordering::Release);
 }
 
 /// One detectable CAS attempt: replaces `current` (as loaded) with `new_payload` tagged by

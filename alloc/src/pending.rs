@@ -10,7 +10,7 @@
 //! 1% of hardware mode because every remote free is an mCAS; batching is the remedy).
 //!
 //! # The word
-//! `slab + 1` (bits 0..24; zero: nothing pending), `large` (bit 24), `count` (bits 32..48),
+//! `slab + 1` (bits 0..24; zero: nothing pending), the slab heap (bit 24: large), `count` (bits 32..48),
 //! and the version (bits 48..64) of the remote-free step that stored it — so recovery can
 //! tell whether a logged remote free reached the word.
 //!
@@ -20,6 +20,8 @@
 //! by the free. At most one slab per slot waits so, and a slot's release flushes it;
 //! [`crate::Heap::check`] counts pending blocks as free.
 
+use crate::heap::Kind;
+
 /// Most remote frees one pending word counts before it is flushed.
 pub const COUNT_MAX: u32 = u16::MAX as u32;
 
@@ -28,8 +30,8 @@ pub const COUNT_MAX: u32 = u16::MAX as u32;
 pub struct Pending {
     /// The slab whose blocks are counted.
     pub slab: u32,
-    /// Whether it is a large-heap slab.
-    pub large: bool,
+    /// The slab heap it lies in.
+    pub kind: Kind,
     /// Remote frees counted (at least one).
     pub count: u32,
     /// Version of the remote-free step that stored this word.
@@ -41,7 +43,7 @@ impl Pending {
     pub const fn pack(self) -> u64 {
         debug_assert!(self.slab < (1 << 24) - 1 && self.count >= 1 && self.count <= COUNT_MAX);
         (self.slab as u64 + 1)
-            | (self.large as u64) << 24
+            | (self.kind as u64) << 24
             | (self.count as u64) << 32
             | (self.ver as u64) << 48
     }
@@ -54,7 +56,11 @@ impl Pending {
         }
         Some(Pending {
             slab: slab as u32 - 1,
-            large: word >> 24 & 1 == 1,
+            kind: if word >> 24 & 1 == 1 {
+                Kind::Large
+            } else {
+                Kind::Small
+            },
             count: (word >> 32) as u32 & 0xFFFF,
             ver: (word >> 48) as u16,
         })
@@ -71,13 +77,13 @@ mod tests {
         for p in [
             Pending {
                 slab: 0,
-                large: false,
+                kind: Kind::Small,
                 count: 1,
                 ver: 0,
             },
             Pending {
                 slab: (1 << 24) - 2,
-                large: true,
+                kind: Kind::Large,
                 count: COUNT_MAX,
                 ver: u16::MAX,
             },

@@ -126,7 +126,7 @@ impl ThreadHandle {
     /// Logs that a huge allocation started and names no block yet (so the recovery word no
     /// longer names this slot's previous allocation, which the application holds).
     pub(crate) fn log_huge_start(&self) {
-        self.log(Rec::slab(Op::Idle, self.ver.get(), SlabStep::default()));
+        self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
     }
 
     fn finish(&self, rec: Rec) -> InFlight {
@@ -346,7 +346,7 @@ impl ThreadHandle {
                 self.took_slab(heap, slab);
             }
         } else {
-            self.flush_pending();
+            self.flush_remote_frees();
         }
         InFlight::None
     }

@@ -184,25 +184,41 @@ impl SlabDesc {
         self.bits.iter().map(|w| w.load(Relaxed).count_ones()).sum()
     }
 
-    /// Takes the first free block from the cursor word on, wrapping around, and moves the
-    /// cursor there; `None` when none of the `capacity` blocks is free. `log(block)` runs just
-    /// before the block's bit is cleared (the caller logs the allocation).
-    #[cold]
-    pub fn take_scanning(&self, capacity: u32, log: impl FnOnce(u32)) -> Option<u32> {
+    /// The first bitset word with a free block, from the cursor word on and wrapping around,
+    /// with its allocatable bits ([`allocatable`]); the cursor moves there. `None` when none of
+    /// the `capacity` blocks is free.
+    pub fn seek_word(&self, capacity: u32) -> Option<(usize, u64)> {
         let words = (capacity.div_ceil(64) as usize).clamp(1, COUNT_BITSET_WORDS);
         let start = self.cursor() as usize % words;
-        for i in (start..words).chain(0..start) {
-            let w = self.bits[i].load(Relaxed);
-            let block = i as u32 * 64 + w.trailing_zeros();
-            // The lowest set bit is phantom: only phantom bits are left in this word.
-            if w != 0 && block < capacity {
-                log(block);
-                self.bits[i].store(w & (w - 1), Relaxed);
-                self.set_cursor(i as u32);
-                return Some(block);
-            }
-        }
-        None
+        let i = (start..words)
+            .chain(0..start)
+            .find(|&i| self.bits[i].load(Relaxed) & allocatable(capacity, i) != 0)?;
+        self.set_cursor(i as u32);
+        Some((i, allocatable(capacity, i)))
+    }
+
+    /// Takes the first free block from the cursor word on ([`SlabDesc::seek_word`]); `None`
+    /// when none of the `capacity` blocks is free. `log(block)` runs just before the block's
+    /// bit is cleared (the caller logs the allocation).
+    #[cold]
+    pub fn take_scanning(&self, capacity: u32, log: impl FnOnce(u32)) -> Option<u32> {
+        let (i, mask) = self.seek_word(capacity)?;
+        let w = self.bits[i].load(Relaxed);
+        let block = i as u32 * 64 + (w & mask).trailing_zeros();
+        log(block);
+        self.bits[i].store(w & !(1 << (block % 64)), Relaxed);
+        Some(block)
+    }
+}
+
+/// The bits of bitset word `i` a slab of `capacity` blocks can allocate (phantoms cleared).
+#[inline]
+pub fn allocatable(capacity: u32, i: usize) -> u64 {
+    let left = capacity.saturating_sub(i as u32 * 64);
+    if left >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << left) - 1
     }
 }
 
@@ -226,6 +242,16 @@ pub const fn full_word(capacity: u32, i: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allocatable_bits_stop_at_the_capacity() {
+        assert_eq!(allocatable(4096, 63), u64::MAX);
+        assert_eq!(allocatable(1365, 21), (1 << 21) - 1);
+        assert_eq!(allocatable(1365, 20), u64::MAX);
+        assert_eq!(allocatable(512, 7), u64::MAX);
+        assert_eq!(allocatable(512, 8), 0);
+        assert_eq!(allocatable(32, 0), (1 << 32) - 1);
+    }
 
     fn desc() -> Box<SlabDesc> {
         // SAFETY: a descriptor is plain atomics, for which all-zero is a valid value (rule 3).

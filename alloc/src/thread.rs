@@ -25,7 +25,7 @@ use crate::class::{
     SMALL_SIZE,
 };
 use crate::crash_point;
-use crate::dcas::{Tag, Writer};
+use crate::dcas::{self, Tag, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::heap::{Heap, Kind, SlabHeap};
 use crate::offset::Offset;
@@ -67,9 +67,8 @@ pub struct ThreadHandle {
     rec: *const AtomicU64,
     _sink: Box<AtomicU64>,
     recoverable: bool,
-    /// The current detectable-operation version.
-    ver: Cell<u16>,
-    /// `ver` where a [`Rec`] keeps it, so the fast paths log with one `or`.
+    /// The current detectable-operation version, kept where a [`Rec`] keeps it (so the fast
+    /// paths log with one `or`); [`ThreadHandle::ver`] reads it back.
     ver_bits: Cell<u64>,
     /// Per small class, the bitset word the fast path allocates from (see [`Current`]).
     current: [Cell<Current>; 256],
@@ -102,6 +101,17 @@ struct Current {
     mask: u64,
     /// Offset of the word's block 0.
     at: u64,
+}
+
+impl Current {
+    /// An entry that yields nothing; `readable` is any word that outlives it.
+    fn none(readable: &AtomicU64) -> Current {
+        Current {
+            word: readable,
+            mask: 0,
+            at: 0,
+        }
+    }
 }
 
 impl ThreadHandle {
@@ -141,11 +151,7 @@ impl ThreadHandle {
         // SAFETY: the slot is mapped while `heap` lives.
         let last = Rec(unsafe { &*slot }.recovery.load(Acquire));
         let sink = Box::new(AtomicU64::new(0));
-        let empty = Current {
-            word: &*sink,
-            mask: 0,
-            at: 0,
-        };
+        let empty = Current::none(&sink);
         heap.hold(i as u32);
         let handle = ThreadHandle {
             base: heap.resolve(Offset(0)),
@@ -164,7 +170,6 @@ impl ThreadHandle {
             },
             _sink: sink,
             recoverable,
-            ver: Cell::new(0),
             ver_bits: Cell::new(0),
             current: std::array::from_fn(|_| Cell::new(empty)),
             after_free: Cell::new(false),
@@ -229,18 +234,23 @@ impl ThreadHandle {
             ..SlabStep::default()
         };
         f(&mut step);
-        self.log(Rec::slab(op, self.ver.get(), step));
+        self.log(Rec::slab(op, self.ver(), step));
     }
 
     /// Starts a step with a detectable CAS: a fresh version.
     #[inline]
     fn next_ver(&self) {
-        self.set_ver(self.ver.get().wrapping_add(1));
+        self.set_ver(self.ver().wrapping_add(1));
     }
 
     fn set_ver(&self, ver: u16) {
-        self.ver.set(ver);
         self.ver_bits.set(Rec::block(Op::Idle, ver, 0).0);
+    }
+
+    /// The current detectable-operation version.
+    #[inline]
+    fn ver(&self) -> u16 {
+        Rec(self.ver_bits.get()).ver()
     }
 
     /// Marks the slow path of a free of `offset` under way (its steps say `after_free`).
@@ -299,22 +309,15 @@ impl ThreadHandle {
         if head != 0 {
             let slab = head - 1;
             let desc = self.small_desc(slab);
-            let capacity = SMALL_COUNT[class];
-            let words = capacity.div_ceil(64) as usize;
-            let start = desc.cursor() as usize % words;
-            for i in (start..words).chain(0..start) {
-                let mask = allocatable(capacity, i);
-                if desc.bits[i].load(Relaxed) & mask != 0 {
-                    desc.set_cursor(i as u32);
-                    self.current[class].set(Current {
-                        word: &desc.bits[i],
-                        mask,
-                        at: self.small_data_at
-                            + (u64::from(slab) << SHIFT_SMALL_SLAB)
-                            + i as u64 * 64 * SMALL_SIZE[class],
-                    });
-                    return self.allocate(layout);
-                }
+            if let Some((i, mask)) = desc.seek_word(SMALL_COUNT[class]) {
+                self.current[class].set(Current {
+                    word: &desc.bits[i],
+                    mask,
+                    at: self.small_data_at
+                        + (u64::from(slab) << SHIFT_SMALL_SLAB)
+                        + i as u64 * 64 * SMALL_SIZE[class],
+                });
+                return self.allocate(layout);
             }
         }
         self.allocate_generic(layout)
@@ -383,8 +386,8 @@ impl ThreadHandle {
             meta.state,
             Some(State::Sized | State::Detached | State::Disowned)
         );
-        let block = (in_slab * SMALL_RECIP[class]) >> 32;
-        let exact = block * SMALL_SIZE[class] == in_slab && block < u64::from(SMALL_COUNT[class]);
+        let scaled = in_slab * SMALL_RECIP[class];
+        let exact = is_block_start(scaled) && scaled >> 32 < u64::from(SMALL_COUNT[class]);
         if !live || !exact {
             return self.free_generic(offset);
         }
@@ -395,7 +398,7 @@ impl ThreadHandle {
     #[inline]
     fn batches(&self, kind: Kind, slab: u32) -> bool {
         Pending::unpack(self.slot().pending.load(Relaxed))
-            .is_some_and(|p| p.slab == slab && p.large == (kind == Kind::Large))
+            .is_some_and(|p| p.slab == slab && p.kind == kind)
     }
 
     /// Logs and does one remote free of `offset`, a block of `kind` slab `slab`: a plain store
@@ -404,11 +407,10 @@ impl ThreadHandle {
     #[inline]
     fn remote_free_block(&self, kind: Kind, slab: u32, offset: Offset) {
         let pending = &self.slot().pending;
-        let large = kind == Kind::Large;
         let count = match Pending::unpack(pending.load(Relaxed)) {
-            Some(p) if p.slab == slab && p.large == large && p.count < COUNT_MAX => p.count + 1,
+            Some(p) if p.slab == slab && p.kind == kind && p.count < COUNT_MAX => p.count + 1,
             Some(_) => {
-                self.flush_pending();
+                self.flush_remote_frees();
                 1
             }
             None => 1,
@@ -418,9 +420,9 @@ impl ThreadHandle {
         crash_point!("remote_free.logged");
         let batch = Pending {
             slab,
-            large,
+            kind,
             count,
-            ver: self.ver.get(),
+            ver: self.ver(),
         };
         pending.store(batch.pack(), Relaxed);
     }
@@ -430,20 +432,11 @@ impl ThreadHandle {
     /// other threads' blocks and will free no more for a while may call this so their slab
     /// can be reused at once; dropping the handle does it too.
     pub fn flush_remote_frees(&self) {
-        self.flush_pending();
-    }
-
-    fn flush_pending(&self) {
         let pending = &self.slot().pending;
         let Some(batch) = Pending::unpack(pending.load(Relaxed)) else {
             return;
         };
-        let kind = if batch.large {
-            Kind::Large
-        } else {
-            Kind::Small
-        };
-        let heap = *self.heap.slab_heap(kind);
+        let heap = *self.heap.slab_heap(batch.kind);
         self.next_ver();
         self.log_step(Op::Flush, &heap, batch.slab, 0, |_| {});
         crash_point!("flush.logged");
@@ -828,11 +821,7 @@ impl ThreadHandle {
 
     /// The class's current word may be in a slab leaving the sized list: forget it.
     fn forget_current(&self, class: usize) {
-        self.current[class].set(Current {
-            word: &*self._sink,
-            mask: 0,
-            at: 0,
-        });
+        self.current[class].set(Current::none(&self._sink));
     }
 
     /// Takes `slab` out of a sized list. The first store (the list word for the head, else the
@@ -868,7 +857,7 @@ impl ThreadHandle {
     /// disowned (`sized_to_disowned`). Detached slabs stay the slot's: a later claimer of the
     /// slot frees into them locally, anyone else's last free takes them.
     fn give_back(&self) {
-        self.flush_pending();
+        self.flush_remote_frees();
         for kind in Kind::ALL {
             let heap = *self.heap.slab_heap(kind);
             for class in 0..heap.classes.len {
@@ -913,7 +902,7 @@ impl ThreadHandle {
     /// the next owner continues from it).
     fn release(&self) {
         self.give_back();
-        self.log(Rec::slab(Op::Idle, self.ver.get(), SlabStep::default()));
+        self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
         self.heap.unhold(self.slot_index);
         self.slot().release();
     }
@@ -924,7 +913,7 @@ impl Writer for ThreadHandle {
     fn tag(&self) -> Tag {
         Tag {
             tid: self.me as u16,
-            ver: self.ver.get(),
+            ver: self.ver(),
         }
     }
 
@@ -948,7 +937,7 @@ impl Writer for ThreadHandle {
         if self.coherence == podkv_hw::Coherence::Mcas {
             return self.heap.mcas_cas(self.slot_index, word, current, new);
         }
-        word.compare_exchange(current, new, AcqRel, Acquire)
+        dcas::cpu_cas(word, current, new)
     }
 
     /// A plain release store, or in an `mcas` heap an mCAS store.
@@ -957,7 +946,7 @@ impl Writer for ThreadHandle {
         if self.coherence == podkv_hw::Coherence::Mcas {
             return self.heap.mcas_store(self.slot_index, word, value);
         }
-        word.store(value, podkv_hw::sync::Ordering::Release);
+        dcas::cpu_store(word, value);
     }
 }
 
@@ -977,17 +966,6 @@ impl Drop for ThreadHandle {
 fn is_block_start(scaled: u64) -> bool {
     const _: () = assert!(SIZE_SMALL_MAX < 1 << 17 && SHIFT_SMALL_SLAB <= 15);
     (scaled as u32) < 1 << SHIFT_SMALL_SLAB
-}
-
-/// The bits of bitset word `i` a slab of `capacity` blocks can allocate (phantoms cleared).
-#[inline]
-fn allocatable(capacity: u32, i: usize) -> u64 {
-    let left = capacity.saturating_sub(i as u32 * 64);
-    if left >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << left) - 1
-    }
 }
 
 #[inline]
@@ -1024,15 +1002,5 @@ mod tests {
                 assert_eq!(scaled >> 32, in_slab / size);
             }
         }
-    }
-
-    #[test]
-    fn allocatable_bits_stop_at_the_capacity() {
-        assert_eq!(allocatable(4096, 63), u64::MAX);
-        assert_eq!(allocatable(1365, 21), (1 << 21) - 1);
-        assert_eq!(allocatable(1365, 20), u64::MAX);
-        assert_eq!(allocatable(512, 7), u64::MAX);
-        assert_eq!(allocatable(512, 8), 0);
-        assert_eq!(allocatable(32, 0), (1 << 32) - 1);
     }
 }
