@@ -1,9 +1,9 @@
 //! `mcas` heaps (CXLALLOC §4): every change of a multi-writer word goes through memory-side
-//! CAS, with each implementation (`flush-cas`, `nmp`), from separate OS processes that open one
-//! fresh zero-length file at once; a `hardware` heap sends none.
+//! CAS, with each implementation (`flush-cas`, `nmp`); a `hardware` heap sends none. Separate
+//! OS processes sharing a fresh mcas heap of each implementation run in `multiprocess.rs`'s
+//! coherence-mode matrix.
 
 use podkv_alloc::layout::Geometry;
-use podkv_alloc::stress::{self, StressReport};
 use podkv_alloc::{Config, Heap, Offset};
 use podkv_hw::mcas::processor::{is_beating, TAKEOVER_AFTER};
 use podkv_hw::mcas::{McasKind, Processor, RegionFile};
@@ -13,10 +13,6 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-const ENV_ROLE: &str = "PODKV_MCAS_CHILD";
-const COUNT_PROCESSES: u64 = 3;
-const IMPLS: [McasKind; 2] = [McasKind::FlushCas, McasKind::Nmp];
-
 fn config(coherence: Coherence, mcas: McasKind) -> Config {
     Config {
         small_bytes: 1 << 30,
@@ -25,78 +21,6 @@ fn config(coherence: Coherence, mcas: McasKind) -> Config {
         coherence,
         mcas,
         ..Config::default()
-    }
-}
-
-/// The child: opens the shared heap (whose header decides its mode) and stresses it with two
-/// threads; prints how many mCAS requests this process sent.
-#[test]
-fn mcas_child() {
-    let Ok(spec) = std::env::var(ENV_ROLE) else {
-        return;
-    };
-    let mut parts = spec.split('|');
-    let (path, index, kind) = (
-        parts.next().unwrap(),
-        parts.next().unwrap().parse::<u64>().unwrap(),
-        parts.next().unwrap().parse::<McasKind>().unwrap(),
-    );
-    let heap = Heap::open(path, &config(Coherence::Mcas, kind)).expect("child opens the heap");
-    assert_eq!(heap.mcas_kind(), Some(kind));
-    let threads: Vec<_> = (0..2)
-        .map(|t| {
-            let heap = heap.clone();
-            std::thread::spawn(move || stress::worker(&heap, index * 10 + t, 5_000))
-        })
-        .collect();
-    for thread in threads {
-        let report: StressReport = thread.join().unwrap();
-        assert_eq!(report.corrupt, 0, "child {index}: {report:?}");
-    }
-    assert!(heap.mcas_ops() > 0, "child {index} sent no mCAS");
-    println!("child {index}: {} mCAS requests", heap.mcas_ops());
-}
-
-#[test]
-fn processes_share_a_fresh_mcas_heap_of_each_impl_and_it_checks_clean() {
-    if std::env::var(ENV_ROLE).is_ok() {
-        return;
-    }
-    for kind in IMPLS {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("mcas-heap");
-        std::fs::File::create(&path).unwrap(); // zero bytes: nobody initialised it
-        let exe = std::env::current_exe().unwrap();
-        let children: Vec<_> = (0..COUNT_PROCESSES)
-            .map(|i| {
-                Command::new(&exe)
-                    .args(["--exact", "mcas_child", "--nocapture", "--test-threads=1"])
-                    .env(ENV_ROLE, format!("{}|{i}|{kind}", path.display()))
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for child in children {
-            let out = child.wait_with_output().unwrap();
-            let said = String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{kind}: a child failed:\n{said}");
-            assert!(said.contains("mCAS requests"), "{kind}: child ran:\n{said}");
-        }
-        let heap = Heap::open(&path, &config(Coherence::Hardware, McasKind::FlushCas)).unwrap();
-        assert_eq!(
-            heap.geometry().coherence,
-            Coherence::Mcas,
-            "the header decides"
-        );
-        assert_eq!(heap.mcas_kind(), Some(kind));
-        let (_, corrupt) = stress::drain(&heap);
-        assert_eq!(corrupt, 0);
-        let report = heap.check();
-        assert!(report.is_valid(), "{kind}: {:#?}", report.problems);
-        assert_eq!(report.live_blocks(), 0, "{kind}: blocks unaccounted for");
     }
 }
 
@@ -195,7 +119,7 @@ fn nmp_processor_child() {
 
 #[test]
 fn a_killed_processor_process_is_replaced_and_the_heap_works_on() {
-    if std::env::var(ENV_PROCESSOR).is_ok() || std::env::var(ENV_ROLE).is_ok() {
+    if std::env::var(ENV_PROCESSOR).is_ok() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
