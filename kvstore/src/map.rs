@@ -54,6 +54,8 @@ pub(crate) struct Inner<A: Arena> {
     pub(crate) view: View,
     pub(crate) desc_at: u64,
     pub(crate) clock: Clock,
+    /// What `open_in` settled for a slot `create` adopted (see [`Map::settled_at_open`]).
+    pub(crate) settled_at_open: std::sync::OnceLock<recover::Settled>,
 }
 
 // SAFETY: `View` is a base address into memory shared on purpose; all shared words are atomics.
@@ -74,10 +76,24 @@ const BATCH_COLLECT: u64 = 64;
 impl<A: Arena> Map<A> {
     /// Opens the store in `arena`, creating it if the root is empty.
     pub fn open_in(arena: A, config: &StoreConfig) -> Result<Map<A>, StoreError> {
+        let seen = arena.root().load(Ordering::Acquire);
+        Map::open_seen(arena, config, seen)
+    }
+
+    /// As [`Map::open_in`], given the root as this process read it: zero makes a descriptor
+    /// and lets the root CAS decide (another process may have installed one since).
+    pub(crate) fn open_seen(
+        arena: A,
+        config: &StoreConfig,
+        seen: u64,
+    ) -> Result<Map<A>, StoreError> {
         let view = View::new(arena.base());
-        let mut desc_at = arena.root().load(Ordering::Acquire);
+        let mut desc_at = seen;
+        let mut created = None;
         if desc_at == 0 {
-            desc_at = create(&arena, view, config)?;
+            let made = create(&arena, view, config)?;
+            desc_at = made.desc_at;
+            created = Some(made);
         }
         let map = Map {
             inner: Arc::new(Inner {
@@ -85,9 +101,20 @@ impl<A: Arena> Map<A> {
                 view,
                 desc_at,
                 clock: config.clock.clone(),
+                settled_at_open: std::sync::OnceLock::new(),
             }),
         };
         map.validate_descriptor()?;
+        if let Some(Created {
+            thread,
+            adopted: Some(report),
+            ..
+        }) = created
+        {
+            // The slot `create` claimed was a dead owner's: settle its store log with the
+            // allocator's report while the slot is still held (as `recover_dead` does).
+            Handle::new(map.clone(), thread).settle_own(report);
+        }
         Ok(map)
     }
 
@@ -186,28 +213,32 @@ impl<A: Arena> Map<A> {
     /// (a slot adopted from a dead owner by the arena leaves its store log behind).
     pub(crate) fn handle_unrecovered(&self) -> Result<Handle<A>, StoreError> {
         let thread = self.inner.arena.thread()?;
-        let slot = A::slot_index(&thread);
-        let h = Handle {
-            map: self.clone(),
-            thread,
-            slot,
-            pins: Cell::new(0),
-            retired_since: Cell::new(0),
-            count_delta: Cell::new(0),
-            used_delta: Cell::new(0),
-            seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
-            cas_next: Cell::new(0),
-            cas_end: Cell::new(0),
-        };
-        h.settle(slot, None);
+        let h = Handle::new(self.clone(), thread);
+        h.settle(h.slot, None);
         Ok(h)
     }
 }
 
+/// What [`create`] leaves for [`Map::open_in`]: the descriptor that won the root, and the
+/// thread it claimed, with the allocator's report if that claim adopted a dead owner's slot
+/// (the store's log of that slot is settled once the descriptor is known).
+pub(crate) struct Created<A: Arena> {
+    pub(crate) desc_at: u64,
+    pub(crate) thread: A::Thread,
+    pub(crate) adopted: Option<(podkv_alloc::InFlight, u64)>,
+}
+
 /// Makes a descriptor, its slot records and segment 0 (holding bucket 0's sentinel), installs it at
-/// the root; returns whichever descriptor won.
-fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, StoreError> {
+/// the root; returns whichever descriptor won. If another process's descriptor won, the slot
+/// this claimed may be one its dead owner used in that store: the report of the adoption is
+/// taken at once (it belongs to this claim only) and returned for settling.
+pub(crate) fn create<A: Arena>(
+    arena: &A,
+    view: View,
+    config: &StoreConfig,
+) -> Result<Created<A>, StoreError> {
     let thread = arena.thread()?;
+    let adopted = A::adoption(&thread);
     let slots = u64::from(arena.slots());
     let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
     let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
@@ -232,18 +263,24 @@ fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, 
     d.size.word.store(size, Ordering::Relaxed);
     d.epoch.word.store(2, Ordering::Relaxed);
     d.directory[0].store(seg0, Ordering::Relaxed);
-    match arena
-        .root()
-        .compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire)
-    {
-        Ok(_) => Ok(desc_at),
-        Err(winner) => {
-            for at in [seg0, slots_at, desc_at] {
-                A::free(&thread, at);
+    let desc_at =
+        match arena
+            .root()
+            .compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => desc_at,
+            Err(winner) => {
+                for at in [seg0, slots_at, desc_at] {
+                    A::free(&thread, at);
+                }
+                winner
             }
-            Ok(winner)
-        }
-    }
+        };
+    Ok(Created {
+        desc_at,
+        thread,
+        adopted,
+    })
 }
 
 fn alloc_zeroed<A: Arena>(thread: &A::Thread, view: View, size: usize) -> Result<u64, StoreError> {
@@ -309,6 +346,23 @@ impl<A: Arena> Drop for Handle<A> {
 const COUNT_DROP_COLLECTS: usize = 64;
 
 impl<A: Arena> Handle<A> {
+    /// A handle on `map` for the slot `thread` holds (its record not settled yet).
+    fn new(map: Map<A>, thread: A::Thread) -> Handle<A> {
+        let slot = A::slot_index(&thread);
+        Handle {
+            map,
+            thread,
+            slot,
+            pins: Cell::new(0),
+            retired_since: Cell::new(0),
+            count_delta: Cell::new(0),
+            used_delta: Cell::new(0),
+            seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
+            cas_next: Cell::new(0),
+            cas_end: Cell::new(0),
+        }
+    }
+
     /// The map this handle works on.
     pub fn map(&self) -> &Map<A> {
         &self.map

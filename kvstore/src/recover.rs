@@ -47,7 +47,11 @@
 //!   released slot first settle it with no report — its own slot — and leak the block in
 //!   flight: the kill test's rare single-block leak with every log found idle.)
 //! - a slot adopted while claiming: the claiming handle settles its own slot with the report
-//!   the allocator kept for it ([`crate::arena::Arena::adoption`]).
+//!   the allocator kept for it ([`crate::arena::Arena::adoption`]). That includes the claim
+//!   `create` makes to build a descriptor: it takes the report at once (a report belongs to
+//!   one claim), and once the root names a descriptor — its own, or the one that beat it, in
+//!   which the dead owner may have been writing — a handle on that claim settles the slot
+//!   before it is released ([`Map::settled_at_open`] keeps what it did).
 //!
 //! A slot whose allocator step is unknown (no report) is settled so: allocations are left
 //! alone and frees not redone (a possible leak, never a double free).
@@ -154,6 +158,14 @@ impl<A: Arena> Handle<A> {
         let record = self.map.slot(self.slot);
         record.limbo_at.store(from, Ordering::Relaxed);
         record.limbo_log.store(block | tag, Ordering::Relaxed);
+    }
+
+    /// Settles this handle's own slot, adopted from a dead owner when [`crate::map::create`]
+    /// claimed it, with the report the allocator gave that claim; keeps what was settled for
+    /// [`Map::settled_at_open`].
+    pub(crate) fn settle_own(&self, report: (InFlight, u64)) {
+        let done = self.settle(self.slot, Some(report));
+        let _ = self.map.inner.settled_at_open.set(done);
     }
 
     /// Settles the store log of slot `dead` (its allocator step already finished; `in_flight`
@@ -302,6 +314,13 @@ fn take(word: &AtomicU64) -> u64 {
 }
 
 impl<A: Arena> Map<A> {
+    /// What opening settled when the slot claimed to create the store had a dead owner: the
+    /// allocator's report of that adoption and what store recovery did with it. `None` when
+    /// this open found the store made or claimed a free slot.
+    pub fn settled_at_open(&self) -> Option<Settled> {
+        self.inner.settled_at_open.get().copied()
+    }
+
     /// Recovers every thread slot whose owner died: the arena's recovery finishes each one's
     /// allocator step, then, while the slot is still held, a handle of this process (made at
     /// the first dead slot) settles the store's log of it ([`crate::recover`]) and releases
@@ -331,5 +350,97 @@ impl<A: Arena> Map<A> {
             Some(e) => Err(e),
             None => Ok(settled),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Store, StoreConfig};
+    use podkv_alloc::InFlight;
+    use std::process::Command;
+
+    /// One slot: whoever claims after the child dies adopts the child's slot.
+    fn config() -> StoreConfig {
+        StoreConfig {
+            heap: podkv_alloc::Config {
+                small_bytes: 1 << 30,
+                large_bytes: 1 << 30,
+                slots: 1,
+                ..podkv_alloc::Config::default()
+            },
+            ..StoreConfig::default()
+        }
+    }
+
+    /// The child: allocates an item as a write does (`ALLOC_ITEM` logged, the allocator's
+    /// step names the block) and dies by SIGKILL before writing it.
+    #[test]
+    fn adopted_in_create_child_entry() {
+        let Ok(path) = std::env::var("PODKV_ADOPT_HEAP") else {
+            return;
+        };
+        let store = Store::open(path, config()).unwrap();
+        let h = store.handle().unwrap();
+        let _ = h.allocate(1016).unwrap();
+        // SAFETY: plain libc calls; the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL ends the process");
+    }
+
+    /// A process that read the root as zero builds its own descriptor, and the claim it makes
+    /// for that adopts the slot of a process that died writing to the store another process
+    /// installed meanwhile. Its root CAS loses; the dead slot's in-flight item block must be
+    /// settled with the allocator's report (freed), not leaked: before, the report was
+    /// dropped with `create`'s thread and the next claim of the slot settled it with none.
+    #[test]
+    fn a_slot_adopted_inside_create_is_settled_with_the_allocators_report() {
+        let dir = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let path = dir.path().join("heap");
+        let store = Store::open(&path, config()).unwrap();
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "recover::tests::adopted_in_create_child_entry",
+                "--nocapture",
+            ])
+            .env("PODKV_ADOPT_HEAP", &path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "the child died mid-write: {status:?}"
+        );
+        let arena = crate::PodArena {
+            heap: store.heap().clone(),
+            root_index: 0,
+        };
+        // As if the root still read zero: `create` claims (adopting the dead slot), builds a
+        // descriptor and loses the root CAS to the store above.
+        let racer = crate::Map::open_seen(arena, &config(), 0).unwrap();
+        assert_eq!(
+            racer.inner.desc_at, store.inner.desc_at,
+            "the first store won"
+        );
+        let settled = racer
+            .settled_at_open()
+            .expect("the claim adopted the dead slot and settled it");
+        assert!(
+            matches!(settled.in_flight, Some(InFlight::Alloc(_))),
+            "{settled:?}"
+        );
+        assert_eq!(
+            settled.freed, 1,
+            "the unwritten item block is freed: {settled:?}"
+        );
+        assert!(
+            store.recover_dead().unwrap().is_empty(),
+            "nothing left dead"
+        );
+        let report = store.check();
+        assert!(report.is_valid(), "{:?}", report.problems);
     }
 }
