@@ -23,7 +23,7 @@ use crate::list::{self, Probe};
 use crate::recover;
 use crate::StoreError;
 use podkv_alloc::AllocError;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -307,7 +307,24 @@ pub struct Handle<A: Arena> {
     /// This handle's block of CAS tokens: `cas_next..cas_end` (see `next_cas`).
     pub(crate) cas_next: Cell<u64>,
     pub(crate) cas_end: Cell<u64>,
+    /// Reclaimable items the last periodic `collect` left in this slot's limbo for reuse by a
+    /// new item of the same size ([`Handle::take_spare`]). Process-local: the truth is the
+    /// limbo entry in the heap, so a process that dies loses nothing.
+    pub(crate) spares: RefCell<Vec<Spare>>,
+    /// The last `allocate` took a spare: its `TAKE_ENTRY` log ends when the item is logged.
+    pub(crate) took_spare: Cell<bool>,
 }
+
+/// A limbo entry kept for reuse: the entry word's offset, the item in it and its size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spare {
+    entry_at: u64,
+    node: u64,
+    size: usize,
+}
+
+/// Most spares a handle keeps: one `collect` period of rewrites (see `BATCH_COLLECT`).
+const COUNT_SPARES: usize = 64;
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -360,6 +377,8 @@ impl<A: Arena> Handle<A> {
             seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
             cas_next: Cell::new(0),
             cas_end: Cell::new(0),
+            spares: RefCell::new(Vec::with_capacity(COUNT_SPARES)),
+            took_spare: Cell::new(false),
         }
     }
 
@@ -391,7 +410,7 @@ impl<A: Arena> Handle<A> {
         if depth == 0 {
             epoch::unpin(&self.map.slot(self.slot).announce);
             if self.retired_since.get() >= BATCH_COLLECT {
-                self.collect();
+                self.collect_keeping(COUNT_SPARES);
             }
         }
     }
@@ -453,7 +472,18 @@ impl<A: Arena> Handle<A> {
 
     /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
     pub fn collect(&self) {
+        self.collect_keeping(0);
+    }
+
+    /// As [`collect`](Self::collect), but leaves up to `spares` reclaimable items in limbo as
+    /// this handle's spares: a new item of the same size reuses one instead of allocating
+    /// (`take_spare`), so a rewrite gets a block it recently wrote (cache-warm) and the
+    /// allocator, and the pages it would return to the OS and fault back, are left out.
+    fn collect_keeping(&self, spares: usize) {
         self.retired_since.set(0);
+        let mut kept = self.spares.borrow_mut();
+        // Every spare is an entry this walk sees again: decided afresh below.
+        kept.clear();
         let d = self.map.desc();
         let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
         let mut global = epoch::try_advance(&d.epoch.word, slots);
@@ -471,7 +501,7 @@ impl<A: Arena> Handle<A> {
                 return;
             }
             let bag = self.bag(at);
-            self.free_reclaimable(at, bag, global);
+            self.free_reclaimable(at, bag, global, &mut kept, spares);
             if bag.len.load(Ordering::Relaxed) == 0 && link_at != head_at {
                 self.limbo_log(recover::FREE_BAG, at, link_at);
                 view.word(link_at)
@@ -484,14 +514,22 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`. Each is zeroed, then
-    /// freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
-    /// (a move is two stores: a crash between them would leave the node twice). Entries are
-    /// stamped in order, so the freed ones are a prefix; the bag empties (`len = 0`) once the
-    /// last is freed.
-    fn free_reclaimable(&self, bag_at: u64, bag: &Bag, global: u64) {
+    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`, but keeps the first
+    /// `spares_max - spares.len()` of them in place as spares. Each freed entry is zeroed,
+    /// then freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
+    /// (a move is two stores: a crash between them would leave the node twice). The bag
+    /// empties (`len = 0`) once no entry is left.
+    fn free_reclaimable(
+        &self,
+        bag_at: u64,
+        bag: &Bag,
+        global: u64,
+        spares: &mut Vec<Spare>,
+        spares_max: usize,
+    ) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
         let mut kept = 0;
+        let view = self.map.view();
         for (i, entry) in bag.entries[..len].iter().enumerate() {
             let node = entry[0].load(Ordering::Relaxed);
             if node == 0 {
@@ -499,6 +537,16 @@ impl<A: Arena> Handle<A> {
             }
             if epoch::is_reclaimable(entry[1].load(Ordering::Relaxed), global) {
                 let entry_at = bag_at + 16 + 16 * i as u64;
+                if spares.len() < spares_max {
+                    let size = view.item_size(node);
+                    spares.push(Spare {
+                        entry_at,
+                        node,
+                        size,
+                    });
+                    kept += 1;
+                    continue;
+                }
                 self.limbo_log(recover::FREE_ENTRY, node, entry_at);
                 entry[0].store(0, Ordering::Relaxed);
                 A::free(&self.thread, node);
@@ -512,11 +560,16 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Allocates `size` bytes for a new node, evicting to make room as configured.
+    /// Allocates `size` bytes for a new item, evicting to make room as configured: a spare
+    /// of the same size if this handle has one (`take_spare`), else from the arena. The
+    /// caller writes the item and logs `ITEM(at)`, then calls `allocated`.
     pub(crate) fn allocate(&self, size: usize) -> Result<u64, StoreError> {
         let d = self.map.desc();
         if d.capacity != 0 {
             self.make_room(size as u64)?;
+        }
+        if let Some(at) = self.take_spare(size) {
+            return Ok(at);
         }
         loop {
             self.before_alloc();
@@ -541,6 +594,31 @@ impl<A: Arena> Handle<A> {
                     self.collect();
                 }
             }
+        }
+    }
+
+    /// Takes a spare item of exactly `size` bytes out of this slot's limbo for reuse: logs
+    /// `TAKE_ENTRY(node) @ entry`, then zeroes the entry. From then until the new item is
+    /// logged, the log is the only reference: recovery frees the block unless the `log` word
+    /// names it as an item (see `recover`). The spare was reclaimable (retired two epochs
+    /// ago), so no reader can still reach it.
+    fn take_spare(&self, size: usize) -> Option<u64> {
+        let mut spares = self.spares.borrow_mut();
+        let i = spares.iter().rposition(|s| s.size == size)?;
+        let spare = spares.swap_remove(i);
+        let entry = self.map.view().word(spare.entry_at);
+        debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
+        self.limbo_log(recover::TAKE_ENTRY, spare.node, spare.entry_at);
+        entry.store(0, Ordering::Relaxed);
+        self.took_spare.set(true);
+        Some(spare.node)
+    }
+
+    /// After the item `allocate` returned is logged as `ITEM`: ends a spare's `TAKE_ENTRY`.
+    #[inline]
+    pub(crate) fn allocated(&self) {
+        if self.took_spare.replace(false) {
+            self.limbo_log(0, 0, 0);
         }
     }
 

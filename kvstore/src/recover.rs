@@ -19,6 +19,7 @@
 //! | `limbo_log` | `ALLOC_BAG`                  | allocating a limbo bag        | linking it             |
 //! | `limbo_log` | `FREE_ENTRY(x)` @ entry      | zeroing a limbo entry         | freeing `x`            |
 //! | `limbo_log` | `FREE_BAG(b)` @ link         | unlinking an empty bag        | freeing `b`            |
+//! | `limbo_log` | `TAKE_ENTRY(x)` @ entry      | zeroing a spare's entry       | logging `ITEM(x)`      |
 //! | `unlink`    | `x`                          | the snip CAS of marked `x`    | `x` is in limbo        |
 //!
 //! # Settling (one bounded `match` per word, no heap scan)
@@ -34,6 +35,9 @@
 //!   Otherwise it never was, and is freed.
 //! - `FREE_*(x)`: done if the allocator reports `Free(x)`; else, if the entry / link word no
 //!   longer names `x` (`FREE_ITEM`: always), free `x`.
+//! - `TAKE_ENTRY(x)` (a reclaimable limbo item reused for a new item, `Handle::take_spare`):
+//!   if the entry still names `x`, nothing was taken (the limbo keeps it); if the `log` word
+//!   names `ITEM(x)`, that arm decides; else `x` was taken and never written: free it.
 //! - `unlink = x`: if `x` is still reachable, a later search snips and retires it. If not, the
 //!   snip happened (ours or a live thread's): the item's claim word decides who retires it —
 //!   every snipper CASes it `0 → slot + 1` before retiring, and so does recovery, for the
@@ -80,6 +84,8 @@ pub(crate) const ALLOC_BAG: u64 = 1;
 pub(crate) const FREE_ENTRY: u64 = 2;
 /// `limbo_log`: freeing bag `b` (the link that named it at `limbo_at`).
 pub(crate) const FREE_BAG: u64 = 3;
+/// `limbo_log`: taking limbo entry `x` (its entry word at `limbo_at`) for a new item.
+pub(crate) const TAKE_ENTRY: u64 = 4;
 
 /// What store recovery did for one dead slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +215,7 @@ impl<A: Arena> Handle<A> {
         done.limbo_log = word;
         let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
         let from = record.limbo_at.load(Ordering::Relaxed);
+        let item_logged = record.log.load(Ordering::Acquire) == x | ITEM;
         match tag {
             ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
                 free(allocated, &mut done)
@@ -218,6 +225,9 @@ impl<A: Arena> Handle<A> {
                     && !freed_by_heap(x)
                     && view.word(from).load(Ordering::Relaxed) != x =>
             {
+                free(x, &mut done)
+            }
+            TAKE_ENTRY if !item_logged && view.word(from).load(Ordering::Relaxed) != x => {
                 free(x, &mut done)
             }
             _ => {}
@@ -359,13 +369,14 @@ mod tests {
     use podkv_alloc::InFlight;
     use std::process::Command;
 
-    /// One slot: whoever claims after the child dies adopts the child's slot.
-    fn config() -> StoreConfig {
+    /// A small heap of `slots` thread slots (one: whoever claims after the child dies adopts
+    /// the child's slot; recovery needs a second, for the recovering handle).
+    fn config(slots: u64) -> StoreConfig {
         StoreConfig {
             heap: podkv_alloc::Config {
                 small_bytes: 1 << 30,
                 large_bytes: 1 << 30,
-                slots: 1,
+                slots,
                 ..podkv_alloc::Config::default()
             },
             ..StoreConfig::default()
@@ -379,12 +390,75 @@ mod tests {
         let Ok(path) = std::env::var("PODKV_ADOPT_HEAP") else {
             return;
         };
-        let store = Store::open(path, config()).unwrap();
+        let store = Store::open(path, config(1)).unwrap();
         let h = store.handle().unwrap();
         let _ = h.allocate(1016).unwrap();
         // SAFETY: plain libc calls; the process ends here.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         unreachable!("SIGKILL ends the process");
+    }
+
+    /// The child: rewrites one key until its handle holds spares (reclaimable items kept in
+    /// limbo for reuse), takes one for a new item of the same size (`TAKE_ENTRY` logged, its
+    /// entry zeroed) and dies by SIGKILL before writing it.
+    #[test]
+    fn took_spare_child_entry() {
+        let Ok(path) = std::env::var("PODKV_SPARE_HEAP") else {
+            return;
+        };
+        let store = Store::open(path, config(2)).unwrap();
+        let h = store.handle().unwrap();
+        let value = [b'v'; 100];
+        for _ in 0..200 {
+            h.set(b"key", &value, 0, 0).unwrap();
+        }
+        assert!(!h.spares.borrow().is_empty(), "rewrites left spares");
+        let size = crate::item::SIZE_HEADER + 3 + value.len();
+        let taken = h.allocate(size).unwrap();
+        assert!(h.took_spare.get(), "a spare was taken, not a fresh block");
+        let _ = taken;
+        // SAFETY: plain libc calls; the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL ends the process");
+    }
+
+    /// A spare taken out of limbo and not yet logged as an item is freed by recovery (without
+    /// the `TAKE_ENTRY` arm it is referenced by nothing: leaked).
+    #[test]
+    fn a_spare_taken_by_a_killed_writer_is_freed_by_recovery() {
+        let dir = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let path = dir.path().join("heap");
+        let store = Store::open(&path, config(2)).unwrap();
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "recover::tests::took_spare_child_entry",
+                "--nocapture",
+            ])
+            .env("PODKV_SPARE_HEAP", &path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "the child died mid-write: {status:?}"
+        );
+        let settled = store.recover_dead().unwrap();
+        assert_eq!(settled.len(), 1, "{settled:?}");
+        assert_eq!(
+            settled[0].limbo_log & super::MASK_TAG,
+            super::TAKE_ENTRY,
+            "{settled:?}"
+        );
+        assert_eq!(settled[0].freed, 1, "the taken spare is freed: {settled:?}");
+        let h = store.handle().unwrap();
+        assert_eq!(h.get(b"key").unwrap().map(|g| g.value().len()), Some(100));
+        drop(h);
+        let report = store.check();
+        assert!(report.is_valid(), "{:?}", report.problems);
     }
 
     /// A process that read the root as zero builds its own descriptor, and the claim it makes
@@ -398,7 +472,7 @@ mod tests {
             .or_else(|_| tempfile::tempdir())
             .unwrap();
         let path = dir.path().join("heap");
-        let store = Store::open(&path, config()).unwrap();
+        let store = Store::open(&path, config(1)).unwrap();
         let status = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -420,7 +494,7 @@ mod tests {
         };
         // As if the root still read zero: `create` claims (adopting the dead slot), builds a
         // descriptor and loses the root CAS to the store above.
-        let racer = crate::Map::open_seen(arena, &config(), 0).unwrap();
+        let racer = crate::Map::open_seen(arena, &config(1), 0).unwrap();
         assert_eq!(
             racer.inner.desc_at, store.inner.desc_at,
             "the first store won"
