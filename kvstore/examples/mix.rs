@@ -8,8 +8,8 @@
 //! ```
 //! Prints a table and one NDJSON line per measurement: the median of `MIX_ROUNDS` (default 5)
 //! interleaved rounds, with each round's ratios. For profiling, `MIX_ONLY=podkv|local|dashmap`
-//! runs one map, `MIX_SETS=N` one mix of N% sets and `MIX_THREADS=1|2` one thread count (`0`: only
-//! the two-process rows).
+//! runs one map, `MIX_TABLE=N` a fixed table of 2^N buckets, `MIX_SETS=N` one mix of N% sets and `MIX_THREADS=1|2` one thread count (`0`: only
+//! the two-process rows); `MIX_CPU_TIME=1` times threads by their CPU time.
 
 use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig};
 use std::time::Instant;
@@ -101,6 +101,7 @@ fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
                     let value = vec![b'w'; SIZE_VALUE];
                     let mut sum = 0usize;
                     barrier.wait();
+                    let cpu = thread_cpu_time();
                     let start = Instant::now();
                     for &(k, set) in ops {
                         let key = k.to_be_bytes();
@@ -111,7 +112,10 @@ fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
                         }
                     }
                     std::hint::black_box(sum);
-                    start.elapsed()
+                    match std::env::var_os("MIX_CPU_TIME") {
+                        Some(_) => thread_cpu_time() - cpu,
+                        None => start.elapsed(),
+                    }
                 })
             })
             .collect();
@@ -126,6 +130,19 @@ fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
     })
 }
 
+/// The calling thread's CPU time. `MIX_CPU_TIME=1` times each thread by it instead of the
+/// wall clock: for A/B profiling on a machine shared with other work (time other processes
+/// take from this thread does not count; a thread spinning on a lock still does).
+fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 fn config() -> StoreConfig {
     let heap = podkv_alloc::Config {
         small_bytes: 4 << 30,
@@ -133,8 +150,15 @@ fn config() -> StoreConfig {
         slots: 64,
         ..Default::default()
     };
+    // MIX_TABLE=N: a fixed table of 2^N buckets instead of the growing one (for comparing
+    // load factors).
+    let table = match env_number("MIX_TABLE") {
+        Some(n) => podkv_store::Table::Fixed(n as u32),
+        None => podkv_store::Table::Growing,
+    };
     StoreConfig {
         heap,
+        table,
         ..StoreConfig::default()
     }
 }

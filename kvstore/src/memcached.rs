@@ -407,6 +407,9 @@ impl<A: Arena> Handle<A> {
     ) -> Result<(Outcome, u64), StoreError> {
         let view = self.map.view();
         let written = std::cell::Cell::new(0);
+        if matches!(mode, Mode::Set | Mode::Add | Mode::Replace | Mode::Cas(_)) {
+            self.prefetch_spare(SIZE_HEADER + key.len() + value.len());
+        }
         let outcome = self.update(key, |current| {
             // `exptime` 0 (never) needs no clock.
             let expiry = match exptime {
