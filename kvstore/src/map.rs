@@ -325,8 +325,10 @@ pub(crate) struct Spare {
     size: usize,
 }
 
-/// Most spares a handle keeps: one `collect` period of rewrites (see `BATCH_COLLECT`).
-const COUNT_SPARES: usize = 64;
+/// Most spares a handle keeps: a few `collect` periods of rewrites (see `BATCH_COLLECT`), since
+/// with several threads the epoch advances in bursts and a period may free fewer than it
+/// retired.
+const COUNT_SPARES: usize = 256;
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
