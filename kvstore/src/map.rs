@@ -317,6 +317,12 @@ pub struct Handle<A: Arena> {
     pub(crate) took_spare: Cell<bool>,
 }
 
+/// What a `collect` may still keep as spares.
+struct Room {
+    count: usize,
+    bytes: usize,
+}
+
 /// A limbo entry kept for reuse: the entry word's offset, the item in it and its size.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Spare {
@@ -329,6 +335,8 @@ pub(crate) struct Spare {
 /// with several threads the epoch advances in bursts and a period may free fewer than it
 /// retired.
 const COUNT_SPARES: usize = 256;
+/// Most bytes of items a handle keeps as spares (large items would otherwise hoard memory).
+const BYTES_SPARES: usize = 1 << 20;
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -414,7 +422,7 @@ impl<A: Arena> Handle<A> {
         if depth == 0 {
             epoch::unpin(&self.map.slot(self.slot).announce);
             if self.retired_since.get() >= BATCH_COLLECT {
-                self.collect_keeping(COUNT_SPARES);
+                self.collect_keeping(true);
             }
         }
     }
@@ -476,18 +484,25 @@ impl<A: Arena> Handle<A> {
 
     /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
     pub fn collect(&self) {
-        self.collect_keeping(0);
+        self.collect_keeping(false);
     }
 
-    /// As [`collect`](Self::collect), but leaves up to `spares` reclaimable items in limbo as
-    /// this handle's spares: a new item of the same size reuses one instead of allocating
+    /// As [`collect`](Self::collect), but if `keep`, leaves up to [`COUNT_SPARES`] reclaimable
+    /// items ([`BYTES_SPARES`] bytes) in limbo as this handle's spares: a new item of the same size reuses one instead of allocating
     /// (`take_spare`), so a rewrite gets a block it recently wrote (cache-warm) and the
     /// allocator, and the pages it would return to the OS and fault back, are left out.
-    fn collect_keeping(&self, spares: usize) {
+    fn collect_keeping(&self, keep: bool) {
         self.retired_since.set(0);
         let mut kept = self.spares.borrow_mut();
         // Every spare is an entry this walk sees again: decided afresh below.
         kept.clear();
+        let mut room = match keep {
+            true => Room {
+                count: COUNT_SPARES,
+                bytes: BYTES_SPARES,
+            },
+            false => Room { count: 0, bytes: 0 },
+        };
         let d = self.map.desc();
         let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
         let mut global = epoch::try_advance(&d.epoch.word, slots);
@@ -505,7 +520,7 @@ impl<A: Arena> Handle<A> {
                 return;
             }
             let bag = self.bag(at);
-            self.free_reclaimable(at, bag, global, &mut kept, spares);
+            self.free_reclaimable(at, bag, global, &mut kept, &mut room);
             if bag.len.load(Ordering::Relaxed) == 0 && link_at != head_at {
                 self.limbo_log(recover::FREE_BAG, at, link_at);
                 view.word(link_at)
@@ -518,8 +533,8 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`, but keeps the first
-    /// `spares_max - spares.len()` of them in place as spares. Each freed entry is zeroed,
+    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`, but keeps those that
+    /// fit in `room` in place as spares. Each freed entry is zeroed,
     /// then freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
     /// (a move is two stores: a crash between them would leave the node twice). The bag
     /// empties (`len = 0`) once no entry is left.
@@ -529,7 +544,7 @@ impl<A: Arena> Handle<A> {
         bag: &Bag,
         global: u64,
         spares: &mut Vec<Spare>,
-        spares_max: usize,
+        room: &mut Room,
     ) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
         let mut kept = 0;
@@ -541,15 +556,19 @@ impl<A: Arena> Handle<A> {
             }
             if epoch::is_reclaimable(entry[1].load(Ordering::Relaxed), global) {
                 let entry_at = bag_at + 16 + 16 * i as u64;
-                if spares.len() < spares_max {
+                if room.count > 0 {
                     let size = view.item_size(node);
-                    spares.push(Spare {
-                        entry_at,
-                        node,
-                        size,
-                    });
-                    kept += 1;
-                    continue;
+                    if size <= room.bytes {
+                        room.count -= 1;
+                        room.bytes -= size;
+                        spares.push(Spare {
+                            entry_at,
+                            node,
+                            size,
+                        });
+                        kept += 1;
+                        continue;
+                    }
                 }
                 self.limbo_log(recover::FREE_ENTRY, node, entry_at);
                 entry[0].store(0, Ordering::Relaxed);
