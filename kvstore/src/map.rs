@@ -21,9 +21,10 @@ use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::recover;
+use crate::spare::{Reuse, Room, Spare, Spares};
 use crate::StoreError;
 use podkv_alloc::AllocError;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -309,34 +310,9 @@ pub struct Handle<A: Arena> {
     /// This handle's block of CAS tokens: `cas_next..cas_end` (see `next_cas`).
     pub(crate) cas_next: Cell<u64>,
     pub(crate) cas_end: Cell<u64>,
-    /// Reclaimable items the last periodic `collect` left in this slot's limbo for reuse by a
-    /// new item of the same size ([`Handle::take_spare`]). Process-local: the truth is the
-    /// limbo entry in the heap, so a process that dies loses nothing.
-    pub(crate) spares: RefCell<Vec<Spare>>,
-    /// The last `allocate` took a spare: its `TAKE_ENTRY` log ends when the item is logged.
-    pub(crate) took_spare: Cell<bool>,
+    /// Reclaimable items of this slot's limbo kept for reuse (see `spare`).
+    pub(crate) spares: Spares,
 }
-
-/// What a `collect` may still keep as spares.
-struct Room {
-    count: usize,
-    bytes: usize,
-}
-
-/// A limbo entry kept for reuse: the entry word's offset, the item in it and its size.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Spare {
-    entry_at: u64,
-    node: u64,
-    size: usize,
-}
-
-/// Most spares a handle keeps: a few `collect` periods of rewrites (see `BATCH_COLLECT`), since
-/// with several threads the epoch advances in bursts and a period may free fewer than it
-/// retired.
-const COUNT_SPARES: usize = 256;
-/// Most bytes of items a handle keeps as spares (large items would otherwise hoard memory).
-const BYTES_SPARES: usize = 1 << 20;
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -389,8 +365,7 @@ impl<A: Arena> Handle<A> {
             seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
             cas_next: Cell::new(0),
             cas_end: Cell::new(0),
-            spares: RefCell::new(Vec::with_capacity(COUNT_SPARES)),
-            took_spare: Cell::new(false),
+            spares: Spares::default(),
         }
     }
 
@@ -422,7 +397,7 @@ impl<A: Arena> Handle<A> {
         if depth == 0 {
             epoch::unpin(&self.map.slot(self.slot).announce);
             if self.retired_since.get() >= BATCH_COLLECT {
-                self.collect_keeping(true);
+                self.collect_keeping(Reuse::Keep);
             }
         }
     }
@@ -484,25 +459,17 @@ impl<A: Arena> Handle<A> {
 
     /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
     pub fn collect(&self) {
-        self.collect_keeping(false);
+        self.collect_keeping(Reuse::FreeAll);
     }
 
-    /// As [`collect`](Self::collect), but if `keep`, leaves up to [`COUNT_SPARES`] reclaimable
-    /// items ([`BYTES_SPARES`] bytes) in limbo as this handle's spares: a new item of the same size reuses one instead of allocating
-    /// (`take_spare`), so a rewrite gets a block it recently wrote (cache-warm) and the
-    /// allocator, and the pages it would return to the OS and fault back, are left out.
-    fn collect_keeping(&self, keep: bool) {
+    /// As [`collect`](Self::collect), but with [`Reuse::Keep`] leaves some reclaimable items
+    /// in limbo as this handle's spares (see `spare`).
+    fn collect_keeping(&self, reuse: Reuse) {
         self.retired_since.set(0);
-        let mut kept = self.spares.borrow_mut();
+        let mut kept = self.spares.list.borrow_mut();
         // Every spare is an entry this walk sees again: decided afresh below.
         kept.clear();
-        let mut room = match keep {
-            true => Room {
-                count: COUNT_SPARES,
-                bytes: BYTES_SPARES,
-            },
-            false => Room { count: 0, bytes: 0 },
-        };
+        let mut room = Room::for_reuse(reuse);
         let d = self.map.desc();
         let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
         let mut global = epoch::try_advance(&d.epoch.word, slots);
@@ -556,19 +523,14 @@ impl<A: Arena> Handle<A> {
             }
             if epoch::is_reclaimable(entry[1].load(Ordering::Relaxed), global) {
                 let entry_at = bag_at + 16 + 16 * i as u64;
-                if room.count > 0 {
-                    let size = view.item_size(node);
-                    if size <= room.bytes {
-                        room.count -= 1;
-                        room.bytes -= size;
-                        spares.push(Spare {
-                            entry_at,
-                            node,
-                            size,
-                        });
-                        kept += 1;
-                        continue;
-                    }
+                if let Some(size) = room.take(|| view.item_size(node)) {
+                    spares.push(Spare {
+                        entry_at,
+                        node,
+                        size,
+                    });
+                    kept += 1;
+                    continue;
                 }
                 self.limbo_log(recover::FREE_ENTRY, node, entry_at);
                 entry[0].store(0, Ordering::Relaxed);
@@ -617,46 +579,6 @@ impl<A: Arena> Handle<A> {
                     self.collect();
                 }
             }
-        }
-    }
-
-    /// Takes a spare item of exactly `size` bytes out of this slot's limbo for reuse: logs
-    /// `TAKE_ENTRY(node) @ entry`, then zeroes the entry. From then until the new item is
-    /// logged, the log is the only reference: recovery frees the block unless the `log` word
-    /// names it as an item (see `recover`). The spare was reclaimable (retired two epochs
-    /// ago), so no reader can still reach it.
-    fn take_spare(&self, size: usize) -> Option<u64> {
-        let mut spares = self.spares.borrow_mut();
-        let i = spares.iter().rposition(|s| s.size == size)?;
-        let spare = spares.swap_remove(i);
-        let entry = self.map.view().word(spare.entry_at);
-        debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
-        self.limbo_log(recover::TAKE_ENTRY, spare.node, spare.entry_at);
-        entry.store(0, Ordering::Relaxed);
-        self.took_spare.set(true);
-        Some(spare.node)
-    }
-
-    /// Starts loading, for writing, the spare a new item of `size` bytes would take, so its
-    /// lines arrive while the write searches its bucket (the copy into it then stalls on
-    /// nothing). Only a hint: it changes no state.
-    #[inline]
-    pub(crate) fn prefetch_spare(&self, size: usize) {
-        let spares = self.spares.borrow();
-        let Some(spare) = spares.iter().rev().find(|s| s.size == size) else {
-            return;
-        };
-        let start = self.map.view().ptr(spare.node);
-        for line in (0..size).step_by(64) {
-            prefetch_write(start.wrapping_add(line));
-        }
-    }
-
-    /// After the item `allocate` returned is logged as `ITEM`: ends a spare's `TAKE_ENTRY`.
-    #[inline]
-    pub(crate) fn allocated(&self) {
-        if self.took_spare.replace(false) {
-            self.limbo_log(0, 0, 0);
         }
     }
 
@@ -852,20 +774,6 @@ impl<A: Arena> Handle<A> {
         state.store(order | SENTINEL_LINKED, Ordering::Release);
         Ok(at)
     }
-}
-
-/// Hints the CPU to bring the line at `at` into cache before a write (no effect elsewhere).
-/// `prefetcht0`: a line no other core holds arrives exclusive, so the write that follows
-/// needs no further request (`prefetchw` needs a target feature the baseline lacks).
-#[inline]
-fn prefetch_write(at: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and has no architectural effect, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 /// The offset of a store word (in the heap, or an address for the local arena).

@@ -412,10 +412,10 @@ mod tests {
         for _ in 0..200 {
             h.set(b"key", &value, 0, 0).unwrap();
         }
-        assert!(!h.spares.borrow().is_empty(), "rewrites left spares");
+        assert!(!h.spares.list.borrow().is_empty(), "rewrites left spares");
         let size = crate::item::SIZE_HEADER + 3 + value.len();
         let taken = h.allocate(size).unwrap();
-        assert!(h.took_spare.get(), "a spare was taken, not a fresh block");
+        assert!(h.spares.took.get(), "a spare was taken, not a fresh block");
         let _ = taken;
         // SAFETY: plain libc calls; the process ends here.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
