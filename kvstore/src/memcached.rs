@@ -1,5 +1,5 @@
-//! memcached 1.6 semantics over the index: every command is one pass of [`Handle::update`],
-//! whose `decide` closure sees the key's current *visible* item and returns one [`Step`].
+//! memcached 1.6 semantics over the index: every command is one pass of `Handle::update`,
+//! whose `decide` closure sees the key's current *visible* item and returns one `Step`.
 //!
 //! # Rules (as memcached 1.6 behaves)
 //! - expiry `0` never expires; `1..=30 days` is relative; larger is a Unix time; negative is
