@@ -6,14 +6,17 @@
 //! ```text
 //! cargo run -p podkv-store --release --example mix -- [KEYS] [OPS_PER_THREAD]
 //! ```
-//! Prints a table and one NDJSON line per measurement.
+//! Prints a table and one NDJSON line per measurement: the median of `MIX_ROUNDS` (default 5)
+//! interleaved rounds, with each round's ratios. For profiling, `MIX_ONLY=podkv|local|dashmap`
+//! runs one map, `MIX_TABLE=N` a fixed table of 2^N buckets, `MIX_SETS=N` one mix of N% sets and `MIX_THREADS=1|2` one thread count (`0`: only
+//! the two-process rows); `MIX_CPU_TIME=1` times threads by their CPU time.
 
 use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig};
 use std::time::Instant;
 
 const SIZE_VALUE: usize = 960;
-/// Interleaved rounds per measurement; the best is reported.
-const ROUNDS: usize = 3;
+/// Interleaved rounds per measurement (`MIX_ROUNDS` overrides); the median is reported.
+const ROUNDS: usize = 5;
 
 /// YCSB's ZipfianGenerator (Gray et al.), scrambled with FNV like ScrambledZipfianGenerator.
 struct Zipf {
@@ -98,6 +101,7 @@ fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
                     let value = vec![b'w'; SIZE_VALUE];
                     let mut sum = 0usize;
                     barrier.wait();
+                    let cpu = thread_cpu_time();
                     let start = Instant::now();
                     for &(k, set) in ops {
                         let key = k.to_be_bytes();
@@ -108,7 +112,10 @@ fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
                         }
                     }
                     std::hint::black_box(sum);
-                    start.elapsed()
+                    match std::env::var_os("MIX_CPU_TIME") {
+                        Some(_) => thread_cpu_time() - cpu,
+                        None => start.elapsed(),
+                    }
                 })
             })
             .collect();
@@ -123,6 +130,19 @@ fn run<M: KvMap>(map: &M, streams: &[Vec<(u64, bool)>]) -> f64 {
     })
 }
 
+/// The calling thread's CPU time. `MIX_CPU_TIME=1` times each thread by it instead of the
+/// wall clock: for A/B profiling on a machine shared with other work (time other processes
+/// take from this thread does not count; a thread spinning on a lock still does).
+fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 fn config() -> StoreConfig {
     let heap = podkv_alloc::Config {
         small_bytes: 4 << 30,
@@ -130,8 +150,15 @@ fn config() -> StoreConfig {
         slots: 64,
         ..Default::default()
     };
+    // MIX_TABLE=N: a fixed table of 2^N buckets instead of the growing one (for comparing
+    // load factors).
+    let table = match env_number("MIX_TABLE") {
+        Some(n) => podkv_store::Table::Fixed(n as u32),
+        None => podkv_store::Table::Growing,
+    };
     StoreConfig {
         heap,
+        table,
         ..StoreConfig::default()
     }
 }
@@ -173,6 +200,22 @@ fn run_processes(path: &str, keys: u64, ops: usize, set_percent: u64) -> f64 {
     children.into_iter().map(rate).sum()
 }
 
+/// The median (the mean of the middle two for an even count).
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+/// A numeric environment variable, if set.
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
 fn main() {
     if let Ok(spec) = std::env::var("PODKV_MIX_CHILD") {
         return child(&spec);
@@ -188,59 +231,85 @@ fn main() {
     let store = Store::open(&path, config.clone()).unwrap();
     let local = LocalStore::new_local(&config).unwrap();
     let dash = DashBaseline::new();
+    // MIX_ONLY=podkv|local|dashmap runs one map (for profiling); ratios then read 0 or inf.
+    let only = std::env::var("MIX_ONLY").unwrap_or_default();
+    let wants = |m: &str| only.is_empty() || only == m;
     preload(&store, keys);
-    preload(&local, keys);
-    preload(&dash, keys);
+    if wants("local") {
+        preload(&local, keys);
+    }
+    if wants("dashmap") {
+        preload(&dash, keys);
+    }
     let zipf = Zipf::new(keys, 0.99);
-    println!("keys {keys}, {ops} ops/thread, 8 B keys, {SIZE_VALUE} B values, zipfian 0.99");
+    let rounds = env_number("MIX_ROUNDS").unwrap_or(ROUNDS as u64).max(1) as usize;
     println!(
-        "{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9}",
+        "keys {keys}, {ops} ops/thread, 8 B keys, {SIZE_VALUE} B values, zipfian 0.99, median of {rounds} interleaved rounds"
+    );
+    println!(
+        "{:>6} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9}  per-round ratios (local; dashmap)",
         "mix", "threads", "podkv", "local", "dashmap", "vs local", "vs dash"
     );
-    for (name, set_percent) in [("95/5", 5), ("50/50", 50)] {
+    let mix_sets = env_number("MIX_SETS");
+    let mix_threads = env_number("MIX_THREADS");
+    // MIX_SETS=N runs one mix with N% sets instead (for profiling: 0 or 100 isolate an op).
+    let mixes: Vec<(String, u64)> = match mix_sets {
+        Some(s) => vec![(format!("{}/{}", 100 - s.min(100), s.min(100)), s.min(100))],
+        None => vec![("95/5".into(), 5), ("50/50".into(), 50)],
+    };
+    for (name, set_percent) in mixes {
         for threads in [1usize, 2] {
+            if mix_threads.is_some_and(|t| t != threads as u64) {
+                continue;
+            }
             let streams: Vec<_> = (0..threads)
                 .map(|t| stream(&zipf, ops, set_percent, 17 + t as u64))
                 .collect();
-            // Best of `ROUNDS` interleaved rounds: the machine is shared, and interleaving
-            // exposes all three maps to the same background load.
-            let (mut p, mut l, mut d) = (0f64, 0f64, 0f64);
-            // MIX_ONLY=podkv|local|dashmap runs one map (for profiling); ratios then read 0 or inf.
-            let only = std::env::var("MIX_ONLY").unwrap_or_default();
-            let wants = |m: &str| only.is_empty() || only == m;
-            for _ in 0..ROUNDS {
-                if wants("podkv") {
-                    p = p.max(run(&store, &streams));
-                }
-                if wants("local") {
-                    l = l.max(run(&local, &streams));
-                }
-                if wants("dashmap") {
-                    d = d.max(run(&dash, &streams));
-                }
+            // Interleaved rounds: the machine is shared, and interleaving exposes all three
+            // maps to the same background load; each round gives one ratio.
+            let (mut p, mut l, mut d) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                let once = |m: &str, run: &dyn Fn() -> f64| if wants(m) { run() } else { 0.0 };
+                p.push(once("podkv", &|| run(&store, &streams)));
+                l.push(once("local", &|| run(&local, &streams)));
+                d.push(once("dashmap", &|| run(&dash, &streams)));
             }
+            let per_round: Vec<String> = (0..rounds)
+                .map(|i| format!("{:.2};{:.2}", p[i] / l[i], p[i] / d[i]))
+                .collect();
+            let ratio_l = median((0..rounds).map(|i| p[i] / l[i]).collect());
+            let ratio_d = median((0..rounds).map(|i| p[i] / d[i]).collect());
+            let (p, l, d) = (median(p), median(l), median(d));
             println!(
-                "{name:>6} {threads:>7} {p:>10.2} {l:>10.2} {d:>10.2} {:>9.2} {:>9.2}",
-                p / l,
-                p / d
+                "{name:>6} {threads:>7} {p:>10.2} {l:>10.2} {d:>10.2} {ratio_l:>9.2} {ratio_d:>9.2}  {}",
+                per_round.join(" ")
             );
             println!(
-                "{{\"mix\":\"{name}\",\"threads\":{threads},\"mops\":{{\"podkv\":{p:.3},\"local-mimalloc\":{l:.3},\"dashmap\":{d:.3}}},\"ratio_local\":{:.3},\"ratio_dashmap\":{:.3}}}",
-                p / l,
-                p / d
+                "{{\"mix\":\"{name}\",\"threads\":{threads},\"mops\":{{\"podkv\":{p:.3},\"local-mimalloc\":{l:.3},\"dashmap\":{d:.3}}},\"ratio_local\":{ratio_l:.3},\"ratio_dashmap\":{ratio_d:.3}}}"
             );
         }
-        let p2 = run_processes(&path, keys, ops, set_percent);
+        if mix_threads.is_some_and(|t| t != 0) || !wants("podkv") {
+            continue;
+        }
+        let p2 = median(
+            (0..rounds)
+                .map(|_| run_processes(&path, keys, ops, set_percent))
+                .collect(),
+        );
         println!(
             "{name:>6} {:>7} {p2:>10.2} {:>10} {:>10}",
             "2 procs", "-", "-"
         );
         println!("{{\"mix\":\"{name}\",\"processes\":2,\"mops\":{{\"podkv\":{p2:.3}}}}}");
     }
-    let h = store.handle().unwrap();
-    h.collect();
-    h.collect();
-    drop(h);
+    // Garbage left in limbo: a slot's next owner frees it. Claim the slots the runs used
+    // (the lowest free ones) and collect, so the bytes per item count live data, not garbage
+    // whose reclamation a process exiting mid-epoch deferred.
+    let handles: Vec<_> = (0..8).map(|_| store.handle().unwrap()).collect();
+    for h in handles.iter().chain(&handles) {
+        h.collect();
+    }
+    drop(handles);
     let report = store.check();
     eprintln!(
         "items {} limbo {} bags {} segments {} epoch {} heap live {} B",

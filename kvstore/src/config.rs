@@ -52,7 +52,7 @@ pub enum Eviction {
 /// Bucket table sizing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Table {
-    /// Start small and double as items are added (load factor 2), migrating lazily.
+    /// Start small and double as items are added (load factor ≤ 1/2), migrating lazily.
     Growing,
     /// Exactly `2^n` buckets, never grown (for comparison with the paper's fixed table).
     Fixed(u32),

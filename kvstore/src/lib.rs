@@ -57,6 +57,8 @@ pub mod meta;
 #[cfg(not(podkv_loom))]
 pub mod recover;
 #[cfg(not(podkv_loom))]
+mod spare;
+#[cfg(not(podkv_loom))]
 pub mod store;
 
 pub use error::StoreError;

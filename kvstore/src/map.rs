@@ -10,7 +10,7 @@
 //! - `update`: the one write loop every memcached command goes through.
 //!
 //! # Growth
-//! `size` doubles (one CAS) when `count > buckets` (load factor 1). Nothing moves: bucket `b + 2^k`'s
+//! `size` doubles (one CAS) when `count > buckets / 2` (load factor ≤ 1/2). Nothing moves: bucket `b + 2^k`'s
 //! sentinel is spliced in front of its items the first time a writer needs it, so a doubling
 //! costs O(1) and the work is spread over later writes (Shalev–Shavit split-ordered lists).
 
@@ -21,6 +21,7 @@ use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::recover;
+use crate::spare::{Reuse, Room, Spare, Spares};
 use crate::StoreError;
 use podkv_alloc::AllocError;
 use std::cell::Cell;
@@ -54,6 +55,8 @@ pub(crate) struct Inner<A: Arena> {
     pub(crate) view: View,
     pub(crate) desc_at: u64,
     pub(crate) clock: Clock,
+    /// What `open_in` settled for a slot `create` adopted (see [`Map::settled_at_open`]).
+    pub(crate) settled_at_open: std::sync::OnceLock<recover::Settled>,
 }
 
 // SAFETY: `View` is a base address into memory shared on purpose; all shared words are atomics.
@@ -63,8 +66,10 @@ unsafe impl<A: Arena> Sync for Inner<A> {}
 
 /// Buckets of a new growing table (log2).
 const SHIFT_BUCKETS_START: u64 = 10;
-/// Items per bucket before the table doubles.
-const COUNT_LOAD: u64 = 1;
+/// The table doubles when items exceed `buckets >> SHIFT_LOAD` (load factor ≤ 1/2): a lookup
+/// then passes ~0.2 other items of its bucket on average instead of ~0.4, each a cache and
+/// TLB miss, for 16 B more of sentinel per bucket (see README, Performance).
+const SHIFT_LOAD: u64 = 1;
 /// Per-handle `count`/`used` deltas are flushed to the descriptor beyond these.
 const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
@@ -74,10 +79,24 @@ const BATCH_COLLECT: u64 = 64;
 impl<A: Arena> Map<A> {
     /// Opens the store in `arena`, creating it if the root is empty.
     pub fn open_in(arena: A, config: &StoreConfig) -> Result<Map<A>, StoreError> {
+        let seen = arena.root().load(Ordering::Acquire);
+        Map::open_seen(arena, config, seen)
+    }
+
+    /// As [`Map::open_in`], given the root as this process read it: zero makes a descriptor
+    /// and lets the root CAS decide (another process may have installed one since).
+    pub(crate) fn open_seen(
+        arena: A,
+        config: &StoreConfig,
+        seen: u64,
+    ) -> Result<Map<A>, StoreError> {
         let view = View::new(arena.base());
-        let mut desc_at = arena.root().load(Ordering::Acquire);
+        let mut desc_at = seen;
+        let mut created = None;
         if desc_at == 0 {
-            desc_at = create(&arena, view, config)?;
+            let made = create(&arena, view, config)?;
+            desc_at = made.desc_at;
+            created = Some(made);
         }
         let map = Map {
             inner: Arc::new(Inner {
@@ -85,9 +104,20 @@ impl<A: Arena> Map<A> {
                 view,
                 desc_at,
                 clock: config.clock.clone(),
+                settled_at_open: std::sync::OnceLock::new(),
             }),
         };
         map.validate_descriptor()?;
+        if let Some(Created {
+            thread,
+            adopted: Some(report),
+            ..
+        }) = created
+        {
+            // The slot `create` claimed was a dead owner's: settle its store log with the
+            // allocator's report while the slot is still held (as `recover_dead` does).
+            Handle::new(map.clone(), thread).settle_own(report);
+        }
         Ok(map)
     }
 
@@ -186,28 +216,32 @@ impl<A: Arena> Map<A> {
     /// (a slot adopted from a dead owner by the arena leaves its store log behind).
     pub(crate) fn handle_unrecovered(&self) -> Result<Handle<A>, StoreError> {
         let thread = self.inner.arena.thread()?;
-        let slot = A::slot_index(&thread);
-        let h = Handle {
-            map: self.clone(),
-            thread,
-            slot,
-            pins: Cell::new(0),
-            retired_since: Cell::new(0),
-            count_delta: Cell::new(0),
-            used_delta: Cell::new(0),
-            seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
-            cas_next: Cell::new(0),
-            cas_end: Cell::new(0),
-        };
-        h.settle(slot, None);
+        let h = Handle::new(self.clone(), thread);
+        h.settle(h.slot, None);
         Ok(h)
     }
 }
 
+/// What [`create`] leaves for [`Map::open_in`]: the descriptor that won the root, and the
+/// thread it claimed, with the allocator's report if that claim adopted a dead owner's slot
+/// (the store's log of that slot is settled once the descriptor is known).
+pub(crate) struct Created<A: Arena> {
+    pub(crate) desc_at: u64,
+    pub(crate) thread: A::Thread,
+    pub(crate) adopted: Option<(podkv_alloc::InFlight, u64)>,
+}
+
 /// Makes a descriptor, its slot records and segment 0 (holding bucket 0's sentinel), installs it at
-/// the root; returns whichever descriptor won.
-fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, StoreError> {
+/// the root; returns whichever descriptor won. If another process's descriptor won, the slot
+/// this claimed may be one its dead owner used in that store: the report of the adoption is
+/// taken at once (it belongs to this claim only) and returned for settling.
+pub(crate) fn create<A: Arena>(
+    arena: &A,
+    view: View,
+    config: &StoreConfig,
+) -> Result<Created<A>, StoreError> {
     let thread = arena.thread()?;
+    let adopted = A::adoption(&thread);
     let slots = u64::from(arena.slots());
     let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
     let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
@@ -232,18 +266,24 @@ fn create<A: Arena>(arena: &A, view: View, config: &StoreConfig) -> Result<u64, 
     d.size.word.store(size, Ordering::Relaxed);
     d.epoch.word.store(2, Ordering::Relaxed);
     d.directory[0].store(seg0, Ordering::Relaxed);
-    match arena
-        .root()
-        .compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire)
-    {
-        Ok(_) => Ok(desc_at),
-        Err(winner) => {
-            for at in [seg0, slots_at, desc_at] {
-                A::free(&thread, at);
+    let desc_at =
+        match arena
+            .root()
+            .compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => desc_at,
+            Err(winner) => {
+                for at in [seg0, slots_at, desc_at] {
+                    A::free(&thread, at);
+                }
+                winner
             }
-            Ok(winner)
-        }
-    }
+        };
+    Ok(Created {
+        desc_at,
+        thread,
+        adopted,
+    })
 }
 
 fn alloc_zeroed<A: Arena>(thread: &A::Thread, view: View, size: usize) -> Result<u64, StoreError> {
@@ -270,6 +310,8 @@ pub struct Handle<A: Arena> {
     /// This handle's block of CAS tokens: `cas_next..cas_end` (see `next_cas`).
     pub(crate) cas_next: Cell<u64>,
     pub(crate) cas_end: Cell<u64>,
+    /// Reclaimable items of this slot's limbo kept for reuse (see `spare`).
+    pub(crate) spares: Spares,
 }
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
@@ -309,6 +351,24 @@ impl<A: Arena> Drop for Handle<A> {
 const COUNT_DROP_COLLECTS: usize = 64;
 
 impl<A: Arena> Handle<A> {
+    /// A handle on `map` for the slot `thread` holds (its record not settled yet).
+    fn new(map: Map<A>, thread: A::Thread) -> Handle<A> {
+        let slot = A::slot_index(&thread);
+        Handle {
+            map,
+            thread,
+            slot,
+            pins: Cell::new(0),
+            retired_since: Cell::new(0),
+            count_delta: Cell::new(0),
+            used_delta: Cell::new(0),
+            seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
+            cas_next: Cell::new(0),
+            cas_end: Cell::new(0),
+            spares: Spares::default(),
+        }
+    }
+
     /// The map this handle works on.
     pub fn map(&self) -> &Map<A> {
         &self.map
@@ -337,7 +397,7 @@ impl<A: Arena> Handle<A> {
         if depth == 0 {
             epoch::unpin(&self.map.slot(self.slot).announce);
             if self.retired_since.get() >= BATCH_COLLECT {
-                self.collect();
+                self.collect_keeping(Reuse::Keep);
             }
         }
     }
@@ -399,7 +459,17 @@ impl<A: Arena> Handle<A> {
 
     /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
     pub fn collect(&self) {
+        self.collect_keeping(Reuse::FreeAll);
+    }
+
+    /// As [`collect`](Self::collect), but with [`Reuse::Keep`] leaves some reclaimable items
+    /// in limbo as this handle's spares (see `spare`).
+    fn collect_keeping(&self, reuse: Reuse) {
         self.retired_since.set(0);
+        let mut kept = self.spares.list.borrow_mut();
+        // Every spare is an entry this walk sees again: decided afresh below.
+        kept.clear();
+        let mut room = Room::for_reuse(reuse);
         let d = self.map.desc();
         let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
         let mut global = epoch::try_advance(&d.epoch.word, slots);
@@ -417,7 +487,7 @@ impl<A: Arena> Handle<A> {
                 return;
             }
             let bag = self.bag(at);
-            self.free_reclaimable(at, bag, global);
+            self.free_reclaimable(at, bag, global, &mut kept, &mut room);
             if bag.len.load(Ordering::Relaxed) == 0 && link_at != head_at {
                 self.limbo_log(recover::FREE_BAG, at, link_at);
                 view.word(link_at)
@@ -430,14 +500,22 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`. Each is zeroed, then
-    /// freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
-    /// (a move is two stores: a crash between them would leave the node twice). Entries are
-    /// stamped in order, so the freed ones are a prefix; the bag empties (`len = 0`) once the
-    /// last is freed.
-    fn free_reclaimable(&self, bag_at: u64, bag: &Bag, global: u64) {
+    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`, but keeps those that
+    /// fit in `room` in place as spares. Each freed entry is zeroed,
+    /// then freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
+    /// (a move is two stores: a crash between them would leave the node twice). The bag
+    /// empties (`len = 0`) once no entry is left.
+    fn free_reclaimable(
+        &self,
+        bag_at: u64,
+        bag: &Bag,
+        global: u64,
+        spares: &mut Vec<Spare>,
+        room: &mut Room,
+    ) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
         let mut kept = 0;
+        let view = self.map.view();
         for (i, entry) in bag.entries[..len].iter().enumerate() {
             let node = entry[0].load(Ordering::Relaxed);
             if node == 0 {
@@ -445,6 +523,15 @@ impl<A: Arena> Handle<A> {
             }
             if epoch::is_reclaimable(entry[1].load(Ordering::Relaxed), global) {
                 let entry_at = bag_at + 16 + 16 * i as u64;
+                if let Some(size) = room.take(|| view.item_size(node)) {
+                    spares.push(Spare {
+                        entry_at,
+                        node,
+                        size,
+                    });
+                    kept += 1;
+                    continue;
+                }
                 self.limbo_log(recover::FREE_ENTRY, node, entry_at);
                 entry[0].store(0, Ordering::Relaxed);
                 A::free(&self.thread, node);
@@ -458,11 +545,16 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Allocates `size` bytes for a new node, evicting to make room as configured.
+    /// Allocates `size` bytes for a new item, evicting to make room as configured: a spare
+    /// of the same size if this handle has one (`take_spare`), else from the arena. The
+    /// caller writes the item and logs `ITEM(at)`, then calls `allocated`.
     pub(crate) fn allocate(&self, size: usize) -> Result<u64, StoreError> {
         let d = self.map.desc();
         if d.capacity != 0 {
             self.make_room(size as u64)?;
+        }
+        if let Some(at) = self.take_spare(size) {
+            return Ok(at);
         }
         loop {
             self.before_alloc();
@@ -550,11 +642,11 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Doubles the table (one CAS) when `count > COUNT_LOAD · buckets`.
+    /// Doubles the table (one CAS) when `count > buckets >> SHIFT_LOAD`.
     fn maybe_grow(&self, count: u64) {
         let size = &self.map.desc().size.word;
         let log2 = size.load(Ordering::Relaxed);
-        if log2 & FIXED == 0 && log2 < SHIFT_BUCKETS_MAX && count > COUNT_LOAD << log2 {
+        if log2 & FIXED == 0 && log2 < SHIFT_BUCKETS_MAX && count > (1u64 << log2) >> SHIFT_LOAD {
             let _ = size.compare_exchange(log2, log2 + 1, Ordering::Relaxed, Ordering::Relaxed);
         }
     }

@@ -1,5 +1,5 @@
-//! memcached 1.6 semantics over the index: every command is one pass of [`Handle::update`],
-//! whose `decide` closure sees the key's current *visible* item and returns one [`Step`].
+//! memcached 1.6 semantics over the index: every command is one pass of `Handle::update`,
+//! whose `decide` closure sees the key's current *visible* item and returns one `Step`.
 //!
 //! # Rules (as memcached 1.6 behaves)
 //! - expiry `0` never expires; `1..=30 days` is relative; larger is a Unix time; negative is
@@ -194,8 +194,15 @@ impl<A: Arena> Handle<A> {
     /// Whether `item` is visible now (not expired, not flushed).
     #[inline]
     pub(crate) fn visible(&self, item: u64, now: u32) -> bool {
+        self.visible_when(item, || now)
+    }
+
+    /// As [`visible`](Self::visible), reading the clock only if the answer depends on it (an
+    /// item with an expiry, or a delayed `flush_all` pending): most reads need no clock.
+    #[inline]
+    pub(crate) fn visible_when(&self, item: u64, now: impl Fn() -> u32) -> bool {
         let m = self.map.view().meta(item);
-        if m.expiry != 0 && m.expiry <= now {
+        if m.expiry != 0 && m.expiry <= now() {
             return false;
         }
         let d = self.map.desc();
@@ -204,7 +211,7 @@ impl<A: Arena> Handle<A> {
             return false;
         }
         let oldest = d.oldest_live.word.load(Ordering::Acquire);
-        oldest == 0 || oldest > u64::from(now) || u64::from(m.time) > oldest
+        oldest == 0 || u64::from(m.time) > oldest || oldest > u64::from(now())
     }
 
     /// `get`/`gets`: the visible item of `key`, read in place through a guard.
@@ -219,7 +226,7 @@ impl<A: Arena> Handle<A> {
             key,
         };
         let at = list::lookup(&view, self.head_for_read(h), &probe);
-        if at == 0 || !self.visible(at, self.map.now()) {
+        if at == 0 || !self.visible_when(at, || self.map.now()) {
             return Ok(None);
         }
         Ok(Some(Guard {
@@ -302,6 +309,7 @@ impl<A: Arena> Handle<A> {
         };
         self.map.view().write_item(at, &meta, key, value);
         self.log(crate::recover::ITEM, at);
+        self.allocated();
         Ok(at)
     }
 
@@ -325,7 +333,8 @@ impl<A: Arena> Handle<A> {
         let mut retire = |n| self.retire(n);
         loop {
             let pos = list::find(&nodes, head, &probe, &mut retire);
-            let visible = (pos.found && self.visible(pos.curr, self.map.now())).then_some(pos.curr);
+            let visible =
+                (pos.found && self.visible_when(pos.curr, || self.map.now())).then_some(pos.curr);
             match decide(visible)? {
                 Step::Keep(outcome) => return Ok(outcome),
                 Step::Put(new, outcome) => {
@@ -398,8 +407,15 @@ impl<A: Arena> Handle<A> {
     ) -> Result<(Outcome, u64), StoreError> {
         let view = self.map.view();
         let written = std::cell::Cell::new(0);
+        if matches!(mode, Mode::Set | Mode::Add | Mode::Replace | Mode::Cas(_)) {
+            self.prefetch_spare(SIZE_HEADER + key.len() + value.len());
+        }
         let outcome = self.update(key, |current| {
-            let expiry = expiry_of(exptime, self.map.now());
+            // `exptime` 0 (never) needs no clock.
+            let expiry = match exptime {
+                0 => 0,
+                e => expiry_of(e, self.map.now()),
+            };
             let floor = current.map_or(0, |cur| view.meta(cur).cas);
             let put = |parts: &[&[u8]], flags, expiry, lease| -> Result<Step, StoreError> {
                 let cas = self.cas_after(extra.cas, floor);

@@ -1,6 +1,6 @@
 //! memcached 1.6's meta commands over the write loop: `mg` with recache tokens, `md` with
 //! invalidation and a compared CAS, `ma` with its options — each one pass of
-//! [`Handle::update`], so every condition is decided on the very item the CAS replaces.
+//! `Handle::update`, so every condition is decided on the very item the CAS replaces.
 //!
 //! # Meta state (`item` `lease` byte)
 //! memcached keeps two bits per item: `ITEM_TOKEN_SENT` (a client was told `W`: it won the

@@ -19,6 +19,7 @@
 //! | `limbo_log` | `ALLOC_BAG`                  | allocating a limbo bag        | linking it             |
 //! | `limbo_log` | `FREE_ENTRY(x)` @ entry      | zeroing a limbo entry         | freeing `x`            |
 //! | `limbo_log` | `FREE_BAG(b)` @ link         | unlinking an empty bag        | freeing `b`            |
+//! | `limbo_log` | `TAKE_ENTRY(x)` @ entry      | zeroing a spare's entry       | logging `ITEM(x)`      |
 //! | `unlink`    | `x`                          | the snip CAS of marked `x`    | `x` is in limbo        |
 //!
 //! # Settling (one bounded `match` per word, no heap scan)
@@ -34,6 +35,9 @@
 //!   Otherwise it never was, and is freed.
 //! - `FREE_*(x)`: done if the allocator reports `Free(x)`; else, if the entry / link word no
 //!   longer names `x` (`FREE_ITEM`: always), free `x`.
+//! - `TAKE_ENTRY(x)` (a reclaimable limbo item reused for a new item, `Handle::take_spare`):
+//!   if the entry still names `x`, nothing was taken (the limbo keeps it); if the `log` word
+//!   names `ITEM(x)`, that arm decides; else `x` was taken and never written: free it.
 //! - `unlink = x`: if `x` is still reachable, a later search snips and retires it. If not, the
 //!   snip happened (ours or a live thread's): the item's claim word decides who retires it —
 //!   every snipper CASes it `0 → slot + 1` before retiring, and so does recovery, for the
@@ -47,7 +51,11 @@
 //!   released slot first settle it with no report — its own slot — and leak the block in
 //!   flight: the kill test's rare single-block leak with every log found idle.)
 //! - a slot adopted while claiming: the claiming handle settles its own slot with the report
-//!   the allocator kept for it ([`crate::arena::Arena::adoption`]).
+//!   the allocator kept for it ([`crate::arena::Arena::adoption`]). That includes the claim
+//!   `create` makes to build a descriptor: it takes the report at once (a report belongs to
+//!   one claim), and once the root names a descriptor — its own, or the one that beat it, in
+//!   which the dead owner may have been writing — a handle on that claim settles the slot
+//!   before it is released ([`Map::settled_at_open`] keeps what it did).
 //!
 //! A slot whose allocator step is unknown (no report) is settled so: allocations are left
 //! alone and frees not redone (a possible leak, never a double free).
@@ -76,6 +84,8 @@ pub(crate) const ALLOC_BAG: u64 = 1;
 pub(crate) const FREE_ENTRY: u64 = 2;
 /// `limbo_log`: freeing bag `b` (the link that named it at `limbo_at`).
 pub(crate) const FREE_BAG: u64 = 3;
+/// `limbo_log`: taking limbo entry `x` (its entry word at `limbo_at`) for a new item.
+pub(crate) const TAKE_ENTRY: u64 = 4;
 
 /// What store recovery did for one dead slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,6 +166,14 @@ impl<A: Arena> Handle<A> {
         record.limbo_log.store(block | tag, Ordering::Relaxed);
     }
 
+    /// Settles this handle's own slot, adopted from a dead owner when [`crate::map::create`]
+    /// claimed it, with the report the allocator gave that claim; keeps what was settled for
+    /// [`Map::settled_at_open`].
+    pub(crate) fn settle_own(&self, report: (InFlight, u64)) {
+        let done = self.settle(self.slot, Some(report));
+        let _ = self.map.inner.settled_at_open.set(done);
+    }
+
     /// Settles the store log of slot `dead` (its allocator step already finished; `in_flight`
     /// is what the allocator reported, `None` when unknown), then releases its announcement
     /// if it still holds the value it had. Only the thread whose CAS takes a log word settles
@@ -197,6 +215,7 @@ impl<A: Arena> Handle<A> {
         done.limbo_log = word;
         let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
         let from = record.limbo_at.load(Ordering::Relaxed);
+        let item_logged = record.log.load(Ordering::Acquire) == x | ITEM;
         match tag {
             ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
                 free(allocated, &mut done)
@@ -206,6 +225,9 @@ impl<A: Arena> Handle<A> {
                     && !freed_by_heap(x)
                     && view.word(from).load(Ordering::Relaxed) != x =>
             {
+                free(x, &mut done)
+            }
+            TAKE_ENTRY if !item_logged && view.word(from).load(Ordering::Relaxed) != x => {
                 free(x, &mut done)
             }
             _ => {}
@@ -302,6 +324,13 @@ fn take(word: &AtomicU64) -> u64 {
 }
 
 impl<A: Arena> Map<A> {
+    /// What opening settled when the slot claimed to create the store had a dead owner: the
+    /// allocator's report of that adoption and what store recovery did with it. `None` when
+    /// this open found the store made or claimed a free slot.
+    pub fn settled_at_open(&self) -> Option<Settled> {
+        self.inner.settled_at_open.get().copied()
+    }
+
     /// Recovers every thread slot whose owner died: the arena's recovery finishes each one's
     /// allocator step, then, while the slot is still held, a handle of this process (made at
     /// the first dead slot) settles the store's log of it ([`crate::recover`]) and releases
@@ -331,5 +360,161 @@ impl<A: Arena> Map<A> {
             Some(e) => Err(e),
             None => Ok(settled),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Store, StoreConfig};
+    use podkv_alloc::InFlight;
+    use std::process::Command;
+
+    /// A small heap of `slots` thread slots (one: whoever claims after the child dies adopts
+    /// the child's slot; recovery needs a second, for the recovering handle).
+    fn config(slots: u64) -> StoreConfig {
+        StoreConfig {
+            heap: podkv_alloc::Config {
+                small_bytes: 1 << 30,
+                large_bytes: 1 << 30,
+                slots,
+                ..podkv_alloc::Config::default()
+            },
+            ..StoreConfig::default()
+        }
+    }
+
+    /// The child: allocates an item as a write does (`ALLOC_ITEM` logged, the allocator's
+    /// step names the block) and dies by SIGKILL before writing it.
+    #[test]
+    fn adopted_in_create_child_entry() {
+        let Ok(path) = std::env::var("PODKV_ADOPT_HEAP") else {
+            return;
+        };
+        let store = Store::open(path, config(1)).unwrap();
+        let h = store.handle().unwrap();
+        let _ = h.allocate(1016).unwrap();
+        // SAFETY: plain libc calls; the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL ends the process");
+    }
+
+    /// The child: rewrites one key until its handle holds spares (reclaimable items kept in
+    /// limbo for reuse), takes one for a new item of the same size (`TAKE_ENTRY` logged, its
+    /// entry zeroed) and dies by SIGKILL before writing it.
+    #[test]
+    fn took_spare_child_entry() {
+        let Ok(path) = std::env::var("PODKV_SPARE_HEAP") else {
+            return;
+        };
+        let store = Store::open(path, config(2)).unwrap();
+        let h = store.handle().unwrap();
+        let value = [b'v'; 100];
+        for _ in 0..200 {
+            h.set(b"key", &value, 0, 0).unwrap();
+        }
+        assert!(!h.spares.list.borrow().is_empty(), "rewrites left spares");
+        let size = crate::item::SIZE_HEADER + 3 + value.len();
+        let taken = h.allocate(size).unwrap();
+        assert!(h.spares.took.get(), "a spare was taken, not a fresh block");
+        let _ = taken;
+        // SAFETY: plain libc calls; the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL ends the process");
+    }
+
+    /// A spare taken out of limbo and not yet logged as an item is freed by recovery (without
+    /// the `TAKE_ENTRY` arm it is referenced by nothing: leaked).
+    #[test]
+    fn a_spare_taken_by_a_killed_writer_is_freed_by_recovery() {
+        let dir = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let path = dir.path().join("heap");
+        let store = Store::open(&path, config(2)).unwrap();
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "recover::tests::took_spare_child_entry",
+                "--nocapture",
+            ])
+            .env("PODKV_SPARE_HEAP", &path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "the child died mid-write: {status:?}"
+        );
+        let settled = store.recover_dead().unwrap();
+        assert_eq!(settled.len(), 1, "{settled:?}");
+        assert_eq!(
+            settled[0].limbo_log & super::MASK_TAG,
+            super::TAKE_ENTRY,
+            "{settled:?}"
+        );
+        assert_eq!(settled[0].freed, 1, "the taken spare is freed: {settled:?}");
+        let h = store.handle().unwrap();
+        assert_eq!(h.get(b"key").unwrap().map(|g| g.value().len()), Some(100));
+        drop(h);
+        let report = store.check();
+        assert!(report.is_valid(), "{:?}", report.problems);
+    }
+
+    /// A process that read the root as zero builds its own descriptor, and the claim it makes
+    /// for that adopts the slot of a process that died writing to the store another process
+    /// installed meanwhile. Its root CAS loses; the dead slot's in-flight item block must be
+    /// settled with the allocator's report (freed), not leaked: before, the report was
+    /// dropped with `create`'s thread and the next claim of the slot settled it with none.
+    #[test]
+    fn a_slot_adopted_inside_create_is_settled_with_the_allocators_report() {
+        let dir = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let path = dir.path().join("heap");
+        let store = Store::open(&path, config(1)).unwrap();
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "recover::tests::adopted_in_create_child_entry",
+                "--nocapture",
+            ])
+            .env("PODKV_ADOPT_HEAP", &path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "the child died mid-write: {status:?}"
+        );
+        let arena = crate::PodArena {
+            heap: store.heap().clone(),
+            root_index: 0,
+        };
+        // As if the root still read zero: `create` claims (adopting the dead slot), builds a
+        // descriptor and loses the root CAS to the store above.
+        let racer = crate::Map::open_seen(arena, &config(1), 0).unwrap();
+        assert_eq!(
+            racer.inner.desc_at, store.inner.desc_at,
+            "the first store won"
+        );
+        let settled = racer
+            .settled_at_open()
+            .expect("the claim adopted the dead slot and settled it");
+        assert!(
+            matches!(settled.in_flight, Some(InFlight::Alloc(_))),
+            "{settled:?}"
+        );
+        assert_eq!(
+            settled.freed, 1,
+            "the unwritten item block is freed: {settled:?}"
+        );
+        assert!(
+            store.recover_dead().unwrap().is_empty(),
+            "nothing left dead"
+        );
+        let report = store.check();
+        assert!(report.is_valid(), "{:?}", report.problems);
     }
 }

@@ -1,0 +1,144 @@
+//! Spares: reclaimable items a handle reuses in place for new items of the same size.
+//!
+//! A periodic `collect` ([`Reuse::Keep`]) leaves up to [`COUNT_SPARES`] reclaimable items
+//! ([`SIZE_SPARES`] bytes) in the slot's limbo instead of freeing them, and notes them here. A
+//! new item of exactly the same size takes one ([`Handle::take_spare`]) instead of calling the
+//! allocator: a rewrite gets a block this thread wrote recently (cache-warm), and the
+//! allocator's work, and the pages it would return to the OS and fault back, are left out.
+//!
+//! # Invariant
+//! Every spare names a limbo entry of this handle's slot that holds its item and whose retire
+//! epoch is reclaimable: no reader can reach the item, and `check` counts it as a limbo entry.
+//! The list is process-local and rebuilt by every `collect`, so a process that dies loses
+//! nothing (the entries stay in the heap for the slot's next owner). Taking one is a logged
+//! step, `TAKE_ENTRY` (see `recover`).
+
+use crate::arena::Arena;
+use crate::map::Handle;
+use crate::recover;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
+
+/// Most spares a handle keeps: a few `collect` periods of rewrites (`BATCH_COLLECT` is 64),
+/// since with several threads the epoch advances in bursts and a period may free fewer than
+/// it retired.
+pub(crate) const COUNT_SPARES: usize = 256;
+/// Most bytes of items a handle keeps as spares (large items would otherwise hoard memory).
+pub(crate) const SIZE_SPARES: usize = 1 << 20;
+
+/// Whether a `collect` keeps spares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reuse {
+    /// Keep up to [`COUNT_SPARES`] / [`SIZE_SPARES`] (the periodic collect of a busy handle).
+    Keep,
+    /// Free everything reclaimable (an explicit `collect`, a handle dropped, out of memory).
+    FreeAll,
+}
+
+/// A handle's spares (process-local; see the module invariant).
+#[derive(Debug, Default)]
+pub(crate) struct Spares {
+    /// The spares the last `collect` kept, minus those taken since.
+    pub(crate) list: RefCell<Vec<Spare>>,
+    /// The last `allocate` took a spare: its `TAKE_ENTRY` log ends when the item is logged.
+    pub(crate) took: Cell<bool>,
+}
+
+/// A limbo entry kept for reuse: the entry word's offset, the item in it and its size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spare {
+    pub(crate) entry_at: u64,
+    pub(crate) node: u64,
+    pub(crate) size: usize,
+}
+
+/// What a `collect` may still keep as spares.
+pub(crate) struct Room {
+    count: usize,
+    bytes: usize,
+}
+
+impl Room {
+    /// The room a collect has.
+    pub(crate) fn for_reuse(reuse: Reuse) -> Room {
+        match reuse {
+            Reuse::Keep => Room {
+                count: COUNT_SPARES,
+                bytes: SIZE_SPARES,
+            },
+            Reuse::FreeAll => Room { count: 0, bytes: 0 },
+        }
+    }
+
+    /// Makes room for one item of `size()` bytes if it fits; its size, or `None` (then the
+    /// caller frees it). `size` is read only when a spare may still be kept.
+    #[inline]
+    pub(crate) fn take(&mut self, size: impl FnOnce() -> usize) -> Option<usize> {
+        if self.count == 0 {
+            return None;
+        }
+        let size = size();
+        if size > self.bytes {
+            return None;
+        }
+        self.count -= 1;
+        self.bytes -= size;
+        Some(size)
+    }
+}
+
+impl<A: Arena> Handle<A> {
+    /// Takes a spare item of exactly `size` bytes out of this slot's limbo for reuse: logs
+    /// `TAKE_ENTRY(node) @ entry`, then zeroes the entry. From then until the new item is
+    /// logged, the log is the only reference: recovery frees the block unless the `log` word
+    /// names it as an item (see `recover`). The spare was reclaimable (retired two epochs
+    /// ago), so no reader can still reach it.
+    pub(crate) fn take_spare(&self, size: usize) -> Option<u64> {
+        let mut spares = self.spares.list.borrow_mut();
+        let i = spares.iter().rposition(|s| s.size == size)?;
+        let spare = spares.swap_remove(i);
+        let entry = self.map.view().word(spare.entry_at);
+        debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
+        self.limbo_log(recover::TAKE_ENTRY, spare.node, spare.entry_at);
+        entry.store(0, Ordering::Relaxed);
+        self.spares.took.set(true);
+        Some(spare.node)
+    }
+
+    /// Starts loading, for writing, the spare a new item of `size` bytes would take, so its
+    /// lines arrive while the write searches its bucket (the copy into it then stalls on
+    /// nothing). Only a hint: it changes no state.
+    #[inline]
+    pub(crate) fn prefetch_spare(&self, size: usize) {
+        let spares = self.spares.list.borrow();
+        let Some(spare) = spares.iter().rev().find(|s| s.size == size) else {
+            return;
+        };
+        let start = self.map.view().ptr(spare.node);
+        for line in (0..size).step_by(64) {
+            prefetch_write(start.wrapping_add(line));
+        }
+    }
+
+    /// After the item `allocate` returned is logged as `ITEM`: ends a spare's `TAKE_ENTRY`.
+    #[inline]
+    pub(crate) fn allocated(&self) {
+        if self.spares.took.replace(false) {
+            self.limbo_log(0, 0, 0);
+        }
+    }
+}
+
+/// Hints the CPU to bring the line at `at` into cache before a write (no effect elsewhere).
+/// `prefetcht0`: a line no other core holds arrives exclusive, so the write that follows
+/// needs no further request (`prefetchw` needs a target feature the baseline lacks).
+#[inline]
+fn prefetch_write(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and has no architectural effect, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
