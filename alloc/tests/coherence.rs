@@ -186,3 +186,32 @@ fn mcas_heaps_follow_the_swcc_protocol_too() {
     assert_eq!(c, Counts::default(), "fast paths: {c:?}");
     t.free(warm);
 }
+
+/// Thread-test's steady state in `limited` (a batch over two slabs, allocated and freed by one
+/// thread): the filled slab stays attached, so no detach writes a whole descriptor back; only
+/// the re-sizing of the slab that emptied writes its descriptor's head line back.
+#[test]
+fn a_thread_that_frees_its_own_blocks_writes_back_one_line_per_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = heap(&dir, Coherence::Limited);
+    let t = heap.thread().unwrap();
+    let mut blocks = vec![Offset(0); 1000];
+    for round in 0..10 {
+        let c = during(|| {
+            for block in blocks.iter_mut() {
+                *block = t.allocate(layout(64)).unwrap();
+            }
+            for &block in &blocks {
+                t.free(block);
+            }
+        });
+        if round > 0 {
+            let expect = Counts {
+                lines_written_back: 1,
+                lines_invalidated: 0,
+                fences: 1,
+            };
+            assert_eq!(c, expect, "round {round}");
+        }
+    }
+}
