@@ -24,6 +24,30 @@
 //! request took effect; otherwise it is sent again. A request that took effect and was
 //! overwritten by another thread before the check is the one case this cannot tell apart; it
 //! needs the processor to die during that very request.
+//!
+//! # Multi-writer words outside the region
+//! The contract covers the slab heaps whole: every word they CAS is a target. These other
+//! words are written by more than one thread and still change by CPU CAS, which is atomic only
+//! among the hosts of one coherence domain (so on this machine, where "hosts" are processes,
+//! every test holds; on a pod without coherence they are not yet safe):
+//! - **the huge reservation array** (`Layout::huge_ranges`, 8 KiB): claimed run by run by CAS
+//!   from 0 by any slot, given back by CAS to 0 (`huge/mod.rs`, `huge/owner.rs`). Two hosts
+//!   could both win a range. Fix: lay the array out inside `hwcc .. hwcc_end` and change it
+//!   through [`crate::dcas::Writer::cas_word`] (a format change).
+//! - **the acknowledgement bit of a recovery word** (`ThreadHandle::acknowledge`): set by CAS
+//!   by whichever thread overwrote a word the slot's owner last wrote, while the owner itself
+//!   writes the recovery word with plain stores on every fast-path step; across hosts the
+//!   owner's dirty line can overwrite the bit. Fix: a per-slot acknowledgement word in the
+//!   region (8 B per slot of HWcc), written only by mCAS; the fast path stays untouched.
+//! - **thread-slot and hazard-record owner words** (`slot.rs`, `hazard.rs`): claimed by CAS by
+//!   any process, once per thread or process start. A hazard record's cells are written only
+//!   by its owning process (one host), but read by freers on any host without a write-back or
+//!   invalidation: the huge heap's hazard protocol assumes coherence today.
+//! - **the header's format word**: the first opener of a zero file CASes it from 0; it is what
+//!   says where (and whether) the region exists, so it cannot go through it.
+//! - Single-writer words need no mCAS: a slot's own lists, pending batch, recovery-word log
+//!   stores and huge descriptors (SWcc: written back before ownership moves), and
+//!   `Slot::generation` (bumped by the slot's new owner only).
 
 use crate::error::HeapError;
 use crate::layout::{Geometry, Layout};
