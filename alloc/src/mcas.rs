@@ -4,11 +4,12 @@
 //!
 //! # Placement
 //! The targets are the heap's HWcc region (`Layout::hwcc .. Layout::hwcc_end`): the global
-//! lines (both lengths, the cold and warm list heads) and every slab's remote word, and nothing
-//! else lives there. The region's own lines (header, liveness, journal, one `spwr` and one
-//! `sprd` line per thread slot) follow at `Layout::mcas`, page aligned. Both are fixed by the
-//! geometry. The region's header is deterministic too, so every opener of a fresh zero-filled
-//! file may write it (identical bytes, magic last): any number of processes can open at once.
+//! lines (both lengths, the cold and warm list heads), every slab's remote word and the huge
+//! heap's reservation array, and nothing else lives there. The region's own lines (header,
+//! liveness, journal, one `spwr` and one `sprd` line per thread slot) follow at `Layout::mcas`,
+//! page aligned. Both are fixed by the geometry. The region's header is deterministic too, so
+//! every opener of a fresh zero-filled file may write it (identical bytes, magic last): any
+//! number of processes can open at once.
 //!
 //! # Implementations
 //! The header's format word records which one serves the heap (`Geometry::mcas`):
@@ -26,14 +27,11 @@
 //! needs the processor to die during that very request.
 //!
 //! # Multi-writer words outside the region
-//! The contract covers the slab heaps whole: every word they CAS is a target. These other
-//! words are written by more than one thread and still change by CPU CAS, which is atomic only
-//! among the hosts of one coherence domain (so on this machine, where "hosts" are processes,
-//! every test holds; on a pod without coherence they are not yet safe):
-//! - **the huge reservation array** (`Layout::huge_ranges`, 8 KiB): claimed run by run by CAS
-//!   from 0 by any slot, given back by CAS to 0 (`huge/mod.rs`, `huge/owner.rs`). Two hosts
-//!   could both win a range. Fix: lay the array out inside `hwcc .. hwcc_end` and change it
-//!   through [`crate::dcas::Writer::cas_word`] (a format change).
+//! The contract covers the slab heaps and the huge reservation array (claimed and given back
+//! through `HugeOwner::cas_range`). These other words are written by more than one thread and
+//! still change by CPU CAS, which is atomic only among the hosts of one coherence domain (so
+//! on this machine, where "hosts" are processes, every test holds; on a pod without coherence
+//! they are not yet safe):
 //! - **the acknowledgement bit of a recovery word** (`ThreadHandle::acknowledge`): set by CAS
 //!   by whichever thread overwrote a word the slot's owner last wrote, while the owner itself
 //!   writes the recovery word with plain stores on every fast-path step; across hosts the
