@@ -790,7 +790,8 @@ fn open_huge(
     if geometry.huge_log2 == 0 {
         return Ok(None);
     }
-    file.back(layout.huge_ranges, layout.huge_data - layout.huge_ranges)?;
+    file.back(layout.huge_ranges, 8 * crate::layout::COUNT_HUGE_RANGES)?;
+    file.back(layout.huge_hazard, layout.huge_data - layout.huge_hazard)?;
     // SAFETY: the header is backed and mapped; an AtomicU64 is valid for any bits.
     let backed = unsafe { &*(mapping.base().add(OFFSET_HUGE_BACKED as usize) as *const AtomicU64) };
     backed.store(1, Ordering::Release);

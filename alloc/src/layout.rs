@@ -6,6 +6,9 @@
 //! hwcc         HWcc         globals: len, cold and warm free list heads    (one line each)
 //!                            per slab heap,
 //!                            then one 8 B remote-free word per slab         (remote.rs)
+//!                            then the huge heap's reservation array: one    (huge/)
+//!                            8 B claim word per huge range
+//!                            (COUNT_HUGE_RANGES, 8 KiB in all)
 //! mcas         mCAS lines   `mcas` heaps only: the mCAS region's header,    (mcas.rs)
 //!                            liveness and journal lines, then one request
 //!                            (spwr) and one response (sprd) line per thread
@@ -15,8 +18,6 @@
 //! large_desc   SWcc descs   one 576 B descriptor per large slab
 //! small_data   small slabs  32 KiB each, 2 MiB aligned
 //! large_data   large slabs  512 KiB each, 2 MiB aligned
-//! huge_ranges  HWcc         the reservation array: one 8 B claim word per   (huge.rs)
-//!                            huge range (COUNT_HUGE_RANGES, 8 KiB in all)
 //! huge_hazard  hazard recs  COUNT_HAZARD_RECORDS × 4 KiB, one per mapping   (hazard.rs)
 //!                            process: its hazard offsets
 //! huge_local   per slot     SIZE_HUGE_LOCAL per thread slot: log word and   (huge.rs)
@@ -54,7 +55,7 @@ const ALIGN_DATA: u64 = 2 << 20;
 /// The format word's magic ("PKV" in the low 24 bits).
 pub const MAGIC: u64 = 0x564B50;
 /// The on-file format this build reads and writes.
-pub const FORMAT_VERSION: u64 = 3;
+pub const FORMAT_VERSION: u64 = 4;
 /// Largest reservation a geometry may ask for (64 TiB: well inside a 47-bit address space).
 pub const SIZE_RESERVATION_MAX: u64 = 64 << 40;
 
@@ -212,7 +213,8 @@ impl Geometry {
         let hwcc = SIZE_HEADER;
         let small_remote = hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE;
         let large_remote = small_remote + 8 * small;
-        let hwcc_end = large_remote + 8 * large;
+        let huge_ranges = large_remote + 8 * large;
+        let hwcc_end = huge_ranges + 8 * COUNT_HUGE_RANGES;
         let mcas = hwcc_end.next_multiple_of(ALIGN_PAGE);
         let mcas_bytes = if self.coherence == Coherence::Mcas {
             region_bytes(self.slots() as u32)
@@ -225,8 +227,7 @@ impl Geometry {
         let small_data = (large_desc + SIZE_DESC as u64 * large).next_multiple_of(ALIGN_DATA);
         let large_data = (small_data + (small << SHIFT_SMALL_SLAB)).next_multiple_of(ALIGN_DATA);
         let large_end = large_data + (large << SHIFT_LARGE_SLAB);
-        let huge_ranges = large_end.next_multiple_of(ALIGN_PAGE);
-        let huge_hazard = huge_ranges + 8 * COUNT_HUGE_RANGES;
+        let huge_hazard = large_end.next_multiple_of(ALIGN_PAGE);
         let huge_local = huge_hazard + SIZE_HAZARD_RECORD * COUNT_HAZARD_RECORDS;
         let huge_data = (huge_local + SIZE_HUGE_LOCAL * self.slots()).next_multiple_of(ALIGN_DATA);
         let total = huge_data + self.huge_bytes();
@@ -260,8 +261,8 @@ pub struct Layout {
     pub small_remote: u64,
     /// Large slabs' remote-free words.
     pub large_remote: u64,
-    /// End of the HWcc region (`hwcc..hwcc_end`: every multi-writer word of the slab heaps,
-    /// the mCAS targets of an `mcas` heap).
+    /// End of the HWcc region (`hwcc..hwcc_end`: every multi-writer word of the slab heaps
+    /// and the huge reservation array, the mCAS targets of an `mcas` heap).
     pub hwcc_end: u64,
     /// The mCAS region's lines (header, liveness, journal, spwr and sprd per thread slot),
     /// page aligned after the HWcc region; `mcas_bytes` is zero unless the heap is `mcas`.
@@ -278,7 +279,7 @@ pub struct Layout {
     pub small_data: u64,
     /// Large slabs' data.
     pub large_data: u64,
-    /// The huge heap's reservation array (HWcc, `COUNT_HUGE_RANGES` words).
+    /// The huge heap's reservation array (`COUNT_HUGE_RANGES` words, the HWcc region's last).
     pub huge_ranges: u64,
     /// Hazard records, one per process mapping the heap (`hazard.rs`).
     pub huge_hazard: u64,
@@ -344,14 +345,15 @@ mod tests {
         let l = g.layout();
         assert!(l.hwcc >= SIZE_HEADER);
         assert!(l.small_remote + 8 * g.small_slabs_max() <= l.large_remote);
-        assert!(l.large_remote + 8 * g.large_slabs_max() <= l.slots);
+        assert!(l.hwcc_end <= l.slots);
         assert!(l.slots + SIZE_SLOT as u64 * g.slots() <= l.small_desc);
         assert!(l.large_desc + SIZE_DESC as u64 * g.large_slabs_max() <= l.small_data);
         assert_eq!(l.small_data % ALIGN_DATA, 0);
         assert_eq!(l.large_data % ALIGN_DATA, 0);
         assert!(l.small_data + (g.small_slabs_max() << SHIFT_SMALL_SLAB) <= l.large_data);
-        assert!(l.large_data + (g.large_slabs_max() << SHIFT_LARGE_SLAB) <= l.huge_ranges);
-        assert!(l.huge_ranges + 8 * COUNT_HUGE_RANGES <= l.huge_hazard);
+        assert_eq!(l.huge_ranges, l.large_remote + 8 * g.large_slabs_max());
+        assert_eq!(l.huge_ranges + 8 * COUNT_HUGE_RANGES, l.hwcc_end);
+        assert!(l.large_data + (g.large_slabs_max() << SHIFT_LARGE_SLAB) <= l.huge_hazard);
         assert!(l.huge_hazard + SIZE_HAZARD_RECORD * COUNT_HAZARD_RECORDS <= l.huge_local);
         assert!(l.huge_local + SIZE_HUGE_LOCAL * g.slots() <= l.huge_data);
         assert_eq!(l.huge_data % ALIGN_DATA, 0);
@@ -370,7 +372,7 @@ mod tests {
         let (h, m) = (hardware.layout(), mcas.layout());
         assert_eq!(h.mcas_bytes, 0, "other modes keep their layout");
         assert_eq!(h.slots, h.hwcc_end.next_multiple_of(ALIGN_PAGE));
-        assert_eq!(m.hwcc_end, m.large_remote + 8 * mcas.large_slabs_max());
+        assert_eq!(m.hwcc_end, m.huge_ranges + 8 * COUNT_HUGE_RANGES);
         assert_eq!(m.mcas % ALIGN_PAGE, 0);
         assert!(
             m.hwcc_end <= m.mcas,

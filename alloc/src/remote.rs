@@ -97,10 +97,17 @@ pub fn free_remote_n(word: &AtomicU64, n: u32, writer: &impl Writer) -> RemoteFr
 }
 
 /// Starts a sizing: every block free, no remote free yet. Only for a slab with no live block,
-/// which no other thread can reach (a plain store, after acknowledging the last writer).
+/// which no other thread can reach (a plain store, after acknowledging the last writer). A
+/// word that already says exactly that (the slab was last sized with the same capacity and
+/// emptied) is left as it is: nobody can change it before the slab is sized, so there is
+/// nothing to write, and in an `mcas` heap no request to send.
 #[inline]
 pub fn reset(word: &AtomicU64, capacity: u32, writer: &impl Writer) {
-    let previous = dcas::tag(word.load(Ordering::Acquire));
+    let current = word.load(Ordering::Acquire);
+    if dcas::payload(current) == capacity {
+        return;
+    }
+    let previous = dcas::tag(current);
     let me = writer.tag();
     if previous.tid != 0 && previous.tid != me.tid {
         writer.acknowledge(previous);

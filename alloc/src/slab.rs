@@ -10,7 +10,9 @@
 //! | `Disowned` | none | none | folded into the count | `live` (≥ 1), `DETACHED` |
 //!
 //! A sized slab with no free bit is full but not yet noticed: the owner's next allocation finds
-//! no free bit in a whole scan of the bitset and detaches it (so the fast paths keep no count).
+//! no free bit in a whole scan of the bitset and detaches it (so the fast paths keep no count) —
+//! unless it is its class's only sized slab and nobody else has freed into it: then it stays
+//! sized behind a fresh slab (at most one such per class), and its owner's frees stay local.
 //!
 //! Moves: `free_to_unsized` (pop global), `unsized_to_sized` (pick a class), `sized_to_detached`
 //! (the owner found the slab full), `detached_to_sized` (the owner freed one locally),

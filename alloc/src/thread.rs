@@ -511,12 +511,31 @@ impl ThreadHandle {
                 {
                     return Ok(Offset(at(block)));
                 }
-                self.sized_to_detached(&heap, class, slab);
-                continue;
+                if !self.keeps_full(&heap, class, slab) {
+                    self.sized_to_detached(&heap, class, slab);
+                    continue;
+                }
             }
             let (slab, from_list) = self.take_unsized(&heap)?;
             self.unsized_to_sized(&heap, slab, class, from_list);
         }
+    }
+
+    /// Whether the full head slab `slab` stays attached (sized, at the back of its list) while
+    /// a fresh slab goes in front of it, instead of being detached: when it is the class's only
+    /// sized slab and no other thread has freed into it (its remote count is still every block,
+    /// so no remote freer can be waiting for it to be taken). A thread that fills a slab and
+    /// frees its blocks again itself then sends no CAS at all: no detach, and its local frees
+    /// take the fast path instead of reattaching. At most one full slab per class stays
+    /// attached: a slab goes in front of it only when it is the list's only one, and when it
+    /// is the head again with another slab behind it, it is detached as usual.
+    fn keeps_full(&self, heap: &SlabHeap, class: usize, slab: u32) -> bool {
+        if self.heap.desc(heap, slab).next() != 0 {
+            return false;
+        }
+        // An HWcc (uncachable in an `mcas` heap) load: no request to a processor.
+        let word = self.heap.remote(heap, slab).load(Acquire);
+        dcas::payload(word) == heap.classes.count[class]
     }
 
     #[cold]

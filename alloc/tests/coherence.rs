@@ -29,6 +29,16 @@ fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
 }
 
+/// Large slabs in the detached state.
+fn detached(heap: &Heap) -> u64 {
+    let report = heap.check();
+    report.heaps[1]
+        .slabs_by_state
+        .get("detached")
+        .copied()
+        .unwrap_or(0)
+}
+
 /// 200 KiB blocks: two per 512 KiB large slab, so slabs fill, empty and move quickly.
 const BIG: usize = 200 << 10;
 
@@ -70,9 +80,10 @@ fn detaching_a_full_slab_writes_it_back() {
     let dir = tempfile::tempdir().unwrap();
     let heap = heap(&dir, Coherence::Limited);
     let t = heap.thread().unwrap();
-    let a = t.allocate(layout(BIG)).unwrap();
-    let b = t.allocate(layout(BIG)).unwrap();
-    // The next allocation finds the slab full: sized_to_detached, then a new slab is sized.
+    // The first slab fills and, as its class's only one, stays attached behind a second.
+    let blocks: Vec<Offset> = (0..4).map(|_| t.allocate(layout(BIG)).unwrap()).collect();
+    // The second is full too, with the first behind it: sized_to_detached; then the first is
+    // kept again in front of a newly sized third.
     let c = during(|| {
         t.allocate(layout(BIG)).unwrap();
     });
@@ -80,7 +91,44 @@ fn detaching_a_full_slab_writes_it_back() {
         c.lines_written_back >= 2,
         "detach and sizing each write back: {c:?}"
     );
-    let _ = (a, b);
+    let _ = blocks;
+}
+
+#[test]
+fn a_full_slab_kept_attached_is_not_written_back_but_one_freed_into_remotely_is_detached() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = heap(&dir, Coherence::Limited);
+    let t = heap.thread().unwrap();
+    let (a, b) = (
+        t.allocate(layout(BIG)).unwrap(),
+        t.allocate(layout(BIG)).unwrap(),
+    );
+    // Full and alone, nobody else freed into it: only the new slab's sizing is written back.
+    let sizing = during(|| {
+        t.allocate(layout(BIG)).unwrap();
+    });
+    assert!(sizing.lines_written_back > 0, "sizing: {sizing:?}");
+    assert_eq!(detached(&heap), 0, "the full slab stays attached");
+    let d = t.allocate(layout(BIG)).unwrap();
+    // A second owner-full slab, and another thread frees one block of the first remotely.
+    let other = heap.thread().unwrap();
+    other.free(a);
+    other.flush_remote_frees();
+    // Head full with the first behind: detach it; the first, freed into, is detached too.
+    let detaching = during(|| {
+        t.allocate(layout(BIG)).unwrap();
+    });
+    assert!(
+        detaching.lines_written_back > sizing.lines_written_back,
+        "detaches and a sizing: {detaching:?} vs one sizing {sizing:?}"
+    );
+    assert_eq!(detached(&heap), 2, "both full slabs detached");
+    // The last remote free of the detached first slab takes it for the freer.
+    other.free(b);
+    drop(other);
+    t.free(d);
+    let report = heap.check();
+    assert!(report.is_valid(), "{report:?}");
 }
 
 #[test]
@@ -137,4 +185,33 @@ fn mcas_heaps_follow_the_swcc_protocol_too() {
     });
     assert_eq!(c, Counts::default(), "fast paths: {c:?}");
     t.free(warm);
+}
+
+/// Thread-test's steady state in `limited` (a batch over two slabs, allocated and freed by one
+/// thread): the filled slab stays attached, so no detach writes a whole descriptor back; only
+/// the re-sizing of the slab that emptied writes its descriptor's head line back.
+#[test]
+fn a_thread_that_frees_its_own_blocks_writes_back_one_line_per_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = heap(&dir, Coherence::Limited);
+    let t = heap.thread().unwrap();
+    let mut blocks = vec![Offset(0); 1000];
+    for round in 0..10 {
+        let c = during(|| {
+            for block in blocks.iter_mut() {
+                *block = t.allocate(layout(64)).unwrap();
+            }
+            for &block in &blocks {
+                t.free(block);
+            }
+        });
+        if round > 0 {
+            let expect = Counts {
+                lines_written_back: 1,
+                lines_invalidated: 0,
+                fences: 1,
+            };
+            assert_eq!(c, expect, "round {round}");
+        }
+    }
 }

@@ -167,3 +167,70 @@ fn a_killed_processor_process_is_replaced_and_the_heap_works_on() {
     assert!(report.is_valid(), "{:#?}", report.problems);
     assert_eq!(report.live_blocks(), 0);
 }
+
+/// The huge heap's reservation array lies among the mCAS targets: claiming a run of ranges
+/// and giving it back go through mCAS too (none in a `hardware` heap), and a checker finds the
+/// array consistent afterwards.
+#[test]
+fn huge_ranges_are_claimed_and_given_back_through_mcas() {
+    let modes = [
+        (Coherence::Mcas, McasKind::FlushCas),
+        (Coherence::Mcas, McasKind::Nmp),
+        (Coherence::Hardware, McasKind::FlushCas),
+    ];
+    for (coherence, kind) in modes {
+        let mcas = coherence == Coherence::Mcas;
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &config(coherence, kind)).unwrap();
+        let thread = heap.thread().unwrap();
+        let huge = Layout::from_size_align(3 << 20, 8).unwrap();
+        let mut block = Offset(0);
+        let claim = ops_during(&heap, || block = thread.allocate(huge).unwrap());
+        assert_eq!(claim > 0, mcas, "{coherence}/{kind}: claiming sent {claim}");
+        let give_back = ops_during(&heap, || {
+            thread.free(block);
+            drop(thread); // collects the freed allocation and gives its run back
+        });
+        assert_eq!(
+            give_back > 0,
+            mcas,
+            "{coherence}/{kind}: giving back sent {give_back}"
+        );
+        let report = heap.check();
+        assert!(report.is_valid(), "{coherence}/{kind}: {report:?}");
+    }
+}
+
+/// Thread-test's steady state (CXLALLOC §5.2.2: a thread allocates a batch spanning two slabs
+/// and frees it) sends no mCAS in either implementation: the filled slab stays attached while
+/// it is its class's only one and nobody else freed into it, and an emptied slab is sized
+/// again without rewriting a remote word that already counts every block free.
+#[test]
+fn a_thread_that_frees_its_own_blocks_sends_no_mcas_in_the_steady_state() {
+    for kind in [McasKind::FlushCas, McasKind::Nmp] {
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &config(Coherence::Mcas, kind)).unwrap();
+        let thread = heap.thread().unwrap();
+        let mut blocks = vec![Offset(0); 1000];
+        let mut round = || {
+            ops_during(&heap, || {
+                for block in blocks.iter_mut() {
+                    *block = thread.allocate(small(64)).unwrap();
+                }
+                for &block in &blocks {
+                    thread.free(block);
+                }
+            })
+        };
+        assert!(
+            round() > 0,
+            "{kind}: the first round grows the heap by mCAS"
+        );
+        for i in 1..20 {
+            assert_eq!(round(), 0, "{kind}: round {i}");
+        }
+        drop(thread);
+        let report = heap.check();
+        assert!(report.is_valid(), "{kind}: {report:?}");
+    }
+}

@@ -783,10 +783,9 @@ impl ThreadHandle {
                 count: count32,
             }
             .pack();
+            let owner = self.huge_owner(view);
             let lost = (first..first + count).find(|&i| {
-                let taken = ranges[i]
-                    .compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
+                let taken = owner.cas_range(&ranges[i], 0, word);
                 if taken {
                     crash_point!("huge_claim.range");
                 }
@@ -796,7 +795,7 @@ impl ThreadHandle {
                 None => return Ok(view.range_offset(first32)),
                 Some(at) => {
                     for range in ranges[first..at].iter().rev() {
-                        range.store(0, Ordering::Release);
+                        owner.store_range(range, 0);
                     }
                     first = at + 1;
                 }
