@@ -7,6 +7,7 @@
 //! | [`counter`] | `CounterGenerator`, `AcknowledgedCounterGenerator` | shared sequence numbers |
 //! | [`uniform`] | `UniformLongGenerator` | uniform in `[lb, ub]` |
 //! | [`zipfian`] | `ZipfianGenerator` | Gray et al.'s zipfian, incremental zeta |
+//! | [`power`] | (`Math.pow` in the zipfian) | `floor(n * x^alpha)` by table, libm's result |
 //! | [`scrambled`] | `ScrambledZipfianGenerator` | zipfian over 10^10 items, FNV-scattered |
 //! | [`latest`] | `SkewedLatestGenerator` | zipfian counted back from the newest item |
 //! | [`hotspot`] | `HotspotIntegerGenerator` | x% of draws in the lowest y% of items |
@@ -25,6 +26,7 @@ pub mod exponential;
 pub mod hotspot;
 pub mod latest;
 pub mod modulo;
+pub mod power;
 pub mod scrambled;
 pub mod sequential;
 pub mod uniform;
@@ -37,6 +39,7 @@ pub use exponential::Exponential;
 pub use hotspot::Hotspot;
 pub use latest::SkewedLatest;
 pub use modulo::Modulus;
+pub use power::Power;
 pub use scrambled::ScrambledZipfian;
 pub use sequential::Sequential;
 pub use uniform::UniformLong;
