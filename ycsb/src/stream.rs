@@ -429,6 +429,7 @@ impl OpStream {
         }
     }
 
+    #[inline(always)]
     fn draw_keynum(&mut self, limit: i64) -> i64 {
         let rng = &mut self.rng;
         match &mut self.keys {
@@ -454,6 +455,7 @@ impl OpStream {
     }
 
     /// `writeallfields` ? `buildValues` : `buildSingleValue`.
+    #[inline(always)]
     fn update_len(&mut self) -> usize {
         if self.fields.write_all {
             return self.record_len();

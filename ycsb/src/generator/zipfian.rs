@@ -118,7 +118,7 @@ impl Zipfian {
         if uz < 1.0 + self.half_pow_theta {
             return self.base + 1;
         }
-        let (n, x) = (itemcount as f64, self.eta * u - self.eta + 1.0);
+        let (n, x) = (to_f64(itemcount), self.eta * u - self.eta + 1.0);
         let tail = match &self.power {
             Some(power) => power.floor_scaled(n, x),
             None => None,
@@ -174,6 +174,16 @@ fn to_u64(x: f64) -> u64 {
     }
 }
 
+/// `x as f64`, with the usual case — `x < 2^63` — on the one-instruction signed
+/// conversion, which gives the same value there.
+#[inline(always)]
+fn to_f64(x: u64) -> f64 {
+    match i64::try_from(x) {
+        Ok(signed) => signed as f64,
+        Err(_) => x as f64,
+    }
+}
+
 /// `zeta(n) = sum_{i=0..n} 1 / (i+1)^theta`, from scratch (`zetastatic(n, theta)`).
 pub fn zeta_static(n: u64, theta: f64) -> f64 {
     zeta_incremental(0, n, theta, 0.0)
@@ -217,6 +227,21 @@ mod tests {
         ];
         for x in edges {
             assert_eq!(to_u64(x), x as u64, "{x}");
+        }
+    }
+
+    #[test]
+    fn to_f64_is_as() {
+        for x in [
+            0,
+            1,
+            1 << 53,
+            (1 << 53) + 1,
+            i64::MAX as u64,
+            1 << 63,
+            u64::MAX,
+        ] {
+            assert_eq!(to_f64(x).to_bits(), (x as f64).to_bits(), "{x}");
         }
     }
 
