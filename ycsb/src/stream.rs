@@ -325,8 +325,9 @@ impl OpStream {
     }
 
     /// [`OpStream::try_next`] without the copy: the operation is built inside the
-    /// stream and lent until the next call. The runner's timed loop takes this path.
-    #[inline]
+    /// stream and lent until the next call. The runner's timed loop takes this path, with
+    /// all of it inlined (a call cost ~17 instructions of register saves per operation).
+    #[inline(always)]
     pub fn next_ref(&mut self) -> Result<Option<&Op>, YcsbError> {
         self.acknowledge_pending()?;
         if self.remaining == 0 {

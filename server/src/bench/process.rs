@@ -242,8 +242,7 @@ fn run_worker<A: BenchAlloc>(
                 layout,
                 job.ops_per_worker,
                 batching,
-                rings[w],
-                input,
+                (rings[w], input),
                 progress,
                 &ctl.stop,
             )

@@ -60,8 +60,7 @@ pub fn xmalloc<A: BenchAlloc>(
     layout: Layout,
     ops: u64,
     (batch, window): (u64, usize),
-    out: &Ring,
-    input: &Ring,
+    (out, input): (&Ring, &Ring),
     progress: &AtomicU64,
     stop: &AtomicU64,
 ) -> u64 {

@@ -60,6 +60,7 @@ impl Counter {
 }
 
 impl Basis for Counter {
+    #[inline]
     fn last_value(&self) -> i64 {
         self.next.load(Ordering::Relaxed) - 1
     }
@@ -144,6 +145,8 @@ impl AcknowledgedCounter {
 }
 
 impl Basis for AcknowledgedCounter {
+    /// Inlined: every run-phase operation reads it (a call cost more than the load).
+    #[inline]
     fn last_value(&self) -> i64 {
         self.limit.load(Ordering::Acquire)
     }

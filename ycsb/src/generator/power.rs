@@ -100,7 +100,7 @@ impl Power {
     #[inline(always)]
     pub fn floor_scaled(&self, n: f64, x: f64) -> Option<u64> {
         let y = n * self.pow(x)?;
-        if !(y < Y_MAX) {
+        if y.is_nan() || y >= Y_MAX {
             return None;
         }
         // Signed conversions without saturation: one instruction each (the unsigned and
