@@ -33,7 +33,7 @@ pub mod uniform;
 pub mod zipfian;
 
 pub use constant::Constant;
-pub use counter::{AcknowledgedCounter, Basis, Counter, WINDOW_SIZE};
+pub use counter::{AcknowledgedCounter, Basis, Counter, Takers, WINDOW_SIZE};
 pub use discrete::OperationChooser;
 pub use exponential::Exponential;
 pub use hotspot::Hotspot;
