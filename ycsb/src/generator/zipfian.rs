@@ -54,6 +54,9 @@ pub struct Zipfian {
     alpha: f64,
     zetan: f64,
     eta: f64,
+    /// `eta`'s numerator, `1 - (2 / items)^(1 - theta)`: fixed by the construction-time
+    /// `items`, so computed once (YCSB recomputes it, one `pow`, on every growth).
+    eta_numerator: f64,
     /// The item count `zetan` was last computed for.
     count_for_zeta: u64,
     /// `x^alpha` by table, shared by the clones; `None` for an alpha it does not serve.
@@ -91,6 +94,7 @@ impl Zipfian {
             alpha,
             zetan,
             eta: 0.0,
+            eta_numerator: 1.0 - (2.0 / items as f64).powf(1.0 - theta),
             count_for_zeta: items,
             power: Power::new(alpha).map(Arc::new),
         };
@@ -156,8 +160,7 @@ impl Zipfian {
     }
 
     fn eta_for(&self, zetan: f64) -> f64 {
-        let items = self.items as f64;
-        (1.0 - (2.0 / items).powf(1.0 - self.theta)) / (1.0 - self.zeta2theta / zetan)
+        self.eta_numerator / (1.0 - self.zeta2theta / zetan)
     }
 }
 
