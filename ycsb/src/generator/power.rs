@@ -62,7 +62,8 @@ const EXPONENT_HALF: u64 = 1022;
 /// and `series[k] == binom(alpha, k)` (rounded).
 pub struct Power {
     alpha: f64,
-    cells: Box<[[f64; 2]]>,
+    /// A fixed-size array: indexing it by a masked index needs no bounds check.
+    cells: Box<[[f64; 2]; COUNT_CELLS]>,
     series: [f64; COUNT_TERMS],
 }
 
@@ -72,12 +73,11 @@ impl Power {
         if !(alpha > 0.0 && alpha <= ALPHA_MAX) {
             return None;
         }
-        let cells = (0..COUNT_CELLS)
-            .map(|i| {
-                let c = cell_middle(i as u64);
-                [1.0 / c, c.powf(alpha)]
-            })
-            .collect();
+        let mut cells = Box::new([[0.0; 2]; COUNT_CELLS]);
+        for (i, cell) in cells.iter_mut().enumerate() {
+            let c = cell_middle(i as u64);
+            *cell = [1.0 / c, c.powf(alpha)];
+        }
         let mut series = [0.0; COUNT_TERMS];
         let mut binom = 1.0;
         for (k, term) in series.iter_mut().enumerate() {
