@@ -61,3 +61,113 @@ fn bench_huge_sweeps_processes_and_writes_ndjson() {
         .iter()
         .all(|r| r["ops_per_sec"].as_f64().unwrap() > 0.0));
 }
+
+fn records_of(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
+        .args(args)
+        .output()
+        .expect("podkv runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Through the runner, 2 processes × 2 threads share one heap: each pattern's one record
+/// counts every worker's allocations exactly once, and every huge block is freed.
+#[test]
+fn bench_huge_in_two_processes_counts_every_operation_and_empties_the_heap() {
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let heap = shm.path().join("heap");
+    let json = shm.path().join("huge.ndjson");
+    let (processes, threads, per_worker) = (2u64, 2u64, 8u64);
+    let ops = (processes * threads * per_worker).to_string();
+    let args = [
+        "bench",
+        "huge",
+        "--size",
+        "64MiB",
+        "--ops",
+        &ops,
+        "--batch",
+        "4",
+        "--repeat",
+        "1",
+        "--allocator",
+        "podkv",
+        "--threads",
+        "2",
+        "--processes",
+        "2",
+        "--heap",
+        heap.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    run_ok(&args);
+    let records = records_of(&json);
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["threadtest", "xmalloc"]);
+    for r in &records {
+        assert_eq!(
+            r["ops"].as_u64(),
+            Some(processes * threads * per_worker),
+            "{r}"
+        );
+        assert_eq!(r["processes"].as_u64(), Some(processes));
+        assert_eq!(r["threads"].as_u64(), Some(threads));
+        assert_eq!(r["timed_out"], false);
+        assert!(r["pss_bytes"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["hwcc_bytes"].as_u64().unwrap() > 0, "{r}");
+    }
+    run_ok(&["heap", "check", heap.to_str().unwrap(), "--expect-empty"]);
+}
+
+/// A baseline still running at `--timeout` is stopped by the runner and reported so.
+#[test]
+fn bench_huge_stops_a_baseline_at_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("t.ndjson");
+    let stdout = run_ok(&[
+        "bench",
+        "huge",
+        "--pattern",
+        "threadtest",
+        "--size",
+        "1MiB",
+        "--ops",
+        "100000000000",
+        "--repeat",
+        "1",
+        "--allocator",
+        "system",
+        "--threads",
+        "1",
+        "--processes",
+        "1",
+        "--timeout",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("timed out"), "{stdout}");
+    let records = records_of(&json);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["timed_out"], true);
+    let ops = records[0]["ops"].as_u64().unwrap();
+    assert!(ops > 0 && ops < 100_000_000_000, "{ops}");
+}

@@ -146,3 +146,48 @@ fn baselines_run_in_one_process_and_refuse_more() {
         "{err}"
     );
 }
+
+/// `--duration` ends a run through the runner's stop word: the record says so, and an
+/// xmalloc stopped mid-way across processes still frees every block it made.
+#[test]
+fn duration_stops_runs_and_every_block_is_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap");
+    let heap = heap.to_str().unwrap();
+    let json = dir.path().join("d.ndjson");
+    let budget = "100000000000";
+    ok(&podkv(&["heap", "create", heap]));
+    for (kind, allocator, processes) in [
+        ("threadtest", "system", "1"),
+        ("xmalloc", "podkv", "2"),
+        ("xmalloc", "mimalloc", "1"),
+    ] {
+        ok(&podkv(&[
+            "bench",
+            kind,
+            "--allocator",
+            allocator,
+            "--processes",
+            processes,
+            "--ops",
+            budget,
+            "--duration",
+            "0.3",
+            "--repeat",
+            "1",
+            "--heap",
+            heap,
+            "--json",
+            json.to_str().unwrap(),
+        ]));
+    }
+    let records = records(&json);
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert_eq!(r["timed_out"], true, "{r}");
+        let ops = r["ops"].as_u64().unwrap();
+        assert!(ops > 0 && ops < 100_000_000_000, "{r}");
+        assert!(r["seconds"].as_f64().unwrap() < 30.0, "{r}");
+    }
+    ok(&podkv(&["heap", "check", heap, "--expect-empty"]));
+}

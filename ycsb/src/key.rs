@@ -143,9 +143,9 @@ impl fmt::Debug for Key {
 /// `buildKeyName(keynum, zeropadding, !hashed)`: `Long.toString` of the (hashed) number,
 /// which is negative for the one hash Java's `Math.abs` cannot fix.
 ///
-/// Fast path: a non-negative number of 17 to 20 digits (all but ~0.1% of hashed keys)
-/// and no padding beyond its digits. It is cut into `top` (1-4 digits), `mid` and `low`
-/// (8 each) by independent divisions by constants, and each part goes into the key as
+/// Fast path: a non-negative number of 17 to 19 digits (all but ~0.1% of hashed keys)
+/// and no padding beyond its digits. It is cut into `top` (1-3 digits), `mid` and `low`
+/// (8 each) by two divisions by 10^8, and each part goes into the key as
 /// stores of table digits ([`DIGITS4`]): `top`'s four digits end where `mid` begins
 /// (the prefix, stored after, covers what `top`'s store wrote before byte 4).
 #[inline(always)]
@@ -160,8 +160,13 @@ fn build_ycsb(key: &mut Key, zero_padding: usize, hashed: bool) {
     const E16: u64 = E8 * E8;
     let n = value as u64;
     if value >= E16 as i64 {
-        let (top, mid, low) = ((n / E16) as u32, (n / E8 % E8) as u32, (n % E8) as u32);
-        let top_digits = digit_count(top);
+        // Two divisions by 10^8 (each a multiply), the remainders by multiply-subtract.
+        let high = n / E8;
+        let top = high / E8;
+        let (mid, low) = ((high - top * E8) as u32, (n - high * E8) as u32);
+        let top = top as u32;
+        // `n < 2^63` makes `top <= 922`: one to three digits, two compares.
+        let top_digits = 1 + usize::from(top >= 10) + usize::from(top >= 100);
         if zero_padding <= top_digits + 16 {
             let start = PREFIX.len() + top_digits;
             key.bytes[start - 4..start].copy_from_slice(&chunk4(top));
@@ -298,6 +303,7 @@ fn write_u32(mut v: u32, buf: &mut [u8; 20], end: usize) -> usize {
     at
 }
 
+#[inline(always)]
 fn build_8b(key: &mut Key, hashed: bool) {
     let keynum = key.num;
     let value = if hashed {
@@ -305,11 +311,35 @@ fn build_8b(key: &mut Key, hashed: bool) {
     } else {
         keynum & MASK_48
     };
-    let mut chars = [0u8; 8];
-    for (i, c) in chars.iter_mut().enumerate() {
-        *c = ALPHABET_8B[((value >> ((7 - i) * 6)) & 63) as usize];
-    }
-    key.extend(&chars);
+    key.bytes[..8].copy_from_slice(&chars_8b(value));
+    key.len = 8;
+}
+
+/// Every byte of a word.
+const BYTES_ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The eight characters of `value < 2^48`, six bits each, most significant first:
+/// [`ALPHABET_8B`] computed in one word (SWAR) rather than looked up eight times.
+///
+/// The six-bit groups are spread into the eight bytes (24 bits per half, 12 per quarter,
+/// 6 per byte), then each group `b` becomes `ALPHABET_8B[b]` by adding the alphabet's
+/// steps: `'-' = 45 + b` for 0, then +2 from 1 (`'0'`), +7 from 11 (`'A'`), +4 from 37
+/// (`'_'`), +1 from 38 (`'a'`). `b >= k` is the top bit of `b + 128 - k` (no byte
+/// carries: every sum stays below 256, the final bytes below 128).
+#[inline(always)]
+fn chars_8b(value: u64) -> [u8; 8] {
+    let v = value & MASK_48;
+    let halves = (v & 0xFF_FFFF) | (v >> 24) << 32;
+    let quarters = (halves & 0x0000_0FFF_0000_0FFF) | (halves >> 12 & 0x0000_0FFF_0000_0FFF) << 16;
+    let groups = (quarters & 0x003F_003F_003F_003F) | (quarters >> 6 & 0x003F_003F_003F_003F) << 8;
+    let at_least = |k: u64| (groups + (128 - k) * BYTES_ONES) >> 7 & BYTES_ONES;
+    let ascii = groups
+        + 45 * BYTES_ONES
+        + 2 * at_least(1)
+        + 7 * at_least(11)
+        + 4 * at_least(37)
+        + at_least(38);
+    ascii.swap_bytes().to_le_bytes()
 }
 
 /// A bijection of `[0, 2^48)` that scatters neighbouring numbers: two rounds of an odd
@@ -383,6 +413,25 @@ mod tests {
         assert_eq!(ordered.build(1).as_str(), "-------0");
     }
 
+    /// The alphabet looked up per character, as the keys were first built.
+    fn chars_8b_by_table(value: u64) -> [u8; 8] {
+        let mut chars = [0u8; 8];
+        for (i, c) in chars.iter_mut().enumerate() {
+            *c = ALPHABET_8B[((value >> ((7 - i) * 6)) & 63) as usize];
+        }
+        chars
+    }
+
+    #[test]
+    fn every_character_of_eight_byte_keys_matches_the_alphabet() {
+        for b in 0..64u64 {
+            let repeated = (0..8).fold(0, |v, _| (v << 6) | b);
+            assert_eq!(chars_8b(repeated), [ALPHABET_8B[b as usize]; 8], "{b}");
+            let mixed = (b << 42) | (63 - b);
+            assert_eq!(chars_8b(mixed), chars_8b_by_table(mixed));
+        }
+    }
+
     #[test]
     fn hashed_fixed_keys_are_distinct() {
         let hashed = KeyFormat::Fixed8 { hashed: true };
@@ -439,6 +488,11 @@ mod tests {
             let key = KeyFormat::Ycsb { zero_padding: padding, hashed }.build(keynum);
             proptest::prop_assert_eq!(key.as_str(), expected.as_str());
             proptest::prop_assert!(key.bytes[usize::from(key.len)..].iter().all(|&b| b == 0));
+        }
+
+        #[test]
+        fn eight_byte_chars_match_the_table(value in 0u64..COUNT_8B_KEYS) {
+            proptest::prop_assert_eq!(chars_8b(value), chars_8b_by_table(value));
         }
 
         #[test]

@@ -9,16 +9,17 @@
 //! are lazy too. Every live podkv huge block holds one of its slot's 127 descriptors, so
 //! xmalloc runs with a window of `--batch` blocks per producer instead of a 4096-slot ring.
 //!
-//! Each podkv configuration runs in this process (its own workers spawned as usual); each
-//! baseline runs as a child `podkv bench threadtest|xmalloc` with a deadline (`--timeout`), and
-//! is reported as timed out if it does not finish. Records are the same NDJSON as the other
-//! `podkv bench` commands.
+//! # On the shared runner
+//! Every configuration is one `podkv bench threadtest|xmalloc` run ([`super::run_records`]):
+//! the runner's launcher, `podkv run-worker` processes sharing the heap, pinned workers,
+//! shared-memory start line, progress bar, PSS, faults and HWcc, one timed loop per pattern
+//! ([`super::workload`]), records through [`crate::runner::report::append_ndjson`]. A
+//! baseline run still going after `--timeout` seconds is stopped by the runner's stop word
+//! (its blocks are all freed), its record says `timed_out`, and the summary says so.
 
 use super::{AllocatorName, Backing, BenchArgs, Kind};
 use crate::heap_cmd::parse_bytes;
-use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 /// Flags of `podkv bench huge`.
 #[derive(clap::Args, Clone, Debug)]
@@ -53,7 +54,8 @@ pub struct HugeArgs {
     /// How podkv backs huge blocks.
     #[arg(long, value_enum, default_value = "sparse")]
     pub huge_backing: Backing,
-    /// Seconds a baseline configuration may run before it is abandoned.
+    /// Seconds each baseline (mimalloc, system) run may take; one still going then is
+    /// stopped and reported as timed out.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
     /// Heap file for podkv [default: a fresh file under /dev/shm per run, removed afterwards].
@@ -120,6 +122,10 @@ fn bench_args(
         heap_bytes: 1 << 30,
         repeat: args.repeat,
         json: args.json.clone(),
+        duration: match allocator {
+            AllocatorName::Mimalloc | AllocatorName::System => Some(args.timeout as f64),
+            _ => None,
+        },
         window: Some(args.batch),
         huge_backing: args.huge_backing,
         coherence: podkv_hw::Coherence::Hardware,
@@ -136,110 +142,25 @@ fn run_one(
     allocator: AllocatorName,
 ) -> anyhow::Result<Row> {
     let bench = bench_args(args, allocator, processes, threads);
-    let (ops, pss) = if allocator == AllocatorName::Podkv {
-        let records = super::run(kind, &bench)?;
-        let mut ops: Vec<f64> = records.iter().map(|r| r.ops_per_sec).collect();
-        let pss = records.iter().map(|r| r.pss_bytes).max().unwrap_or(0);
-        (Some(super::metrics::median(&mut ops)), pss)
-    } else {
-        run_child(args, kind, &bench)?
-    };
+    let records = super::run_records(kind, &bench)?;
+    let mut ops: Vec<f64> = records.iter().map(|r| r.ops_per_sec).collect();
+    let timed_out = records.iter().any(|r| r.timed_out);
+    if timed_out {
+        eprintln!(
+            "{} {}: timed out after {} s",
+            kind.name(),
+            allocator.name(),
+            args.timeout
+        );
+    }
     Ok(Row {
         kind,
         processes,
         threads,
         allocator,
-        ops_per_sec: ops,
-        pss_bytes: pss,
+        ops_per_sec: (!timed_out).then(|| super::metrics::median(&mut ops)),
+        pss_bytes: records.iter().map(|r| r.pss_bytes).max().unwrap_or(0),
     })
-}
-
-/// A baseline as a child `podkv bench <kind>` with a deadline; its NDJSON is appended to ours.
-fn run_child(args: &HugeArgs, kind: Kind, bench: &BenchArgs) -> anyhow::Result<(Option<f64>, u64)> {
-    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out = ChildJson(std::env::temp_dir().join(format!(
-        "podkv-bench-huge-{}-{run}.ndjson",
-        std::process::id()
-    )));
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .args([
-            "bench",
-            kind.name(),
-            "--allocator",
-            bench.allocator[0].name(),
-        ])
-        .args([
-            "--size",
-            &bench.size.to_string(),
-            "--ops",
-            &bench.ops.to_string(),
-        ])
-        .args(["--threads", &bench.threads.unwrap_or(1).to_string()])
-        .args([
-            "--batch",
-            &bench.batch.to_string(),
-            "--window",
-            &bench.batch.to_string(),
-        ])
-        .args(["--repeat", &bench.repeat.to_string()])
-        .arg("--json")
-        .arg(&out.0)
-        .stdout(std::process::Stdio::null())
-        .spawn()?;
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            child.kill()?;
-            child.wait()?;
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let Some(status) = status else {
-        eprintln!(
-            "{} {}: timed out after {} s",
-            kind.name(),
-            bench.allocator[0].name(),
-            args.timeout
-        );
-        return Ok((None, 0));
-    };
-    anyhow::ensure!(status.success(), "baseline run failed: {status}");
-    let text = std::fs::read_to_string(&out.0)?;
-    if let Some(path) = &args.json {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        file.write_all(text.as_bytes())?;
-    }
-    let records: Vec<serde_json::Value> = text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
-    let mut ops: Vec<f64> = records
-        .iter()
-        .filter_map(|r| r["ops_per_sec"].as_f64())
-        .collect();
-    let pss = records
-        .iter()
-        .filter_map(|r| r["pss_bytes"].as_u64())
-        .max()
-        .unwrap_or(0);
-    Ok((Some(super::metrics::median(&mut ops)), pss))
-}
-
-/// A child's NDJSON file, removed when done with.
-struct ChildJson(PathBuf);
-
-impl Drop for ChildJson {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 fn print_summary(args: &HugeArgs, rows: &[Row]) {

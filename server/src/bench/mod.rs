@@ -12,7 +12,9 @@
 //!
 //! Every run is measured from a common start (all workers wait at the start line, warm-up
 //! done) to the last worker's finish; the table reports the median over `--repeat` runs and
-//! each allocator's ratio to mimalloc from the same invocation.
+//! each allocator's ratio to mimalloc from the same invocation. `--duration` ends a run
+//! early through the runner's stop word (its record says `timed_out`); records are appended
+//! by [`crate::runner::report::append_ndjson`], as the runner's own.
 
 pub mod alloc;
 pub mod huge;
@@ -32,7 +34,6 @@ pub use process::BenchJob;
 use ring::Ring;
 use serde::{Deserialize, Serialize};
 use std::alloc::Layout;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -124,6 +125,10 @@ pub struct BenchArgs {
     /// Append one NDJSON record per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// End each run after this many seconds, even if allocations remain (every block made
+    /// is still freed); the record then says `"timed_out": true`.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
     /// xmalloc: most blocks each producer keeps waiting for its consumer [default: a whole
     /// ring, 4096]. Huge blocks need a small window: each live one holds a descriptor.
     #[arg(long)]
@@ -195,12 +200,21 @@ pub struct Record {
     pub page_faults: u64,
     /// Which repeat this was.
     pub repeat: usize,
+    /// Whether `--duration` ended the run before its allocations were all made.
+    pub timed_out: bool,
     /// The commit of the binary.
     pub git_commit: &'static str,
 }
 
 /// Runs a benchmark as the command line asked: every repeat of every allocator, then the table.
 pub fn run(kind: Kind, args: &BenchArgs) -> anyhow::Result<Vec<Record>> {
+    let records = run_records(kind, args)?;
+    print_table(args, &records);
+    Ok(records)
+}
+
+/// Every repeat of every allocator, each record appended to `--json` as it comes.
+pub fn run_records(kind: Kind, args: &BenchArgs) -> anyhow::Result<Vec<Record>> {
     let threads = args
         .threads
         .unwrap_or(if kind == Kind::Xmalloc { 2 } else { 1 });
@@ -210,20 +224,20 @@ pub fn run(kind: Kind, args: &BenchArgs) -> anyhow::Result<Vec<Record>> {
         for &allocator in &args.allocator {
             let record = run_once(kind, allocator, args, threads, repeat)?;
             eprintln!(
-                "{} {:>9} run {}/{}: {:>12.0} ops/s",
+                "{} {:>9} run {}/{}: {:>12.0} ops/s{}",
                 kind.name(),
                 allocator.name(),
                 repeat + 1,
                 args.repeat,
-                record.ops_per_sec
+                record.ops_per_sec,
+                if record.timed_out { " (timed out)" } else { "" }
             );
             if let Some(path) = &args.json {
-                append_json(path, &record)?;
+                runner::report::append_ndjson(path, &record)?;
             }
             records.push(record);
         }
     }
-    print_table(args, &records);
     Ok(records)
 }
 
@@ -250,6 +264,9 @@ fn validate(kind: Kind, args: &BenchArgs, threads: usize) -> anyhow::Result<()> 
         kind != Kind::Xmalloc || workers >= 2,
         "xmalloc hands blocks between workers: use at least 2"
     );
+    if let Some(d) = args.duration {
+        anyhow::ensure!(d > 0.0 && d.is_finite(), "--duration must be positive");
+    }
     Layout::from_size_align(args.size, 8)?;
     Ok(())
 }
@@ -266,24 +283,26 @@ fn run_once(
         Kind::Threadtest => (args.ops / workers / args.batch as u64).max(1) * args.batch as u64,
         Kind::Xmalloc => (args.ops / workers).max(1),
     };
+    let budget = per_worker * workers;
     let job = BenchJob {
         kind,
         allocator,
         size: args.size,
         ops_per_worker: per_worker,
-        ops: per_worker * workers,
+        ops: budget,
         batch: args.batch,
         window: args.window.unwrap_or(0),
         huge_backing: args.huge_backing,
         heap: None,
         rings: Vec::new(),
     };
+    let spec = spec_of(job, args.processes, threads, args.duration);
     let (reports, hwcc_bytes) = match allocator {
-        AllocatorName::Podkv => run_podkv(args, job, threads, true, args.coherence)?,
-        AllocatorName::PodkvNonrecoverable => run_podkv(args, job, threads, false, args.coherence)?,
-        AllocatorName::PodkvLimited => run_podkv(args, job, threads, true, Coherence::Limited)?,
-        AllocatorName::Mimalloc => (run_local(job, threads, alloc::mimalloc)?, None),
-        AllocatorName::System => (run_local(job, threads, alloc::system)?, None),
+        AllocatorName::Podkv => run_podkv(args, spec, true, args.coherence)?,
+        AllocatorName::PodkvNonrecoverable => run_podkv(args, spec, false, args.coherence)?,
+        AllocatorName::PodkvLimited => run_podkv(args, spec, true, Coherence::Limited)?,
+        AllocatorName::Mimalloc => (run_local(spec, alloc::mimalloc)?, None),
+        AllocatorName::System => (run_local(spec, alloc::system)?, None),
     };
     let mut tally = runner::metrics::Tally::new(1);
     for r in &reports {
@@ -304,6 +323,7 @@ fn run_once(
         hwcc_bytes,
         page_faults: reports.iter().map(|r| r.page_faults).sum(),
         repeat,
+        timed_out: ops < budget,
         coherence: match allocator {
             AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable => {
                 Some(args.coherence.name())
@@ -315,27 +335,35 @@ fn run_once(
     })
 }
 
-/// The runner's spec of `job` with `processes` × `threads` pinned workers.
-fn spec_of(job: BenchJob, processes: usize, threads: usize) -> RunSpec {
+/// The runner's spec of `job` with `processes` × `threads` pinned workers, stopped after
+/// `duration` seconds if given.
+fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64>) -> RunSpec {
     RunSpec {
         job: Job::Bench(job),
         target: TargetSpec::Null,
         processes,
         threads,
-        duration: None,
+        duration,
         pin: true,
+    }
+}
+
+/// The benchmark job of a spec made by [`spec_of`].
+fn job_of(spec: &mut RunSpec) -> &mut BenchJob {
+    match &mut spec.job {
+        Job::Bench(job) => job,
+        _ => unreachable!("spec_of makes benchmark specs"),
     }
 }
 
 /// A process-local allocator: one process, its rings in ordinary memory.
 fn run_local<A: BenchAlloc, F: Fn() -> A + Sync>(
-    job: BenchJob,
-    threads: usize,
+    mut spec: RunSpec,
     make: F,
 ) -> anyhow::Result<Vec<ProcessReport>> {
-    let rings: Vec<Box<Ring>> = (0..threads).map(|_| zeroed_box::<Ring>()).collect();
+    let rings: Vec<Box<Ring>> = (0..spec.threads).map(|_| zeroed_box::<Ring>()).collect();
     let ring_refs: Vec<&Ring> = rings.iter().map(|r| &**r).collect();
-    let spec = spec_of(job.clone(), 1, threads);
+    let job = job_of(&mut spec).clone();
     let (reports, _) = runner::launch_processes(&spec, &|ctl| {
         process::run_process(&spec, &job, ctl, &ring_refs, 0, &make)
     })?;
@@ -356,8 +384,7 @@ fn zeroed_box<T>() -> Box<T> {
 /// processes that open the same heap.
 fn run_podkv(
     args: &BenchArgs,
-    job: BenchJob,
-    threads: usize,
+    spec: RunSpec,
     recoverable: bool,
     coherence: Coherence,
 ) -> anyhow::Result<(Vec<ProcessReport>, Option<u64>)> {
@@ -380,7 +407,7 @@ fn run_podkv(
         mcas: args.mcas_impl,
         ..Config::default()
     };
-    let result = run_podkv_at(&path, &config, job, args.processes, threads);
+    let result = run_podkv_at(&path, &config, spec);
     if temp {
         let _ = std::fs::remove_file(&path);
     }
@@ -390,21 +417,21 @@ fn run_podkv(
 fn run_podkv_at(
     path: &Path,
     config: &Config,
-    mut job: BenchJob,
-    processes: usize,
-    threads: usize,
+    mut spec: RunSpec,
 ) -> anyhow::Result<(Vec<ProcessReport>, Option<u64>)> {
     let heap = Heap::open(path, config)?;
     let launcher = heap.thread()?;
-    for _ in 0..processes * threads {
+    let workers = spec.workers();
+    let job = job_of(&mut spec);
+    for _ in 0..workers {
         let off = launcher.allocate(Layout::new::<Ring>())?;
         // SAFETY: a fresh block of Ring's size; zero is an empty ring.
         unsafe { std::ptr::write_bytes(heap.resolve(off), 0, Ring::SIZE) };
         job.rings.push(off.0);
     }
     job.heap = Some(path.to_owned());
+    let job = job.clone();
     let rings = process::rings_in(&heap, &job.rings);
-    let spec = spec_of(job.clone(), processes, threads);
     let result = runner::launch_processes(&spec, &|ctl| {
         process::run_process(&spec, &job, ctl, &rings, 0, &|| {
             heap.thread().expect("a free thread slot")
@@ -415,15 +442,6 @@ fn run_podkv_at(
         launcher.free(podkv_alloc::Offset(off));
     }
     Ok((result?.0, Some(hwcc)))
-}
-
-fn append_json(path: &Path, record: &Record) -> anyhow::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    writeln!(file, "{}", serde_json::to_string(record)?)?;
-    Ok(())
 }
 
 fn print_table(args: &BenchArgs, records: &[Record]) {

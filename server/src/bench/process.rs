@@ -218,7 +218,8 @@ fn run_worker<A: BenchAlloc>(
     let layout = Layout::from_size_align(job.size, 8)?;
     if job.kind == Kind::Threadtest {
         // Warm-up, untimed: slabs and pages in place.
-        workload::threadtest(a, layout, 1, job.batch, &AtomicU64::new(0));
+        let (progress, stop) = (AtomicU64::new(0), AtomicU64::new(0));
+        workload::threadtest(a, layout, 1, job.batch, &progress, &stop);
     }
     ctl.ready[0].fetch_add(1, Ordering::AcqRel);
     ctl.wait_for(&ctl.go[0], 1)?;
@@ -227,7 +228,7 @@ fn run_worker<A: BenchAlloc>(
     let ops = match job.kind {
         Kind::Threadtest => {
             let rounds = job.ops_per_worker / job.batch as u64;
-            workload::threadtest(a, layout, rounds, job.batch, progress)
+            workload::threadtest(a, layout, rounds, job.batch, progress, &ctl.stop)
         }
         Kind::Xmalloc => {
             let window = match job.window {
@@ -241,9 +242,9 @@ fn run_worker<A: BenchAlloc>(
                 layout,
                 job.ops_per_worker,
                 batching,
-                rings[w],
-                input,
+                (rings[w], input),
                 progress,
+                &ctl.stop,
             )
         }
     };

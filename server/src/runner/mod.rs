@@ -25,35 +25,46 @@
 //! `cpu_ns_per_op` (CPU time of the timed loops / ops): `podkv suite
 //! scripts/runner-cost.toml` runs every shipped workload that way (one thread, 2 M records,
 //! 2 M ops). It is generation plus bookkeeping:
-//! - two time-stamp-counter reads around every operation, ~21 ns together on this VM
-//!   (measured alone), and one record into a flat, hdrhistogram-shaped array ([`metrics`]);
-//! - generation: the operation is built in place in its stream and lent to the loop
-//!   (`OpStream::next_ref`: no copies of the 100-byte op, no store-forwarding stalls), key
-//!   names from a 4-digit table, FNV-64 rounds over zero octets folded into one multiply;
-//! - libm's `pow` in every zipfian and latest draw, ~29 ns (measured alone): YCSB's
-//!   formula, kept because every generated operation must stay the same (an approximate
-//!   `pow` with an exact fallback was tried and was slower: its polynomial chains are
-//!   longer than libm's).
+//! - two time-stamp-counter reads around every operation: plain `rdtsc`, no `rdtscp` or
+//!   `lfence` (~10 ns each on this VM, measured alone). Unfenced reads may drift a few
+//!   cycles into the neighbouring instructions, which is noise at the resolution of the
+//!   histograms (2 significant digits); every operation still gets its latency recorded,
+//!   into a flat, hdrhistogram-shaped array ([`metrics`]);
+//! - generation, inlined whole into the timed loop: the operation is built in place in its
+//!   stream and lent to the loop (`OpStream::next_ref`); key names from a 4-digit table
+//!   after two divisions by 10^8, 8-byte keys computed in one word; FNV-64 rounds over
+//!   zero octets folded into one multiply;
+//! - the zipfian tail `floor(n * pow(x, alpha))` from `podkv_ycsb::generator::Power`: a
+//!   table of `c^alpha` and a binomial series, libm deciding only when the result lies
+//!   within `2^-42` (relative) of an integer: libm's answer always, at ~9 ns instead of
+//!   ~30 (measured alone);
+//! - a one-thread process's insert counters without locked instructions
+//!   (`podkv_ycsb::generator::Takers::One`): the same numbers.
+//!
+//! Values cost nothing here: the loop slices a buffer of ASCII zeros (no RNG draws, and the
+//! op dump holds no values), so there is no value stream to make cheaper.
 //!
 //! Instructions per operation in the timed loop, the stable metric on this shared VM
 //! (`valgrind --tool=callgrind --toggle-collect='*run_source*' podkv ycsb --workload W
 //! --target null --records 1000000 --ops 200000 --phase run --no-pin`, Ir / ops), before
-//! this work → after: a 750 → 527, b 738 → 516, c 736 → 514, d 696 → 482, e 789 → 567,
-//! f 752 → 529, load 445 → 335, cxlalloc-a 582 → 475, cxlalloc-d 565 → 466. Generation
-//! alone (`cargo run --release -p podkv-ycsb --example gen_cost`, best of three, CPU ns):
-//! a 126 → 89, b 125 → 78, d 116 → 72, e 132 → 90, f 124 → 84, load 61 → 30, cxlalloc-a
-//! 131 → 109, cxlalloc-d 82 → 69.
+//! session 3 → before session 4 → now: a 750 → 527 → 404, b 738 → 516 → 392, c 736 → 514
+//! → 391, d 696 → 482 → 374, e 789 → 567 → 438, f 752 → 529 → 406, load 445 → 335 → 303,
+//! cxlalloc-a 582 → 475 → 364, cxlalloc-d 565 → 466 → 349.
 //!
-//! CPU ns/op swing with the other tenants' load (2 cores, load average 4–12 while this was
-//! measured), so before and after were interleaved, three runs each at the suite's
-//! parameters, medians; load average 4–6: a 194 → 144, b 176 → 118, c 149 → 105, d 147 →
-//! 103, e 160 → 115, f 174 → 119, load 102 → 72, cxlalloc-a 154 → 135, cxlalloc-d 115 →
-//! 117 (an earlier round: 116 → 104); at the quietest moment seen a ran at 114 and
-//! cxlalloc-d at 95–100. **Not under 100 ns yet** for most workloads: about 50 ns of every
-//! zipfian or latest operation is libm's `pow` and the two clock reads, and cxlalloc-a
-//! costs more per operation the more operations per record a run has, because YCSB
-//! redraws key numbers above the acknowledged inserts (another `pow` each). The streams
-//! are pinned by `ycsb/tests/op_digest.rs`.
+//! CPU ns/op swing with the other tenants' load (2 cores shared by four builders), so the
+//! binaries before and after this session were run interleaved, five suites each, medians
+//! (load average 2.4–3.3; ranges in brackets): a 146 → 122 (106–136), b 142 → 105
+//! (94–127), c 140 → 119 (84–125), d 140 → 113 (103–133), e 166 → 123 (108–130), f 164 →
+//! 117 (104–124), load 91 → 73 (59–96), cxlalloc-a 168 → 116 (112–129), cxlalloc-d 130 →
+//! 103 (95–111). **Still not under 100 ns** at this load for any workload but `load`
+//! (b, c and cxlalloc-d dip under it in single runs): 3–23 ns over. What is left of a
+//! zipfian operation's ~400 instructions is spread thin (workload a: key digits ~65,
+//! power ~57, both FNV hashes ~34, the stream ~34, ChaCha8 ~32, the zipfian ~22, then the
+//! chooser, the loop and the histogram), besides the two clock reads (~20 ns, a fixed
+//! floor) and the cache misses of two 32–40 KiB tables (digits, power); cxlalloc-a
+//! redraws key numbers above the acknowledged inserts (~1.2 draws per read). The streams
+//! are pinned by `ycsb/tests/op_digest.rs`, and `power`'s and `zipfian`'s tests compare
+//! every shortcut with libm.
 
 pub mod cli;
 pub mod control;

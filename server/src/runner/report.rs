@@ -192,12 +192,18 @@ impl RunRecord {
 
     /// Appends the record as one line of JSON.
     pub fn append_json(&self, path: &Path) -> anyhow::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-        writeln!(file, "{}", serde_json::to_string(self)?)?;
-        Ok(())
+        append_ndjson(path, self)
     }
+}
+
+/// Appends `record` to `path` as one line of JSON: the one NDJSON writer of the runner and
+/// of `podkv bench`.
+pub fn append_ndjson(path: &Path, record: &impl Serialize) -> anyhow::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+    writeln!(file, "{}", serde_json::to_string(record)?)?;
+    Ok(())
 }

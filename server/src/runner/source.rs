@@ -59,7 +59,9 @@ impl Values {
 impl Source for OpStream {
     type Op = Op;
 
-    #[inline]
+    /// Inlined whole into the timed loop: a call here cost ~17 instructions an operation
+    /// in saved and restored registers.
+    #[inline(always)]
     fn next_op(&mut self) -> anyhow::Result<Option<&Op>> {
         Ok(self.next_ref()?)
     }

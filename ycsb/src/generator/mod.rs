@@ -7,6 +7,7 @@
 //! | [`counter`] | `CounterGenerator`, `AcknowledgedCounterGenerator` | shared sequence numbers |
 //! | [`uniform`] | `UniformLongGenerator` | uniform in `[lb, ub]` |
 //! | [`zipfian`] | `ZipfianGenerator` | Gray et al.'s zipfian, incremental zeta |
+//! | [`power`] | (`Math.pow` in the zipfian) | `floor(n * x^alpha)` by table, libm's result |
 //! | [`scrambled`] | `ScrambledZipfianGenerator` | zipfian over 10^10 items, FNV-scattered |
 //! | [`latest`] | `SkewedLatestGenerator` | zipfian counted back from the newest item |
 //! | [`hotspot`] | `HotspotIntegerGenerator` | x% of draws in the lowest y% of items |
@@ -25,18 +26,20 @@ pub mod exponential;
 pub mod hotspot;
 pub mod latest;
 pub mod modulo;
+pub mod power;
 pub mod scrambled;
 pub mod sequential;
 pub mod uniform;
 pub mod zipfian;
 
 pub use constant::Constant;
-pub use counter::{AcknowledgedCounter, Basis, Counter, WINDOW_SIZE};
+pub use counter::{AcknowledgedCounter, Basis, Counter, Takers, WINDOW_SIZE};
 pub use discrete::OperationChooser;
 pub use exponential::Exponential;
 pub use hotspot::Hotspot;
 pub use latest::SkewedLatest;
 pub use modulo::Modulus;
+pub use power::Power;
 pub use scrambled::ScrambledZipfian;
 pub use sequential::Sequential;
 pub use uniform::UniformLong;
