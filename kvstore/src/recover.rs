@@ -422,6 +422,26 @@ mod tests {
         unreachable!("SIGKILL ends the process");
     }
 
+    /// Runs test `entry` of this binary in a child process with `env` naming the heap at
+    /// `path`, and requires that the child killed itself mid-write.
+    fn run_child_until_killed(entry: &str, env: &str, path: &std::path::Path) {
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                &format!("recover::tests::{entry}"),
+                "--nocapture",
+            ])
+            .env(env, path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "the child died mid-write: {status:?}"
+        );
+    }
+
     /// A spare taken out of limbo and not yet logged as an item is freed by recovery (without
     /// the `TAKE_ENTRY` arm it is referenced by nothing: leaked).
     #[test]
@@ -431,21 +451,7 @@ mod tests {
             .unwrap();
         let path = dir.path().join("heap");
         let store = Store::open(&path, config(2)).unwrap();
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "recover::tests::took_spare_child_entry",
-                "--nocapture",
-            ])
-            .env("PODKV_SPARE_HEAP", &path)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(libc::SIGKILL),
-            "the child died mid-write: {status:?}"
-        );
+        run_child_until_killed("took_spare_child_entry", "PODKV_SPARE_HEAP", &path);
         let settled = store.recover_dead().unwrap();
         assert_eq!(settled.len(), 1, "{settled:?}");
         assert_eq!(
@@ -473,21 +479,7 @@ mod tests {
             .unwrap();
         let path = dir.path().join("heap");
         let store = Store::open(&path, config(1)).unwrap();
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "recover::tests::adopted_in_create_child_entry",
-                "--nocapture",
-            ])
-            .env("PODKV_ADOPT_HEAP", &path)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(libc::SIGKILL),
-            "the child died mid-write: {status:?}"
-        );
+        run_child_until_killed("adopted_in_create_child_entry", "PODKV_ADOPT_HEAP", &path);
         let arena = crate::PodArena {
             heap: store.heap().clone(),
             root_index: 0,
