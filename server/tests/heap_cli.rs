@@ -18,9 +18,10 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// `podkv heap create HEAP` with a 1 GiB small heap and `large` of large heap; must succeed.
-fn create(heap: &str, large: &str) -> Output {
-    let out = podkv(&[
+/// `podkv heap create HEAP` with a 1 GiB small heap, `large` of large heap and `flags`; must
+/// succeed.
+fn create(heap: &str, large: &str, flags: &[&str]) -> Output {
+    let mut args = vec![
         "heap",
         "create",
         heap,
@@ -28,8 +29,10 @@ fn create(heap: &str, large: &str) -> Output {
         "1GiB",
         "--large-bytes",
         large,
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    ];
+    args.extend_from_slice(flags);
+    let out = podkv(&args);
+    assert!(out.status.success(), "{flags:?}: {}", text(&out));
     out
 }
 
@@ -53,18 +56,7 @@ fn create_stress_from_four_processes_then_check_clean() {
 }
 
 fn stress_then_check(heap: &str, flags: &[&str], name: &str) {
-    let mut args = vec![
-        "heap",
-        "create",
-        heap,
-        "--small-bytes",
-        "1GiB",
-        "--large-bytes",
-        "4GiB",
-    ];
-    args.extend_from_slice(flags);
-    let out = podkv(&args);
-    assert!(out.status.success(), "{flags:?}: {}", text(&out));
+    let out = create(heap, "4GiB", flags);
     assert!(
         text(&out).contains(&format!("coherence   {name}")),
         "{flags:?}: {}",
@@ -170,7 +162,7 @@ fn recover_releases_the_slots_of_a_killed_process() {
     let dir = tempfile::tempdir().unwrap();
     let heap = dir.path().join("heap");
     let heap = heap.to_str().unwrap();
-    create(heap, "1GiB");
+    create(heap, "1GiB", &[]);
     let mut worker = Command::new(env!("CARGO_BIN_EXE_podkv"))
         .args([
             "heap",
