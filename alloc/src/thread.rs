@@ -949,23 +949,16 @@ impl Writer for ThreadHandle {
         }
     }
 
-    /// CPU CAS, or in an `mcas` heap memory-side CAS (one predictable branch on a field of
-    /// the handle; the mCAS path is out of line).
+    /// The heap's one hook ([`Heap::cas_word`]): CPU CAS, or memory-side CAS in an `mcas` heap.
     #[inline]
     fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        if self.coherence == podkv_hw::Coherence::Mcas {
-            return self.heap.mcas_cas(self.slot_index, word, current, new);
-        }
-        dcas::cpu_cas(word, current, new)
+        self.heap.cas_word(self.slot_index, word, current, new)
     }
 
-    /// A plain release store, or in an `mcas` heap an mCAS store.
+    /// The heap's one hook ([`Heap::store_word`]).
     #[inline]
     fn store_word(&self, word: &AtomicU64, value: u64) {
-        if self.coherence == podkv_hw::Coherence::Mcas {
-            return self.heap.mcas_store(self.slot_index, word, value);
-        }
-        dcas::cpu_store(word, value);
+        self.heap.store_word(self.slot_index, word, value);
     }
 }
 
