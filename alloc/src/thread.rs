@@ -65,7 +65,8 @@ pub struct ThreadHandle {
     meta_sized: u64,
     /// Where steps are logged: the slot's recovery word, or `sink` when not recoverable.
     rec: *const AtomicU64,
-    _sink: Box<AtomicU64>,
+    /// The log of a handle that is not recoverable, and the word an empty [`Current`] reads.
+    sink: Box<AtomicU64>,
     recoverable: bool,
     /// The current detectable-operation version, kept where a [`Rec`] keeps it (so the fast
     /// paths log with one `or`); [`ThreadHandle::ver`] reads it back.
@@ -168,7 +169,7 @@ impl ThreadHandle {
             } else {
                 &*sink
             },
-            _sink: sink,
+            sink,
             recoverable,
             ver_bits: Cell::new(0),
             current: std::array::from_fn(|_| Cell::new(empty)),
@@ -840,7 +841,7 @@ impl ThreadHandle {
 
     /// The class's current word may be in a slab leaving the sized list: forget it.
     fn forget_current(&self, class: usize) {
-        self.current[class].set(Current::none(&self._sink));
+        self.current[class].set(Current::none(&self.sink));
     }
 
     /// Takes `slab` out of a sized list. The first store (the list word for the head, else the
