@@ -587,30 +587,32 @@ impl Heap {
         self.shared.mcas.as_ref().map_or(0, HeapMcas::ops)
     }
 
-    /// The mCAS hook's CAS for slot `client` (an `mcas` heap only).
-    #[cold]
-    pub(crate) fn mcas_cas(
+    /// The one way a multi-writer word (global list heads, heap lengths, remote words, the
+    /// huge reservation array) changes by CAS, on behalf of thread slot `client`: memory-side
+    /// CAS in an `mcas` heap, CPU CAS otherwise (hardware coherent there). Replaces `word` by
+    /// `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
+    #[inline]
+    pub(crate) fn cas_word(
         &self,
         client: u32,
         word: &AtomicU64,
         current: u64,
         new: u64,
     ) -> Result<u64, u64> {
-        self.shared
-            .mcas
-            .as_ref()
-            .expect("an mcas heap has its region")
-            .cas(client, word, current, new)
+        match &self.shared.mcas {
+            Some(mcas) => mcas.cas(client, word, current, new),
+            None => crate::dcas::cpu_cas(word, current, new),
+        }
     }
 
-    /// The mCAS hook's store for slot `client` (an `mcas` heap only).
-    #[cold]
-    pub(crate) fn mcas_store(&self, client: u32, word: &AtomicU64, value: u64) {
-        self.shared
-            .mcas
-            .as_ref()
-            .expect("an mcas heap has its region")
-            .store(client, word, value)
+    /// The store of [`Heap::cas_word`]'s mechanism: a word no other thread may change
+    /// concurrently (by contract of the caller), ordered after every earlier change of it.
+    #[inline]
+    pub(crate) fn store_word(&self, client: u32, word: &AtomicU64, value: u64) {
+        match &self.shared.mcas {
+            Some(mcas) => mcas.store(client, word, value),
+            None => crate::dcas::cpu_store(word, value),
+        }
     }
 
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus

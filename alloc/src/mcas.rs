@@ -28,7 +28,7 @@
 //!
 //! # Multi-writer words outside the region
 //! The contract covers the slab heaps and the huge reservation array (claimed and given back
-//! through `HugeOwner::cas_range`). These other words are written by more than one thread and
+//! through the same hook, `Heap::cas_word`). These other words are written by more than one thread and
 //! still change by CPU CAS, which is atomic only among the hosts of one coherence domain (so
 //! on this machine, where "hosts" are processes, every test holds; on a pod without coherence
 //! they are not yet safe):

@@ -319,8 +319,6 @@ impl ThreadHandle {
         InFlight::Free(offset)
     }
 
-    /// A remote free was logged: redo it unless it took effect; take the slab if it was (or
-    /// now is) the last block.
     /// A remote free is done once the pending word carries its version; else it is counted
     /// now (the batch it would have joined is as it was: the step logs after any flush).
     fn finish_remote_free(&self, rec: Rec) -> InFlight {

@@ -65,7 +65,8 @@ pub struct ThreadHandle {
     meta_sized: u64,
     /// Where steps are logged: the slot's recovery word, or `sink` when not recoverable.
     rec: *const AtomicU64,
-    _sink: Box<AtomicU64>,
+    /// The log of a handle that is not recoverable, and the word an empty [`Current`] reads.
+    sink: Box<AtomicU64>,
     recoverable: bool,
     /// The current detectable-operation version, kept where a [`Rec`] keeps it (so the fast
     /// paths log with one `or`); [`ThreadHandle::ver`] reads it back.
@@ -168,7 +169,7 @@ impl ThreadHandle {
             } else {
                 &*sink
             },
-            _sink: sink,
+            sink,
             recoverable,
             ver_bits: Cell::new(0),
             current: std::array::from_fn(|_| Cell::new(empty)),
@@ -840,7 +841,7 @@ impl ThreadHandle {
 
     /// The class's current word may be in a slab leaving the sized list: forget it.
     fn forget_current(&self, class: usize) {
-        self.current[class].set(Current::none(&self._sink));
+        self.current[class].set(Current::none(&self.sink));
     }
 
     /// Takes `slab` out of a sized list. The first store (the list word for the head, else the
@@ -949,23 +950,16 @@ impl Writer for ThreadHandle {
         }
     }
 
-    /// CPU CAS, or in an `mcas` heap memory-side CAS (one predictable branch on a field of
-    /// the handle; the mCAS path is out of line).
+    /// The heap's one hook ([`Heap::cas_word`]): CPU CAS, or memory-side CAS in an `mcas` heap.
     #[inline]
     fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        if self.coherence == podkv_hw::Coherence::Mcas {
-            return self.heap.mcas_cas(self.slot_index, word, current, new);
-        }
-        dcas::cpu_cas(word, current, new)
+        self.heap.cas_word(self.slot_index, word, current, new)
     }
 
-    /// A plain release store, or in an `mcas` heap an mCAS store.
+    /// The heap's one hook ([`Heap::store_word`]).
     #[inline]
     fn store_word(&self, word: &AtomicU64, value: u64) {
-        if self.coherence == podkv_hw::Coherence::Mcas {
-            return self.heap.mcas_store(self.slot_index, word, value);
-        }
-        dcas::cpu_store(word, value);
+        self.heap.store_word(self.slot_index, word, value);
     }
 }
 

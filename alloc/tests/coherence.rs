@@ -3,7 +3,7 @@
 //! back and every read of another thread's descriptor invalidates it first; the fast paths do
 //! neither; in a `hardware` heap nothing is written back at all.
 
-use podkv_alloc::{Config, Heap, Offset};
+use podkv_alloc::{Config, Heap, Offset, ThreadHandle};
 use podkv_hw::swcc::{self, Counts};
 use podkv_hw::Coherence;
 use std::alloc::Layout;
@@ -23,6 +23,20 @@ fn during(f: impl FnOnce()) -> Counts {
     let before = swcc::counts();
     f();
     swcc::counts().since(before)
+}
+
+/// Coherence operations of 1000 allocate-and-free pairs of a 64 B block on `t`'s fast paths,
+/// with one block held (so the slab is sized before the count starts and stays sized).
+fn fast_path_counts(t: &ThreadHandle) -> Counts {
+    let warm = t.allocate(layout(64)).unwrap();
+    let c = during(|| {
+        for _ in 0..1000 {
+            let off = t.allocate(layout(64)).unwrap();
+            t.free(off);
+        }
+    });
+    t.free(warm);
+    c
 }
 
 fn layout(size: usize) -> Layout {
@@ -60,19 +74,12 @@ fn the_fast_paths_never_flush() {
     let dir = tempfile::tempdir().unwrap();
     let heap = heap(&dir, Coherence::Limited);
     let t = heap.thread().unwrap();
-    let warm = t.allocate(layout(64)).unwrap();
-    let c = during(|| {
-        for _ in 0..1000 {
-            let off = t.allocate(layout(64)).unwrap();
-            t.free(off);
-        }
-    });
+    let c = fast_path_counts(&t);
     assert_eq!(
         c,
         Counts::default(),
         "allocation and local free are plain stores"
     );
-    t.free(warm);
 }
 
 #[test]
@@ -176,15 +183,8 @@ fn mcas_heaps_follow_the_swcc_protocol_too() {
         t.allocate(layout(BIG)).unwrap();
     });
     assert!(c.lines_written_back > 0, "sizing: {c:?}");
-    let warm = t.allocate(layout(64)).unwrap();
-    let c = during(|| {
-        for _ in 0..1000 {
-            let off = t.allocate(layout(64)).unwrap();
-            t.free(off);
-        }
-    });
+    let c = fast_path_counts(&t);
     assert_eq!(c, Counts::default(), "fast paths: {c:?}");
-    t.free(warm);
 }
 
 /// Thread-test's steady state in `limited` (a batch over two slabs, allocated and freed by one

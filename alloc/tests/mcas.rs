@@ -24,6 +24,13 @@ fn config(coherence: Coherence, mcas: McasKind) -> Config {
     }
 }
 
+/// Each mCAS implementation, and a `hardware` heap, which must send no request.
+const MODES_SENDING_AND_NOT: [(Coherence, McasKind); 3] = [
+    (Coherence::Mcas, McasKind::FlushCas),
+    (Coherence::Mcas, McasKind::Nmp),
+    (Coherence::Hardware, McasKind::FlushCas),
+];
+
 fn small(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
 }
@@ -37,12 +44,7 @@ fn ops_during(heap: &Heap, f: impl FnOnce()) -> u64 {
 
 #[test]
 fn grow_remote_free_and_global_push_pop_go_through_mcas_and_hardware_sends_none() {
-    let modes = [
-        (Coherence::Mcas, McasKind::FlushCas),
-        (Coherence::Mcas, McasKind::Nmp),
-        (Coherence::Hardware, McasKind::FlushCas),
-    ];
-    for (coherence, kind) in modes {
+    for (coherence, kind) in MODES_SENDING_AND_NOT {
         let mcas = coherence == Coherence::Mcas;
         let dir = tempfile::tempdir().unwrap();
         let heap = Heap::open(dir.path().join("heap"), &config(coherence, kind)).unwrap();
@@ -173,12 +175,7 @@ fn a_killed_processor_process_is_replaced_and_the_heap_works_on() {
 /// array consistent afterwards.
 #[test]
 fn huge_ranges_are_claimed_and_given_back_through_mcas() {
-    let modes = [
-        (Coherence::Mcas, McasKind::FlushCas),
-        (Coherence::Mcas, McasKind::Nmp),
-        (Coherence::Hardware, McasKind::FlushCas),
-    ];
-    for (coherence, kind) in modes {
+    for (coherence, kind) in MODES_SENDING_AND_NOT {
         let mcas = coherence == Coherence::Mcas;
         let dir = tempfile::tempdir().unwrap();
         let heap = Heap::open(dir.path().join("heap"), &config(coherence, kind)).unwrap();

@@ -52,6 +52,7 @@ pub use check::HugeReport;
 pub use owner::COUNT_SWEEP_SLOTS;
 
 use crate::crash_point;
+use crate::dcas::Writer;
 use crate::error::{AllocError, HeapError, ResolveError};
 use crate::hazard::{HazardRecord, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
 use crate::heap::Heap;
@@ -783,9 +784,9 @@ impl ThreadHandle {
                 count: count32,
             }
             .pack();
-            let owner = self.huge_owner(view);
+            // Through the writer hook: by mCAS in an `mcas` heap (the array is in its region).
             let lost = (first..first + count).find(|&i| {
-                let taken = owner.cas_range(&ranges[i], 0, word);
+                let taken = self.cas_word(&ranges[i], 0, word).is_ok();
                 if taken {
                     crash_point!("huge_claim.range");
                 }
@@ -795,7 +796,7 @@ impl ThreadHandle {
                 None => return Ok(view.range_offset(first32)),
                 Some(at) => {
                     for range in ranges[first..at].iter().rev() {
-                        owner.store_range(range, 0);
+                        self.store_word(range, 0);
                     }
                     first = at + 1;
                 }

@@ -28,8 +28,7 @@ use crate::heap::Heap;
 use crate::offset::Offset;
 use crate::process::lease_until;
 use crate::thread::InFlight;
-use podkv_hw::sync::{AtomicU64, Ordering};
-use podkv_hw::Coherence;
+use podkv_hw::sync::Ordering;
 
 /// Most released slots one sweep claims (each reclaims every freed descriptor it holds).
 pub const COUNT_SWEEP_SLOTS: usize = 4;
@@ -125,28 +124,8 @@ impl HugeOwner<'_> {
         let ranges = self.view.ranges();
         let span = first as usize..(first as usize + count as usize).min(ranges.len());
         for range in ranges[span].iter().rev() {
-            let _ = self.cas_range(range, word, 0);
+            let _ = self.heap.cas_word(self.slot, range, word, 0);
         }
-    }
-
-    /// A CAS of reservation-array word `range` on behalf of this slot: by memory-side CAS in
-    /// an `mcas` heap (the array lies among the region's targets), by CPU CAS otherwise.
-    /// Whether it swapped.
-    pub(crate) fn cas_range(&self, range: &AtomicU64, current: u64, new: u64) -> bool {
-        if self.heap.geometry().coherence == Coherence::Mcas {
-            return self.heap.mcas_cas(self.slot, range, current, new).is_ok();
-        }
-        range
-            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// A store to reservation-array word `range`, through the same hook as [`Self::cas_range`].
-    pub(crate) fn store_range(&self, range: &AtomicU64, value: u64) {
-        if self.heap.geometry().coherence == Coherence::Mcas {
-            return self.heap.mcas_store(self.slot, range, value);
-        }
-        range.store(value, Ordering::Release);
     }
 
     /// Finishes or undoes the huge step the slot's log names, as after a crash of its
