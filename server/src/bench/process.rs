@@ -76,12 +76,10 @@ pub fn worker_process(
         .context("a podkv benchmark names its heap")?;
     let config = Config {
         create: false,
+        huge_backing: job.huge_backing.to_alloc(),
         ..Config::default()
     };
     let heap = Heap::open(path, &config)?;
-    if job.huge_backing == Backing::Sparse {
-        heap.set_huge_backing(podkv_alloc::HugeBacking::Sparse);
-    }
     let rings = rings_in(&heap, &job.rings);
     run_process(spec, job, ctl, &rings, process, &|| {
         heap.thread().expect("a free thread slot")
