@@ -1,40 +1,34 @@
 //! `podkv bench huge` end to end, small: huge blocks (64 MiB here) through threadtest and
 //! xmalloc in one and two processes, a baseline beside podkv, NDJSON records and the summary.
 
-use std::process::Command;
+mod run_support;
+
+use run_support::{records, s, stdout_ok};
 
 #[test]
 fn bench_huge_sweeps_processes_and_writes_ndjson() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("huge.ndjson");
-    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
-        .args([
-            "bench", "huge", "--size", "64MiB", "--ops", "32", "--repeat", "1",
-        ])
-        .args([
-            "--allocator",
-            "podkv,system",
-            "--threads",
-            "1",
-            "--processes",
-            "1,2",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("podkv runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = stdout_ok(&[
+        "bench",
+        "huge",
+        "--size",
+        "64MiB",
+        "--ops",
+        "32",
+        "--repeat",
+        "1",
+        "--allocator",
+        "podkv,system",
+        "--threads",
+        "1",
+        "--processes",
+        "1,2",
+        "--json",
+        s(&json),
+    ]);
     assert!(stdout.contains("bench huge: size=64.0 MiB"), "{stdout}");
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(&json)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = records(&json);
     // threadtest: podkv ×1 process, system, podkv ×2 processes; xmalloc (2 workers): podkv ×2.
     let seen: Vec<(String, String, u64)> = records
         .iter()
@@ -60,28 +54,6 @@ fn bench_huge_sweeps_processes_and_writes_ndjson() {
     assert!(records
         .iter()
         .all(|r| r["ops_per_sec"].as_f64().unwrap() > 0.0));
-}
-
-fn records_of(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn run_ok(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
-        .args(args)
-        .output()
-        .expect("podkv runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// Through the runner, 2 processes × 2 threads share one heap: each pattern's one record
@@ -111,12 +83,12 @@ fn bench_huge_in_two_processes_counts_every_operation_and_empties_the_heap() {
         "--processes",
         "2",
         "--heap",
-        heap.to_str().unwrap(),
+        s(&heap),
         "--json",
-        json.to_str().unwrap(),
+        s(&json),
     ];
-    run_ok(&args);
-    let records = records_of(&json);
+    stdout_ok(&args);
+    let records = records(&json);
     let kinds: Vec<&str> = records
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
@@ -134,7 +106,7 @@ fn bench_huge_in_two_processes_counts_every_operation_and_empties_the_heap() {
         assert!(r["pss_bytes"].as_u64().unwrap() > 0, "{r}");
         assert!(r["hwcc_bytes"].as_u64().unwrap() > 0, "{r}");
     }
-    run_ok(&["heap", "check", heap.to_str().unwrap(), "--expect-empty"]);
+    stdout_ok(&["heap", "check", s(&heap), "--expect-empty"]);
 }
 
 /// A baseline still running at `--timeout` is stopped by the runner and reported so.
@@ -142,7 +114,7 @@ fn bench_huge_in_two_processes_counts_every_operation_and_empties_the_heap() {
 fn bench_huge_stops_a_baseline_at_its_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("t.ndjson");
-    let stdout = run_ok(&[
+    let stdout = stdout_ok(&[
         "bench",
         "huge",
         "--pattern",
@@ -162,10 +134,10 @@ fn bench_huge_stops_a_baseline_at_its_timeout() {
         "--timeout",
         "1",
         "--json",
-        json.to_str().unwrap(),
+        s(&json),
     ]);
     assert!(stdout.contains("timed out"), "{stdout}");
-    let records = records_of(&json);
+    let records = records(&json);
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["timed_out"], true);
     let ops = records[0]["ops"].as_u64().unwrap();

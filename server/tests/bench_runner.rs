@@ -3,34 +3,9 @@
 //! the record's fields, a heap left empty, and process-local allocators refused across
 //! processes.
 
-use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output};
+mod run_support;
 
-fn podkv(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_podkv"))
-        .args(args)
-        .output()
-        .expect("podkv runs")
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use run_support::{records, run, s, stdout_ok};
 
 #[test]
 fn threadtest_in_two_processes_counts_every_operation_once() {
@@ -38,7 +13,7 @@ fn threadtest_in_two_processes_counts_every_operation_once() {
     let json = dir.path().join("b.ndjson");
     let (processes, threads, per_worker) = (2u64, 2u64, 5_000u64);
     let ops = (processes * threads * per_worker).to_string();
-    let stdout = ok(&podkv(&[
+    let stdout = stdout_ok(&[
         "bench",
         "threadtest",
         "--allocator",
@@ -54,8 +29,8 @@ fn threadtest_in_two_processes_counts_every_operation_once() {
         "--repeat",
         "1",
         "--json",
-        json.to_str().unwrap(),
-    ]));
+        s(&json),
+    ]);
     assert!(stdout.contains("threadtest size=64"), "{stdout}");
     let records = records(&json);
     assert_eq!(records.len(), 1, "{records:?}");
@@ -84,8 +59,8 @@ fn xmalloc_across_processes_leaves_the_shared_heap_empty() {
     let heap = dir.path().join("heap");
     let heap = heap.to_str().unwrap();
     let json = dir.path().join("x.ndjson");
-    ok(&podkv(&["heap", "create", heap]));
-    ok(&podkv(&[
+    stdout_ok(&["heap", "create", heap]);
+    stdout_ok(&[
         "bench",
         "xmalloc",
         "--allocator",
@@ -101,19 +76,19 @@ fn xmalloc_across_processes_leaves_the_shared_heap_empty() {
         "--heap",
         heap,
         "--json",
-        json.to_str().unwrap(),
-    ]));
+        s(&json),
+    ]);
     let records = records(&json);
     assert_eq!(records.len(), 2);
     assert!(records.iter().all(|r| r["ops"].as_u64() == Some(20_000)));
-    ok(&podkv(&["heap", "check", heap, "--expect-empty"]));
+    stdout_ok(&["heap", "check", heap, "--expect-empty"]);
 }
 
 #[test]
 fn baselines_run_in_one_process_and_refuse_more() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("m.ndjson");
-    let stdout = ok(&podkv(&[
+    let stdout = stdout_ok(&[
         "bench",
         "xmalloc",
         "--allocator",
@@ -123,15 +98,15 @@ fn baselines_run_in_one_process_and_refuse_more() {
         "--repeat",
         "1",
         "--json",
-        json.to_str().unwrap(),
-    ]));
+        s(&json),
+    ]);
     assert!(stdout.contains("vs mimalloc"), "{stdout}");
     let names: Vec<String> = records(&json)
         .iter()
         .map(|r| r["allocator"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, ["podkv", "mimalloc", "system"]);
-    let out = podkv(&[
+    let out = run(&[
         "bench",
         "threadtest",
         "--allocator",
@@ -156,13 +131,13 @@ fn duration_stops_runs_and_every_block_is_freed() {
     let heap = heap.to_str().unwrap();
     let json = dir.path().join("d.ndjson");
     let budget = "100000000000";
-    ok(&podkv(&["heap", "create", heap]));
+    stdout_ok(&["heap", "create", heap]);
     for (kind, allocator, processes) in [
         ("threadtest", "system", "1"),
         ("xmalloc", "podkv", "2"),
         ("xmalloc", "mimalloc", "1"),
     ] {
-        ok(&podkv(&[
+        stdout_ok(&[
             "bench",
             kind,
             "--allocator",
@@ -178,8 +153,8 @@ fn duration_stops_runs_and_every_block_is_freed() {
             "--heap",
             heap,
             "--json",
-            json.to_str().unwrap(),
-        ]));
+            s(&json),
+        ]);
     }
     let records = records(&json);
     assert_eq!(records.len(), 3);
@@ -189,5 +164,5 @@ fn duration_stops_runs_and_every_block_is_freed() {
         assert!(ops > 0 && ops < 100_000_000_000, "{r}");
         assert!(r["seconds"].as_f64().unwrap() < 30.0, "{r}");
     }
-    ok(&podkv(&["heap", "check", heap, "--expect-empty"]));
+    stdout_ok(&["heap", "check", heap, "--expect-empty"]);
 }

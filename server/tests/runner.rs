@@ -1,55 +1,12 @@
 //! The runner end to end, through the built `podkv` binary: exact counts across processes,
 //! trace replay, NDJSON records, suites and plots.
 
+mod run_support;
+
+use run_support::{records, run, run_ok as podkv, s};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Longest a single `podkv` invocation may take before the test fails (instead of hanging).
-const SECONDS_COMMAND_MAX: u64 = 120;
-
-fn podkv(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_podkv"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("podkv runs");
-    let deadline = Instant::now() + Duration::from_secs(SECONDS_COMMAND_MAX);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            // Worker processes die with the launcher (PR_SET_PDEATHSIG).
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "podkv {args:?} did not finish in {SECONDS_COMMAND_MAX} s:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "podkv {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn per_op(record: &Value, kind: &str) -> u64 {
     record["per_op"][kind]["ops"].as_u64().unwrap_or(0)
@@ -177,18 +134,15 @@ fn loaded_records_are_all_found_by_reads() {
 
 #[test]
 fn process_local_targets_refuse_several_processes() {
-    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
-        .args([
-            "ycsb",
-            "--workload",
-            "a",
-            "--target",
-            "dashmap",
-            "--processes",
-            "2",
-        ])
-        .output()
-        .unwrap();
+    let out = run(&[
+        "ycsb",
+        "--workload",
+        "a",
+        "--target",
+        "dashmap",
+        "--processes",
+        "2",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("process-local"));
 }

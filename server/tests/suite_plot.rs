@@ -1,6 +1,8 @@
 //! `podkv suite` runs a TOML product and `podkv plot` draws its NDJSON as SVG and PNG.
 
-use std::process::Command;
+mod run_support;
+
+use run_support::{records, run, run_ok, s};
 
 #[test]
 fn a_suite_runs_its_product_and_plots() {
@@ -15,22 +17,8 @@ fn a_suite_runs_its_product_and_plots() {
         ),
     )
     .unwrap();
-    let exe = env!("CARGO_BIN_EXE_podkv");
-    let out = Command::new(exe)
-        .args(["suite"])
-        .arg(&suite)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&json)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    run_ok(&["suite", s(&suite)]);
+    let lines = records(&json);
     assert_eq!(lines.len(), 8, "2 workloads × 2 thread counts × 2 targets");
     for w in ["a", "c"] {
         for t in [1, 2] {
@@ -45,13 +33,7 @@ fn a_suite_runs_its_product_and_plots() {
     }
     for ext in ["svg", "png"] {
         let image = dir.path().join(format!("plot.{ext}"));
-        let out = Command::new(exe)
-            .arg("plot")
-            .arg(&json)
-            .arg("-o")
-            .arg(&image)
-            .output()
-            .unwrap();
+        let out = run(&["plot", s(&json), "-o", s(&image)]);
         if ext == "png" && String::from_utf8_lossy(&out.stderr).contains("no TrueType font") {
             eprintln!(
                 "SKIPPING PNG PLOT: no TrueType font installed (apt-get install fonts-dejavu-core)"

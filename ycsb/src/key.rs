@@ -145,8 +145,7 @@ impl fmt::Debug for Key {
 ///
 /// Fast path: a non-negative number of 17 to 19 digits (all but ~0.1% of hashed keys)
 /// and no padding beyond its digits. It is cut into `top` (1-3 digits), `mid` and `low`
-/// (8 each) by two divisions by 10^8, and each part goes into the key as
-/// stores of table digits ([`DIGITS4`]): `top`'s four digits end where `mid` begins
+/// (8 each) by [`split_e8`], and each part goes into the key as stores of table digits ([`DIGITS4`]): `top`'s four digits end where `mid` begins
 /// (the prefix, stored after, covers what `top`'s store wrote before byte 4).
 #[inline(always)]
 fn build_ycsb(key: &mut Key, zero_padding: usize, hashed: bool) {
@@ -156,16 +155,9 @@ fn build_ycsb(key: &mut Key, zero_padding: usize, hashed: bool) {
     } else {
         keynum as i64
     };
-    const E8: u64 = 100_000_000;
-    const E16: u64 = E8 * E8;
-    let n = value as u64;
-    if value >= E16 as i64 {
-        // Two divisions by 10^8 (each a multiply), the remainders by multiply-subtract.
-        let high = n / E8;
-        let top = high / E8;
-        let (mid, low) = ((high - top * E8) as u32, (n - high * E8) as u32);
-        let top = top as u32;
-        // `n < 2^63` makes `top <= 922`: one to three digits, two compares.
+    if value >= (E8 * E8) as i64 {
+        let (top, mid, low) = split_e8(value as u64);
+        // `value < 2^63` makes `top <= 922`: one to three digits, two compares.
         let top_digits = 1 + usize::from(top >= 10) + usize::from(top >= 100);
         if zero_padding <= top_digits + 16 {
             let start = PREFIX.len() + top_digits;
@@ -193,55 +185,35 @@ fn build_ycsb(key: &mut Key, zero_padding: usize, hashed: bool) {
     key.extend(digits);
 }
 
-/// `"00" "01" … "99"`: two digits per division.
-const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
+/// 10^8: decimal numbers are cut into chunks of eight digits.
+const E8: u64 = 100_000_000;
 
-/// Writes `n` in decimal at the end of `buf`; returns where the digits start.
-///
-/// The number is cut into 8-digit chunks with two divisions by 10^8 (a multiply each);
-/// each chunk is two lookups in [`DIGITS4`]. Bytes of `buf` before the returned start
-/// are left as they were or set to `'0'`. (Keys take this path only when
-/// `build_ycsb`'s fast path does not apply.)
+/// `n` as `(top, mid, low)` with `n = (top * 10^8 + mid) * 10^8 + low`, `mid` and `low`
+/// below 10^8 and `top <= 1844` (`n < 2^64`): two divisions by 10^8 (each a multiply),
+/// the remainders by multiply-subtract.
+#[inline(always)]
+fn split_e8(n: u64) -> (u32, u32, u32) {
+    let high = n / E8;
+    let top = high / E8;
+    (top as u32, (high - top * E8) as u32, (n - high * E8) as u32)
+}
+
+/// Writes `n` in decimal at the end of `buf`, zeros before it; returns where its
+/// significant digits start. All twenty bytes are table digits ([`DIGITS4`]) stored whole.
+/// (Keys take this path only when `build_ycsb`'s fast path does not apply.)
 #[inline]
 fn write_decimal(n: u64, buf: &mut [u8; 20]) -> usize {
-    const CHUNK: u64 = 100_000_000;
-    if n < CHUNK {
-        return write_chunk8_trimmed(n as u32, buf, 12);
-    }
-    let (high, low) = (n / CHUNK, (n % CHUNK) as u32);
-    write_chunk8(low, buf, 12);
-    if high < CHUNK {
-        return write_chunk8_trimmed(high as u32, buf, 4);
-    }
-    write_chunk8((high % CHUNK) as u32, buf, 4);
-    write_u32((high / CHUNK) as u32, buf, 4)
+    let (top, mid, low) = split_e8(n);
+    buf[..4].copy_from_slice(&chunk4(top));
+    buf[4..12].copy_from_slice(&chunk8(mid));
+    buf[12..].copy_from_slice(&chunk8(low));
+    buf.len() - digit_count(n)
 }
 
-/// Writes exactly 8 digits of `v < 10^8` (leading zeros kept) at `buf[at..at + 8]`.
+/// Decimal digits of `n` (1 for 0).
 #[inline]
-fn write_chunk8(v: u32, buf: &mut [u8; 20], at: usize) {
-    buf[at..at + 8].copy_from_slice(&chunk8(v));
-}
-
-/// Writes `v < 10^8` as [`write_chunk8`] does; returns where its significant digits
-/// start (the bytes before are `'0'`).
-#[inline]
-fn write_chunk8_trimmed(v: u32, buf: &mut [u8; 20], at: usize) -> usize {
-    write_chunk8(v, buf, at);
-    at + 8 - digit_count(v)
-}
-
-/// Decimal digits of `v < 10^8` (1 for 0).
-#[inline]
-fn digit_count(v: u32) -> usize {
-    1 + [10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
-        .iter()
-        .filter(|&&t| v >= t)
-        .count()
+fn digit_count(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// The four ASCII digits (leading zeros kept) of every number below 10^4, built at
@@ -280,27 +252,6 @@ fn chunk8(v: u32) -> [u8; 8] {
     [
         high[0], high[1], high[2], high[3], low[0], low[1], low[2], low[3],
     ]
-}
-
-/// Writes `v` (no leading zeros) so that it ends at `end`; returns where it starts.
-#[inline]
-fn write_u32(mut v: u32, buf: &mut [u8; 20], end: usize) -> usize {
-    let mut at = end;
-    while v >= 100 {
-        let pair = (v % 100) as usize * 2;
-        v /= 100;
-        at -= 2;
-        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    }
-    if v >= 10 {
-        let pair = v as usize * 2;
-        at -= 2;
-        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    } else {
-        at -= 1;
-        buf[at] = b'0' + v as u8;
-    }
-    at
 }
 
 #[inline(always)]
@@ -445,7 +396,7 @@ mod tests {
     fn every_chunk_of_eight_digits_matches_std() {
         for v in (0..100_000_000u32).step_by(997).chain([0, 9, 99_999_999]) {
             assert_eq!(chunk8(v), *format!("{v:08}").as_bytes(), "{v}");
-            assert_eq!(digit_count(v), v.to_string().len(), "{v}");
+            assert_eq!(digit_count(u64::from(v)), v.to_string().len(), "{v}");
         }
         for v in 0..10_000u32 {
             assert_eq!(chunk4(v), *format!("{v:04}").as_bytes(), "{v}");

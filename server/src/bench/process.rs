@@ -76,12 +76,10 @@ pub fn worker_process(
         .context("a podkv benchmark names its heap")?;
     let config = Config {
         create: false,
+        huge_backing: job.huge_backing.to_alloc(),
         ..Config::default()
     };
     let heap = Heap::open(path, &config)?;
-    if job.huge_backing == Backing::Sparse {
-        heap.set_huge_backing(podkv_alloc::HugeBacking::Sparse);
-    }
     let rings = rings_in(&heap, &job.rings);
     run_process(spec, job, ctl, &rings, process, &|| {
         heap.thread().expect("a free thread slot")
@@ -221,8 +219,7 @@ fn run_worker<A: BenchAlloc>(
         let (progress, stop) = (AtomicU64::new(0), AtomicU64::new(0));
         workload::threadtest(a, layout, 1, job.batch, &progress, &stop);
     }
-    ctl.ready[0].fetch_add(1, Ordering::AcqRel);
-    ctl.wait_for(&ctl.go[0], 1)?;
+    ctl.start_line(0)?;
     let progress = &ctl.progress[w];
     let (start, cpu) = (Instant::now(), thread_cpu_ns());
     let ops = match job.kind {
@@ -254,6 +251,6 @@ fn run_worker<A: BenchAlloc>(
         cpu_ns: thread_cpu_ns().saturating_sub(cpu),
     };
     progress.store(ops, Ordering::Relaxed);
-    ctl.done[0].fetch_add(1, Ordering::AcqRel);
+    ctl.finish_line(0);
     Ok(timed)
 }

@@ -65,9 +65,11 @@ pub fn xmalloc<A: BenchAlloc>(
     stop: &AtomicU64,
 ) -> u64 {
     let (mut produced, mut limit) = (0u64, ops);
-    let (mut ended, mut input_ended) = (false, false);
+    // Nothing is produced once `END` is queued, so the output is over when `pending`,
+    // which ends with it, has all been sent.
+    let (mut end_queued, mut input_ended) = (false, false);
     let mut pending: Vec<u64> = Vec::with_capacity(batch as usize + 1);
-    while !ended || !input_ended {
+    while !(end_queued && pending.is_empty() && input_ended) {
         if produced < limit && pending.len() < batch as usize {
             if stop.load(Ordering::Relaxed) != 0 {
                 limit = produced;
@@ -81,11 +83,11 @@ pub fn xmalloc<A: BenchAlloc>(
             }
             progress.store(produced, Ordering::Relaxed);
         }
-        if produced == limit && !ended && pending.last() != Some(&END) {
+        if produced == limit && !end_queued {
             pending.push(END);
+            end_queued = true;
         }
         let sent = out.push_many_within(&pending, window);
-        ended |= sent > 0 && sent == pending.len() && pending[sent - 1] == END;
         pending.drain(..sent);
         input.pop_all(|block| match block {
             END => input_ended = true,

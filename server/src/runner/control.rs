@@ -63,6 +63,18 @@ impl Control {
         Ok(())
     }
 
+    /// A worker's steps 1-2 of the protocol: counts it ready for `phase` (its set-up done)
+    /// and waits for the launcher's `go`.
+    pub fn start_line(&self, phase: usize) -> anyhow::Result<()> {
+        self.ready[phase].fetch_add(1, Ordering::AcqRel);
+        self.wait_for(&self.go[phase], 1)
+    }
+
+    /// A worker's step 3: counts it done with `phase`.
+    pub fn finish_line(&self, phase: usize) {
+        self.done[phase].fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Total progress of all workers.
     pub fn progress_sum(&self, workers: usize) -> u64 {
         self.progress[..workers]

@@ -30,17 +30,23 @@ pub fn ticks() -> u64 {
     }
 }
 
-/// Sub-buckets in the lower half of a bucket: 2 significant digits need 200 distinct
-/// values per bucket, hdrhistogram rounds that up to 256, half of which are new in every
-/// bucket after the first.
-const COUNT_SUB_BUCKETS_HALF: usize = 128;
+/// Sub-buckets in the lower half of a bucket, as a power of two: 2 significant digits
+/// need 200 distinct values per bucket, hdrhistogram rounds that up to 256, half of which
+/// are new in every bucket after the first.
+const BITS_SUB_BUCKETS_HALF: u32 = 7;
 
-/// Buckets after the first: values up to 2^40 ticks (minutes) keep 2 digits; larger ones
-/// are counted as the largest (an operation that slow is an outage, not a latency).
-const COUNT_BUCKETS: usize = 40 - 8;
+/// Sub-buckets in the lower half of a bucket.
+const COUNT_SUB_BUCKETS_HALF: usize = 1 << BITS_SUB_BUCKETS_HALF;
+
+/// Values up to `2^BITS_TICKS` ticks (minutes) keep 2 digits; larger ones are counted as
+/// the largest (an operation that slow is an outage, not a latency).
+const BITS_TICKS: u32 = 40;
+
+/// Buckets after the first.
+const COUNT_BUCKETS: usize = (BITS_TICKS - BITS_SUB_BUCKETS_HALF - 1) as usize;
 
 /// Largest value counted as itself.
-const TICKS_MAX: u64 = (1 << 40) - 1;
+const TICKS_MAX: u64 = (1 << BITS_TICKS) - 1;
 
 /// Latency counts of one operation kind, in hdrhistogram's layout for 2 significant
 /// digits and a lowest value of 1: value `v < 256` at index `v`; a larger `v` in bucket
@@ -66,8 +72,8 @@ impl Buckets {
     #[inline(always)]
     fn index(ticks: u64) -> usize {
         let v = ticks.min(TICKS_MAX);
-        let bucket = 63 - (v | 255).leading_zeros() - 7;
-        ((bucket as usize) << 7) + (v >> bucket) as usize
+        let bucket = 63 - (v | 255).leading_zeros() - BITS_SUB_BUCKETS_HALF;
+        ((bucket as usize) << BITS_SUB_BUCKETS_HALF) + (v >> bucket) as usize
     }
 
     /// The lowest value counted at `index` (hdrhistogram's `value_from_index`).
@@ -75,8 +81,8 @@ impl Buckets {
         if index < 2 * COUNT_SUB_BUCKETS_HALF {
             return index as u64;
         }
-        let bucket = (index >> 7) - 1;
-        ((index - (bucket << 7)) as u64) << bucket
+        let bucket = (index >> BITS_SUB_BUCKETS_HALF) - 1;
+        ((index - (bucket << BITS_SUB_BUCKETS_HALF)) as u64) << bucket
     }
 
     #[inline(always)]

@@ -181,11 +181,10 @@ fn run_worker<T: Target, S: Source>(
     let mut values = Values::default();
     let mut tally = Tally::new(kinds);
     for (phase, source) in sources.into_iter().enumerate() {
-        ctl.ready[phase].fetch_add(1, Ordering::AcqRel);
-        ctl.wait_for(&ctl.go[phase], 1)?;
+        ctl.start_line(phase)?;
         let stoppable = phase == timed;
         let recorder = run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?;
-        ctl.done[phase].fetch_add(1, Ordering::AcqRel);
+        ctl.finish_line(phase);
         if phase == timed {
             tally = recorder.into_tally();
         }

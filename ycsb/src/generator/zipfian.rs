@@ -123,10 +123,10 @@ impl Zipfian {
             return self.base + 1;
         }
         let (n, x) = (to_f64(itemcount), self.eta * u - self.eta + 1.0);
-        let tail = match &self.power {
-            Some(power) => power.floor_scaled(n, x),
-            None => None,
-        };
+        let tail = self
+            .power
+            .as_ref()
+            .and_then(|power| power.floor_scaled(n, x));
         self.base + tail.unwrap_or_else(|| self.tail_libm(n, x))
     }
 
