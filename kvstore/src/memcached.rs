@@ -376,24 +376,12 @@ impl<A: Arena> Handle<A> {
         flags: u32,
         exptime: i64,
     ) -> Result<Outcome, StoreError> {
-        self.store_cas(mode, key, value, flags, exptime)
+        self.store_with(mode, key, value, flags, exptime, StoreExtra::default())
             .map(|(outcome, _)| outcome)
     }
 
-    /// As [`store`](Self::store), also returning the CAS token of the item it linked (0 when
-    /// it stored nothing), for meta commands that report it.
-    pub fn store_cas(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-    ) -> Result<(Outcome, u64), StoreError> {
-        self.store_with(mode, key, value, flags, exptime, StoreExtra::default())
-    }
-
-    /// As [`store_cas`](Self::store_cas), with the meta protocol's extras (`ms C I E`). Every
+    /// As [`store`](Self::store), with the meta protocol's extras (`ms C I E`), also
+    /// returning the CAS token of the item it linked (0 when it stored nothing). Every
     /// condition is decided inside the write loop on the item the CAS replaces, so no write
     /// can slip between the comparison and the store.
     pub fn store_with(
