@@ -307,7 +307,7 @@ pub struct Handle<A: Arena> {
     count_delta: Cell<i64>,
     used_delta: Cell<i64>,
     seed: Cell<u64>,
-    /// This handle's block of CAS tokens: `cas_next..cas_end` (see `next_cas`).
+    /// This handle's block of CAS tokens: `cas_next..cas_end` (see `cas_after`).
     pub(crate) cas_next: Cell<u64>,
     pub(crate) cas_end: Cell<u64>,
     /// Reclaimable items of this slot's limbo kept for reuse, as the last `collect` kept
