@@ -296,14 +296,7 @@ impl Storage for Backend {
             Counter::TouchMisses
         });
         let guard = guard?;
-        Some(Item {
-            value: Bytes::copy_from_slice(guard.value()),
-            flags: guard.flags(),
-            cas: guard.cas(),
-            ttl: self.ttl(guard.expiry()),
-            last_access: 0,
-            fetched: false,
-        })
+        Some(self.item(&guard, guard.expiry()))
     }
 
     fn set(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
