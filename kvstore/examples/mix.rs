@@ -8,8 +8,9 @@
 //! ```
 //! Prints a table and one NDJSON line per measurement: the median of `MIX_ROUNDS` (default 5)
 //! interleaved rounds, with each round's ratios. For profiling, `MIX_ONLY=podkv|local|dashmap`
-//! runs one map, `MIX_TABLE=N` a fixed table of 2^N buckets, `MIX_SETS=N` one mix of N% sets and `MIX_THREADS=1|2` one thread count (`0`: only
-//! the two-process rows); `MIX_CPU_TIME=1` times threads by their CPU time.
+//! runs one map, `MIX_TABLE=N` a fixed table of 2^N buckets, `MIX_SETS=N` one mix of N% sets
+//! and `MIX_THREADS=1|2` one thread count (`0`: only the two-process rows); `MIX_CPU_TIME=1`
+//! times threads by their CPU time.
 
 use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig};
 use std::time::Instant;

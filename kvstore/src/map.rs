@@ -21,10 +21,10 @@ use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::recover;
-use crate::spare::{Reuse, Room, Spare, Spares};
+use crate::spare::{Reuse, Room, Spare};
 use crate::StoreError;
 use podkv_alloc::AllocError;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -307,11 +307,12 @@ pub struct Handle<A: Arena> {
     count_delta: Cell<i64>,
     used_delta: Cell<i64>,
     seed: Cell<u64>,
-    /// This handle's block of CAS tokens: `cas_next..cas_end` (see `next_cas`).
+    /// This handle's block of CAS tokens: `cas_next..cas_end` (see `cas_after`).
     pub(crate) cas_next: Cell<u64>,
     pub(crate) cas_end: Cell<u64>,
-    /// Reclaimable items of this slot's limbo kept for reuse (see `spare`).
-    pub(crate) spares: Spares,
+    /// Reclaimable items of this slot's limbo kept for reuse, as the last `collect` kept
+    /// them minus those taken since (process-local; see `spare`).
+    pub(crate) spares: RefCell<Vec<Spare>>,
 }
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
@@ -365,7 +366,7 @@ impl<A: Arena> Handle<A> {
             seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
             cas_next: Cell::new(0),
             cas_end: Cell::new(0),
-            spares: Spares::default(),
+            spares: RefCell::default(),
         }
     }
 
@@ -466,7 +467,7 @@ impl<A: Arena> Handle<A> {
     /// in limbo as this handle's spares (see `spare`).
     fn collect_keeping(&self, reuse: Reuse) {
         self.retired_since.set(0);
-        let mut kept = self.spares.list.borrow_mut();
+        let mut kept = self.spares.borrow_mut();
         // Every spare is an entry this walk sees again: decided afresh below.
         kept.clear();
         let mut room = Room::for_reuse(reuse);

@@ -237,40 +237,27 @@ impl<A: Arena> Handle<A> {
     }
 
     /// The CAS token a write replacing an item whose token is `floor` (0: none) gives its new
-    /// item: the client's explicit one (meta `E`), else a fresh one above `floor`. Handles draw
-    /// tokens from their own blocks, so another handle's block may be ahead on this key; then
-    /// this write takes a new block, which starts past every token handed out so far. So each
-    /// key's tokens increase, and "older than the item's" (`ms I`) means older.
+    /// item: the client's explicit one (meta `E`), else a fresh one above `floor`.
+    ///
+    /// Handles take fresh tokens from blocks of [`BATCH_CAS`] reserved with one `fetch_add`
+    /// (one shared RMW per 64 writes instead of per write), so tokens are unique and increase
+    /// per handle, and across handles only roughly (eviction's write age is approximate
+    /// anyway). A handle takes a new block, which starts past every token handed out so far,
+    /// when its own is used up, when another handle's block is ahead on this key (`floor`: so
+    /// each key's tokens increase, and "older than the item's" (`ms I`) means older), and when
+    /// its block started before the last immediate `flush_all` (`oldest_cas`: no write that
+    /// starts after a flush gets a flushed token; a write racing the flush may, which orders
+    /// it before the flush — as memcached's does).
     pub(crate) fn cas_after(&self, explicit: Option<u64>, floor: u64) -> u64 {
         if let Some(token) = explicit {
             return token;
         }
-        let token = self.next_cas();
-        if token > floor {
-            return token;
-        }
-        let token = self
-            .map
-            .desc()
-            .cas
-            .word
-            .fetch_add(BATCH_CAS, Ordering::Relaxed)
-            + 1;
-        self.cas_end.set(token + BATCH_CAS);
-        self.cas_next.set(token + 1);
-        token
-    }
-
-    /// A fresh CAS token. Handles take tokens from blocks of [`BATCH_CAS`] reserved with one
-    /// `fetch_add` (one shared RMW per 64 writes instead of per write), so tokens are unique
-    /// and increase per handle, and across handles only roughly (eviction's write age is
-    /// approximate anyway). A block that started before the last immediate `flush_all`
-    /// (`oldest_cas`) is dropped, so no write that starts after a flush gets a flushed token; a
-    /// write racing the flush may, which orders it before the flush — as memcached's does.
-    pub(crate) fn next_cas(&self) -> u64 {
         let d = self.map.desc();
         let mut token = self.cas_next.get();
-        if token == self.cas_end.get() || token < d.oldest_cas.word.load(Ordering::Acquire) {
+        if token == self.cas_end.get()
+            || token <= floor
+            || token < d.oldest_cas.word.load(Ordering::Acquire)
+        {
             token = d.cas.word.fetch_add(BATCH_CAS, Ordering::Relaxed) + 1;
             self.cas_end.set(token + BATCH_CAS);
         }
@@ -376,24 +363,12 @@ impl<A: Arena> Handle<A> {
         flags: u32,
         exptime: i64,
     ) -> Result<Outcome, StoreError> {
-        self.store_cas(mode, key, value, flags, exptime)
+        self.store_with(mode, key, value, flags, exptime, StoreExtra::default())
             .map(|(outcome, _)| outcome)
     }
 
-    /// As [`store`](Self::store), also returning the CAS token of the item it linked (0 when
-    /// it stored nothing), for meta commands that report it.
-    pub fn store_cas(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-    ) -> Result<(Outcome, u64), StoreError> {
-        self.store_with(mode, key, value, flags, exptime, StoreExtra::default())
-    }
-
-    /// As [`store_cas`](Self::store_cas), with the meta protocol's extras (`ms C I E`). Every
+    /// As [`store`](Self::store), with the meta protocol's extras (`ms C I E`), also
+    /// returning the CAS token of the item it linked (0 when it stored nothing). Every
     /// condition is decided inside the write loop on the item the CAS replaces, so no write
     /// can slip between the comparison and the store.
     pub fn store_with(

@@ -168,8 +168,11 @@ impl<A: Arena> Handle<A> {
                     return Ok(Step::Keep(Outcome::NotFound));
                 };
                 // The new item's expiry starts at 0; `N` and `T` set it in flag order.
-                let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touch_at(read, now)]);
-                let final_expiry = steps.last().map_or(0, |s| s.1);
+                let steps = timeline(&[
+                    Some((rank, expiry_of(exptime, now))),
+                    touch_at(read.touch, now),
+                ]);
+                let final_expiry = last(&steps, 0);
                 let made = self.new_item(
                     key,
                     &[],
@@ -188,9 +191,9 @@ impl<A: Arena> Handle<A> {
             };
             let m = view.meta(cur);
             let before = Lease::of_bits(m.lease);
-            let touched = touch_at(read, now);
+            let touched = touch_at(read.touch, now);
             let steps = timeline(&[touched]);
-            let final_expiry = steps.last().map_or(m.expiry, |s| s.1);
+            let final_expiry = last(&steps, m.expiry);
             // `R` compares the TTL as it stands at `R`'s place among the flags.
             let recache_wins = read.recache.is_some_and(|(r, rank)| {
                 let expiry = shown(&steps, m.expiry, rank);
@@ -254,7 +257,7 @@ impl<A: Arena> Handle<A> {
         let mut result = Counted::NotFound;
         self.update(key, |current| {
             let now = self.map.now();
-            let touched = count.touch.map(|(t, rank)| (rank, expiry_of(t, now)));
+            let touched = touch_at(count.touch, now);
             let Some(cur) = current else {
                 let Some((exptime, rank)) = count.vivify else {
                     result = Counted::NotFound;
@@ -262,7 +265,7 @@ impl<A: Arena> Handle<A> {
                 };
                 // As `mg`: the new item's expiry starts at 0, `N` and `T` set it in order.
                 let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touched]);
-                let expiry = shown(&steps, 0, Rank::NONE);
+                let expiry = last(&steps, 0);
                 let cas = self.cas_after(count.cas, 0);
                 let text = count.initial.to_string();
                 let made = self.new_item(key, &[text.as_bytes()], 0, expiry, cas, 0)?;
@@ -293,7 +296,7 @@ impl<A: Arena> Handle<A> {
             }
             let bits = if text.len() == old.len() { m.lease } else { 0 };
             let steps = timeline(&[touched]);
-            let expiry = shown(&steps, m.expiry, Rank::NONE);
+            let expiry = last(&steps, m.expiry);
             let cas = self.cas_after(count.cas, m.cas);
             let made = self.new_item(key, &[&text], m.flags, expiry, cas, bits)?;
             result = Counted::Value {
@@ -310,8 +313,8 @@ impl<A: Arena> Handle<A> {
 }
 
 /// `T`'s effect on the expiry: (its rank, the new absolute expiry).
-fn touch_at(read: Read, now: u32) -> Option<(Rank, u32)> {
-    read.touch.map(|(t, rank)| (rank, expiry_of(t, now)))
+fn touch_at(touch: Option<(i64, Rank)>, now: u32) -> Option<(Rank, u32)> {
+    touch.map(|(t, rank)| (rank, expiry_of(t, now)))
 }
 
 /// The expiry changes in flag order.
@@ -319,6 +322,11 @@ fn timeline(changes: &[Option<(Rank, u32)>]) -> Vec<(Rank, u32)> {
     let mut steps: Vec<(Rank, u32)> = changes.iter().flatten().copied().collect();
     steps.sort_unstable_by_key(|s| s.0);
     steps
+}
+
+/// The expiry after every change, else `initial`: what the item keeps.
+fn last(steps: &[(Rank, u32)], initial: u32) -> u32 {
+    steps.last().map_or(initial, |s| s.1)
 }
 
 /// The expiry as it stands at `rank` among the flags: the last change before it, else

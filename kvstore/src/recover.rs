@@ -69,7 +69,7 @@ use std::cmp::Ordering as Order;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Tag bits of a log word (offsets are 8-aligned).
-const MASK_TAG: u64 = 7;
+pub(crate) const MASK_TAG: u64 = 7;
 /// `log`: allocating an item.
 pub(crate) const ALLOC_ITEM: u64 = 1;
 /// `log`: item `x` written, maybe published.
@@ -368,6 +368,7 @@ mod tests {
     use crate::{Store, StoreConfig};
     use podkv_alloc::InFlight;
     use std::process::Command;
+    use std::sync::atomic::Ordering;
 
     /// A small heap of `slots` thread slots (one: whoever claims after the child dies adopts
     /// the child's slot; recovery needs a second, for the recovering handle).
@@ -412,10 +413,14 @@ mod tests {
         for _ in 0..200 {
             h.set(b"key", &value, 0, 0).unwrap();
         }
-        assert!(!h.spares.list.borrow().is_empty(), "rewrites left spares");
+        assert!(!h.spares.borrow().is_empty(), "rewrites left spares");
         let size = crate::item::SIZE_HEADER + 3 + value.len();
         let taken = h.allocate(size).unwrap();
-        assert!(h.spares.took.get(), "a spare was taken, not a fresh block");
+        assert_eq!(
+            h.map.slot(h.slot).limbo_log.load(Ordering::Relaxed) & super::MASK_TAG,
+            super::TAKE_ENTRY,
+            "a spare was taken, not a fresh block"
+        );
         let _ = taken;
         // SAFETY: plain libc calls; the process ends here.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };

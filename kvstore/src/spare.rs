@@ -16,7 +16,6 @@
 use crate::arena::Arena;
 use crate::map::Handle;
 use crate::recover;
-use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 
 /// Most spares a handle keeps: a few `collect` periods of rewrites (`BATCH_COLLECT` is 64),
@@ -33,15 +32,6 @@ pub(crate) enum Reuse {
     Keep,
     /// Free everything reclaimable (an explicit `collect`, a handle dropped, out of memory).
     FreeAll,
-}
-
-/// A handle's spares (process-local; see the module invariant).
-#[derive(Debug, Default)]
-pub(crate) struct Spares {
-    /// The spares the last `collect` kept, minus those taken since.
-    pub(crate) list: RefCell<Vec<Spare>>,
-    /// The last `allocate` took a spare: its `TAKE_ENTRY` log ends when the item is logged.
-    pub(crate) took: Cell<bool>,
 }
 
 /// A limbo entry kept for reuse: the entry word's offset, the item in it and its size.
@@ -94,14 +84,13 @@ impl<A: Arena> Handle<A> {
     /// names it as an item (see `recover`). The spare was reclaimable (retired two epochs
     /// ago), so no reader can still reach it.
     pub(crate) fn take_spare(&self, size: usize) -> Option<u64> {
-        let mut spares = self.spares.list.borrow_mut();
+        let mut spares = self.spares.borrow_mut();
         let i = spares.iter().rposition(|s| s.size == size)?;
         let spare = spares.swap_remove(i);
         let entry = self.map.view().word(spare.entry_at);
         debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
         self.limbo_log(recover::TAKE_ENTRY, spare.node, spare.entry_at);
         entry.store(0, Ordering::Relaxed);
-        self.spares.took.set(true);
         Some(spare.node)
     }
 
@@ -110,7 +99,7 @@ impl<A: Arena> Handle<A> {
     /// nothing). Only a hint: it changes no state.
     #[inline]
     pub(crate) fn prefetch_spare(&self, size: usize) {
-        let spares = self.spares.list.borrow();
+        let spares = self.spares.borrow();
         let Some(spare) = spares.iter().rev().find(|s| s.size == size) else {
             return;
         };
@@ -121,9 +110,17 @@ impl<A: Arena> Handle<A> {
     }
 
     /// After the item `allocate` returned is logged as `ITEM`: ends a spare's `TAKE_ENTRY`.
+    /// The slot's limbo word says whether one is open: every other limbo step ends where it
+    /// starts, so only `take_spare` leaves the word set across `allocate`.
     #[inline]
     pub(crate) fn allocated(&self) {
-        if self.spares.took.replace(false) {
+        let open = self.map.slot(self.slot).limbo_log.load(Ordering::Relaxed);
+        if open != 0 {
+            debug_assert_eq!(
+                open & recover::MASK_TAG,
+                recover::TAKE_ENTRY,
+                "open limbo step"
+            );
             self.limbo_log(0, 0, 0);
         }
     }

@@ -8,10 +8,11 @@ use std::process::Command;
 
 const CAPACITY: u64 = 1 << 20;
 
-fn config(eviction: Eviction) -> StoreConfig {
+/// A store of [`CAPACITY`] bytes that evicts the sampled oldest item to make room.
+fn config() -> StoreConfig {
     StoreConfig {
         capacity: Some(CAPACITY),
-        eviction,
+        eviction: Eviction::SampledOldest,
         ..common::config()
     }
 }
@@ -30,7 +31,7 @@ fn fill(store: &Store, prefix: &str, count: u32) -> u64 {
 #[test]
 fn every_item_is_linked_or_evicted() {
     let (_d, path) = common::heap_path("heap");
-    let store = Store::open(&path, config(Eviction::SampledOldest)).unwrap();
+    let store = Store::open(&path, config()).unwrap();
     let stored = fill(&store, "k", 10_000);
     let (items, _) = store.usage();
     let evicted = store.evictions();
@@ -45,7 +46,7 @@ fn every_item_is_linked_or_evicted() {
 #[test]
 fn no_eviction_without_pressure() {
     let (_d, path) = common::heap_path("heap");
-    let store = Store::open(&path, config(Eviction::SampledOldest)).unwrap();
+    let store = Store::open(&path, config()).unwrap();
     for _ in 0..3 {
         fill(&store, "k", 1000); // 548 KB, rewritten: never past the capacity
     }
@@ -56,7 +57,7 @@ fn no_eviction_without_pressure() {
 #[test]
 fn expired_items_are_reclaimed_not_evicted() {
     let (_d, path) = common::heap_path("heap");
-    let store = Store::open(&path, config(Eviction::SampledOldest)).unwrap();
+    let store = Store::open(&path, config()).unwrap();
     let h = store.handle().unwrap();
     for i in 0..1500u32 {
         h.set(format!("x{i}").as_bytes(), &[7u8; 500], 0, -1)
@@ -74,7 +75,7 @@ fn expired_items_are_reclaimed_not_evicted() {
 #[test]
 fn a_killed_process_keeps_its_evictions() {
     let (_d, path) = common::heap_path("heap");
-    drop(Store::open(&path, config(Eviction::SampledOldest)).unwrap());
+    drop(Store::open(&path, config()).unwrap());
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env("PODKV_HEAP", &path)
@@ -88,7 +89,7 @@ fn a_killed_process_keeps_its_evictions() {
         .expect("the child reports its count");
     child.kill().unwrap();
     child.wait().unwrap();
-    let store = Store::open(&path, config(Eviction::SampledOldest)).unwrap();
+    let store = Store::open(&path, config()).unwrap();
     assert!(reported > 0);
     assert_eq!(store.evictions(), reported);
     fill(&store, "p", 3000);
@@ -101,7 +102,7 @@ fn child_entry() {
     let Ok(heap) = std::env::var("PODKV_HEAP") else {
         return;
     };
-    let store = Store::open(&heap, config(Eviction::SampledOldest)).unwrap();
+    let store = Store::open(&heap, config()).unwrap();
     let h = store.handle().unwrap();
     for i in 0..5000u32 {
         h.set(format!("c{i}").as_bytes(), &[7u8; 500], 0, 0)

@@ -207,7 +207,9 @@ fn each_keys_tokens_increase_across_handles() {
     let mut last = 0;
     for i in 0..200 {
         let h = if i % 3 == 0 { &a } else { &b };
-        let (_, cas) = h.store_cas(Mode::Set, b"k", b"v", 0, 0).unwrap();
+        let (_, cas) = h
+            .store_with(Mode::Set, b"k", b"v", 0, 0, StoreExtra::default())
+            .unwrap();
         assert!(cas > last, "write {i}: {cas} after {last}");
         last = cas;
     }

@@ -7,6 +7,7 @@ mod conv;
 
 use conv::{heap_dir, Client, Server};
 use std::collections::HashMap;
+use std::path::Path;
 
 /// Values per fill and their size: 20000 × ~550 B is about five times 2 MiB.
 const COUNT_FILL: usize = 20_000;
@@ -53,13 +54,15 @@ fn assert_accounted(who: &str, stats: &HashMap<String, u64>, stored: u64) {
     );
 }
 
+/// A server on `heap` with 2 MiB for items (memcached's `-m 2`) and one worker.
+fn small_server(heap: &Path) -> Server {
+    Server::start(heap, &["--memory", "2MiB", "--threads", "1"])
+}
+
 #[test]
 fn filling_past_memory_evicts_like_memcached() {
     let dir = heap_dir();
-    let server = Server::start(
-        &dir.path().join("heap"),
-        &["--memory", "2MiB", "--threads", "1"],
-    );
+    let server = small_server(&dir.path().join("heap"));
     let ours = fill(&mut server.client(), "k", COUNT_FILL);
     assert!(ours["evictions"] > 0, "podkv evicted nothing: {ours:?}");
     assert_accounted("podkv", &ours, COUNT_FILL as u64);
@@ -77,10 +80,7 @@ fn filling_past_memory_evicts_like_memcached() {
 #[test]
 fn no_pressure_no_evictions() {
     let dir = heap_dir();
-    let server = Server::start(
-        &dir.path().join("heap"),
-        &["--memory", "2MiB", "--threads", "1"],
-    );
+    let server = small_server(&dir.path().join("heap"));
     let mut client = server.client();
     for _ in 0..3 {
         let ours = fill(&mut client, "k", 1000);
@@ -99,7 +99,7 @@ fn no_pressure_no_evictions() {
 fn evictions_are_the_stores_not_the_process() {
     let dir = heap_dir();
     let heap = dir.path().join("heap");
-    let first = Server::start(&heap, &["--memory", "2MiB", "--threads", "1"]);
+    let first = small_server(&heap);
     let evicted = fill(&mut first.client(), "k", COUNT_FILL / 2)["evictions"];
     assert!(evicted > 0);
     first.stop();

@@ -212,14 +212,9 @@ impl Backend {
         if lease.read_would_win() {
             return None;
         }
-        let lease = Lease {
-            won: false,
-            token_sent: lease.token_sent,
-            stale: lease.stale,
-        };
         Some(MetaItem {
             item: self.item(&guard, guard.expiry()),
-            lease,
+            lease: wire_lease(lease),
         })
     }
 
@@ -237,9 +232,22 @@ impl Backend {
     }
 }
 
+/// The protocol's view of the store's meta state (`created` is not on the wire).
+fn wire_lease(lease: podkv_store::Lease) -> Lease {
+    Lease {
+        won: lease.won,
+        token_sent: lease.token_sent,
+        stale: lease.stale,
+    }
+}
+
+/// A flag that changes the expiry, as the store takes it: the exptime and the flag's rank.
+fn ranked(exptime: Option<Exptime>, rank: u8) -> Option<(i64, Rank)> {
+    exptime.map(|e| (i64::from(e.0), Rank(rank)))
+}
+
 /// The store's `mg` options for the protocol's.
 fn read_options(o: &MetaGetOptions) -> Read {
-    let ranked = |e: Option<Exptime>, rank: u8| e.map(|e| (i64::from(e.0), Rank(rank)));
     Read {
         touch: ranked(o.touch, o.order.touch),
         vivify: ranked(o.vivify, o.order.vivify),
@@ -288,14 +296,7 @@ impl Storage for Backend {
             Counter::TouchMisses
         });
         let guard = guard?;
-        Some(Item {
-            value: Bytes::copy_from_slice(guard.value()),
-            flags: guard.flags(),
-            cas: guard.cas(),
-            ttl: self.ttl(guard.expiry()),
-            last_access: 0,
-            fetched: false,
-        })
+        Some(self.item(&guard, guard.expiry()))
     }
 
     fn set(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
@@ -398,14 +399,9 @@ impl Storage for Backend {
             }
         }
         let hit = match self.handle.meta_get(key, read_options(&options)) {
-            Ok(found) => found.map(|read| {
-                let lease = Lease {
-                    won: read.lease.won,
-                    token_sent: read.lease.token_sent,
-                    stale: read.lease.stale,
-                };
-                let item = self.item(&read.guard, read.shown_expiry);
-                MetaItem { item, lease }
+            Ok(found) => found.map(|read| MetaItem {
+                item: self.item(&read.guard, read.shown_expiry),
+                lease: wire_lease(read.lease),
             }),
             // No room for the copy a win or touch needs: answer as a plain read.
             Err(_) => self.meta_peek(key),
@@ -460,7 +456,6 @@ impl Storage for Backend {
         } else {
             (Counter::IncrHits, Counter::IncrMisses)
         };
-        let ranked = |e: Option<Exptime>, rank: u8| e.map(|e| (i64::from(e.0), Rank(rank)));
         let count = Count {
             decrement,
             delta: o.delta,
