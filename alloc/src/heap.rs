@@ -27,6 +27,7 @@
 //! Any number of processes may do this at once on a zero-filled file: the CAS picks one
 //! geometry and every other step is idempotent.
 
+use crate::backer::Backer;
 use crate::class::{Classes, LARGE, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB, SMALL};
 use crate::dcas::{self, Writer};
 use crate::error::{AllocError, HeapError};
@@ -56,6 +57,9 @@ const OFFSET_ROOTS: u64 = 512;
 /// Header word: non-zero once an opener has backed the huge heap's metadata, so a file cut
 /// short of it is known truncated (zero, as in a fresh heap: not yet backed).
 const OFFSET_HUGE_BACKED: u64 = 256;
+/// Header words, one per slab heap: its slabs are backed up to this many (raised by backers,
+/// [`crate::backer`]; zero in a fresh heap, which is always true).
+const OFFSET_BACKED_AHEAD: u64 = 264;
 
 /// How to open a heap, and the geometry a fresh heap gets.
 #[derive(Clone, Debug)]
@@ -188,6 +192,8 @@ pub struct SlabHeap {
     pub batch_grow: u32,
     /// Empty slabs a slot keeps before returning them to the global list.
     pub count_keep_unsized: u32,
+    /// Slabs past `len` the process's backer thread keeps backed (module `backer`).
+    pub count_back_ahead: u32,
 }
 
 impl SlabHeap {
@@ -208,6 +214,7 @@ impl SlabHeap {
                 data_at: layout.small_data,
                 batch_grow: 4,
                 count_keep_unsized: 8,
+                count_back_ahead: 8,
             },
             Kind::Large => SlabHeap {
                 kind,
@@ -223,6 +230,7 @@ impl SlabHeap {
                 data_at: layout.large_data,
                 batch_grow: 1,
                 count_keep_unsized: 2,
+                count_back_ahead: 4,
             },
         }
     }
@@ -274,6 +282,8 @@ pub(crate) struct Shared {
     /// generation then, until the claiming handle takes them (one per slot at most; a report
     /// of an earlier claim of the slot is never handed out; process-local).
     pub(crate) adoptions: Mutex<Vec<(u64, Recovered)>>,
+    /// This process's backer: how far it backed each slab heap ahead of growth.
+    pub(crate) backer: Arc<Backer>,
 }
 
 /// What the application runs for a slot recovered from a dead owner, while the adopting
@@ -331,7 +341,8 @@ impl Heap {
             SlabHeap::new(Kind::Small, &geometry, &layout),
             SlabHeap::new(Kind::Large, &geometry, &layout),
         ];
-        Ok(Heap {
+        let is_device = file.is_device;
+        let heap = Heap {
             shared: Arc::new(Shared {
                 huge,
                 mcas,
@@ -346,8 +357,13 @@ impl Heap {
                 renewer: OnceLock::new(),
                 recovery_hook: Mutex::new(None),
                 adoptions: Mutex::new(Vec::new()),
+                backer: Arc::default(),
             }),
-        })
+        };
+        if !is_device {
+            Backer::start(Arc::downgrade(&heap.shared), heap.shared.backer.clone());
+        }
+        Ok(heap)
     }
 
     /// Notes that this process holds slot `i` (lease mode: starts the renewer on first use).
@@ -512,6 +528,13 @@ impl Heap {
         self.shared.file.allocated_bytes()
     }
 
+    /// Most bytes this heap's backers may have backed ahead of its slab heaps' lengths
+    /// (remote words, descriptors and slab data; module `backer`): file storage that
+    /// [`Heap::file_allocated_bytes`] counts before any slab uses it.
+    pub fn back_ahead_bytes(&self) -> u64 {
+        Backer::slack_bytes(&self.shared.heaps)
+    }
+
     /// The file's apparent length.
     pub fn file_len(&self) -> Result<u64, HeapError> {
         self.shared.file.len()
@@ -657,17 +680,31 @@ impl Heap {
                 return Err(AllocError::OutOfMemory);
             }
             let new = (from + u64::from(batch)).min(heap.max);
-            self.back_slabs(heap, from, new)
-                .map_err(|_| AllocError::OutOfMemory)?;
+            let backer = &self.shared.backer;
+            let backed = self.backed_ahead(heap).load(Ordering::Acquire);
+            if backed < new {
+                backer.missed();
+                self.back_slabs(heap, from, new)
+                    .map_err(|_| AllocError::OutOfMemory)?;
+            }
             log(from as u32, (new - from) as u32);
             match dcas::cas(len, cur, new as u32, writer) {
-                Ok(_) => return Ok(from as u32..new as u32),
+                Ok(_) => {
+                    backer.grown(heap, new, backed);
+                    return Ok(from as u32..new as u32);
+                }
                 Err(seen) => cur = seen,
             }
         }
     }
 
-    fn back_slabs(&self, heap: &SlabHeap, from: u64, to: u64) -> Result<(), HeapError> {
+    /// How many of `heap`'s slabs the backers have backed (header word, raised only).
+    pub(crate) fn backed_ahead(&self, heap: &SlabHeap) -> &AtomicU64 {
+        self.word(OFFSET_BACKED_AHEAD + 8 * heap.kind as u64)
+    }
+
+    /// Backs slabs `from..to` of `heap`: their remote words, descriptors and data.
+    pub(crate) fn back_slabs(&self, heap: &SlabHeap, from: u64, to: u64) -> Result<(), HeapError> {
         let file = &self.shared.file;
         file.back(heap.remote_at + 8 * from, 8 * (to - from))?;
         file.back(

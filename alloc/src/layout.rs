@@ -2,7 +2,7 @@
 //!
 //! # Regions, in file (and reservation) order
 //! ```text
-//! 0            header       4 KiB   format word, roots                      (header.rs)
+//! 0            header       4 KiB   format word, backed-ahead words, roots  (heap.rs)
 //! hwcc         HWcc         globals: len, cold and warm free list heads    (one line each)
 //!                            per slab heap,
 //!                            then one 8 B remote-free word per slab         (remote.rs)

@@ -36,6 +36,8 @@
 #[cfg(not(podkv_loom))]
 pub mod api;
 #[cfg(not(podkv_loom))]
+mod backer;
+#[cfg(not(podkv_loom))]
 pub mod check;
 pub mod class;
 #[cfg(not(podkv_loom))]

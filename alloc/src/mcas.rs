@@ -43,6 +43,9 @@
 //!   invalidation: the huge heap's hazard protocol assumes coherence today.
 //! - **the header's format word**: the first opener of a zero file CASes it from 0; it is what
 //!   says where (and whether) the region exists, so it cannot go through it.
+//! - **the header's backed-ahead words** (`backer.rs`): raised by any process's backer, but
+//!   only for a heap on a file, whose processes share one host (a device needs no backing);
+//!   a stale value only makes a grow back its slabs itself.
 //! - Single-writer words need no mCAS: a slot's own lists, pending batch, recovery-word log
 //!   stores and huge descriptors (SWcc: written back before ownership moves), and
 //!   `Slot::generation` (bumped by the slot's new owner only).

@@ -1,0 +1,223 @@
+//! Backing ahead: a process's thread that backs the next few slabs of each slab heap before any
+//! operation needs them.
+//!
+//! # Why
+//! Growing a slab heap happens on an allocation's path, and its slabs' pages must be backed
+//! (`fallocate`: constitution rule 8, so that running out of memory is an error value rather
+//! than a `SIGBUS` later) before `len` names them. On tmpfs that system call allocates and
+//! zeroes every page of the range: 33 µs on average for a large slab here, and up to several
+//! milliseconds when the machine is busy — the slowest step any operation took (measured by
+//! `podkv heap chaos`, whose tail it was).
+//!
+//! # How
+//! Each process that opens a heap on a file runs one backer thread. Whenever a grow in this
+//! process uses slabs past what the backer last backed, it wakes the backer, which backs
+//! `[len, len + count_back_ahead)` of each slab heap (remote words, descriptors and data, the
+//! same ranges a grow backs) and notes how far it got in a header word per slab heap (raised
+//! only, after the backing succeeded). A grow whose slabs lie below that word skips the system
+//! call, whichever process's backer backed them; any other grow backs its slabs itself, as
+//! before, so no operation ever waits for a backer and a dead or slow one only costs time.
+//! Slabs past `len` are never released, so the word cannot go stale. It is a file's word only
+//! (a device needs no backing and has no backer), and a file's processes share one host, so
+//! a plain CPU atomic serves in every coherence mode.
+//!
+//! The price: up to `count_back_ahead` slabs per slab heap backed before they are used (a
+//! bounded amount: [`Backer::slack_bytes`]), which also counts against the file system's space
+//! a little earlier. A device (DAX) needs no backing and gets no backer.
+//!
+//! Slabs popped off the cold list still have their pages backed on the operation's path
+//! (their pages were given back to the OS; which one is popped next is not known ahead).
+
+use crate::heap::{Heap, Shared, SlabHeap};
+use podkv_hw::sync::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
+
+/// The backer's state, shared by the process's threads and the backer thread. How far the
+/// slab heaps are backed is not here but in the heap's header ([`Heap::backed_ahead`]), so
+/// that every process's grows benefit from every process's backer.
+#[derive(Debug, Default)]
+pub(crate) struct Backer {
+    /// Grows in this process that had to back their own slabs (the backer was behind).
+    behind: AtomicU64,
+    /// Set when a grow wants the backer to run.
+    wanted: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// How long the backer sleeps between looks at whether its heap is still open.
+const PERIOD_IDLE: Duration = Duration::from_millis(200);
+
+impl Backer {
+    /// Notes a grow that backs its own slabs.
+    #[inline]
+    pub(crate) fn missed(&self) {
+        self.behind.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Called after a grow of `heap` to `len` slabs, with the slabs backed so far: wakes the
+    /// backer if less than half of its lead is left.
+    #[inline]
+    pub(crate) fn grown(&self, heap: &SlabHeap, len: u64, backed: u64) {
+        let lead = u64::from(heap.count_back_ahead);
+        if lead == 0 || backed >= len + lead / 2 {
+            return;
+        }
+        let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        *wanted = true;
+        self.wake.notify_one();
+    }
+
+    /// Most bytes the backer may have backed ahead of the heaps' lengths (remote words,
+    /// descriptors and slab data), for reports and for tests of returned memory.
+    pub(crate) fn slack_bytes(heaps: &[SlabHeap]) -> u64 {
+        heaps
+            .iter()
+            .map(|h| u64::from(h.count_back_ahead) * (h.slab_bytes() + 8 + SIZE_DESC_BOUND))
+            .sum()
+    }
+
+    /// Starts the backer thread of a heap (held weakly: the thread ends once the heap is
+    /// closed).
+    pub(crate) fn start(shared: Weak<Shared>, backer: Arc<Backer>) {
+        // Without the thread (the process is out of threads) every grow backs its own slabs,
+        // as it always may.
+        let _ = std::thread::Builder::new()
+            .name("podkv-backer".into())
+            .spawn(move || run(shared, backer));
+    }
+}
+
+/// A bound on one slab's descriptor bytes, for [`Backer::slack_bytes`].
+const SIZE_DESC_BOUND: u64 = crate::slab::SIZE_DESC as u64;
+
+fn run(shared: Weak<Shared>, backer: Arc<Backer>) {
+    loop {
+        {
+            let mut wanted = backer.wanted.lock().unwrap_or_else(|e| e.into_inner());
+            if !*wanted {
+                wanted = backer
+                    .wake
+                    .wait_timeout(wanted, PERIOD_IDLE)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if !std::mem::take(&mut *wanted) {
+                if shared.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let heap = Heap { shared };
+        for slabs in &heap.shared.heaps {
+            let len = u64::from(heap.len(slabs));
+            let target = (len + u64::from(slabs.count_back_ahead)).min(slabs.max);
+            let done = heap.backed_ahead(slabs);
+            let from = done.load(Ordering::Acquire).max(len);
+            if from >= target {
+                continue;
+            }
+            // Out of space: leave the note where it is; the grow that needs these slabs backs
+            // them itself and reports the error.
+            if heap.back_slabs(slabs, from, target).is_ok() {
+                done.fetch_max(target, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Heap, Kind};
+    use podkv_hw::sync::Ordering;
+    use std::alloc::Layout;
+    use std::time::{Duration, Instant};
+
+    fn config() -> Config {
+        Config {
+            create: true,
+            small_bytes: 64 << 20,
+            large_bytes: 64 << 20,
+            huge_bytes: 0,
+            ..Config::default()
+        }
+    }
+
+    fn wait_for_lead(heap: &Heap, kind: Kind) {
+        let slabs = heap.slab_heap(kind);
+        let lead = u64::from(heap.len(slabs)) + u64::from(slabs.count_back_ahead);
+        let start = Instant::now();
+        while heap.backed_ahead(slabs).load(Ordering::Acquire) < lead {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the backer never backed ahead"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn grows_within_the_backers_lead_make_no_system_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &config()).unwrap();
+        let t = heap.thread().unwrap();
+        let small = heap.slab_heap(Kind::Small);
+        let layout = Layout::from_size_align(1024, 8).unwrap();
+        let mut blocks = vec![t.allocate(layout).unwrap()];
+        let len = u64::from(heap.len(small));
+        assert_eq!(
+            heap.shared.backer.behind.load(Ordering::Relaxed),
+            1,
+            "the first grow"
+        );
+        wait_for_lead(&heap, Kind::Small);
+        // Fill the slabs grown so far and the lead's first half: those grows find their
+        // slabs backed.
+        let per_slab = small.slab_bytes() as usize / 1024;
+        while u64::from(heap.len(small)) < len + u64::from(small.count_back_ahead) / 2 {
+            blocks.push(t.allocate(layout).unwrap());
+        }
+        blocks.extend((0..per_slab).map(|_| t.allocate(layout).unwrap()));
+        assert!(u64::from(heap.len(small)) > len, "grew again");
+        assert_eq!(heap.shared.backer.behind.load(Ordering::Relaxed), 1);
+        for off in blocks {
+            t.free(off);
+        }
+    }
+
+    #[test]
+    fn a_grow_finds_slabs_another_opener_backed_without_backing_them_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        let first = Heap::open(&path, &config()).unwrap();
+        let t = first.thread().unwrap();
+        let layout = Layout::from_size_align(100_000, 8).unwrap();
+        let block = t.allocate(layout).unwrap();
+        wait_for_lead(&first, Kind::Large);
+        let second = Heap::open(
+            &path,
+            &Config {
+                create: false,
+                ..config()
+            },
+        )
+        .unwrap();
+        let u = second.thread().unwrap();
+        let large = second.slab_heap(Kind::Large);
+        let len = second.len(large);
+        let mut blocks = Vec::new();
+        while second.len(large) == len {
+            blocks.push(u.allocate(layout).unwrap());
+        }
+        let behind = second.shared.backer.behind.load(Ordering::Relaxed);
+        assert_eq!(behind, 0, "the file said the slabs were backed");
+        for off in blocks {
+            u.free(off);
+        }
+        t.free(block);
+    }
+}
