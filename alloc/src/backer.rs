@@ -56,11 +56,11 @@ impl Backer {
     }
 
     /// Called after a grow of `heap` to `len` slabs, with the slabs backed so far: wakes the
-    /// backer if less than half of its lead is left.
+    /// backer unless its whole lead is still there.
     #[inline]
     pub(crate) fn grown(&self, heap: &SlabHeap, len: u64, backed: u64) {
         let lead = u64::from(heap.count_back_ahead);
-        if lead == 0 || backed >= len + lead / 2 {
+        if lead == 0 || backed >= len + lead {
             return;
         }
         let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());

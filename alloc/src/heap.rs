@@ -214,7 +214,7 @@ impl SlabHeap {
                 data_at: layout.small_data,
                 batch_grow: 4,
                 count_keep_unsized: 8,
-                count_back_ahead: 8,
+                count_back_ahead: 32,
             },
             Kind::Large => SlabHeap {
                 kind,
@@ -230,7 +230,7 @@ impl SlabHeap {
                 data_at: layout.large_data,
                 batch_grow: 1,
                 count_keep_unsized: 2,
-                count_back_ahead: 4,
+                count_back_ahead: 8,
             },
         }
     }
