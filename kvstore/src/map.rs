@@ -13,6 +13,15 @@
 //! `size` doubles (one CAS) when `count > buckets / 2` (load factor ≤ 1/2). Nothing moves: bucket `b + 2^k`'s
 //! sentinel is spliced in front of its items the first time a writer needs it, so a doubling
 //! costs O(1) and the work is spread over later writes (Shalev–Shavit split-ordered lists).
+//!
+//! A reader never links (lookups never write), so it starts from the nearest *linked*
+//! ancestor and walks past the items of its sibling buckets. Writers therefore also link the
+//! new half's sentinels in order, [`COUNT_LINKS_PER_INSERT`] per item inserted after the
+//! doubling: the count a handle publishes is the cursor (inserts that take the count from `a`
+//! to `b` owe the sentinels at `half + K·(a − start) .. half + K·(b − start)`), and the handle
+//! pays the debt [`COUNT_LINKS_PER_WRITE`] per write. So the new half is linked after the
+//! first `1/K` of the inserts that fill it, not only where writes happened to land; a debt
+//! left unpaid (a handle dropped, a process killed) costs readers a longer walk, nothing else.
 
 use crate::arena::Arena;
 use crate::config::{Clock, Eviction, StoreConfig, Table};
@@ -75,6 +84,12 @@ const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
 /// Retirements between two `collect`s.
 const BATCH_COLLECT: u64 = 64;
+/// Sentinels of the new half of a grown table that each item inserted after the doubling
+/// owes (see # Growth): the half has twice as many buckets as the inserts that fill the
+/// table to its next doubling, so at 8 it is linked after the first quarter of them.
+const COUNT_LINKS_PER_INSERT: u64 = 8;
+/// Owed sentinels a write links at most (one write's extra work stays bounded).
+const COUNT_LINKS_PER_WRITE: u64 = 8;
 
 impl<A: Arena> Map<A> {
     /// Opens the store in `arena`, creating it if the root is empty.
@@ -310,6 +325,8 @@ pub struct Handle<A: Arena> {
     /// This handle's block of CAS tokens: `cas_next..cas_end` (see `cas_after`).
     pub(crate) cas_next: Cell<u64>,
     pub(crate) cas_end: Cell<u64>,
+    /// Buckets `next..end` whose sentinels this handle owes (see # Growth).
+    owed: Cell<(u64, u64)>,
     /// Reclaimable items of this slot's limbo kept for reuse, as the last `collect` kept
     /// them minus those taken since (process-local; see `spare`).
     pub(crate) spares: RefCell<Vec<Spare>>,
@@ -366,6 +383,7 @@ impl<A: Arena> Handle<A> {
             seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
             cas_next: Cell::new(0),
             cas_end: Cell::new(0),
+            owed: Cell::new((0, 0)),
             spares: RefCell::default(),
         }
     }
@@ -451,9 +469,11 @@ impl<A: Arena> Handle<A> {
         }
         let bag = self.bag(head);
         let len = bag.len.load(Ordering::Relaxed) as usize;
-        let stamp = epoch::retire_epoch(&self.map.desc().epoch.word);
+        let epoch = epoch::retire_epoch(&self.map.desc().epoch.word);
+        // The node was just unlinked by this thread: its header is in cache.
+        let stamp = Stamp::new(epoch, self.map.view().item_size(node));
         bag.entries[len][0].store(node, Ordering::Relaxed);
-        bag.entries[len][1].store(stamp, Ordering::Relaxed);
+        bag.entries[len][1].store(stamp.0, Ordering::Relaxed);
         bag.len.store(len as u64 + 1, Ordering::Relaxed);
         self.retired_since.set(self.retired_since.get() + 1);
     }
@@ -516,15 +536,15 @@ impl<A: Arena> Handle<A> {
     ) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
         let mut kept = 0;
-        let view = self.map.view();
         for (i, entry) in bag.entries[..len].iter().enumerate() {
             let node = entry[0].load(Ordering::Relaxed);
             if node == 0 {
                 continue;
             }
-            if epoch::is_reclaimable(entry[1].load(Ordering::Relaxed), global) {
+            let stamp = Stamp(entry[1].load(Ordering::Relaxed));
+            if epoch::is_reclaimable(stamp.epoch(), global) {
                 let entry_at = bag_at + 16 + 16 * i as u64;
-                if let Some(size) = room.take(|| view.item_size(node)) {
+                if let Some(size) = stamp.size().and_then(|size| room.take(size)) {
                     spares.push(Spare {
                         entry_at,
                         node,
@@ -640,7 +660,48 @@ impl<A: Arena> Handle<A> {
         // never read it as a huge unsigned number (that would double the table to its limit).
         if c > 0 && (count as i64) > 0 {
             self.maybe_grow(count);
+            self.owe_links(count.saturating_sub(c as u64), count);
         }
+    }
+
+    /// Notes the sentinels owed by the inserts that took the count from `from` to `to`: those
+    /// of the table's newer half, `K` per insert since the doubling (see # Growth).
+    fn owe_links(&self, from: u64, to: u64) {
+        let size = self.map.desc().size.word.load(Ordering::Relaxed);
+        if size & FIXED != 0 || size == 0 {
+            return;
+        }
+        let half = 1u64 << (size - 1);
+        // The count past which the table doubled to this size (`maybe_grow`).
+        let start = half >> SHIFT_LOAD;
+        let at = |count: u64| half + count.saturating_sub(start) * COUNT_LINKS_PER_INSERT;
+        let (next, end) = (at(from), at(to).min(2 * half));
+        if next < end {
+            self.owed.set((next, end));
+        }
+    }
+
+    /// Links up to [`COUNT_LINKS_PER_WRITE`] owed sentinels. The caller is pinned (linking
+    /// searches the list).
+    #[inline]
+    pub(crate) fn link_owed(&self) {
+        let (next, end) = self.owed.get();
+        if next < end {
+            self.link_owed_from(next, end);
+        }
+    }
+
+    #[cold]
+    fn link_owed_from(&self, next: u64, end: u64) {
+        let stop = (next + COUNT_LINKS_PER_WRITE).min(end);
+        for bucket in next..stop {
+            if self.sentinel(bucket).is_err() {
+                // No room for a segment: readers walk a little further instead.
+                self.owed.set((end, end));
+                return;
+            }
+        }
+        self.owed.set((stop, end));
     }
 
     /// Doubles the table (one CAS) when `count > buckets >> SHIFT_LOAD`.

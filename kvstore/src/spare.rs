@@ -60,15 +60,11 @@ impl Room {
         }
     }
 
-    /// Makes room for one item of `size()` bytes if it fits; its size, or `None` (then the
-    /// caller frees it). `size` is read only when a spare may still be kept.
+    /// Makes room for one item of `size` bytes if it fits; its size, or `None` (then the
+    /// caller frees it).
     #[inline]
-    pub(crate) fn take(&mut self, size: impl FnOnce() -> usize) -> Option<usize> {
-        if self.count == 0 {
-            return None;
-        }
-        let size = size();
-        if size > self.bytes {
+    pub(crate) fn take(&mut self, size: usize) -> Option<usize> {
+        if self.count == 0 || size > self.bytes {
             return None;
         }
         self.count -= 1;
