@@ -30,7 +30,7 @@ use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::recover;
-use crate::spare::{Reuse, Room, Spare};
+use crate::spare::{Reuse, Room, Spare, Spares};
 use crate::StoreError;
 use podkv_alloc::AllocError;
 use std::cell::{Cell, RefCell};
@@ -82,8 +82,11 @@ const SHIFT_LOAD: u64 = 1;
 /// Per-handle `count`/`used` deltas are flushed to the descriptor beyond these.
 const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
-/// Retirements between two `collect`s.
-const BATCH_COLLECT: u64 = 64;
+/// Retirements between two `collect`s. Each reads every slot's announcement (one line per
+/// heap slot, 64 in the benchmark, evicted again by the writes in between): at 64 that was
+/// one D1 miss per set (callgrind); at 256 a quarter, for 256 KiB more of limbo per writer
+/// at 1 KiB items.
+pub(crate) const BATCH_COLLECT: u64 = 256;
 /// Sentinels of the new half of a grown table that each item inserted after the doubling
 /// owes (see # Growth): the half has twice as many buckets as the inserts that fill the
 /// table to its next doubling, so at 8 it is linked after the first quarter of them.
@@ -327,9 +330,13 @@ pub struct Handle<A: Arena> {
     pub(crate) cas_end: Cell<u64>,
     /// Buckets `next..end` whose sentinels this handle owes (see # Growth).
     owed: Cell<(u64, u64)>,
+    /// The global epoch of this handle's last limbo walk (see `collect_keeping`).
+    walked: Cell<u64>,
+    /// Limbo walks so far (every `COUNT_WALKS_FULL`-th goes through the whole limbo).
+    walks: Cell<u32>,
     /// Reclaimable items of this slot's limbo kept for reuse, as the last `collect` kept
     /// them minus those taken since (process-local; see `spare`).
-    pub(crate) spares: RefCell<Vec<Spare>>,
+    pub(crate) spares: RefCell<Spares>,
 }
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
@@ -365,6 +372,28 @@ impl<A: Arena> Drop for Handle<A> {
     }
 }
 
+/// The epochs a limbo walk decides by: entries reclaimable at `global` are freed or kept as
+/// spares, except those already reclaimable at `decided` (the last walk's), which that walk
+/// decided.
+#[derive(Clone, Copy, Debug)]
+struct Epochs {
+    global: u64,
+    decided: u64,
+}
+
+/// Whether every entry of `bag` was decided by the walk at epoch `decided`: its newest entry
+/// was reclaimable then (entries are pushed in epoch order).
+fn bag_is_decided(bag: &Bag, decided: u64) -> bool {
+    let len = bag.len.load(Ordering::Relaxed) as usize;
+    len > 0 && {
+        let newest = Stamp(bag.entries[len - 1][1].load(Ordering::Relaxed));
+        epoch::is_reclaimable(newest.epoch(), decided)
+    }
+}
+
+/// Every this-many `Keep` walks goes through the whole limbo (see `collect_keeping`).
+const COUNT_WALKS_FULL: u32 = 16;
+
 /// `collect` attempts when a handle is dropped.
 const COUNT_DROP_COLLECTS: usize = 64;
 
@@ -384,6 +413,8 @@ impl<A: Arena> Handle<A> {
             cas_next: Cell::new(0),
             cas_end: Cell::new(0),
             owed: Cell::new((0, 0)),
+            walked: Cell::new(0),
+            walks: Cell::new(0),
             spares: RefCell::default(),
         }
     }
@@ -485,12 +516,14 @@ impl<A: Arena> Handle<A> {
 
     /// As [`collect`](Self::collect), but with [`Reuse::Keep`] leaves some reclaimable items
     /// in limbo as this handle's spares (see `spare`).
+    ///
+    /// A periodic collect whose epoch has not moved since the last walk skips the walk: an
+    /// entry becomes reclaimable only when the epoch advances (entries retired since carry
+    /// the epoch now), so the walk would find what the last one left, and the spares noted
+    /// then are still exact. While a preempted peer holds the epoch back, the limbo grows
+    /// and re-walking it every `BATCH_COLLECT` retirements made the stall quadratic.
     fn collect_keeping(&self, reuse: Reuse) {
         self.retired_since.set(0);
-        let mut kept = self.spares.borrow_mut();
-        // Every spare is an entry this walk sees again: decided afresh below.
-        kept.clear();
-        let mut room = Room::for_reuse(reuse);
         let d = self.map.desc();
         let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
         let mut global = epoch::try_advance(&d.epoch.word, slots);
@@ -498,6 +531,26 @@ impl<A: Arena> Handle<A> {
             let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
             global = epoch::try_advance(&d.epoch.word, slots);
         }
+        if reuse == Reuse::Keep && global == self.walked.get() {
+            return;
+        }
+        let mut kept = self.spares.borrow_mut();
+        // Entries the last walk decided (reclaimable then) are freed or noted spares already:
+        // a `Keep` walk leaves them and stops at the first bag they fill (stamps only grow
+        // towards the head), except every `COUNT_WALKS_FULL`-th walk, which goes on to free
+        // the old bags whose spares were all taken. A `FreeAll` walk frees them all.
+        let decided = match reuse {
+            Reuse::Keep => self.walked.get(),
+            Reuse::FreeAll => {
+                kept.clear();
+                0
+            }
+        };
+        let walks = self.walks.get().wrapping_add(1);
+        self.walks.set(walks);
+        let full = reuse == Reuse::FreeAll || walks % COUNT_WALKS_FULL == 0;
+        self.walked.set(global);
+        let mut room = Room::for_reuse(reuse, &kept);
         let view = self.map.view();
         let record = self.map.slot(self.slot);
         let head_at = offset_in(view, &record.limbo);
@@ -508,7 +561,11 @@ impl<A: Arena> Handle<A> {
                 return;
             }
             let bag = self.bag(at);
-            self.free_reclaimable(at, bag, global, &mut kept, &mut room);
+            if !full && bag_is_decided(bag, decided) {
+                return;
+            }
+            let epochs = Epochs { global, decided };
+            self.free_reclaimable(at, bag, epochs, &mut kept, &mut room);
             if bag.len.load(Ordering::Relaxed) == 0 && link_at != head_at {
                 self.limbo_log(recover::FREE_BAG, at, link_at);
                 view.word(link_at)
@@ -521,7 +578,8 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`, but keeps those that
+    /// Frees the entries of `bag` (at `bag_at`) old enough for `global` and not decided by
+    /// the last walk, but keeps those that
     /// fit in `room` in place as spares. Each freed entry is zeroed,
     /// then freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
     /// (a move is two stores: a crash between them would leave the node twice). The bag
@@ -530,8 +588,8 @@ impl<A: Arena> Handle<A> {
         &self,
         bag_at: u64,
         bag: &Bag,
-        global: u64,
-        spares: &mut Vec<Spare>,
+        epochs: Epochs,
+        spares: &mut Spares,
         room: &mut Room,
     ) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
@@ -542,7 +600,10 @@ impl<A: Arena> Handle<A> {
                 continue;
             }
             let stamp = Stamp(entry[1].load(Ordering::Relaxed));
-            if epoch::is_reclaimable(stamp.epoch(), global) {
+            if epoch::is_reclaimable(stamp.epoch(), epochs.decided) {
+                // A spare noted by an earlier walk.
+                kept += 1;
+            } else if epoch::is_reclaimable(stamp.epoch(), epochs.global) {
                 let entry_at = bag_at + 16 + 16 * i as u64;
                 if let Some(size) = stamp.size().and_then(|size| room.take(size)) {
                     spares.push(Spare {
