@@ -444,10 +444,11 @@ fn main() {
         );
         println!("{{\"mix\":\"{name}\",\"processes\":2,\"mops\":{{\"podkv\":{p2:.3}}}}}");
     }
-    // Garbage left in limbo: a slot's next owner frees it. Claim the slots the runs used
-    // (the lowest free ones) and collect, so the bytes per item count live data, not garbage
-    // whose reclamation a process exiting mid-epoch deferred.
-    let handles: Vec<_> = (0..8).map(|_| store.handle().unwrap()).collect();
+    // Garbage left in limbo: a slot's next owner frees it. Claim every slot and collect, so
+    // the bytes per item count live data, not garbage (up to a handle's spares) whose
+    // reclamation a thread or process ending mid-epoch deferred.
+    let slots = store.heap().geometry().slots();
+    let handles: Vec<_> = (0..slots).map_while(|_| store.handle().ok()).collect();
     for h in handles.iter().chain(&handles) {
         h.collect();
     }
