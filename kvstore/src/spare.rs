@@ -9,7 +9,8 @@
 //! # Invariant
 //! Every spare names a limbo entry of this handle's slot that holds its item and whose retire
 //! epoch is reclaimable: no reader can reach the item, and `check` counts it as a limbo entry.
-//! The list is process-local and rebuilt by every `collect`, so a process that dies loses
+//! The list is process-local (a limbo walk adds what became reclaimable since the last one;
+//! a `FreeAll` walk frees every spare and empties it), so a process that dies loses
 //! nothing (the entries stay in the heap for the slot's next owner). Taking one is a logged
 //! step, `TAKE_ENTRY` (see `recover`).
 
