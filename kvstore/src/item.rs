@@ -288,10 +288,36 @@ impl Nodes for View {
     fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
         let order = View::order(*self, at);
         match order.cmp(&probe.order) {
-            Order::Equal if order & 1 == 1 => self.key(at).cmp(probe.key),
+            Order::Equal if order & 1 == 1 => compare_keys(self.key(at), probe.key),
             other => other,
         }
     }
+}
+
+/// `a.cmp(b)` without reading past either key. A slice comparison calls `memcmp`, whose AVX2
+/// version loads 32 bytes at once: for an 8-byte key at item offset 48 that is offset 48..80,
+/// the item's *second* cache line, one more miss per lookup (callgrind: 0.83 of the 3.0 D1
+/// misses of a get; the value's first byte sits in the first line). Keys of equal split order
+/// are almost always equal (the order is a 63-bit hash), so equality is checked first, eight
+/// bytes at a time within the key; only a collision pays for the byte-wise order.
+#[inline]
+pub fn compare_keys(a: &[u8], b: &[u8]) -> Order {
+    if a.len() == b.len() && same_bytes(a, b) {
+        return Order::Equal;
+    }
+    a.iter().cmp(b.iter())
+}
+
+/// Whether two keys of equal length hold the same bytes, reading only their bytes.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+    let (mut a8, mut b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    if !(&mut a8).zip(&mut b8).all(|(x, y)| word(x) == word(y)) {
+        return false;
+    }
+    // Not `==`: that is `memcmp` again.
+    a8.remainder().iter().eq(b8.remainder())
 }
 
 #[cfg(test)]
@@ -314,6 +340,26 @@ mod tests {
                         "{key:?} {log2} {other}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn keys_compare_as_slices_do() {
+        let keys: [&[u8]; 9] = [
+            b"",
+            b"a",
+            b"ab",
+            b"abcdefgh",
+            b"abcdefgi",
+            b"abcdefgh1",
+            b"abcdefgh2",
+            b"abcdefgh12345678",
+            b"b",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(compare_keys(a, b), a.cmp(b), "{a:?} {b:?}");
             }
         }
     }

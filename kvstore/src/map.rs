@@ -13,6 +13,15 @@
 //! `size` doubles (one CAS) when `count > buckets / 2` (load factor ≤ 1/2). Nothing moves: bucket `b + 2^k`'s
 //! sentinel is spliced in front of its items the first time a writer needs it, so a doubling
 //! costs O(1) and the work is spread over later writes (Shalev–Shavit split-ordered lists).
+//!
+//! A reader never links (lookups never write), so it starts from the nearest *linked*
+//! ancestor and walks past the items of its sibling buckets. Writers therefore also link the
+//! new half's sentinels in order, [`COUNT_LINKS_PER_INSERT`] per item inserted after the
+//! doubling: the count a handle publishes is the cursor (inserts that take the count from `a`
+//! to `b` owe the sentinels at `half + K·(a − start) .. half + K·(b − start)`), and the handle
+//! pays the debt [`COUNT_LINKS_PER_WRITE`] per write. So the new half is linked after the
+//! first `1/K` of the inserts that fill it, not only where writes happened to land; a debt
+//! left unpaid (a handle dropped, a process killed) costs readers a longer walk, nothing else.
 
 use crate::arena::Arena;
 use crate::config::{Clock, Eviction, StoreConfig, Table};
@@ -21,7 +30,7 @@ use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::recover;
-use crate::spare::{Reuse, Room, Spare};
+use crate::spare::{Reuse, Room, Spare, Spares};
 use crate::StoreError;
 use podkv_alloc::AllocError;
 use std::cell::{Cell, RefCell};
@@ -73,8 +82,17 @@ const SHIFT_LOAD: u64 = 1;
 /// Per-handle `count`/`used` deltas are flushed to the descriptor beyond these.
 const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
-/// Retirements between two `collect`s.
-const BATCH_COLLECT: u64 = 64;
+/// Retirements between two `collect`s. Each reads every slot's announcement (one line per
+/// heap slot, 64 in the benchmark, evicted again by the writes in between): at 64 that was
+/// one D1 miss per set (callgrind); at 256 a quarter, for 256 KiB more of limbo per writer
+/// at 1 KiB items.
+pub(crate) const BATCH_COLLECT: u64 = 256;
+/// Sentinels of the new half of a grown table that each item inserted after the doubling
+/// owes (see # Growth): the half has twice as many buckets as the inserts that fill the
+/// table to its next doubling, so at 8 it is linked after the first quarter of them.
+const COUNT_LINKS_PER_INSERT: u64 = 8;
+/// Owed sentinels a write links at most (one write's extra work stays bounded).
+const COUNT_LINKS_PER_WRITE: u64 = 8;
 
 impl<A: Arena> Map<A> {
     /// Opens the store in `arena`, creating it if the root is empty.
@@ -310,9 +328,15 @@ pub struct Handle<A: Arena> {
     /// This handle's block of CAS tokens: `cas_next..cas_end` (see `cas_after`).
     pub(crate) cas_next: Cell<u64>,
     pub(crate) cas_end: Cell<u64>,
+    /// Buckets `next..end` whose sentinels this handle owes (see # Growth).
+    owed: Cell<(u64, u64)>,
+    /// The global epoch of this handle's last limbo walk (see `collect_keeping`).
+    walked: Cell<u64>,
+    /// Limbo walks so far (every `COUNT_WALKS_FULL`-th goes through the whole limbo).
+    walks: Cell<u32>,
     /// Reclaimable items of this slot's limbo kept for reuse, as the last `collect` kept
     /// them minus those taken since (process-local; see `spare`).
-    pub(crate) spares: RefCell<Vec<Spare>>,
+    pub(crate) spares: RefCell<Spares>,
 }
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
@@ -348,6 +372,28 @@ impl<A: Arena> Drop for Handle<A> {
     }
 }
 
+/// The epochs a limbo walk decides by: entries reclaimable at `global` are freed or kept as
+/// spares, except those already reclaimable at `decided` (the last walk's), which that walk
+/// decided.
+#[derive(Clone, Copy, Debug)]
+struct Epochs {
+    global: u64,
+    decided: u64,
+}
+
+/// Whether every entry of `bag` was decided by the walk at epoch `decided`: its newest entry
+/// was reclaimable then (entries are pushed in epoch order).
+fn bag_is_decided(bag: &Bag, decided: u64) -> bool {
+    let len = bag.len.load(Ordering::Relaxed) as usize;
+    len > 0 && {
+        let newest = Stamp(bag.entries[len - 1][1].load(Ordering::Relaxed));
+        epoch::is_reclaimable(newest.epoch(), decided)
+    }
+}
+
+/// Every this-many `Keep` walks goes through the whole limbo (see `collect_keeping`).
+const COUNT_WALKS_FULL: u32 = 16;
+
 /// `collect` attempts when a handle is dropped.
 const COUNT_DROP_COLLECTS: usize = 64;
 
@@ -366,6 +412,9 @@ impl<A: Arena> Handle<A> {
             seed: Cell::new(0x2545_F491_4F6C_DD1D ^ (u64::from(slot) << 32)),
             cas_next: Cell::new(0),
             cas_end: Cell::new(0),
+            owed: Cell::new((0, 0)),
+            walked: Cell::new(0),
+            walks: Cell::new(0),
             spares: RefCell::default(),
         }
     }
@@ -451,9 +500,11 @@ impl<A: Arena> Handle<A> {
         }
         let bag = self.bag(head);
         let len = bag.len.load(Ordering::Relaxed) as usize;
-        let stamp = epoch::retire_epoch(&self.map.desc().epoch.word);
+        let epoch = epoch::retire_epoch(&self.map.desc().epoch.word);
+        // The node was just unlinked by this thread: its header is in cache.
+        let stamp = Stamp::new(epoch, self.map.view().item_size(node));
         bag.entries[len][0].store(node, Ordering::Relaxed);
-        bag.entries[len][1].store(stamp, Ordering::Relaxed);
+        bag.entries[len][1].store(stamp.0, Ordering::Relaxed);
         bag.len.store(len as u64 + 1, Ordering::Relaxed);
         self.retired_since.set(self.retired_since.get() + 1);
     }
@@ -465,12 +516,14 @@ impl<A: Arena> Handle<A> {
 
     /// As [`collect`](Self::collect), but with [`Reuse::Keep`] leaves some reclaimable items
     /// in limbo as this handle's spares (see `spare`).
+    ///
+    /// A periodic collect whose epoch has not moved since the last walk skips the walk: an
+    /// entry becomes reclaimable only when the epoch advances (entries retired since carry
+    /// the epoch now), so the walk would find what the last one left, and the spares noted
+    /// then are still exact. While a preempted peer holds the epoch back, the limbo grows
+    /// and re-walking it every `BATCH_COLLECT` retirements made the stall quadratic.
     fn collect_keeping(&self, reuse: Reuse) {
         self.retired_since.set(0);
-        let mut kept = self.spares.borrow_mut();
-        // Every spare is an entry this walk sees again: decided afresh below.
-        kept.clear();
-        let mut room = Room::for_reuse(reuse);
         let d = self.map.desc();
         let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
         let mut global = epoch::try_advance(&d.epoch.word, slots);
@@ -478,6 +531,26 @@ impl<A: Arena> Handle<A> {
             let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
             global = epoch::try_advance(&d.epoch.word, slots);
         }
+        if reuse == Reuse::Keep && global == self.walked.get() {
+            return;
+        }
+        let mut kept = self.spares.borrow_mut();
+        // Entries the last walk decided (reclaimable then) are freed or noted spares already:
+        // a `Keep` walk leaves them and stops at the first bag they fill (stamps only grow
+        // towards the head), except every `COUNT_WALKS_FULL`-th walk, which goes on to free
+        // the old bags whose spares were all taken. A `FreeAll` walk frees them all.
+        let decided = match reuse {
+            Reuse::Keep => self.walked.get(),
+            Reuse::FreeAll => {
+                kept.clear();
+                0
+            }
+        };
+        let walks = self.walks.get().wrapping_add(1);
+        self.walks.set(walks);
+        let full = reuse == Reuse::FreeAll || walks % COUNT_WALKS_FULL == 0;
+        self.walked.set(global);
+        let mut room = Room::for_reuse(reuse, &kept);
         let view = self.map.view();
         let record = self.map.slot(self.slot);
         let head_at = offset_in(view, &record.limbo);
@@ -488,7 +561,11 @@ impl<A: Arena> Handle<A> {
                 return;
             }
             let bag = self.bag(at);
-            self.free_reclaimable(at, bag, global, &mut kept, &mut room);
+            if !full && bag_is_decided(bag, decided) {
+                return;
+            }
+            let epochs = Epochs { global, decided };
+            self.free_reclaimable(at, bag, epochs, &mut kept, &mut room);
             if bag.len.load(Ordering::Relaxed) == 0 && link_at != head_at {
                 self.limbo_log(recover::FREE_BAG, at, link_at);
                 view.word(link_at)
@@ -501,7 +578,8 @@ impl<A: Arena> Handle<A> {
         }
     }
 
-    /// Frees the entries of `bag` (at `bag_at`) old enough for `global`, but keeps those that
+    /// Frees the entries of `bag` (at `bag_at`) old enough for `global` and not decided by
+    /// the last walk, but keeps those that
     /// fit in `room` in place as spares. Each freed entry is zeroed,
     /// then freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
     /// (a move is two stores: a crash between them would leave the node twice). The bag
@@ -510,21 +588,24 @@ impl<A: Arena> Handle<A> {
         &self,
         bag_at: u64,
         bag: &Bag,
-        global: u64,
-        spares: &mut Vec<Spare>,
+        epochs: Epochs,
+        spares: &mut Spares,
         room: &mut Room,
     ) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
         let mut kept = 0;
-        let view = self.map.view();
         for (i, entry) in bag.entries[..len].iter().enumerate() {
             let node = entry[0].load(Ordering::Relaxed);
             if node == 0 {
                 continue;
             }
-            if epoch::is_reclaimable(entry[1].load(Ordering::Relaxed), global) {
+            let stamp = Stamp(entry[1].load(Ordering::Relaxed));
+            if epoch::is_reclaimable(stamp.epoch(), epochs.decided) {
+                // A spare noted by an earlier walk.
+                kept += 1;
+            } else if epoch::is_reclaimable(stamp.epoch(), epochs.global) {
                 let entry_at = bag_at + 16 + 16 * i as u64;
-                if let Some(size) = room.take(|| view.item_size(node)) {
+                if let Some(size) = stamp.size().and_then(|size| room.take(size)) {
                     spares.push(Spare {
                         entry_at,
                         node,
@@ -640,7 +721,48 @@ impl<A: Arena> Handle<A> {
         // never read it as a huge unsigned number (that would double the table to its limit).
         if c > 0 && (count as i64) > 0 {
             self.maybe_grow(count);
+            self.owe_links(count.saturating_sub(c as u64), count);
         }
+    }
+
+    /// Notes the sentinels owed by the inserts that took the count from `from` to `to`: those
+    /// of the table's newer half, `K` per insert since the doubling (see # Growth).
+    fn owe_links(&self, from: u64, to: u64) {
+        let size = self.map.desc().size.word.load(Ordering::Relaxed);
+        if size & FIXED != 0 || size == 0 {
+            return;
+        }
+        let half = 1u64 << (size - 1);
+        // The count past which the table doubled to this size (`maybe_grow`).
+        let start = half >> SHIFT_LOAD;
+        let at = |count: u64| half + count.saturating_sub(start) * COUNT_LINKS_PER_INSERT;
+        let (next, end) = (at(from), at(to).min(2 * half));
+        if next < end {
+            self.owed.set((next, end));
+        }
+    }
+
+    /// Links up to [`COUNT_LINKS_PER_WRITE`] owed sentinels. The caller is pinned (linking
+    /// searches the list).
+    #[inline]
+    pub(crate) fn link_owed(&self) {
+        let (next, end) = self.owed.get();
+        if next < end {
+            self.link_owed_from(next, end);
+        }
+    }
+
+    #[cold]
+    fn link_owed_from(&self, next: u64, end: u64) {
+        let stop = (next + COUNT_LINKS_PER_WRITE).min(end);
+        for bucket in next..stop {
+            if self.sentinel(bucket).is_err() {
+                // No room for a segment: readers walk a little further instead.
+                self.owed.set((end, end));
+                return;
+            }
+        }
+        self.owed.set((stop, end));
     }
 
     /// Doubles the table (one CAS) when `count > buckets >> SHIFT_LOAD`.

@@ -340,6 +340,7 @@ impl<A: Arena> Handle<A> {
                         self.account(-1, -(view.item_size(pos.curr) as i64));
                         list::unlink(&nodes, head, &pos, &probe, &mut retire);
                     }
+                    self.link_owed();
                     return Ok(outcome);
                 }
                 Step::Remove(outcome) => {

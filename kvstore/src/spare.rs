@@ -9,7 +9,8 @@
 //! # Invariant
 //! Every spare names a limbo entry of this handle's slot that holds its item and whose retire
 //! epoch is reclaimable: no reader can reach the item, and `check` counts it as a limbo entry.
-//! The list is process-local and rebuilt by every `collect`, so a process that dies loses
+//! The list is process-local (a limbo walk adds what became reclaimable since the last one;
+//! a `FreeAll` walk frees every spare and empties it), so a process that dies loses
 //! nothing (the entries stay in the heap for the slot's next owner). Taking one is a logged
 //! step, `TAKE_ENTRY` (see `recover`).
 
@@ -18,12 +19,16 @@ use crate::map::Handle;
 use crate::recover;
 use std::sync::atomic::Ordering;
 
-/// Most spares a handle keeps: a few `collect` periods of rewrites (`BATCH_COLLECT` is 64),
-/// since with several threads the epoch advances in bursts and a period may free fewer than
-/// it retired.
-pub(crate) const COUNT_SPARES: usize = 256;
-/// Most bytes of items a handle keeps as spares (large items would otherwise hoard memory).
-pub(crate) const SIZE_SPARES: usize = 1 << 20;
+/// Most spares a handle keeps. With several threads the epoch advances in bursts: a peer
+/// preempted while pinned holds it for its whole time off the CPU (a scheduler slice, ~4 ms),
+/// while this handle rewrites ~2000 items that all become reclaimable at once when it
+/// returns. Kept as spares, they serve the writes of the next stall; freed (at 256, as
+/// before), the next stall allocated again: 38% of a two-thread 50/50 run's sets went to the
+/// allocator, and half of their frees were remote (callgrind, which serializes threads).
+pub(crate) const COUNT_SPARES: usize = 4096;
+/// Most bytes of items a handle keeps as spares (large items would otherwise hoard memory):
+/// the stall above at 1 KiB items.
+pub(crate) const SIZE_SPARES: usize = 4 << 20;
 
 /// Whether a `collect` keeps spares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +47,68 @@ pub(crate) struct Spare {
     pub(crate) size: usize,
 }
 
+/// A handle's spares by item size (a write needs one of exactly its size, and scanning a list
+/// of thousands for it would cost more than the allocator): one list per size, sorted by
+/// size (most workloads have a few sizes; one binary search finds the list).
+#[derive(Debug, Default)]
+pub(crate) struct Spares {
+    by_size: Vec<(usize, Vec<Spare>)>,
+    /// Spares noted, and their bytes.
+    count: usize,
+    bytes: usize,
+}
+
+impl Spares {
+    /// Forgets every spare (before a walk that frees them), keeping the lists' memory.
+    pub(crate) fn clear(&mut self) {
+        self.by_size.retain(|(_, list)| !list.is_empty());
+        self.by_size.iter_mut().for_each(|(_, list)| list.clear());
+        (self.count, self.bytes) = (0, 0);
+    }
+
+    /// Notes a spare.
+    pub(crate) fn push(&mut self, spare: Spare) {
+        self.count += 1;
+        self.bytes += spare.size;
+        let i = match self.find(spare.size) {
+            Ok(i) => i,
+            Err(i) => {
+                self.by_size.insert(i, (spare.size, Vec::new()));
+                i
+            }
+        };
+        self.by_size[i].1.push(spare);
+    }
+
+    /// The spare a new item of `size` bytes would take next.
+    #[inline]
+    pub(crate) fn peek(&self, size: usize) -> Option<&Spare> {
+        self.by_size[self.find(size).ok()?].1.last()
+    }
+
+    /// Where the list of `size` is (or would go).
+    #[inline]
+    fn find(&self, size: usize) -> Result<usize, usize> {
+        self.by_size.binary_search_by_key(&size, |(s, _)| *s)
+    }
+
+    /// Removes and returns the spare [`peek`](Self::peek) names.
+    #[inline]
+    pub(crate) fn take(&mut self, size: usize) -> Option<Spare> {
+        let i = self.find(size).ok()?;
+        let spare = self.by_size[i].1.pop()?;
+        self.count -= 1;
+        self.bytes -= spare.size;
+        Some(spare)
+    }
+
+    /// Whether no spare is noted.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// What a `collect` may still keep as spares.
 pub(crate) struct Room {
     count: usize,
@@ -49,26 +116,22 @@ pub(crate) struct Room {
 }
 
 impl Room {
-    /// The room a collect has.
-    pub(crate) fn for_reuse(reuse: Reuse) -> Room {
+    /// The room a collect has beside the spares already noted.
+    pub(crate) fn for_reuse(reuse: Reuse, noted: &Spares) -> Room {
         match reuse {
             Reuse::Keep => Room {
-                count: COUNT_SPARES,
-                bytes: SIZE_SPARES,
+                count: COUNT_SPARES.saturating_sub(noted.count),
+                bytes: SIZE_SPARES.saturating_sub(noted.bytes),
             },
             Reuse::FreeAll => Room { count: 0, bytes: 0 },
         }
     }
 
-    /// Makes room for one item of `size()` bytes if it fits; its size, or `None` (then the
-    /// caller frees it). `size` is read only when a spare may still be kept.
+    /// Makes room for one item of `size` bytes if it fits; its size, or `None` (then the
+    /// caller frees it).
     #[inline]
-    pub(crate) fn take(&mut self, size: impl FnOnce() -> usize) -> Option<usize> {
-        if self.count == 0 {
-            return None;
-        }
-        let size = size();
-        if size > self.bytes {
+    pub(crate) fn take(&mut self, size: usize) -> Option<usize> {
+        if self.count == 0 || size > self.bytes {
             return None;
         }
         self.count -= 1;
@@ -84,9 +147,7 @@ impl<A: Arena> Handle<A> {
     /// names it as an item (see `recover`). The spare was reclaimable (retired two epochs
     /// ago), so no reader can still reach it.
     pub(crate) fn take_spare(&self, size: usize) -> Option<u64> {
-        let mut spares = self.spares.borrow_mut();
-        let i = spares.iter().rposition(|s| s.size == size)?;
-        let spare = spares.swap_remove(i);
+        let spare = self.spares.borrow_mut().take(size)?;
         let entry = self.map.view().word(spare.entry_at);
         debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
         self.limbo_log(recover::TAKE_ENTRY, spare.node, spare.entry_at);
@@ -100,7 +161,7 @@ impl<A: Arena> Handle<A> {
     #[inline]
     pub(crate) fn prefetch_spare(&self, size: usize) {
         let spares = self.spares.borrow();
-        let Some(spare) = spares.iter().rev().find(|s| s.size == size) else {
+        let Some(spare) = spares.peek(size) else {
             return;
         };
         let start = self.map.view().ptr(spare.node);
