@@ -30,9 +30,10 @@
 //!
 //! So `p` is within `2^-49` of `x^alpha`, libm's within `2^-52`, and after the
 //! products by `n` (libm's `n * pow`; here `n * c^alpha` first, then the series, the
-//! same two roundings as `n * p`) the two `y` differ by less than `y * 2^-48`. `MARGIN` is `2^-42`, 64
-//! times that; the tests measure `p` against libm directly (and require under 2^-49.5). The
-//! margin sends under 1% of draws to libm (the tests bound it).
+//! same two roundings as `n * p`) the two `y` differ by less than `y * 2^-48`.
+//! `MARGIN` is `2^-42`, 64 times that; the tests measure `p` against libm directly (and
+//! require under 2^-49.5). The margin sends under 1% of draws to libm (the tests bound
+//! it).
 
 /// Mantissa bits that index the table: 2048 cells of `[0.5, 1)` (32 KiB; the draws of
 /// theta 0.99 touch the top ~40%), each `2^-12` wide, so `|r| <= 2^-13 / 0.5 = 2^-12`.
