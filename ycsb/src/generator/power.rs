@@ -108,8 +108,12 @@ impl Power {
     pub fn floor_scaled(&self, n: f64, x: f64) -> Option<u64> {
         let (c_pow, series) = self.parts(x)?;
         let y = (n * c_pow) * series;
-        // One compare also sends NaN to libm (every comparison with NaN is false).
-        if !(y < Y_MAX) {
+        #[expect(
+            clippy::neg_cmp_op_on_partial_ord,
+            reason = "one compare that also sends NaN to libm; `is_nan() || >=` is two"
+        )]
+        let outside = !(y < Y_MAX);
+        if outside {
             return None;
         }
         // A signed conversion without saturation: one instruction (the unsigned and
