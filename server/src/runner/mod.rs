@@ -48,9 +48,9 @@
 //! (`valgrind --tool=callgrind --toggle-collect='*run_source*' podkv ycsb --workload W
 //! --target null --records 1000000 --ops 200000 --phase run --no-pin`, Ir / ops), before
 //! session 3 → before session 4 → before session 5 → now: a 750 → 527 → 402 → 399, b 738
-//! → 516 → 390 → 388, c 736 → 514 → 389 → 386, d 696 → 482 → 371 → 368, e 789 → 567 →
-//! 436 → 434, f 752 → 529 → 405 → 402, load 445 → 335 → 303 → 303, cxlalloc-a 582 → 475
-//! → 361 → 359, cxlalloc-d 565 → 466 → 345 → 342.
+//! → 516 → 390 → 388, c 736 → 514 → 389 → 386, d 696 → 482 → 371 → 367, e 789 → 567 →
+//! 436 → 433, f 752 → 529 → 405 → 402, load 445 → 335 → 303 → 286, cxlalloc-a 582 → 475
+//! → 361 → 355, cxlalloc-d 565 → 466 → 345 → 341.
 //!
 //! ## Where the time goes
 //! The VM has no hardware counters (`perf stat -e cycles` says "not supported"), but
@@ -59,10 +59,13 @@
 //! it charged to the instruction after the second), key digits ~13%, the draw of `u`
 //! and the op chooser ~8%, FNV ~5%, the histogram ~4%, ChaCha8's block function ~5%.
 //! A zipfian operation is one long chain of dependent steps (`u`, `x`, the table load,
-//! the series, the floor, FNV, the reduction, FNV, the digits), and the ~400
-//! instructions of an operation overfill the reorder window, so operations overlap
-//! little: shortening the chain pays, not only dropping instructions. Taking `n *
-//! c^alpha` while the series is evaluated (one multiply off the chain) gained ~3%.
+//! the series, the floor, FNV, the reduction, FNV, the digits), and the reorder window
+//! (224 entries on this Cascade Lake) holds about half of an operation's ~400
+//! instructions, so operations overlap little: shortening the chain pays, not only
+//! dropping instructions. Taking `n *
+//! c^alpha` while the series is evaluated (one multiply off the chain) gained ~3%; a lone
+//! taker's in-order acknowledgement moving `limit` without the window's flag took 17
+//! instructions off every insert.
 //! Tried and not kept: digits by SWAR arithmetic instead of the 40 KB table (+47
 //! instructions an operation and slower: the table's loads are independent and hide in
 //! the window); `n / 10^16` beside `n / 10^8` in the key split; a `[0.75, 1)` power table
@@ -82,18 +85,19 @@
 //! 10 M operations per workload (~1 s each) and its figure is the median of five or more
 //! suites; `chrt -f 10` (root) keeps the worker from being preempted on its CPU.
 //!
-//! Session 5, binaries before and after, five suites each, interleaved, `podkv suite
-//! scripts/runner-cost.toml` (load average 3.4–4.8, other engineers building; minimum,
-//! then median, before → after): a 88 → 85 (91 → 91), b 82 → 80 (86 → 85), c 82 → 78
-//! (84 → 83), d 79 → 76 (89 → 79), e 91 → 86 (99 → 94), f 93 → 89 (96 → 95), load 51 →
-//! 48 (59 → 56), cxlalloc-a 92 → 91 (97 → 106), cxlalloc-d 73 → 72 (77 → 81). The medians
-//! at that load are the machine's; the minimums are close to what a quiet machine gives
-//! (quiet stretches, `chrt -f 10 setarch -R`, min of 7, before → after: a 87.2 → 84.6,
-//! f 87.5 → 84.8, d 76.6 → 74.5, cxlalloc-a 91.1 → 88.9). Every workload is under 100 ns;
-//! a, b, c, d, load and cxlalloc-d at or under 85, e and f within a few ns of it,
-//! cxlalloc-a ~89 (its chooser picks among three kinds at random, and its key chooser
-//! redraws ~1.2 times a read). The streams are pinned by `ycsb/tests/op_digest.rs`, and
-//! `power`'s and `zipfian`'s tests compare every shortcut with libm.
+//! Session 5, binaries before and after, eleven suites each, interleaved, `podkv suite
+//! scripts/runner-cost.toml` (six plain, five under `chrt -f 10`; load average 2.2–4.9,
+//! other engineers building; minimum, then median, before → after): a 89 → 86 (103 → 98),
+//! b 82 → 81 (88 → 85), c 81 → 79 (96 → 91), d 78 → 78 (103 → 99), e 89 → 87 (118 →
+//! 101), f 87 → 87 (109 → 94), load 49 → 47 (71 → 56), cxlalloc-a 92 → 90 (125 → 97),
+//! cxlalloc-d 72 → 71 (84 → 90). The medians at that load are the machine's; the
+//! minimums are what quiet stretches give (single runs there, `chrt -f 10 setarch -R`,
+//! min of 7, before → after: a 87.2 → 84.6, f 87.5 → 84.8, d 76.6 → 74.5, cxlalloc-a
+//! 91.1 → 88.9). Every workload is under 100 ns; b, c, d, load and cxlalloc-d are under
+//! 85, a at it, e and f ~2 ns over, cxlalloc-a ~5 over (its chooser picks among three
+//! kinds at random, and its key chooser redraws ~1.2 times a read). The streams are
+//! pinned by `ycsb/tests/op_digest.rs`, and `power`'s and `zipfian`'s tests compare
+//! every shortcut with libm.
 
 pub mod cli;
 pub mod control;
