@@ -146,11 +146,21 @@ impl AcknowledgedCounter {
                 window: WINDOW_SIZE,
             });
         }
-        slot.store(true, Ordering::Release);
         if self.counter.takers == Takers::One {
+            // The one taker acknowledges in order: `value` is `limit + 1`, and the slide
+            // would set its flag only to clear it and stop at the next, clear, one. So
+            // `limit` moves alone (the slide stays for any other case).
+            let limit = self.limit.load(Ordering::Relaxed);
+            let next = &self.window[((value + 1) & WINDOW_MASK) as usize];
+            if value == limit + 1 && !next.load(Ordering::Relaxed) {
+                self.limit.store(value, Ordering::Release);
+                return Ok(());
+            }
+            slot.store(true, Ordering::Release);
             self.slide_limit();
             return Ok(());
         }
+        slot.store(true, Ordering::Release);
         if self
             .sliding
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -247,6 +257,20 @@ mod tests {
                     assert_eq!(one.last_value(), many.last_value());
                 }
             }
+        }
+        // In order, as a stream acknowledges: the one taker's shortcut.
+        for v in held {
+            one.acknowledge(v).unwrap();
+            many.acknowledge(v).unwrap();
+            assert_eq!(one.last_value(), many.last_value());
+        }
+        for _ in 0..5_000 {
+            let (a, b) = (one.next_value(), many.next_value());
+            assert_eq!(a, b);
+            one.acknowledge(a).unwrap();
+            many.acknowledge(b).unwrap();
+            assert_eq!(one.last_value(), a);
+            assert_eq!(many.last_value(), a);
         }
     }
 

@@ -28,10 +28,12 @@
 //! - its evaluation, a sum near 1 of eight terms each correct to an ulp: `< 2^-50`;
 //! - `c^alpha` from libm: `< 2^-52`; the final product: `2^-53`.
 //!
-//! So `p` is within `2^-49` of `x^alpha`, libm's within `2^-52`, and after the two
-//! products by `n` the two `y` differ by less than `y * 2^-48`. `MARGIN` is `2^-42`, 64
-//! times that; the tests measure `p` against libm directly (and require under 2^-49.5). The
-//! margin sends under 1% of draws to libm (the tests bound it).
+//! So `p` is within `2^-49` of `x^alpha`, libm's within `2^-52`, and after the
+//! products by `n` (libm's `n * pow`; here `n * c^alpha` first, then the series, the
+//! same two roundings as `n * p`) the two `y` differ by less than `y * 2^-48`.
+//! `MARGIN` is `2^-42`, 64 times that; the tests measure `p` against libm directly (and
+//! require under 2^-49.5). The margin sends under 1% of draws to libm (the tests bound
+//! it).
 
 /// Mantissa bits that index the table: 2048 cells of `[0.5, 1)` (32 KiB; the draws of
 /// theta 0.99 touch the top ~40%), each `2^-12` wide, so `|r| <= 2^-13 / 0.5 = 2^-12`.
@@ -98,17 +100,33 @@ impl Power {
 
     /// `floor(n * pow(x, alpha))` exactly as libm computes it, or `None` when this
     /// cannot tell (then the caller asks libm).
+    ///
+    /// `n` multiplies the table's `c^alpha` while the series is evaluated, so it is off
+    /// the chain of dependent operations (`y = (n * c^alpha) * series`, two roundings as
+    /// in `n * (c^alpha * series)`; see the module doc's bound).
     #[inline(always)]
     pub fn floor_scaled(&self, n: f64, x: f64) -> Option<u64> {
-        let y = n * self.pow(x)?;
-        if y.is_nan() || y >= Y_MAX {
+        let (c_pow, series) = self.parts(x)?;
+        let y = (n * c_pow) * series;
+        #[expect(
+            clippy::neg_cmp_op_on_partial_ord,
+            reason = "one compare that also sends NaN to libm; `is_nan() || >=` is two"
+        )]
+        let outside = !(y < Y_MAX);
+        if outside {
             return None;
         }
-        // Signed conversions without saturation: one instruction each (the unsigned and
-        // saturating ones are branchy). Both differences are exact (Sterbenz).
-        // SAFETY: `0 <= y < 2^52` (checked above; `p > 0`), so `y` truncates to an i64.
+        // A signed conversion without saturation: one instruction (the unsigned and
+        // saturating ones are branchy).
+        // SAFETY: `0 <= y < 2^52` (checked above; `n * c_pow` and the series are
+        // positive or NaN), so `y` truncates to an i64.
         let floor = unsafe { y.to_int_unchecked::<i64>() };
-        let (below, above) = (y - floor as f64, (floor + 1) as f64 - y);
+        // `below` is exact (Sterbenz). `1 - below` is `floor + 1 - y` exactly whenever
+        // the test can go either way: for `below >= 0.5` by Sterbenz, and for `y >=
+        // 2^41` (the only `y` whose margin reaches 0.5) because `below` then has at most
+        // 11 fractional bits; otherwise both are above 0.5 and the margin below it.
+        let below = y - floor as f64;
+        let above = 1.0 - below;
         let margin = y * MARGIN;
         (below > margin && above > margin).then_some(floor as u64)
     }
@@ -116,6 +134,13 @@ impl Power {
     /// `x^alpha` within 2^-49 (see the module doc); `None` outside `[0.5, 1)`.
     #[inline(always)]
     pub fn pow(&self, x: f64) -> Option<f64> {
+        self.parts(x).map(|(c_pow, series)| c_pow * series)
+    }
+
+    /// `(c^alpha, (1 + r)^alpha)` for `x` in the cell of middle `c`; their product is
+    /// `x^alpha`.
+    #[inline(always)]
+    fn parts(&self, x: f64) -> Option<(f64, f64)> {
         let bits = x.to_bits();
         if bits >> 52 != EXPONENT_HALF {
             return None;
@@ -128,7 +153,7 @@ impl Power {
         let r4 = r2 * r2;
         let low = (a[0] + a[1] * r) + r2 * (a[2] + a[3] * r);
         let high = (a[4] + a[5] * r) + r2 * (a[6] + a[7] * r);
-        Some(c_pow * (low + r4 * high))
+        Some((c_pow, low + r4 * high))
     }
 }
 
@@ -237,7 +262,8 @@ mod tests {
     fn floors_agree_with_libm_at_every_step_tried() {
         let alpha = 1.0 / (1.0 - 0.99);
         let power = Power::new(alpha).unwrap();
-        for n in [10_000_000_001.0f64, 2_000_000.0] {
+        // 2^45 puts the upper steps where `y >= 2^41`, the margin near or above 0.5.
+        for n in [10_000_000_001.0f64, 2_000_000.0, (1u64 << 45) as f64] {
             let top = libm_floor(n, f64::from_bits(1.0f64.to_bits() - 1), alpha);
             let ks = (1..40).map(|i| (top as f64 * (i as f64 / 40.0).powi(3)) as u64 + 2);
             for k in ks {
