@@ -60,7 +60,7 @@ const OFFSET_HUGE_BACKED: u64 = 256;
 /// How to open a heap, and the geometry a fresh heap gets.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Most bytes of small slabs (rounded up to a power of two of 32 KiB slabs).
+    /// Most bytes of small slabs (rounded up to a power of two of 64 KiB slabs).
     pub small_bytes: u64,
     /// Most bytes of large slabs (rounded up to a power of two of 512 KiB slabs).
     pub large_bytes: u64,
@@ -140,7 +140,7 @@ pub fn default_path(name: &str) -> PathBuf {
 /// Which slab heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
-    /// 8 B – 1 KiB blocks in 32 KiB slabs.
+    /// 8 B – 1 KiB blocks in 64 KiB slabs.
     Small = 0,
     /// 1 KiB – 512 KiB blocks in 512 KiB slabs.
     Large = 1,
@@ -202,12 +202,14 @@ impl SlabHeap {
                 len_at: global(0),
                 free_at: global(1),
                 warm_at: global(2),
-                count_warm_max: 64,
+                // The same bytes as CXLALLOC's 32 KiB slabs in twice the count: 2 MiB warm,
+                // 128 KiB per growth, 256 KiB of empty slabs kept per slot.
+                count_warm_max: 32,
                 remote_at: layout.small_remote,
                 desc_at: layout.small_desc,
                 data_at: layout.small_data,
-                batch_grow: 4,
-                count_keep_unsized: 8,
+                batch_grow: 2,
+                count_keep_unsized: 4,
             },
             Kind::Large => SlabHeap {
                 kind,

@@ -14,9 +14,9 @@
 //!                            (spwr) and one response (sprd) line per thread
 //!                            slot; its targets are the HWcc region above
 //! slots        thread slots COUNT_SLOTS × 2 KiB                             (slot.rs)
-//! small_desc   SWcc descs   one 576 B descriptor per small slab            (slab.rs)
-//! large_desc   SWcc descs   one 576 B descriptor per large slab
-//! small_data   small slabs  32 KiB each, 2 MiB aligned
+//! small_desc   SWcc descs   one 1088 B descriptor per small slab           (slab.rs)
+//! large_desc   SWcc descs   one 1088 B descriptor per large slab
+//! small_data   small slabs  64 KiB each, 2 MiB aligned
 //! large_data   large slabs  512 KiB each, 2 MiB aligned
 //! huge_hazard  hazard recs  COUNT_HAZARD_RECORDS × 4 KiB, one per mapping   (hazard.rs)
 //!                            process: its hazard offsets
@@ -54,8 +54,9 @@ const ALIGN_PAGE: u64 = 4096;
 const ALIGN_DATA: u64 = 2 << 20;
 /// The format word's magic ("PKV" in the low 24 bits).
 pub const MAGIC: u64 = 0x564B50;
-/// The on-file format this build reads and writes.
-pub const FORMAT_VERSION: u64 = 4;
+/// The on-file format this build reads and writes. 5: 64 KiB small slabs with 1088 B
+/// descriptors (4 had 32 KiB and 576 B, so its offsets name other bytes).
+pub const FORMAT_VERSION: u64 = 5;
 /// Largest reservation a geometry may ask for (64 TiB: well inside a 47-bit address space).
 pub const SIZE_RESERVATION_MAX: u64 = 64 << 40;
 

@@ -353,7 +353,7 @@ impl ThreadHandle {
                     word.store(bits | bit, Relaxed);
                     // All ones: every block of this word is free (phantom bits included).
                     if bits | bit == u64::MAX {
-                        self.free_maybe_empty(Kind::Small, class, slab, offset);
+                        self.free_maybe_empty(Kind::Small, class, slab, offset, i);
                     }
                     return;
                 }
@@ -464,15 +464,15 @@ impl ThreadHandle {
         self.keep_or_release(heap, slab);
     }
 
-    /// A word of the slab filled up: if every block is free, the slab is empty.
+    /// Bitset word `filled` of the slab filled up: if every block is free, the slab is empty.
     #[cold]
     #[inline(never)]
-    fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset) {
+    fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset, filled: usize) {
         let heap = *self.heap.slab_heap(kind);
         if self
             .heap
             .desc(&heap, slab)
-            .is_empty_of(heap.classes.count[class])
+            .is_empty_near(heap.classes.count[class], filled)
         {
             self.enter_free(offset.0);
             self.sized_to_unsized(&heap, class, slab);
@@ -971,13 +971,19 @@ impl Drop for ThreadHandle {
 }
 
 /// Whether a small block's offset in its slab, times its class's reciprocal (`scaled`), was
-/// a block's first byte. With `recip = (2^32 + d) / size`, `d < size`, and offsets under
-/// 2^15, the low 32 bits are `r * 2^32 / size + offset * d / size` for remainder `r`: under
-/// 2^15 when `r` is 0, at least `2^32 / 1024 = 2^22` otherwise. One compare instead of a
-/// multiply back.
+/// a block's first byte. With `recip = (2^32 + d) / size`, `d < size`, and an offset
+/// `q * size + r` under `2^SHIFT_SMALL_SLAB` (2^16), the low 32 bits are
+/// `q * d + r * (2^32 + d) / size`: under `2^SHIFT_SMALL_SLAB` when `r` is 0 (`q * d` is at
+/// most the offset), at least `2^32 / SIZE_SMALL_MAX = 2^22` otherwise. One compare instead
+/// of a multiply back. The bound holds while `size * (2^SHIFT_SMALL_SLAB + size) <= 2^32`
+/// for the largest size (then `q * d` also never carries into the block index), which the
+/// assertion checks; `tests::block_start_test_is_exact_for_every_small_class_and_offset`
+/// tries every offset of every class.
 #[inline]
 fn is_block_start(scaled: u64) -> bool {
-    const _: () = assert!(SIZE_SMALL_MAX < 1 << 17 && SHIFT_SMALL_SLAB <= 15);
+    const _: () = assert!(
+        (SIZE_SMALL_MAX as u64) * ((1 << SHIFT_SMALL_SLAB) + SIZE_SMALL_MAX as u64) <= 1 << 32
+    );
     (scaled as u32) < 1 << SHIFT_SMALL_SLAB
 }
 
