@@ -308,12 +308,14 @@ impl Heap {
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
+        file.back(layout.slot_acks, 8 * geometry.slots())?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
         file.back(layout.mcas, layout.mcas_bytes)?;
         let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
         let mcas = if geometry.coherence == Coherence::Mcas {
-            // SAFETY: the mapping covers `0..huge_data` with the HWcc globals and the mCAS
-            // lines backed (above; remote words are backed before `len` names their slabs),
+            // SAFETY: the mapping covers `0..huge_data` with the HWcc globals, the slots'
+            // acknowledgement words and the mCAS lines backed (above; remote words are backed
+            // before `len` names their slabs),
             // and `Shared` drops `mcas` before `mapping`.
             Some(unsafe { HeapMcas::open(mapping.base(), &geometry, &layout)? })
         } else {
@@ -524,6 +526,17 @@ impl Heap {
         &self.shared.heaps[kind as usize]
     }
 
+    /// Thread slot `i`'s acknowledgement word: the help array of detectable CAS, in the HWcc
+    /// region and changed only through [`Heap::cas_word`] (`ThreadHandle::acknowledge`).
+    pub(crate) fn slot_ack(&self, i: u64) -> &AtomicU64 {
+        assert!(i < self.shared.geometry.slots());
+        // SAFETY: the word lies in the HWcc region, backed at open and mapped for the heap's
+        // lifetime, 8-byte aligned; an AtomicU64 is valid for any bits.
+        unsafe {
+            &*(self.resolve(Offset(self.shared.layout.slot_acks + 8 * i)) as *const AtomicU64)
+        }
+    }
+
     /// Thread slot `i`.
     pub fn slot(&self, i: u64) -> &Slot {
         assert!(i < self.shared.geometry.slots());
@@ -590,7 +603,7 @@ impl Heap {
     }
 
     /// The one way a multi-writer word (global list heads, heap lengths, remote words, the
-    /// huge reservation array) changes by CAS, on behalf of thread slot `client`: memory-side
+    /// huge reservation array, the slots' acknowledgement words) changes by CAS, on behalf of thread slot `client`: memory-side
     /// CAS in an `mcas` heap, CPU CAS otherwise (hardware coherent there). Replaces `word` by
     /// `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
     #[inline]
@@ -618,15 +631,20 @@ impl Heap {
     }
 
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
-    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap, plus an
-    /// `mcas` heap's region lines (uncachable too).
+    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap, plus one
+    /// acknowledgement word per thread slot ever claimed, plus an `mcas` heap's region lines
+    /// (uncachable too).
     pub fn hwcc_bytes(&self) -> u64 {
+        let claimed = (0..self.shared.geometry.slots())
+            .filter(|&i| self.slot(i).generation.load(Ordering::Relaxed) != 0)
+            .count() as u64;
         let huge = if self.shared.huge.is_some() {
             8 * crate::layout::COUNT_HUGE_RANGES
         } else {
             0
         };
         huge + self.shared.layout.mcas_bytes
+            + 8 * claimed
             + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
             + Kind::ALL
                 .iter()
