@@ -4,8 +4,10 @@
 //!
 //! A process arms one point through the environment: `PODKV_CRASH_POINT=<name>` and optionally
 //! `PODKV_CRASH_SKIP=<n>` (pass the point `n` times first). When the armed point is reached the
-//! process sends itself SIGKILL: no unwinding, no destructors, as in a real crash. Without the
-//! feature `crash_point!` compiles to nothing.
+//! process sends itself SIGKILL: no unwinding, no destructors, as in a real crash. With
+//! `PODKV_CRASH_STOP=1` it sends itself SIGSTOP instead and stays frozen at the point, its
+//! slots still held by a live process, until the test has acted on the heap and kills it. Without
+//! the feature `crash_point!` compiles to nothing.
 
 /// Every crash point, in the order a transition passes them. The crash test runs each; a point
 /// missing here fails the debug assertion in [`hit`], and a point never reached fails the test.
@@ -106,9 +108,16 @@ mod armed {
         });
         if let Some((point, skip)) = armed {
             if point == name && PASSED.fetch_add(1, Ordering::Relaxed) >= *skip {
-                // SAFETY: sending a signal to ourselves.
-                unsafe {
-                    libc::kill(libc::getpid(), libc::SIGKILL);
+                let stop = std::env::var_os("PODKV_CRASH_STOP").is_some_and(|v| v == "1");
+                loop {
+                    // SAFETY: sending a signal to ourselves. A stopped process is killed by
+                    // the test; should it be continued instead, it stops again.
+                    unsafe {
+                        libc::kill(
+                            libc::getpid(),
+                            if stop { libc::SIGSTOP } else { libc::SIGKILL },
+                        );
+                    }
                 }
             }
         }

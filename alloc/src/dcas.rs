@@ -16,10 +16,26 @@
 //!
 //! # The help array
 //! Before a thread overwrites a word last written by another thread `p` with version `v`, it
-//! *acknowledges* `p`: if `p`'s recovery word still carries version `v` it sets the word's
-//! acknowledged bit (one CAS, never waiting). The recovery words are the help array. So after
-//! `p` dies, its last CAS with version `v` took effect iff the target still names `(p, v)` or
-//! `p`'s recovery word is acknowledged — whoever replaced `(p, v)` acknowledged it first.
+//! *acknowledges* `p`: it records `v` in `p`'s acknowledgement word (one CAS, never waiting).
+//! Those words, one per thread slot at the end of the HWcc region (`Layout::slot_acks`), are
+//! the help array. So after `p` dies, its last CAS with version `v` took effect iff the target
+//! still names `(p, v)` or `p`'s acknowledgement word says `v` — whoever replaced `(p, v)`
+//! acknowledged it first.
+//!
+//! An acknowledgement word is a multi-writer word like the targets, so it changes only through
+//! [`Writer::cas_word`] (CPU CAS, or mCAS in an `mcas` heap), never by the owner's plain
+//! stores: its recovery word stays a single-writer word on the fast paths.
+//!
+//! # The acknowledgement word
+//! ```text
+//! acked version (bits 0..16) | ACKED (16) | window base (32..48)
+//! ```
+//! Acknowledgements only move forward: one for an older version than the word holds is
+//! dropped, so a slow acknowledger cannot overwrite a newer one that recovery needs. "Older"
+//! is measured from the *window base*, which the owner keeps `WINDOW..2 * WINDOW` versions
+//! behind its own ([`ack_base`]; set when a slot is claimed and every `WINDOW` versions after,
+//! through the same hook): a version outside `base .. base + 2 * WINDOW` belongs to a tag older
+//! than the owner's recent operations (a word it last wrote long ago) and is not recorded.
 //!
 //! Versions wrap after 65,536 operations of one thread; recovery also checks the payload where
 //! that tells success apart (a pop that took effect moved the head off the popped slab), so a
@@ -55,6 +71,64 @@ pub const fn tag(word: u64) -> Tag {
 #[inline]
 pub const fn pack(payload: u32, tag: Tag) -> u64 {
     payload as u64 | (tag.tid as u64) << 32 | (tag.ver as u64) << 48
+}
+
+/// Versions per step of an acknowledgement word's window (its span is twice this).
+pub const WINDOW: u16 = 0x4000;
+/// Set in an acknowledgement word that records a version.
+const ACKED: u64 = 1 << 16;
+
+/// The window base an owner at version `ver` keeps in its acknowledgement word: `ver` lies
+/// `WINDOW..2 * WINDOW` versions after it.
+#[inline]
+pub const fn ack_base(ver: u16) -> u16 {
+    (ver & !(WINDOW - 1)).wrapping_sub(WINDOW)
+}
+
+/// Whether acknowledgement word `word` records version `ver`.
+#[inline]
+pub const fn is_acked(word: u64, ver: u16) -> bool {
+    word & ACKED != 0 && word as u16 == ver
+}
+
+/// Where `ver` lies in `word`'s window (`None`: outside it).
+#[inline]
+const fn in_window(word: u64, ver: u16) -> Option<u16> {
+    let at = ver.wrapping_sub((word >> 32) as u16);
+    if at < 2 * WINDOW {
+        Some(at)
+    } else {
+        None
+    }
+}
+
+/// Acknowledgement word `word` after acknowledging `ver`, or `None` when it stays as it is:
+/// it already records `ver` or a later version, or `ver` lies outside its window.
+#[inline]
+pub const fn acknowledged(word: u64, ver: u16) -> Option<u64> {
+    let Some(at) = in_window(word, ver) else {
+        return None;
+    };
+    if word & ACKED != 0 {
+        if let Some(held) = in_window(word, word as u16) {
+            if held >= at {
+                return None;
+            }
+        }
+    }
+    Some(word & !0x1_FFFF | ACKED | ver as u64)
+}
+
+/// Acknowledgement word `word` with window base `base`, keeping the version it records if
+/// that lies in the new window.
+#[inline]
+pub const fn rebased(word: u64, base: u16) -> u64 {
+    let moved = (base as u64) << 32;
+    if word & ACKED != 0 && in_window(moved, word as u16).is_some() {
+        moved | (word & 0x1_FFFF)
+    } else {
+        moved
+    }
 }
 
 /// The writer side of detectable CAS: who writes, how it acknowledges the word's previous
@@ -157,6 +231,42 @@ mod tests {
         assert_eq!(me.acked.get(), Some(Tag { tid: 3, ver: 9 }));
         let now = word.load(Ordering::Relaxed);
         assert_eq!((payload(now), tag(now)), (8, Tag { tid: 5, ver: 1 }));
+    }
+
+    #[test]
+    fn acknowledgements_move_forward_inside_the_window_only() {
+        let owner_ver = 40_000u16;
+        let word = rebased(0, ack_base(owner_ver));
+        assert_eq!(ack_base(owner_ver), 0x4000);
+        let acked = acknowledged(word, owner_ver).unwrap();
+        assert!(is_acked(acked, owner_ver));
+        assert_eq!(acknowledged(acked, owner_ver), None, "already recorded");
+        assert_eq!(
+            acknowledged(acked, owner_ver - 5),
+            None,
+            "older than recorded"
+        );
+        let later = acknowledged(acked, owner_ver + 3).unwrap();
+        assert!(is_acked(later, owner_ver + 3));
+        // A tag from long before the window (a word the owner wrote 30,000 operations ago)
+        // leaves the word alone, where an unordered write would lose the recent one.
+        assert_eq!(acknowledged(later, owner_ver.wrapping_sub(30_000)), None);
+        // Rebasing keeps a recorded version inside the new window and drops one outside.
+        assert!(is_acked(
+            rebased(later, ack_base(owner_ver + 3)),
+            owner_ver + 3
+        ));
+        assert_eq!(
+            rebased(later, ack_base(owner_ver.wrapping_add(40_000))) & ACKED,
+            0
+        );
+        // Every version the owner can be at lies in the window it keeps, across the wrap.
+        for ver in [0u16, 1, WINDOW - 1, WINDOW, u16::MAX] {
+            assert!(
+                acknowledged(rebased(0, ack_base(ver)), ver).is_some(),
+                "{ver}"
+            );
+        }
     }
 
     #[test]

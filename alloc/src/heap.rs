@@ -64,7 +64,7 @@ const OFFSET_BACKED_AHEAD: u64 = 264;
 /// How to open a heap, and the geometry a fresh heap gets.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Most bytes of small slabs (rounded up to a power of two of 32 KiB slabs).
+    /// Most bytes of small slabs (rounded up to a power of two of 64 KiB slabs).
     pub small_bytes: u64,
     /// Most bytes of large slabs (rounded up to a power of two of 512 KiB slabs).
     pub large_bytes: u64,
@@ -144,7 +144,7 @@ pub fn default_path(name: &str) -> PathBuf {
 /// Which slab heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
-    /// 8 B – 1 KiB blocks in 32 KiB slabs.
+    /// 8 B – 1 KiB blocks in 64 KiB slabs.
     Small = 0,
     /// 1 KiB – 512 KiB blocks in 512 KiB slabs.
     Large = 1,
@@ -208,13 +208,15 @@ impl SlabHeap {
                 len_at: global(0),
                 free_at: global(1),
                 warm_at: global(2),
-                count_warm_max: 64,
+                // The same bytes as CXLALLOC's 32 KiB slabs in twice the count: 2 MiB warm,
+                // 128 KiB per growth, 256 KiB of empty slabs kept per slot.
+                count_warm_max: 32,
                 remote_at: layout.small_remote,
                 desc_at: layout.small_desc,
                 data_at: layout.small_data,
-                batch_grow: 4,
-                count_keep_unsized: 8,
-                count_back_ahead: 32,
+                batch_grow: 2,
+                count_keep_unsized: 4,
+                count_back_ahead: 16,
             },
             Kind::Large => SlabHeap {
                 kind,
@@ -316,12 +318,14 @@ impl Heap {
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
+        file.back(layout.slot_acks, 8 * geometry.slots())?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
         file.back(layout.mcas, layout.mcas_bytes)?;
         let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
         let mcas = if geometry.coherence == Coherence::Mcas {
-            // SAFETY: the mapping covers `0..huge_data` with the HWcc globals and the mCAS
-            // lines backed (above; remote words are backed before `len` names their slabs),
+            // SAFETY: the mapping covers `0..huge_data` with the HWcc globals, the slots'
+            // acknowledgement words and the mCAS lines backed (above; remote words are backed
+            // before `len` names their slabs),
             // and `Shared` drops `mcas` before `mapping`.
             Some(unsafe { HeapMcas::open(mapping.base(), &geometry, &layout)? })
         } else {
@@ -545,6 +549,17 @@ impl Heap {
         &self.shared.heaps[kind as usize]
     }
 
+    /// Thread slot `i`'s acknowledgement word: the help array of detectable CAS, in the HWcc
+    /// region and changed only through [`Heap::cas_word`] (`ThreadHandle::acknowledge`).
+    pub(crate) fn slot_ack(&self, i: u64) -> &AtomicU64 {
+        assert!(i < self.shared.geometry.slots());
+        // SAFETY: the word lies in the HWcc region, backed at open and mapped for the heap's
+        // lifetime, 8-byte aligned; an AtomicU64 is valid for any bits.
+        unsafe {
+            &*(self.resolve(Offset(self.shared.layout.slot_acks + 8 * i)) as *const AtomicU64)
+        }
+    }
+
     /// Thread slot `i`.
     pub fn slot(&self, i: u64) -> &Slot {
         assert!(i < self.shared.geometry.slots());
@@ -611,7 +626,7 @@ impl Heap {
     }
 
     /// The one way a multi-writer word (global list heads, heap lengths, remote words, the
-    /// huge reservation array) changes by CAS, on behalf of thread slot `client`: memory-side
+    /// huge reservation array, the slots' acknowledgement words) changes by CAS, on behalf of thread slot `client`: memory-side
     /// CAS in an `mcas` heap, CPU CAS otherwise (hardware coherent there). Replaces `word` by
     /// `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
     #[inline]
@@ -639,15 +654,20 @@ impl Heap {
     }
 
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
-    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap, plus an
-    /// `mcas` heap's region lines (uncachable too).
+    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap, plus one
+    /// acknowledgement word per thread slot ever claimed, plus an `mcas` heap's region lines
+    /// (uncachable too).
     pub fn hwcc_bytes(&self) -> u64 {
+        let claimed = (0..self.shared.geometry.slots())
+            .filter(|&i| self.slot(i).generation.load(Ordering::Relaxed) != 0)
+            .count() as u64;
         let huge = if self.shared.huge.is_some() {
             8 * crate::layout::COUNT_HUGE_RANGES
         } else {
             0
         };
         huge + self.shared.layout.mcas_bytes
+            + 8 * claimed
             + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
             + Kind::ALL
                 .iter()

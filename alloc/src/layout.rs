@@ -8,15 +8,17 @@
 //!                            then one 8 B remote-free word per slab         (remote.rs)
 //!                            then the huge heap's reservation array: one    (huge/)
 //!                            8 B claim word per huge range
-//!                            (COUNT_HUGE_RANGES, 8 KiB in all)
+//!                            (COUNT_HUGE_RANGES, 8 KiB in all),
+//!                            then one 8 B acknowledgement word per thread   (thread.rs)
+//!                            slot (the help array of detectable CAS)
 //! mcas         mCAS lines   `mcas` heaps only: the mCAS region's header,    (mcas.rs)
 //!                            liveness and journal lines, then one request
 //!                            (spwr) and one response (sprd) line per thread
 //!                            slot; its targets are the HWcc region above
 //! slots        thread slots COUNT_SLOTS × 2 KiB                             (slot.rs)
-//! small_desc   SWcc descs   one 576 B descriptor per small slab            (slab.rs)
-//! large_desc   SWcc descs   one 576 B descriptor per large slab
-//! small_data   small slabs  32 KiB each, 2 MiB aligned
+//! small_desc   SWcc descs   one 1088 B descriptor per small slab           (slab.rs)
+//! large_desc   SWcc descs   one 1088 B descriptor per large slab
+//! small_data   small slabs  64 KiB each, 2 MiB aligned
 //! large_data   large slabs  512 KiB each, 2 MiB aligned
 //! huge_hazard  hazard recs  COUNT_HAZARD_RECORDS × 4 KiB, one per mapping   (hazard.rs)
 //!                            process: its hazard offsets
@@ -54,8 +56,10 @@ const ALIGN_PAGE: u64 = 4096;
 const ALIGN_DATA: u64 = 2 << 20;
 /// The format word's magic ("PKV" in the low 24 bits).
 pub const MAGIC: u64 = 0x564B50;
-/// The on-file format this build reads and writes.
-pub const FORMAT_VERSION: u64 = 4;
+/// The on-file format this build reads and writes. 5: 64 KiB small slabs with 1088 B
+/// descriptors, and the slots' acknowledgement words at the end of the HWcc region (4 had
+/// 32 KiB and 576 B and no such words, so its offsets name other bytes).
+pub const FORMAT_VERSION: u64 = 5;
 /// Largest reservation a geometry may ask for (64 TiB: well inside a 47-bit address space).
 pub const SIZE_RESERVATION_MAX: u64 = 64 << 40;
 
@@ -214,7 +218,8 @@ impl Geometry {
         let small_remote = hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE;
         let large_remote = small_remote + 8 * small;
         let huge_ranges = large_remote + 8 * large;
-        let hwcc_end = huge_ranges + 8 * COUNT_HUGE_RANGES;
+        let slot_acks = huge_ranges + 8 * COUNT_HUGE_RANGES;
+        let hwcc_end = slot_acks + 8 * self.slots();
         let mcas = hwcc_end.next_multiple_of(ALIGN_PAGE);
         let mcas_bytes = if self.coherence == Coherence::Mcas {
             region_bytes(self.slots() as u32)
@@ -244,6 +249,7 @@ impl Geometry {
             small_data,
             large_data,
             huge_ranges,
+            slot_acks,
             huge_hazard,
             huge_local,
             huge_data,
@@ -261,8 +267,9 @@ pub struct Layout {
     pub small_remote: u64,
     /// Large slabs' remote-free words.
     pub large_remote: u64,
-    /// End of the HWcc region (`hwcc..hwcc_end`: every multi-writer word of the slab heaps
-    /// and the huge reservation array, the mCAS targets of an `mcas` heap).
+    /// End of the HWcc region (`hwcc..hwcc_end`: every multi-writer word of the slab heaps,
+    /// the huge reservation array and the slots' acknowledgement words, the mCAS targets of an
+    /// `mcas` heap).
     pub hwcc_end: u64,
     /// The mCAS region's lines (header, liveness, journal, spwr and sprd per thread slot),
     /// page aligned after the HWcc region; `mcas_bytes` is zero unless the heap is `mcas`.
@@ -279,8 +286,11 @@ pub struct Layout {
     pub small_data: u64,
     /// Large slabs' data.
     pub large_data: u64,
-    /// The huge heap's reservation array (`COUNT_HUGE_RANGES` words, the HWcc region's last).
+    /// The huge heap's reservation array (`COUNT_HUGE_RANGES` words).
     pub huge_ranges: u64,
+    /// One acknowledgement word per thread slot, the HWcc region's last: the help array of
+    /// detectable CAS ([`crate::dcas`]), changed only through the heap's one hook.
+    pub slot_acks: u64,
     /// Hazard records, one per process mapping the heap (`hazard.rs`).
     pub huge_hazard: u64,
     /// Per thread slot: the huge heap's log word and descriptors (`huge.rs`).
@@ -352,7 +362,8 @@ mod tests {
         assert_eq!(l.large_data % ALIGN_DATA, 0);
         assert!(l.small_data + (g.small_slabs_max() << SHIFT_SMALL_SLAB) <= l.large_data);
         assert_eq!(l.huge_ranges, l.large_remote + 8 * g.large_slabs_max());
-        assert_eq!(l.huge_ranges + 8 * COUNT_HUGE_RANGES, l.hwcc_end);
+        assert_eq!(l.huge_ranges + 8 * COUNT_HUGE_RANGES, l.slot_acks);
+        assert_eq!(l.slot_acks + 8 * g.slots(), l.hwcc_end);
         assert!(l.large_data + (g.large_slabs_max() << SHIFT_LARGE_SLAB) <= l.huge_hazard);
         assert!(l.huge_hazard + SIZE_HAZARD_RECORD * COUNT_HAZARD_RECORDS <= l.huge_local);
         assert!(l.huge_local + SIZE_HUGE_LOCAL * g.slots() <= l.huge_data);
@@ -372,7 +383,7 @@ mod tests {
         let (h, m) = (hardware.layout(), mcas.layout());
         assert_eq!(h.mcas_bytes, 0, "other modes keep their layout");
         assert_eq!(h.slots, h.hwcc_end.next_multiple_of(ALIGN_PAGE));
-        assert_eq!(m.hwcc_end, m.huge_ranges + 8 * COUNT_HUGE_RANGES);
+        assert_eq!(m.hwcc_end, m.slot_acks + 8 * mcas.slots());
         assert_eq!(m.mcas % ALIGN_PAGE, 0);
         assert!(
             m.hwcc_end <= m.mcas,

@@ -3,7 +3,7 @@
 //!
 //! # Map
 //! pod → heap file → two slab heaps → slab → block; one thread slot per allocating thread.
-//! - The **small heap** serves 8 B – 1 KiB from 32 KiB slabs, the **large heap** 1 KiB – 512 KiB
+//! - The **small heap** serves 8 B – 1 KiB from 64 KiB slabs, the **large heap** 1 KiB – 512 KiB
 //!   from 512 KiB slabs, in size classes with bounded waste ([`class`]).
 //! - A slab is owned by one thread slot, which allocates from it and frees to it with plain
 //!   loads and stores on its SWcc descriptor's bitset ([`slab`], [`thread`]). A free by any other

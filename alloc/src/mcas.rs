@@ -4,8 +4,9 @@
 //!
 //! # Placement
 //! The targets are the heap's HWcc region (`Layout::hwcc .. Layout::hwcc_end`): the global
-//! lines (both lengths, the cold and warm list heads), every slab's remote word and the huge
-//! heap's reservation array, and nothing else lives there. The region's own lines (header,
+//! lines (both lengths, the cold and warm list heads), every slab's remote word, the huge
+//! heap's reservation array and every thread slot's acknowledgement word, and nothing else
+//! lives there. The region's own lines (header,
 //! liveness, journal, one `spwr` and one `sprd` line per thread slot) follow at `Layout::mcas`,
 //! page aligned. Both are fixed by the geometry. The region's header is deterministic too, so
 //! every opener of a fresh zero-filled file may write it (identical bytes, magic last): any
@@ -27,16 +28,15 @@
 //! needs the processor to die during that very request.
 //!
 //! # Multi-writer words outside the region
-//! The contract covers the slab heaps and the huge reservation array (claimed and given back
-//! through the same hook, `Heap::cas_word`). These other words are written by more than one thread and
-//! still change by CPU CAS, which is atomic only among the hosts of one coherence domain (so
-//! on this machine, where "hosts" are processes, every test holds; on a pod without coherence
-//! they are not yet safe):
-//! - **the acknowledgement bit of a recovery word** (`ThreadHandle::acknowledge`): set by CAS
-//!   by whichever thread overwrote a word the slot's owner last wrote, while the owner itself
-//!   writes the recovery word with plain stores on every fast-path step; across hosts the
-//!   owner's dirty line can overwrite the bit. Fix: a per-slot acknowledgement word in the
-//!   region (8 B per slot of HWcc), written only by mCAS; the fast path stays untouched.
+//! The contract covers the slab heaps, the huge reservation array (claimed and given back
+//! through the same hook, `Heap::cas_word`) and the help array of detectable CAS: each thread
+//! slot's acknowledgement word (`Layout::slot_acks`, 8 B per slot), which an acknowledger
+//! changes through the hook and recovery reads, while the slot's owner keeps writing its
+//! recovery word with plain stores on the fast paths (format 4 set an acknowledgement bit in
+//! the recovery word itself by CPU CAS, which a host's dirty line of that word could undo).
+//! These other words are written by more than one thread and still change by CPU CAS, which
+//! is atomic only among the hosts of one coherence domain (so on this machine, where "hosts"
+//! are processes, every test holds; on a pod without coherence they are not yet safe):
 //! - **thread-slot and hazard-record owner words** (`slot.rs`, `hazard.rs`): claimed by CAS by
 //!   any process, once per thread or process start. A hazard record's cells are written only
 //!   by its owning process (one host), but read by freers on any host without a write-back or
@@ -46,8 +46,8 @@
 //! - **the header's backed-ahead words** (`backer.rs`): raised by any process's backer, but
 //!   only for a heap on a file, whose processes share one host (a device needs no backing);
 //!   a stale value only makes a grow back its slabs itself.
-//! - Single-writer words need no mCAS: a slot's own lists, pending batch, recovery-word log
-//!   stores and huge descriptors (SWcc: written back before ownership moves), and
+//! - Single-writer words need no mCAS: a slot's own lists, pending batch, recovery word (one
+//!   writer since format 5) and huge descriptors (SWcc: written back before ownership moves), and
 //!   `Slot::generation` (bumped by the slot's new owner only).
 
 use crate::error::HeapError;

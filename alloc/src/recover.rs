@@ -358,11 +358,14 @@ impl ThreadHandle {
             })
     }
 
-    /// Whether this slot's recovery word is acknowledged for `ver` now. Read after the target:
+    /// Whether this slot's acknowledgement word records `ver` now. Read after the target:
     /// whoever replaced the target acknowledged before it did.
     fn acked(&self, ver: u16) -> bool {
-        let now = Rec(self.slot().recovery.load(Acquire));
-        now.acked() && now.ver() == ver
+        let word = self
+            .heap
+            .slot_ack(u64::from(self.slot_index()))
+            .load(Acquire);
+        dcas::is_acked(word, ver)
     }
 
     /// The grown slab a block offset lies in.

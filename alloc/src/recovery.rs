@@ -9,19 +9,18 @@
 //!
 //! # The word
 //! ```text
-//! op (bits 59..64) | ack (58) | version (42..58) | payload (0..42)
+//! op (bits 59..64) | reserved (58) | version (42..58) | payload (0..42)
 //! ```
 //! - `version`: the slot's detectable-operation counter ([`crate::dcas`]); a step with a CAS on
-//!   a shared word increments it first, and the CAS tags the word with it.
-//! - `ack`: set by another thread that replaced a word this slot wrote with this version: the
-//!   CAS took effect (the help array of detectable CAS).
+//!   a shared word increments it first, and the CAS tags the word with it. Whether another
+//!   thread acknowledged it (replaced a word this slot wrote with it) is recorded apart, in the
+//!   slot's acknowledgement word in the HWcc region: the recovery word has one writer, its
+//!   owner (format 4 kept an acknowledgement bit here, set by other threads' CPU CAS).
 //! - payload: a block offset / 8 (42 bits: heaps up to 32 TiB) or a slab step's fields:
 //!   slab (bits 0..24), class (24..31), heap kind (31), `from_list` (32: the slab was the head
 //!   of the slot's unsized list), `after_free` (33: the step continues the free of the block
 //!   in the slot's `aux` word), a count (34..41), `warm` (41: the warm global list).
 
-/// Bit set by a thread that acknowledged the logged CAS.
-pub const ACK: u64 = 1 << 58;
 const SHIFT_OP: u32 = 59;
 const SHIFT_VER: u32 = 42;
 const MASK_PAYLOAD: u64 = (1 << SHIFT_VER) - 1;
@@ -138,11 +137,6 @@ impl Rec {
         (self.0 >> SHIFT_VER) as u16
     }
 
-    /// Whether another thread acknowledged this version's CAS.
-    pub const fn acked(self) -> bool {
-        self.0 & ACK != 0
-    }
-
     /// A block step's offset.
     pub const fn offset(self) -> u64 {
         (self.0 & MASK_PAYLOAD) << 3
@@ -239,7 +233,6 @@ mod tests {
         assert_eq!(r.op(), Some(Op::RemoteFree));
         assert_eq!(r.ver(), 0xBEEF);
         assert_eq!(r.offset(), 0x7_1234_5678);
-        assert!(!r.acked());
         let step = SlabStep {
             slab: 0xAB_CDEF,
             class: 92,
@@ -251,8 +244,6 @@ mod tests {
         };
         let r = Rec::slab(Op::Grow, 7, step);
         assert_eq!((r.op(), r.ver(), r.step()), (Some(Op::Grow), 7, step));
-        assert!(Rec(r.0 | ACK).acked());
-        assert_eq!(Rec(r.0 | ACK).step(), step);
         assert_eq!(Rec(0).op(), Some(Op::Idle), "a zero-filled slot is idle");
         assert_eq!(Rec(31 << 59).op(), None);
     }

@@ -11,7 +11,8 @@
 //!   reused pid (other start time) is another owner. CAS by claimers and adopters; stored by
 //!   the releasing owner.
 //! - `recovery`: the slot's 8-byte recovery word ([`crate::recovery`]): the operation under
-//!   way, logged by the owner before each step; others only set its acknowledged bit.
+//!   way, logged by the owner before each step; written by nobody else (another thread's
+//!   acknowledgement of a version goes to the slot's word in the HWcc region, `dcas`).
 //! - `lease`: in lease mode, the time (ms since the Unix epoch) until which the owner is alive;
 //!   renewed by the owning process. Written before the claim CAS, so a fresh claim is never
 //!   seen expired.

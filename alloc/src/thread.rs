@@ -31,13 +31,13 @@ use crate::heap::{Heap, Kind, SlabHeap};
 use crate::offset::Offset;
 use crate::pending::{Pending, COUNT_MAX};
 use crate::process::{lease_until, SlotLife};
-use crate::recovery::{Op, Rec, SlabStep, ACK};
+use crate::recovery::{Op, Rec, SlabStep};
 use crate::remote::{self, Disown, RemoteFree};
 use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
 use crate::slot::{LocalLists, Slot};
 use podkv_hw::sync::{
     AtomicU64,
-    Ordering::{AcqRel, Acquire, Relaxed},
+    Ordering::{Acquire, Relaxed},
 };
 use std::alloc::Layout;
 use std::cell::Cell;
@@ -179,8 +179,10 @@ impl ThreadHandle {
             _not_send: PhantomData,
         };
         // Versions continue from the slot's last one, so words a previous owner of this
-        // slot tagged are never taken for this owner's.
+        // slot tagged are never taken for this owner's; the acknowledgement window follows
+        // (keeping what it records for the last owner's version, which recovery may need).
         handle.set_ver(last.ver().wrapping_add(1));
+        handle.open_ack_window();
         handle
     }
 
@@ -241,7 +243,33 @@ impl ThreadHandle {
     /// Starts a step with a detectable CAS: a fresh version.
     #[inline]
     fn next_ver(&self) {
-        self.set_ver(self.ver().wrapping_add(1));
+        let ver = self.ver().wrapping_add(1);
+        self.set_ver(ver);
+        if ver % dcas::WINDOW == 0 {
+            self.open_ack_window();
+        }
+    }
+
+    /// Moves this slot's acknowledgement window to the current version ([`dcas::ack_base`]):
+    /// at a claim and every `dcas::WINDOW` versions, one CAS through the heap's hook.
+    #[cold]
+    fn open_ack_window(&self) {
+        if !self.recoverable {
+            return;
+        }
+        let word = self.heap.slot_ack(u64::from(self.slot_index));
+        let base = dcas::ack_base(self.ver());
+        let mut cur = word.load(Acquire);
+        loop {
+            let new = dcas::rebased(cur, base);
+            if new == cur {
+                return;
+            }
+            match self.cas_word(word, cur, new) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
     }
 
     fn set_ver(&self, ver: u16) {
@@ -353,7 +381,7 @@ impl ThreadHandle {
                     word.store(bits | bit, Relaxed);
                     // All ones: every block of this word is free (phantom bits included).
                     if bits | bit == u64::MAX {
-                        self.free_maybe_empty(Kind::Small, class, slab, offset);
+                        self.free_maybe_empty(Kind::Small, class, slab, offset, i);
                     }
                     return;
                 }
@@ -464,15 +492,15 @@ impl ThreadHandle {
         self.keep_or_release(heap, slab);
     }
 
-    /// A word of the slab filled up: if every block is free, the slab is empty.
+    /// Bitset word `filled` of the slab filled up: if every block is free, the slab is empty.
     #[cold]
     #[inline(never)]
-    fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset) {
+    fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset, filled: usize) {
         let heap = *self.heap.slab_heap(kind);
         if self
             .heap
             .desc(&heap, slab)
-            .is_empty_of(heap.classes.count[class])
+            .is_empty_near(heap.classes.count[class], filled)
         {
             self.enter_free(offset.0);
             self.sized_to_unsized(&heap, class, slab);
@@ -937,16 +965,21 @@ impl Writer for ThreadHandle {
         }
     }
 
-    /// Sets the acknowledged bit of slot `previous.tid - 1`'s recovery word if it still logs
-    /// version `previous.ver` (the help array of detectable CAS). Never waits.
+    /// Records `previous.ver` in slot `previous.tid - 1`'s acknowledgement word (the help
+    /// array of detectable CAS, [`dcas`]) unless it holds that or a later version: through the
+    /// heap's hook, so by mCAS in an `mcas` heap. Lock-free: a CAS fails only when another
+    /// acknowledger or the owner's window move changed the word.
     fn acknowledge(&self, previous: Tag) {
         if !self.recoverable || u64::from(previous.tid) > self.heap.geometry().slots() {
             return;
         }
-        let word = &self.heap.slot(u64::from(previous.tid) - 1).recovery;
-        let cur = word.load(Acquire);
-        if Rec(cur).ver() == previous.ver && cur & ACK == 0 {
-            let _ = word.compare_exchange(cur, cur | ACK, AcqRel, Relaxed);
+        let word = self.heap.slot_ack(u64::from(previous.tid) - 1);
+        let mut cur = word.load(Acquire);
+        while let Some(new) = dcas::acknowledged(cur, previous.ver) {
+            match self.cas_word(word, cur, new) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
         }
     }
 
@@ -971,13 +1004,19 @@ impl Drop for ThreadHandle {
 }
 
 /// Whether a small block's offset in its slab, times its class's reciprocal (`scaled`), was
-/// a block's first byte. With `recip = (2^32 + d) / size`, `d < size`, and offsets under
-/// 2^15, the low 32 bits are `r * 2^32 / size + offset * d / size` for remainder `r`: under
-/// 2^15 when `r` is 0, at least `2^32 / 1024 = 2^22` otherwise. One compare instead of a
-/// multiply back.
+/// a block's first byte. With `recip = (2^32 + d) / size`, `d < size`, and an offset
+/// `q * size + r` under `2^SHIFT_SMALL_SLAB` (2^16), the low 32 bits are
+/// `q * d + r * (2^32 + d) / size`: under `2^SHIFT_SMALL_SLAB` when `r` is 0 (`q * d` is at
+/// most the offset), at least `2^32 / SIZE_SMALL_MAX = 2^22` otherwise. One compare instead
+/// of a multiply back. The bound holds while `size * (2^SHIFT_SMALL_SLAB + size) <= 2^32`
+/// for the largest size (then `q * d` also never carries into the block index), which the
+/// assertion checks; `tests::block_start_test_is_exact_for_every_small_class_and_offset`
+/// tries every offset of every class.
 #[inline]
 fn is_block_start(scaled: u64) -> bool {
-    const _: () = assert!(SIZE_SMALL_MAX < 1 << 17 && SHIFT_SMALL_SLAB <= 15);
+    const _: () = assert!(
+        (SIZE_SMALL_MAX as u64) * ((1 << SHIFT_SMALL_SLAB) + SIZE_SMALL_MAX as u64) <= 1 << 32
+    );
     (scaled as u32) < 1 << SHIFT_SMALL_SLAB
 }
 

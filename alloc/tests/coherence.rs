@@ -189,13 +189,15 @@ fn mcas_heaps_follow_the_swcc_protocol_too() {
 
 /// Thread-test's steady state in `limited` (a batch over two slabs, allocated and freed by one
 /// thread): the filled slab stays attached, so no detach writes a whole descriptor back; only
-/// the re-sizing of the slab that emptied writes its descriptor's head line back.
+/// the re-sizing of the slab that emptied writes its descriptor's head line back. (64 B
+/// blocks: 1024 to a 64 KiB slab, so 2000 span two; thread-test's own 1000 fit in one slab,
+/// which then never leaves its class and writes nothing back.)
 #[test]
 fn a_thread_that_frees_its_own_blocks_writes_back_one_line_per_round() {
     let dir = tempfile::tempdir().unwrap();
     let heap = heap(&dir, Coherence::Limited);
     let t = heap.thread().unwrap();
-    let mut blocks = vec![Offset(0); 1000];
+    let mut blocks = vec![Offset(0); 2000];
     for round in 0..10 {
         let c = during(|| {
             for block in blocks.iter_mut() {

@@ -10,10 +10,14 @@
 //!   as being freed that recovery does not report as freed — a double free panics;
 //! - then the heap must check clean and hold no live block: every slab accounted for.
 //!
-//! Every crash point is run (at its first pass and at later passes); a point the child never
-//! reaches fails the test, so the list in `crash.rs` and the workload stay in step.
+//! Every crash point is run (at its first pass and at later passes) in every coherence mode
+//! (`hardware`, `limited`, `mcas` with `flush-cas`: the same hook and region as `nmp`, without
+//! a processor to take over after each kill, which costs seconds a run); a point the child
+//! never reaches fails the test, so the list in `crash.rs` and the workload stay in step.
 
 use podkv_alloc::{crash, Config, Heap, InFlight, Offset};
+use podkv_hw::mcas::McasKind;
+use podkv_hw::Coherence;
 use std::alloc::Layout;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -31,6 +35,27 @@ fn config() -> Config {
         large_bytes: 256 << 20,
         slots: SLOTS as u64,
         ..Config::default()
+    }
+}
+
+/// The coherence modes every crash point runs in, by the name the child reads.
+const MODES: [&str; 3] = ["hardware", "limited", "mcas-flush-cas"];
+/// The modes of the acknowledgement test: both mCAS implementations.
+const MODES_ACK: [&str; 4] = ["hardware", "limited", "mcas-flush-cas", "mcas-nmp"];
+
+/// [`config`] in coherence mode `mode` (one of [`MODES_ACK`]).
+fn config_in(mode: &str) -> Config {
+    let (coherence, mcas) = match mode {
+        "hardware" => (Coherence::Hardware, McasKind::FlushCas),
+        "limited" => (Coherence::Limited, McasKind::FlushCas),
+        "mcas-flush-cas" => (Coherence::Mcas, McasKind::FlushCas),
+        "mcas-nmp" => (Coherence::Mcas, McasKind::Nmp),
+        other => panic!("no coherence mode {other}"),
+    };
+    Config {
+        coherence,
+        mcas,
+        ..config()
     }
 }
 
@@ -106,8 +131,8 @@ impl App {
 
 /// The workload: passes every transition with two slots in one thread (a block freed through
 /// the other slot is a remote free).
-fn workload(heap_path: &Path, record_path: &Path) {
-    let heap = Heap::open(heap_path, &config()).unwrap();
+fn workload(heap_path: &Path, record_path: &Path, mode: &str) {
+    let heap = Heap::open(heap_path, &config_in(mode)).unwrap();
     let mut app = App {
         record: Record::open(record_path),
         free_entries: (0..ENTRIES).rev().collect(),
@@ -186,13 +211,36 @@ fn huge_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
 fn child_main() -> ! {
     let heap = std::env::var("PODKV_CRASH_HEAP").unwrap();
     let record = std::env::var("PODKV_CRASH_RECORD").unwrap();
-    workload(Path::new(&heap), Path::new(&record));
+    let mode = std::env::var("PODKV_CRASH_MODE").unwrap();
+    if std::env::var_os("PODKV_CRASH_WORKLOAD").is_some_and(|w| w == "reattach") {
+        reattach_workload(Path::new(&heap), Path::new(&record), &mode);
+    }
+    workload(Path::new(&heap), Path::new(&record), &mode);
     unreachable!()
 }
 
-/// Runs the child crashing at `point` after `skip` passes; returns whether it was killed there.
-fn crash_child(dir: &Path, point: &str, skip: u32) -> bool {
-    let status = Command::new(std::env::current_exe().unwrap())
+/// A detached large slab with two live blocks, one freed locally: the reattach.
+fn reattach_workload(heap_path: &Path, record_path: &Path, mode: &str) {
+    let heap = Heap::open(heap_path, &config_in(mode)).unwrap();
+    let mut app = App {
+        record: Record::open(record_path),
+        free_entries: (0..ENTRIES).rev().collect(),
+    };
+    let a = heap.thread().unwrap();
+    let b = heap.thread().unwrap();
+    let size = 160 << 10; // three blocks per 512 KiB slab
+    let first: Vec<usize> = (0..3).map(|_| app.alloc(&a, size)).collect();
+    app.free(&b, first[2]); // a remote free touches the full slab
+    b.flush_remote_frees();
+    let _next = app.alloc(&a, size); // finds the slab full: detached, two blocks live
+    app.free(&a, first[0]); // reattach
+    std::process::exit(3);
+}
+
+/// The child running the workload in `mode`, armed at `point` after `skip` passes.
+fn child(dir: &Path, mode: &str, point: &str, skip: u32) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
         .args([
             "--exact",
             "crash_child_entry",
@@ -202,10 +250,15 @@ fn crash_child(dir: &Path, point: &str, skip: u32) -> bool {
         .env(ROLE, "child")
         .env("PODKV_CRASH_HEAP", dir.join("heap"))
         .env("PODKV_CRASH_RECORD", dir.join("record"))
+        .env("PODKV_CRASH_MODE", mode)
         .env("PODKV_CRASH_POINT", point)
-        .env("PODKV_CRASH_SKIP", skip.to_string())
-        .status()
-        .unwrap();
+        .env("PODKV_CRASH_SKIP", skip.to_string());
+    command
+}
+
+/// Runs the child crashing at `point` after `skip` passes; returns whether it was killed there.
+fn crash_child(dir: &Path, mode: &str, point: &str, skip: u32) -> bool {
+    let status = child(dir, mode, point, skip).status().unwrap();
     match status.signal() {
         Some(libc::SIGKILL) => true,
         _ => {
@@ -220,9 +273,14 @@ fn crash_child(dir: &Path, point: &str, skip: u32) -> bool {
 }
 
 /// Recovers the dead child's slots and settles the application's record; returns a problem.
-fn recover_and_settle(dir: &Path, point: &str) -> Result<(), String> {
-    let heap = Heap::open(dir.join("heap"), &config()).unwrap();
+fn recover_and_settle(dir: &Path, mode: &str, point: &str) -> Result<(), String> {
+    let heap = Heap::open(dir.join("heap"), &config_in(mode)).unwrap();
     let record = Record::open(&dir.join("record"));
+    settle(&heap, &record, point)
+}
+
+/// [`recover_and_settle`] on an open heap.
+fn settle(heap: &Heap, record: &Record, point: &str) -> Result<(), String> {
     let recovered = heap.recover_dead();
     if recovered.is_empty() {
         return Err(format!("{point}: no dead slot found"));
@@ -263,7 +321,7 @@ fn recover_and_settle(dir: &Path, point: &str) -> Result<(), String> {
         }
     }
     let report = heap.check();
-    if let Some(problem) = huge_leftovers(&heap, &report) {
+    if let Some(problem) = huge_leftovers(heap, &report) {
         return Err(format!("{point}: {problem} after {recovered:?}"));
     }
     if !report.is_valid() {
@@ -328,27 +386,132 @@ fn every_crash_point_is_recovered_without_loss_leak_or_double_free() {
     if std::env::var(ROLE).is_ok() {
         return;
     }
-    let mut never = Vec::new();
-    let mut runs = 0;
-    for &point in crash::POINTS {
-        let mut reached = false;
-        for skip in [0, 1, 7] {
-            let dir = tempfile::tempdir().unwrap();
-            if !crash_child(dir.path(), point, skip) {
-                continue;
+    for mode in MODES {
+        let mut never = Vec::new();
+        let mut runs = 0;
+        for &point in crash::POINTS {
+            let mut reached = false;
+            for skip in [0, 1, 7] {
+                let dir = tempfile::tempdir().unwrap();
+                if !crash_child(dir.path(), mode, point, skip) {
+                    continue;
+                }
+                reached = true;
+                runs += 1;
+                if let Err(problem) = recover_and_settle(dir.path(), mode, point) {
+                    panic!("{mode}: crash at {point} (skip {skip}): {problem}");
+                }
             }
-            reached = true;
-            runs += 1;
-            if let Err(problem) = recover_and_settle(dir.path(), point) {
-                panic!("crash at {point} (skip {skip}): {problem}");
+            if !reached {
+                never.push(point);
             }
         }
-        if !reached {
-            never.push(point);
-        }
+        assert!(
+            never.is_empty(),
+            "{mode}: crash points never reached: {never:?}"
+        );
+        eprintln!(
+            "{mode}: {runs} crashes recovered at {} points",
+            crash::POINTS.len()
+        );
     }
-    assert!(never.is_empty(), "crash points never reached: {never:?}");
-    eprintln!("{runs} crashes recovered at {} points", crash::POINTS.len());
+}
+
+/// A child stopped at a crash point (`PODKV_CRASH_STOP`), killed and reaped when dropped.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the child in `mode` until it stops at `point` after `skip` passes (`None`: it never
+/// got there).
+fn stop_child(dir: &Path, mode: &str, point: &str, skip: u32) -> Option<Stopped> {
+    let stopped = Stopped(
+        child(dir, mode, point, skip)
+            .env("PODKV_CRASH_STOP", "1")
+            .env("PODKV_CRASH_WORKLOAD", "reattach")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = stopped.0.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: waiting for our own child to stop (or end).
+    let waited = unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) };
+    assert_eq!(waited, pid);
+    if libc::WIFSTOPPED(status) {
+        Some(stopped)
+    } else {
+        std::mem::forget(stopped); // reaped already
+        None
+    }
+}
+
+/// The help array of detectable CAS in every mode: the child stops right after a reattach CAS
+/// (`reattach_workload`: a detached large slab freed into locally) whose slab holds another
+/// live block, still alive, so this process's thread claims a slot of its own and remote-frees that block: its
+/// CAS replaces the child's tag on the slab's remote word, acknowledging the child's version
+/// first (by mCAS in the `mcas` heap). Then the child dies, and recovery can only learn from
+/// the acknowledgement that the reattach took effect: were it lost, recovery would reattach
+/// again (a debug assertion: "reattaching a slab not detached") and the counts would be off.
+#[test]
+fn a_cas_replaced_after_its_owner_stopped_is_known_taken_by_its_acknowledgement() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    for mode in MODES_ACK {
+        let mut found = false;
+        for skip in 0..16 {
+            let dir = tempfile::tempdir().unwrap();
+            let Some(stopped) = stop_child(dir.path(), mode, "reattach.cas", skip) else {
+                break;
+            };
+            let heap = Heap::open(dir.path().join("heap"), &config_in(mode)).unwrap();
+            let record = Record::open(&dir.path().join("record"));
+            let large_data = heap.layout().large_data;
+            let large_slab = |off: u64| (off - large_data) >> 19;
+            let entries: Vec<(usize, u64)> = (0..ENTRIES)
+                .map(|i| (i, record.entry(i).load(Relaxed)))
+                .filter(|&(_, e)| e != 0)
+                .collect();
+            let freeing = entries
+                .iter()
+                .find(|&&(_, e)| e & FREEING != 0)
+                .map(|&(_, e)| e & !FREEING)
+                .expect("the block whose free reattached its slab");
+            let Some(&(other, block)) = entries.iter().find(|&&(_, e)| {
+                e & FREEING == 0 && e >= large_data && large_slab(e) == large_slab(freeing)
+            }) else {
+                continue; // the slab's only block: nothing to free remotely
+            };
+            let before = heap.mcas_ops();
+            {
+                let t = heap.thread().unwrap();
+                t.free(Offset(block));
+                t.flush_remote_frees();
+            }
+            if mode.starts_with("mcas") {
+                assert!(
+                    heap.mcas_ops() - before >= 2,
+                    "the remote free's CAS and the acknowledgement both by mCAS"
+                );
+            }
+            record.entry(other).store(0, Relaxed);
+            drop(stopped);
+            if let Err(problem) = settle(&heap, &record, "reattach.cas") {
+                panic!("{mode} (skip {skip}): {problem}");
+            }
+            found = true;
+            break;
+        }
+        assert!(
+            found,
+            "{mode}: no reattach of a slab with another live block"
+        );
+    }
 }
 
 /// Lease mode: a slot held by a process on "another host" (another `PODKV_HOST_ID`) is never
@@ -452,7 +615,7 @@ fn adoption_while_claiming_reports_a_huge_block_in_flight_to_the_hook_and_the_ha
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    assert!(crash_child(dir.path(), "huge_alloc.live", 0));
+    assert!(crash_child(dir.path(), "hardware", "huge_alloc.live", 0));
     let heap = Heap::open(dir.path().join("heap"), &config()).unwrap();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let hook_seen = seen.clone();

@@ -251,10 +251,16 @@ fn open_store(args: &ServeArgs) -> Result<Store, ServeError> {
     })
 }
 
-/// Bytes of slabs the heap can grow to: small slabs are 32 KiB, large ones 512 KiB.
+/// Bytes of slabs the heap can grow to (both slab heaps' most slabs times their slab size).
 pub fn heap_capacity(store: &Store) -> u64 {
-    let g = store.heap().geometry();
-    ((1u64 << g.small_slabs_log2) << 15) + ((1u64 << g.large_slabs_log2) << 19)
+    let heap = store.heap();
+    podkv_alloc::Kind::ALL
+        .iter()
+        .map(|&kind| {
+            let slabs = heap.slab_heap(kind);
+            slabs.max * slabs.slab_bytes()
+        })
+        .sum()
 }
 
 /// The first address `text` resolves to.

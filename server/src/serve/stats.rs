@@ -280,14 +280,13 @@ impl Shared {
         }
     }
 
-    /// The allocator's two slab heaps as classes 1 (small, 32 KiB slabs) and 2 (large).
+    /// The allocator's two slab heaps as classes 1 (small, 64 KiB slabs) and 2 (large,
+    /// 512 KiB).
     fn slabs(&self, lines: &mut Lines) {
         let heap = self.store.heap();
         let mut active = 0;
-        for (class, kind, page) in [
-            (1, podkv_alloc::Kind::Small, 32u64 << 10),
-            (2, podkv_alloc::Kind::Large, 512 << 10),
-        ] {
+        for (class, kind) in [(1, podkv_alloc::Kind::Small), (2, podkv_alloc::Kind::Large)] {
+            let page = heap.slab_heap(kind).slab_bytes();
             let pages = u64::from(heap.len(heap.slab_heap(kind)));
             active += u64::from(pages > 0);
             lines.push(&format!("{class}:page_size"), page);
