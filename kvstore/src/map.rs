@@ -66,6 +66,9 @@ pub(crate) struct Inner<A: Arena> {
     pub(crate) clock: Clock,
     /// What `open_in` settled for a slot `create` adopted (see [`Map::settled_at_open`]).
     pub(crate) settled_at_open: std::sync::OnceLock<recover::Settled>,
+    /// [`Map::value_max`], set once the descriptor is validated (0 before): fixed for the
+    /// map's life, and computing it asked the heap's geometry on every write.
+    value_max: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: `View` is a base address into memory shared on purpose; all shared words are atomics.
@@ -123,9 +126,12 @@ impl<A: Arena> Map<A> {
                 desc_at,
                 clock: config.clock.clone(),
                 settled_at_open: std::sync::OnceLock::new(),
+                value_max: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         map.validate_descriptor()?;
+        let value_max = map.value_max_now();
+        map.inner.value_max.store(value_max, Ordering::Relaxed);
         if let Some(Created {
             thread,
             adopted: Some(report),
@@ -196,7 +202,13 @@ impl<A: Arena> Map<A> {
     }
 
     /// Longest value this store accepts (and the heap serves today).
+    #[inline]
     pub fn value_max(&self) -> usize {
+        self.inner.value_max.load(Ordering::Relaxed)
+    }
+
+    /// [`value_max`](Self::value_max) from the descriptor and the heap.
+    fn value_max_now(&self) -> usize {
         let block = self.inner.arena.block_max() - item::SIZE_HEADER - self.key_max();
         (self.desc().value_max as usize).min(block)
     }
