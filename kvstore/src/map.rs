@@ -338,6 +338,8 @@ pub struct Handle<A: Arena> {
     /// Offset of this slot's record (`Map::slot(slot)`): a set reaches it 6–10 times (pin,
     /// logs, limbo), and each `Map::slot` re-read the descriptor for the array.
     record_at: u64,
+    /// Write-loop passes whose link CAS lost to a concurrent change (see `lost_races`).
+    pub(crate) lost: Cell<u64>,
     /// Nesting depth of pins (guards alive).
     pins: Cell<u32>,
     /// Nodes retired since the last `collect` (which scans every slot's announcement, so it
@@ -428,6 +430,7 @@ impl<A: Arena> Handle<A> {
             thread,
             slot,
             record_at,
+            lost: Cell::new(0),
             pins: Cell::new(0),
             retired_since: Cell::new(0),
             count_delta: Cell::new(0),
@@ -448,6 +451,13 @@ impl<A: Arena> Handle<A> {
         // SAFETY: as `Map::slot`: `record_at` is that record's offset, never freed; its words
         // are atomics.
         unsafe { &*(self.map.view().ptr(self.record_at) as *const SlotRecord) }
+    }
+
+    /// Write-loop passes of this handle whose insert, replace or delete CAS failed because
+    /// another writer changed the link first, so the write searched again (process-local; for
+    /// benchmarks: contention on hot keys shows here).
+    pub fn lost_races(&self) -> u64 {
+        self.lost.get()
     }
 
     /// The map this handle works on.

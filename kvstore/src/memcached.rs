@@ -360,6 +360,7 @@ impl<A: Arena> Handle<A> {
                         list::try_insert(&view, &pos, new)
                     };
                     if !done {
+                        self.lost.set(self.lost.get() + 1);
                         self.free_unpublished(new);
                         continue;
                     }
@@ -374,6 +375,7 @@ impl<A: Arena> Handle<A> {
                 }
                 Step::Remove(outcome) => {
                     if !list::try_delete(&view, &pos) {
+                        self.lost.set(self.lost.get() + 1);
                         continue;
                     }
                     self.account(-1, -(view.item_size(pos.curr) as i64));

@@ -40,6 +40,7 @@ mod pages;
 mod zipf;
 
 use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zipf::{stream, Op, Zipf};
 
@@ -55,11 +56,20 @@ type Driver<'m> = Box<dyn FnMut(&[Op]) + 'm>;
 /// Makes a map's [`Driver`] on the calling worker thread (handles stay on their thread).
 type Starter<'m> = Box<dyn Fn() -> Driver<'m> + Sync + 'm>;
 
-fn starter<M: KvMap>(map: &M) -> Starter<'_> {
+/// `lost` sums the lost CAS races of the map's handles (`KvHandle::lost_races`), for the
+/// contention line printed under each row.
+fn starter<'m, M: KvMap>(map: &'m M, lost: &'m AtomicU64) -> Starter<'m> {
     Box::new(move || {
         let mut h = map.handle().unwrap();
         let value = vec![b'w'; SIZE_VALUE];
-        Box::new(move |ops: &[Op]| run_ops(&mut h, ops, &value))
+        let mut seen = 0;
+        Box::new(move |ops: &[Op]| {
+            run_ops(&mut h, ops, &value);
+            if let Some(n) = h.lost_races() {
+                lost.fetch_add(n - seen, Ordering::Relaxed);
+                seen = n;
+            }
+        })
     })
 }
 
@@ -250,7 +260,8 @@ fn child(spec: &str) {
     let store = Store::open(f[0], config(n(1))).unwrap();
     let zipf = Zipf::new(n(1), 0.99);
     let streams = vec![stream(&zipf, n(2) as usize, n(3), n(4))];
-    let times = measure(&[starter(&store)], &streams, 1, clock());
+    let lost = AtomicU64::new(0);
+    let times = measure(&[starter(&store, &lost)], &streams, 1, clock());
     println!("{}", n(2) as f64 / times[0][0] / 1e6);
 }
 
@@ -342,12 +353,14 @@ fn main() {
         "2 MiB pages taken by each map's preload: {}",
         huge.join(", ")
     );
+    let lost: Vec<AtomicU64> = names.iter().map(|_| AtomicU64::new(0)).collect();
     let maps: Vec<Starter<'_>> = names
         .iter()
-        .map(|n| match n.as_str() {
-            "podkv" => starter(&store),
-            "local" => starter(&local),
-            "dashmap" => starter(&dash),
+        .zip(&lost)
+        .map(|(n, lost)| match n.as_str() {
+            "podkv" => starter(&store, lost),
+            "local" => starter(&local, lost),
+            "dashmap" => starter(&dash, lost),
             other => panic!("MIX_MAPS: unknown map {other} (podkv, local, dashmap)"),
         })
         .collect();
@@ -387,6 +400,7 @@ fn main() {
             let streams: Vec<_> = (0..threads)
                 .map(|t| stream(&zipf, ops, set_percent, 17 + t as u64))
                 .collect();
+            lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
             let times = measure(&maps, &streams, slices, clock);
             let row = summarize(&times, ops * threads);
             let groups: Vec<String> = (1..names.len())
@@ -423,6 +437,31 @@ fn main() {
                 .iter()
                 .map(|g| format!("{g:.4?}"))
                 .collect();
+            // Sets run: every timed slice, plus the warm-up slice (the first) once per map.
+            let sets: u64 = streams
+                .iter()
+                .map(|ops| {
+                    let count = |o: &[Op]| o.iter().filter(|op| op.is_set()).count() as u64;
+                    let warm = if env_number("MIX_WARMUP") == Some(0) {
+                        0
+                    } else {
+                        count(&ops[..ops.len().div_ceil(slices).min(ops.len())])
+                    };
+                    count(ops) + warm
+                })
+                .sum();
+            let races: Vec<String> = names
+                .iter()
+                .zip(&lost)
+                .filter(|(n, _)| n.as_str() != "dashmap")
+                .map(|(n, l)| {
+                    let l = l.load(Ordering::Relaxed);
+                    format!("{n} {l} ({:.2e} per set)", l as f64 / sets.max(1) as f64)
+                })
+                .collect();
+            if !races.is_empty() {
+                println!("{:>14}  lost CAS races: {}", "", races.join(", "));
+            }
             println!(
                 "{{\"mix\":\"{name}\",\"threads\":{threads},\"clock\":\"{clock:?}\",\"mops\":{},\"ratio_of_first\":{},\"group_ratios\":[{}]}}",
                 json(&row.mops),
