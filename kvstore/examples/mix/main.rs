@@ -28,7 +28,13 @@
 //! - `MIX_THREADS=1|2`: one thread count (`0`: only the two-process rows);
 //! - `MIX_SLICES=N`: slices per row; `MIX_CPU_TIME=1`: time threads by their CPU time;
 //! - `MIX_TABLE=N`: a fixed table of 2^N buckets; `MIX_PROCESSES=0` leaves out the
-//!   two-process rows.
+//!   two-process rows;
+//! - `MIX_ZIPF=N`: zipfian θ = N/100 (1..=99, default 99) for the threaded rows (the
+//!   two-process rows keep 0.99): lower spreads the writes over more keys, which tells
+//!   hot-key effects from per-operation cost.
+//!
+//! Under each row the lock-free maps' lost CAS races (`KvHandle::lost_races`: write-loop
+//! passes that lost their link CAS to another writer and searched again) are printed.
 //!
 //! For instruction and cache-miss counts per operation (deterministic, unlike time), run one
 //! map and one thread under callgrind and count only inside `run_ops`:
@@ -364,13 +370,14 @@ fn main() {
             other => panic!("MIX_MAPS: unknown map {other} (podkv, local, dashmap)"),
         })
         .collect();
-    let zipf = Zipf::new(keys, 0.99);
+    let theta = env_number("MIX_ZIPF").map_or(0.99, |p| p.clamp(1, 99) as f64 / 100.0);
+    let zipf = Zipf::new(keys, theta);
     let slices = env_number("MIX_SLICES")
         .unwrap_or(COUNT_SLICES as u64)
         .max(1) as usize;
     let clock = clock();
     println!(
-        "keys {keys}, {ops} ops/thread/map in {slices} interleaved slices, 8 B keys, {SIZE_VALUE} B values, zipfian 0.99, {clock:?} clock"
+        "keys {keys}, {ops} ops/thread/map in {slices} interleaved slices, 8 B keys, {SIZE_VALUE} B values, zipfian {theta}, {clock:?} clock"
     );
     let others = names[1..]
         .iter()
