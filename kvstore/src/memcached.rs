@@ -365,10 +365,13 @@ impl<A: Arena> Handle<A> {
                         continue;
                     }
                     self.log(0, 0); // published: recovery must not look at it again
-                    self.account(1, view.item_size(new) as i64);
+                    let size = view.item_size(new) as i64;
                     if pos.found {
-                        self.account(-1, -(view.item_size(pos.curr) as i64));
+                        // One update for the replace: +1 − 1 items, new − old bytes.
+                        self.account(0, size - view.item_size(pos.curr) as i64);
                         list::unlink(&nodes, head, &pos, &probe, &mut retire);
+                    } else {
+                        self.account(1, size);
                     }
                     self.link_owed();
                     return Ok(outcome);
