@@ -48,6 +48,10 @@ impl<A: Arena> KvHandle for Handle<A> {
         Ok(Handle::delete(self, key)? == crate::Outcome::Deleted)
     }
 
+    fn lost_races(&self) -> Option<u64> {
+        Some(Handle::lost_races(self))
+    }
+
     fn incr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>, StoreError> {
         Handle::incr(self, key, delta)
     }

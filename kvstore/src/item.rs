@@ -91,9 +91,14 @@ pub fn hash(key: &[u8]) -> u64 {
         let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
         h = (h ^ w).wrapping_mul(K).rotate_left(29);
     }
-    let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    // The tail as a little-endian word padded with zeros, assembled in a register: copying
+    // it into a zeroed array called `memcpy` even for an empty tail (an 8-byte key).
+    let tail = chunks
+        .remainder()
+        .iter()
+        .rev()
+        .fold(0u64, |w, &b| (w << 8) | u64::from(b));
+    h = (h ^ tail).wrapping_mul(K);
     h ^= h >> 32;
     h = h.wrapping_mul(0xD6E8_FEB8_6659_FD93);
     h ^ (h >> 32)
@@ -209,6 +214,12 @@ impl View {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// An item's CAS token (one field of [`meta`](Self::meta), for a write that needs only it).
+    #[inline]
+    pub fn cas(self, at: u64) -> u64 {
+        self.u64_at(at + 16)
+    }
+
     /// An item's header fields.
     #[inline]
     pub fn meta(self, at: u64) -> Meta {
@@ -249,9 +260,9 @@ impl View {
     }
 
     /// Writes a new, unpublished item at `at` (a fresh block of `SIZE_HEADER + key + value`
-    /// bytes); `value` is given in parts so append/prepend copy once.
-    pub fn write_item(self, at: u64, meta: &Meta, key: &[u8], value: &[&[u8]]) {
-        let vlen: usize = value.iter().map(|v| v.len()).sum();
+    /// bytes); `value` is given in parts so append/prepend copy once, `vlen` bytes in all.
+    pub fn write_item(self, at: u64, meta: &Meta, key: &[u8], value: &[&[u8]], vlen: usize) {
+        debug_assert_eq!(vlen, value.iter().map(|v| v.len()).sum::<usize>());
         let p = self.ptr(at);
         // SAFETY: `at` is a fresh block this thread allocated and has not published, of at
         // least `SIZE_HEADER + key.len() + vlen` bytes, 8-aligned; nobody else can see it.
@@ -361,6 +372,33 @@ mod tests {
             for b in keys {
                 assert_eq!(compare_keys(a, b), a.cmp(b), "{a:?} {b:?}");
             }
+        }
+    }
+
+    /// The hash is persistent (every item's split order and the table's buckets come from
+    /// it), so a faster computation must give the same words: this is the first one.
+    fn hash_as_layout_3(key: &[u8]) -> u64 {
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut h = (key.len() as u64).wrapping_mul(K);
+        let mut chunks = key.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes(c.try_into().unwrap());
+            h = (h ^ w).wrapping_mul(K).rotate_left(29);
+        }
+        let mut tail = [0u8; 8];
+        tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+        h ^= h >> 32;
+        h = h.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        h ^ (h >> 32)
+    }
+
+    #[test]
+    fn hash_is_the_persistent_one() {
+        let bytes: Vec<u8> = (0..=250u8).map(|i| i.wrapping_mul(151) ^ 0xA5).collect();
+        for len in 0..=bytes.len() {
+            let key = &bytes[..len];
+            assert_eq!(hash(key), hash_as_layout_3(key), "length {len}");
         }
     }
 

@@ -47,4 +47,10 @@ pub trait KvHandle {
     /// Adds `delta` to the decimal value of `key` (wrapping at 2^64); the new value, or `None`
     /// when the key is absent.
     fn incr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>, StoreError>;
+
+    /// Writes that lost a CAS race and retried, for maps with a lock-free write loop
+    /// ([`Handle::lost_races`](crate::Handle::lost_races)); `None` for maps that lock.
+    fn lost_races(&self) -> Option<u64> {
+        None
+    }
 }

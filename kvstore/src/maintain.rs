@@ -61,7 +61,7 @@ impl<A: Arena> Handle<A> {
         };
         let removed = self.remove_exact(at);
         if removed && visible {
-            let counter = &self.map.slot(self.slot).evictions;
+            let counter = &self.record().evictions;
             counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
         removed

@@ -66,6 +66,9 @@ pub(crate) struct Inner<A: Arena> {
     pub(crate) clock: Clock,
     /// What `open_in` settled for a slot `create` adopted (see [`Map::settled_at_open`]).
     pub(crate) settled_at_open: std::sync::OnceLock<recover::Settled>,
+    /// [`Map::value_max`], set once the descriptor is validated (0 before): fixed for the
+    /// map's life, and computing it asked the heap's geometry on every write.
+    value_max: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: `View` is a base address into memory shared on purpose; all shared words are atomics.
@@ -123,9 +126,12 @@ impl<A: Arena> Map<A> {
                 desc_at,
                 clock: config.clock.clone(),
                 settled_at_open: std::sync::OnceLock::new(),
+                value_max: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         map.validate_descriptor()?;
+        let value_max = map.value_max_now();
+        map.inner.value_max.store(value_max, Ordering::Relaxed);
         if let Some(Created {
             thread,
             adopted: Some(report),
@@ -163,10 +169,16 @@ impl<A: Arena> Map<A> {
         unsafe { &*(self.inner.view.ptr(self.inner.desc_at) as *const Descriptor) }
     }
 
+    /// Offset of slot record `i`.
+    #[inline]
+    fn slot_at(&self, i: u32) -> u64 {
+        self.desc().slots_at + u64::from(i) * std::mem::size_of::<SlotRecord>() as u64
+    }
+
     /// Slot record `i`.
     #[inline]
     pub(crate) fn slot(&self, i: u32) -> &SlotRecord {
-        let at = self.desc().slots_at + u64::from(i) * std::mem::size_of::<SlotRecord>() as u64;
+        let at = self.slot_at(i);
         // SAFETY: `i < slots` (arena slots ≤ descriptor slots, checked at open); the array is
         // never freed and its words are atomics.
         unsafe { &*(self.inner.view.ptr(at) as *const SlotRecord) }
@@ -190,7 +202,13 @@ impl<A: Arena> Map<A> {
     }
 
     /// Longest value this store accepts (and the heap serves today).
+    #[inline]
     pub fn value_max(&self) -> usize {
+        self.inner.value_max.load(Ordering::Relaxed)
+    }
+
+    /// [`value_max`](Self::value_max) from the descriptor and the heap.
+    fn value_max_now(&self) -> usize {
         let block = self.inner.arena.block_max() - item::SIZE_HEADER - self.key_max();
         (self.desc().value_max as usize).min(block)
     }
@@ -317,6 +335,11 @@ pub struct Handle<A: Arena> {
     pub(crate) map: Map<A>,
     pub(crate) thread: A::Thread,
     pub(crate) slot: u32,
+    /// Offset of this slot's record (`Map::slot(slot)`): a set reaches it 6–10 times (pin,
+    /// logs, limbo), and each `Map::slot` re-read the descriptor for the array.
+    record_at: u64,
+    /// Write-loop passes whose link CAS lost to a concurrent change (see `lost_races`).
+    pub(crate) lost: Cell<u64>,
     /// Nesting depth of pins (guards alive).
     pins: Cell<u32>,
     /// Nodes retired since the last `collect` (which scans every slot's announcement, so it
@@ -401,10 +424,13 @@ impl<A: Arena> Handle<A> {
     /// A handle on `map` for the slot `thread` holds (its record not settled yet).
     fn new(map: Map<A>, thread: A::Thread) -> Handle<A> {
         let slot = A::slot_index(&thread);
+        let record_at = map.slot_at(slot);
         Handle {
             map,
             thread,
             slot,
+            record_at,
+            lost: Cell::new(0),
             pins: Cell::new(0),
             retired_since: Cell::new(0),
             count_delta: Cell::new(0),
@@ -417,6 +443,21 @@ impl<A: Arena> Handle<A> {
             walks: Cell::new(0),
             spares: RefCell::default(),
         }
+    }
+
+    /// This handle's slot record (`self.record()`).
+    #[inline]
+    pub(crate) fn record(&self) -> &SlotRecord {
+        // SAFETY: as `Map::slot`: `record_at` is that record's offset, never freed; its words
+        // are atomics.
+        unsafe { &*(self.map.view().ptr(self.record_at) as *const SlotRecord) }
+    }
+
+    /// Write-loop passes of this handle whose insert, replace or delete CAS failed because
+    /// another writer changed the link first, so the write searched again (process-local; for
+    /// benchmarks: contention on hot keys shows here).
+    pub fn lost_races(&self) -> u64 {
+        self.lost.get()
     }
 
     /// The map this handle works on.
@@ -434,7 +475,7 @@ impl<A: Arena> Handle<A> {
         let depth = self.pins.get();
         if depth == 0 {
             let d = self.map.desc();
-            epoch::pin(&d.epoch.word, &self.map.slot(self.slot).announce);
+            epoch::pin(&d.epoch.word, &self.record().announce);
         }
         self.pins.set(depth + 1);
         Pin { handle: self }
@@ -445,7 +486,7 @@ impl<A: Arena> Handle<A> {
         let depth = self.pins.get() - 1;
         self.pins.set(depth);
         if depth == 0 {
-            epoch::unpin(&self.map.slot(self.slot).announce);
+            epoch::unpin(&self.record().announce);
             if self.retired_since.get() >= BATCH_COLLECT {
                 self.collect_keeping(Reuse::Keep);
             }
@@ -454,7 +495,7 @@ impl<A: Arena> Handle<A> {
 
     /// Whether this slot's limbo holds nothing.
     fn limbo_is_empty(&self) -> bool {
-        let head = self.map.slot(self.slot).limbo.load(Ordering::Relaxed);
+        let head = self.record().limbo.load(Ordering::Relaxed);
         head == 0
             || (self.bag(head).len.load(Ordering::Relaxed) == 0
                 && self.bag(head).next.load(Ordering::Relaxed) == 0)
@@ -472,12 +513,12 @@ impl<A: Arena> Handle<A> {
         if self.map.view().claim_retire(node, self.slot) {
             self.push_limbo(node);
         }
-        self.map.slot(self.slot).unlink.store(0, Ordering::Relaxed);
+        self.record().unlink.store(0, Ordering::Relaxed);
     }
 
     /// Puts an unlinked, claimed node on this slot's limbo list, stamped with the epoch now.
     pub(crate) fn push_limbo(&self, node: u64) {
-        let record = self.map.slot(self.slot);
+        let record = self.record();
         let mut head = record.limbo.load(Ordering::Relaxed);
         if head == 0 || self.bag(head).len.load(Ordering::Relaxed) == COUNT_BAG as u64 {
             self.before_alloc();
@@ -552,7 +593,7 @@ impl<A: Arena> Handle<A> {
         self.walked.set(global);
         let mut room = Room::for_reuse(reuse, &kept);
         let view = self.map.view();
-        let record = self.map.slot(self.slot);
+        let record = self.record();
         let head_at = offset_in(view, &record.limbo);
         let mut link_at = head_at;
         loop {
@@ -855,14 +896,15 @@ impl<A: Arena> Handle<A> {
 
     /// Bucket `bucket`'s sentinel if linked (linking it first), else its nearest linked
     /// ancestor's (when another thread holds the claim).
+    /// (Inline, and no `ok_or(StoreError::OutOfMemory)`: that built and dropped an error on
+    /// every call, 11 of the 50 instructions this took per write.)
+    #[inline]
     fn sentinel(&self, bucket: u64) -> Result<u64, StoreError> {
-        let at = self
-            .sentinel_at(bucket, true)
-            .ok_or(StoreError::OutOfMemory)?;
-        if self.is_linked(at) {
-            return Ok(at);
+        match self.sentinel_at(bucket, true) {
+            Some(at) if self.is_linked(at) => Ok(at),
+            Some(at) => self.link_sentinel(bucket, at),
+            None => Err(StoreError::OutOfMemory),
         }
-        self.link_sentinel(bucket, at)
     }
 
     /// The lazy migration step: claims bucket `bucket`'s sentinel (one CAS) and splices it

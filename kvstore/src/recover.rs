@@ -135,7 +135,7 @@ impl<A: Arena> Handle<A> {
     pub(crate) fn nodes(&self) -> Logged<'_> {
         Logged {
             view: self.map.view(),
-            unlink: &self.map.slot(self.slot).unlink,
+            unlink: &self.record().unlink,
         }
     }
 
@@ -143,25 +143,19 @@ impl<A: Arena> Handle<A> {
     #[inline]
     pub(crate) fn before_alloc(&self) {
         let step = A::step(&self.thread);
-        self.map
-            .slot(self.slot)
-            .alloc_step
-            .store(step, Ordering::Relaxed);
+        self.record().alloc_step.store(step, Ordering::Relaxed);
     }
 
     /// Writes this slot's item step.
     #[inline]
     pub(crate) fn log(&self, tag: u64, at: u64) {
-        self.map
-            .slot(self.slot)
-            .log
-            .store(at | tag, Ordering::Relaxed);
+        self.record().log.store(at | tag, Ordering::Relaxed);
     }
 
     /// Writes this slot's limbo step and where its block is referenced from.
     #[inline]
     pub(crate) fn limbo_log(&self, tag: u64, block: u64, from: u64) {
-        let record = self.map.slot(self.slot);
+        let record = self.record();
         record.limbo_at.store(from, Ordering::Relaxed);
         record.limbo_log.store(block | tag, Ordering::Relaxed);
     }

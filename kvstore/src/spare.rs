@@ -53,6 +53,9 @@ pub(crate) struct Spare {
 #[derive(Debug, Default)]
 pub(crate) struct Spares {
     by_size: Vec<(usize, Vec<Spare>)>,
+    /// The index in `by_size` the last lookup found: a set peeks, takes and (at a walk)
+    /// notes spares of one size, and a binary search per call cost ~15 instructions each.
+    last: std::cell::Cell<usize>,
     /// Spares noted, and their bytes.
     count: usize,
     bytes: usize,
@@ -89,7 +92,15 @@ impl Spares {
     /// Where the list of `size` is (or would go).
     #[inline]
     fn find(&self, size: usize) -> Result<usize, usize> {
-        self.by_size.binary_search_by_key(&size, |(s, _)| *s)
+        let last = self.last.get();
+        if self.by_size.get(last).is_some_and(|(s, _)| *s == size) {
+            return Ok(last);
+        }
+        let found = self.by_size.binary_search_by_key(&size, |(s, _)| *s);
+        if let Ok(i) = found {
+            self.last.set(i);
+        }
+        found
     }
 
     /// Removes and returns the spare [`peek`](Self::peek) names.
@@ -164,9 +175,12 @@ impl<A: Arena> Handle<A> {
         let Some(spare) = spares.peek(size) else {
             return;
         };
-        let start = self.map.view().ptr(spare.node);
-        for line in (0..size).step_by(64) {
-            prefetch_write(start.wrapping_add(line));
+        // A plain count of lines: `(0..size).step_by(64)` compiled to about 9 instructions
+        // a line, 150 of a 1 KiB set's (callgrind).
+        let mut line = self.map.view().ptr(spare.node);
+        for _ in 0..size.div_ceil(64) {
+            prefetch_write(line);
+            line = line.wrapping_add(64);
         }
     }
 
@@ -175,7 +189,7 @@ impl<A: Arena> Handle<A> {
     /// starts, so only `take_spare` leaves the word set across `allocate`.
     #[inline]
     pub(crate) fn allocated(&self) {
-        let open = self.map.slot(self.slot).limbo_log.load(Ordering::Relaxed);
+        let open = self.record().limbo_log.load(Ordering::Relaxed);
         if open != 0 {
             debug_assert_eq!(
                 open & recover::MASK_TAG,

@@ -28,7 +28,13 @@
 //! - `MIX_THREADS=1|2`: one thread count (`0`: only the two-process rows);
 //! - `MIX_SLICES=N`: slices per row; `MIX_CPU_TIME=1`: time threads by their CPU time;
 //! - `MIX_TABLE=N`: a fixed table of 2^N buckets; `MIX_PROCESSES=0` leaves out the
-//!   two-process rows.
+//!   two-process rows;
+//! - `MIX_ZIPF=N`: zipfian θ = N/100 (1..=99, default 99) for the threaded rows (the
+//!   two-process rows keep 0.99): lower spreads the writes over more keys, which tells
+//!   hot-key effects from per-operation cost.
+//!
+//! Under each row the lock-free maps' lost CAS races (`KvHandle::lost_races`: write-loop
+//! passes that lost their link CAS to another writer and searched again) are printed.
 //!
 //! For instruction and cache-miss counts per operation (deterministic, unlike time), run one
 //! map and one thread under callgrind and count only inside `run_ops`:
@@ -40,6 +46,7 @@ mod pages;
 mod zipf;
 
 use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zipf::{stream, Op, Zipf};
 
@@ -55,11 +62,20 @@ type Driver<'m> = Box<dyn FnMut(&[Op]) + 'm>;
 /// Makes a map's [`Driver`] on the calling worker thread (handles stay on their thread).
 type Starter<'m> = Box<dyn Fn() -> Driver<'m> + Sync + 'm>;
 
-fn starter<M: KvMap>(map: &M) -> Starter<'_> {
+/// `lost` sums the lost CAS races of the map's handles (`KvHandle::lost_races`), for the
+/// contention line printed under each row.
+fn starter<'m, M: KvMap>(map: &'m M, lost: &'m AtomicU64) -> Starter<'m> {
     Box::new(move || {
         let mut h = map.handle().unwrap();
         let value = vec![b'w'; SIZE_VALUE];
-        Box::new(move |ops: &[Op]| run_ops(&mut h, ops, &value))
+        let mut seen = 0;
+        Box::new(move |ops: &[Op]| {
+            run_ops(&mut h, ops, &value);
+            if let Some(n) = h.lost_races() {
+                lost.fetch_add(n - seen, Ordering::Relaxed);
+                seen = n;
+            }
+        })
     })
 }
 
@@ -250,7 +266,8 @@ fn child(spec: &str) {
     let store = Store::open(f[0], config(n(1))).unwrap();
     let zipf = Zipf::new(n(1), 0.99);
     let streams = vec![stream(&zipf, n(2) as usize, n(3), n(4))];
-    let times = measure(&[starter(&store)], &streams, 1, clock());
+    let lost = AtomicU64::new(0);
+    let times = measure(&[starter(&store, &lost)], &streams, 1, clock());
     println!("{}", n(2) as f64 / times[0][0] / 1e6);
 }
 
@@ -342,22 +359,25 @@ fn main() {
         "2 MiB pages taken by each map's preload: {}",
         huge.join(", ")
     );
+    let lost: Vec<AtomicU64> = names.iter().map(|_| AtomicU64::new(0)).collect();
     let maps: Vec<Starter<'_>> = names
         .iter()
-        .map(|n| match n.as_str() {
-            "podkv" => starter(&store),
-            "local" => starter(&local),
-            "dashmap" => starter(&dash),
+        .zip(&lost)
+        .map(|(n, lost)| match n.as_str() {
+            "podkv" => starter(&store, lost),
+            "local" => starter(&local, lost),
+            "dashmap" => starter(&dash, lost),
             other => panic!("MIX_MAPS: unknown map {other} (podkv, local, dashmap)"),
         })
         .collect();
-    let zipf = Zipf::new(keys, 0.99);
+    let theta = env_number("MIX_ZIPF").map_or(0.99, |p| p.clamp(1, 99) as f64 / 100.0);
+    let zipf = Zipf::new(keys, theta);
     let slices = env_number("MIX_SLICES")
         .unwrap_or(COUNT_SLICES as u64)
         .max(1) as usize;
     let clock = clock();
     println!(
-        "keys {keys}, {ops} ops/thread/map in {slices} interleaved slices, 8 B keys, {SIZE_VALUE} B values, zipfian 0.99, {clock:?} clock"
+        "keys {keys}, {ops} ops/thread/map in {slices} interleaved slices, 8 B keys, {SIZE_VALUE} B values, zipfian {theta}, {clock:?} clock"
     );
     let others = names[1..]
         .iter()
@@ -387,6 +407,7 @@ fn main() {
             let streams: Vec<_> = (0..threads)
                 .map(|t| stream(&zipf, ops, set_percent, 17 + t as u64))
                 .collect();
+            lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
             let times = measure(&maps, &streams, slices, clock);
             let row = summarize(&times, ops * threads);
             let groups: Vec<String> = (1..names.len())
@@ -423,6 +444,31 @@ fn main() {
                 .iter()
                 .map(|g| format!("{g:.4?}"))
                 .collect();
+            // Sets run: every timed slice, plus the warm-up slice (the first) once per map.
+            let sets: u64 = streams
+                .iter()
+                .map(|ops| {
+                    let count = |o: &[Op]| o.iter().filter(|op| op.is_set()).count() as u64;
+                    let warm = if env_number("MIX_WARMUP") == Some(0) {
+                        0
+                    } else {
+                        count(&ops[..ops.len().div_ceil(slices).min(ops.len())])
+                    };
+                    count(ops) + warm
+                })
+                .sum();
+            let races: Vec<String> = names
+                .iter()
+                .zip(&lost)
+                .filter(|(n, _)| n.as_str() != "dashmap")
+                .map(|(n, l)| {
+                    let l = l.load(Ordering::Relaxed);
+                    format!("{n} {l} ({:.2e} per set)", l as f64 / sets.max(1) as f64)
+                })
+                .collect();
+            if !races.is_empty() {
+                println!("{:>14}  lost CAS races: {}", "", races.join(", "));
+            }
             println!(
                 "{{\"mix\":\"{name}\",\"threads\":{threads},\"clock\":\"{clock:?}\",\"mops\":{},\"ratio_of_first\":{},\"group_ratios\":[{}]}}",
                 json(&row.mops),
