@@ -11,11 +11,9 @@ use podkv_alloc::remote::{self, Disown, RemoteFree};
 use podkv_hw::sync::{model, spawn, Arc, AtomicU64, Ordering};
 use std::cell::Cell;
 
-/// Bit a recovery word's acknowledgement sets (the model keeps only version and ack).
-const ACK: u64 = 1 << 58;
-
-/// A thread of the model: tid, a version bumped per operation (as `ThreadHandle` does), and
-/// the shared recovery words that serve as the help array.
+/// A thread of the model: tid, a version bumped per operation (as `ThreadHandle` does; its
+/// recovery word, which only it writes, is the model's `ver`), and the acknowledgement words,
+/// one per thread, that serve as the help array (`dcas`'s own encoding and functions).
 struct ModelWriter {
     tid: u16,
     ver: Cell<u16>,
@@ -40,22 +38,18 @@ impl ModelWriter {
             ..ModelWriter::new(tid, &Arc::new(Vec::new()))
         }
     }
-    /// Starts an operation: a fresh version, logged.
+    /// Starts an operation: a fresh version (logged in the thread's own recovery word).
     fn begin(&self) -> &Self {
         self.ver.set(self.ver.get() + 1);
-        if !self.track {
-            return self;
-        }
-        self.recs[usize::from(self.tid) - 1].store(u64::from(self.ver.get()), Ordering::Relaxed);
         self
     }
     /// Whether this thread's logged operation took effect on `word`, as a recoverer decides.
-    /// The target first, then the recovery word: whoever replaced the target acknowledged
-    /// before it did.
+    /// The target first, then the acknowledgement word: whoever replaced the target
+    /// acknowledged before it did.
     fn took_effect(&self, word: &AtomicU64) -> bool {
         let target = word.load(Ordering::Acquire);
-        let rec = self.recs[usize::from(self.tid) - 1].load(Ordering::Acquire);
-        dcas::tag(target) == self.tag() || rec & ACK != 0 && rec as u16 == self.ver.get()
+        let ack = self.recs[usize::from(self.tid) - 1].load(Ordering::Acquire);
+        dcas::tag(target) == self.tag() || dcas::is_acked(ack, self.ver.get())
     }
 }
 
@@ -70,10 +64,13 @@ impl Writer for ModelWriter {
         if !self.track {
             return;
         }
-        let rec = &self.recs[usize::from(previous.tid) - 1];
-        let cur = rec.load(Ordering::Acquire);
-        if cur as u16 == previous.ver && cur & ACK == 0 {
-            let _ = rec.compare_exchange(cur, cur | ACK, Ordering::AcqRel, Ordering::Relaxed);
+        let ack = &self.recs[usize::from(previous.tid) - 1];
+        let mut cur = ack.load(Ordering::Acquire);
+        while let Some(new) = dcas::acknowledged(cur, previous.ver) {
+            match self.cas_word(ack, cur, new) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
         }
     }
 }
@@ -97,8 +94,10 @@ fn remote_freer(
     }
 }
 
+/// `n` threads' acknowledgement words, each with the window its owner sets at claim.
 fn recs(n: usize) -> Arc<Vec<AtomicU64>> {
-    Arc::new((0..n).map(|_| AtomicU64::new(0)).collect())
+    let claimed = dcas::rebased(0, dcas::ack_base(0));
+    Arc::new((0..n).map(|_| AtomicU64::new(claimed)).collect())
 }
 
 struct List {
@@ -288,7 +287,7 @@ fn a_recoverer_tells_whether_the_dead_threads_cas_took_effect() {
             dying.join().unwrap(),
             "a CAS that took effect is seen at once"
         );
-        other.join().unwrap();
+        let _ = other.join().unwrap();
         let dead = ModelWriter::new(1, &recs);
         dead.ver.set(2);
         assert!(
@@ -310,8 +309,8 @@ fn an_overwritten_cas_is_acknowledged() {
         let word = Arc::new(AtomicU64::new(dcas::pack(3, Tag { tid: 0, ver: 0 })));
         let first = spawn(remote_freer(&word, &recs, 1, 1));
         let second = spawn(remote_freer(&word, &recs, 2, 1));
-        first.join().unwrap();
-        second.join().unwrap();
+        let _ = first.join().unwrap();
+        let _ = second.join().unwrap();
         for tid in [1, 2] {
             let w = ModelWriter::new(tid, &recs);
             w.ver.set(1);
