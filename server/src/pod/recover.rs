@@ -95,14 +95,16 @@ mod tests {
             pid: dead_pid,
             ..podkv_alloc::process::me()
         };
+        // This thread's slot first: a claim that met the dead slot would adopt it.
+        let mine = heap.thread().unwrap();
+        let dead_slot = (u64::from(mine.slot_index()) + 1) % heap.geometry().slots();
         assert!(heap
-            .slot(3)
+            .slot(dead_slot)
             .try_claim(owner, podkv_alloc::process::lease_until()));
-        let _mine = heap.thread().unwrap();
         let report = recover_member(&path, dead_pid).unwrap();
-        assert_eq!(report.slots, vec![3]);
+        assert_eq!(report.slots, vec![dead_slot]);
         assert_eq!(report.recovered, 1, "recovered and released");
-        assert!(matches!(heap.slot_life(3), SlotLife::Free));
+        assert!(matches!(heap.slot_life(dead_slot), SlotLife::Free));
         let me = recover_member(&path, std::process::id()).unwrap();
         assert!(me.slots.is_empty(), "a live process's slots are not dead");
     }
