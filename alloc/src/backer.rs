@@ -30,6 +30,7 @@
 
 use crate::heap::{Heap, Shared, SlabHeap};
 use podkv_hw::sync::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
@@ -41,7 +42,11 @@ pub(crate) struct Backer {
     /// Grows in this process that had to back their own slabs (the backer was behind).
     behind: AtomicU64,
     /// Set when a grow wants the backer to run.
-    wanted: Mutex<bool>,
+    wanted: AtomicBool,
+    /// What the backer sleeps on. A grow only ever *tries* the lock to wake it, so no
+    /// operation waits on a lock (nor deadlocks on one a fork left held); a wake lost that
+    /// way costs at most one `PERIOD_IDLE` before the backer sees `wanted`.
+    sleep: Mutex<()>,
     wake: Condvar,
 }
 
@@ -63,9 +68,10 @@ impl Backer {
         if lead == 0 || backed >= len + lead {
             return;
         }
-        let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
-        *wanted = true;
-        self.wake.notify_one();
+        self.wanted.store(true, Ordering::Release);
+        if let Ok(_sleeping) = self.sleep.try_lock() {
+            self.wake.notify_one();
+        }
     }
 
     /// Most bytes the backer may have backed ahead of the heaps' lengths (remote words,
@@ -94,20 +100,16 @@ const SIZE_DESC_BOUND: u64 = crate::slab::SIZE_DESC as u64;
 fn run(shared: Weak<Shared>, backer: Arc<Backer>) {
     loop {
         {
-            let mut wanted = backer.wanted.lock().unwrap_or_else(|e| e.into_inner());
-            if !*wanted {
-                wanted = backer
-                    .wake
-                    .wait_timeout(wanted, PERIOD_IDLE)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+            let sleeping = backer.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            if !backer.wanted.load(Ordering::Acquire) {
+                let _ = backer.wake.wait_timeout(sleeping, PERIOD_IDLE);
             }
-            if !std::mem::take(&mut *wanted) {
-                if shared.strong_count() == 0 {
-                    return;
-                }
-                continue;
+        }
+        if !backer.wanted.swap(false, Ordering::AcqRel) {
+            if shared.strong_count() == 0 {
+                return;
             }
+            continue;
         }
         let Some(shared) = shared.upgrade() else {
             return;
