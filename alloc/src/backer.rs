@@ -29,6 +29,7 @@
 //! (their pages were given back to the OS; which one is popped next is not known ahead).
 
 use crate::heap::{Heap, Shared, SlabHeap};
+use crate::slab::SIZE_DESC;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -79,7 +80,7 @@ impl Backer {
     pub(crate) fn slack_bytes(heaps: &[SlabHeap]) -> u64 {
         heaps
             .iter()
-            .map(|h| u64::from(h.count_back_ahead) * (h.slab_bytes() + 8 + SIZE_DESC_BOUND))
+            .map(|h| u64::from(h.count_back_ahead) * (h.slab_bytes() + 8 + SIZE_DESC as u64))
             .sum()
     }
 
@@ -93,9 +94,6 @@ impl Backer {
             .spawn(move || run(shared, backer));
     }
 }
-
-/// A bound on one slab's descriptor bytes, for [`Backer::slack_bytes`].
-const SIZE_DESC_BOUND: u64 = crate::slab::SIZE_DESC as u64;
 
 fn run(shared: Weak<Shared>, backer: Arc<Backer>) {
     loop {

@@ -325,8 +325,7 @@ impl Heap {
         let mcas = if geometry.coherence == Coherence::Mcas {
             // SAFETY: the mapping covers `0..huge_data` with the HWcc globals, the slots'
             // acknowledgement words and the mCAS lines backed (above; remote words are backed
-            // before `len` names their slabs),
-            // and `Shared` drops `mcas` before `mapping`.
+            // before `len` names their slabs), and `Shared` drops `mcas` before `mapping`.
             Some(unsafe { HeapMcas::open(mapping.base(), &geometry, &layout)? })
         } else {
             None
