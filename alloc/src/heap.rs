@@ -42,7 +42,7 @@ use crate::layout::{
 use crate::mcas::HeapMcas;
 use crate::offset::Offset;
 use crate::process::{Liveness, SlotLife};
-use crate::slab::{SlabDesc, State, SIZE_DESC};
+use crate::slab::{SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slot::{Owner, Slot, SIZE_SLOT};
 use crate::thread::{Recovered, ThreadHandle};
 use podkv_hw::mcas::McasKind;
@@ -194,6 +194,8 @@ pub struct SlabHeap {
     pub count_keep_unsized: u32,
     /// Slabs past `len` the process's backer thread keeps backed (module `backer`).
     pub count_back_ahead: u32,
+    /// Slabs at the head of the cold list the backer backs again once pops reach it.
+    pub count_back_cold: u32,
 }
 
 impl SlabHeap {
@@ -217,6 +219,7 @@ impl SlabHeap {
                 batch_grow: 2,
                 count_keep_unsized: 4,
                 count_back_ahead: 16,
+                count_back_cold: 8,
             },
             Kind::Large => SlabHeap {
                 kind,
@@ -233,6 +236,7 @@ impl SlabHeap {
                 batch_grow: 1,
                 count_keep_unsized: 2,
                 count_back_ahead: 8,
+                count_back_cold: 4,
             },
         }
     }
@@ -531,9 +535,10 @@ impl Heap {
         self.shared.file.allocated_bytes()
     }
 
-    /// Most bytes this heap's backers may have backed ahead of its slab heaps' lengths
-    /// (remote words, descriptors and slab data; module `backer`): file storage that
-    /// [`Heap::file_allocated_bytes`] counts before any slab uses it.
+    /// Most bytes this heap's backers may have backed ahead of use: past its slab heaps'
+    /// lengths (remote words, descriptors and slab data) and at the heads of their cold lists
+    /// (module `backer`): file storage that [`Heap::file_allocated_bytes`] counts before any
+    /// slab uses it.
     pub fn back_ahead_bytes(&self) -> u64 {
         Backer::slack_bytes(&self.shared.heaps)
     }
@@ -762,6 +767,54 @@ impl Heap {
             .map_err(|_| AllocError::OutOfMemory)
     }
 
+    /// Makes sure the data pages of a slab the caller just popped off the cold list are
+    /// backed: nothing to do when a backer backed them after their release (module `backer`),
+    /// else the system call on this path. Either way the backer is asked to back the list's
+    /// next slabs, since whoever pops next will want them.
+    pub(crate) fn back_popped(&self, heap: &SlabHeap, slab: u32) -> Result<(), AllocError> {
+        let backer = &self.shared.backer;
+        backer.cold_popped(heap);
+        if self.desc(heap, slab).pages_backed() {
+            return Ok(());
+        }
+        backer.missed_cold();
+        self.back_slab(heap, slab)
+    }
+
+    /// The backer's half of [`Heap::back_popped`]: backs the data pages of the first `count`
+    /// slabs of `heap`'s cold list that are not known to be backed. Returns how many it backed.
+    ///
+    /// The walk owns nothing: a slab it reads may be popped (and pushed again) under it, and
+    /// from then on it follows stale links. That is harmless: it stops at `count` slabs and at
+    /// any slab past `len`, backing never destroys data, and a slab's `pages` word is set only
+    /// by a CAS from the value read *before* backing, so it fails if a release came between.
+    pub(crate) fn back_cold_head(&self, heap: &SlabHeap, count: u32) -> Result<u32, AllocError> {
+        let len = self.len(heap);
+        let coherence = self.shared.geometry.coherence;
+        let mut link = free_list::head_of(self.free_head(heap).load(Ordering::Acquire));
+        let mut backed = 0;
+        for _ in 0..count {
+            if link == free_list::NIL || link > len {
+                break;
+            }
+            let slab = link - 1;
+            let desc = self.desc(heap, slab);
+            coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            coherence.invalidate((&desc.pages as *const AtomicU64).cast(), 8);
+            let pages = desc.pages.load(Ordering::Acquire);
+            if pages & 1 == 0 {
+                self.back_slab(heap, slab)?;
+                backed += u32::from(
+                    desc.pages
+                        .compare_exchange(pages, pages | 1, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok(),
+                );
+            }
+            link = desc.next();
+        }
+        Ok(backed)
+    }
+
     /// `unsized_to_free`: pushes a slab the caller owns on the warm global list (refused,
     /// returning false, when that already holds `count_warm_max` slabs) or on the cold list
     /// with its pages released to the OS first (rule 7). Idempotent up to its CAS.
@@ -789,6 +842,7 @@ impl Heap {
             self.shared
                 .file
                 .release(heap.data_of(slab), heap.slab_bytes());
+            self.desc(heap, slab).pages_released();
             free_list::push(head, slab, writer, depth_of, link);
             true
         }

@@ -26,7 +26,10 @@
 //! The owner writes the descriptor back before ownership can move (constitution rule 6).
 
 use crate::class::COUNT_BLOCKS_MAX;
-use podkv_hw::sync::{AtomicU64, Ordering::Relaxed};
+use podkv_hw::sync::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 /// Words in a slab's free bitset.
 pub const COUNT_BITSET_WORDS: usize = COUNT_BLOCKS_MAX / 64;
@@ -109,6 +112,13 @@ pub struct SlabDesc {
     pub depth: AtomicU64,
     /// Bit `i` set: block `i` is free for the owner to allocate. Owner only.
     pub bits: [AtomicU64; COUNT_BITSET_WORDS],
+    /// Whether the data pages are backed since they were last released:
+    /// `releases << 1 | backed`. A cold-list pusher counts a release (clearing `backed`)
+    /// after punching the pages; a backer sets `backed` by CAS from the value it read before
+    /// backing them ([`crate::backer`]), so a release in between makes its CAS fail; a
+    /// cold-list popper skips backing when it is set. It lies in the descriptor's padding
+    /// (format 5 heaps hold zero there: not known to be backed).
+    pub pages: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<SlabDesc>() == SIZE_DESC);
@@ -143,6 +153,20 @@ impl SlabDesc {
     pub fn set_links(&self, next: u32, prev: u32) {
         self.links
             .store(u64::from(next) | u64::from(prev) << 32, Relaxed);
+    }
+
+    /// Counts a release of the slab's data pages (the caller just punched them): they are not
+    /// backed until a backer says so again.
+    #[inline]
+    pub fn pages_released(&self) {
+        let pages = self.pages.load(Acquire);
+        self.pages.store(((pages >> 1) + 1) << 1, Release);
+    }
+
+    /// Whether a backer backed the slab's data pages after their last release.
+    #[inline]
+    pub fn pages_backed(&self) -> bool {
+        self.pages.load(Acquire) & 1 == 1
     }
 
     /// The search cursor.
@@ -263,6 +287,31 @@ pub const fn full_word(capacity: u32, i: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_release_after_a_backer_read_the_pages_word_makes_its_claim_fail() {
+        // SAFETY: a descriptor is plain atomics, for which all-zero bytes are valid.
+        let desc: Box<SlabDesc> = Box::new(unsafe { std::mem::zeroed() });
+        assert!(
+            !desc.pages_backed(),
+            "a fresh heap's slab is not known backed"
+        );
+        let seen = desc.pages.load(Relaxed);
+        desc.pages_released();
+        assert!(desc
+            .pages
+            .compare_exchange(seen, seen | 1, Relaxed, Relaxed)
+            .is_err());
+        assert!(!desc.pages_backed());
+        let seen = desc.pages.load(Relaxed);
+        assert!(desc
+            .pages
+            .compare_exchange(seen, seen | 1, Relaxed, Relaxed)
+            .is_ok());
+        assert!(desc.pages_backed());
+        desc.pages_released();
+        assert!(!desc.pages_backed(), "a release clears what a backer set");
+    }
 
     #[test]
     fn allocatable_bits_stop_at_the_capacity() {

@@ -783,7 +783,7 @@ impl ThreadHandle {
                 self.heap
                     .desc(heap, slab)
                     .set_meta(self.me, 0, State::Unsized);
-                if !warm && self.heap.back_slab(heap, slab).is_err() {
+                if !warm && self.heap.back_popped(heap, slab).is_err() {
                     self.push_global(heap, slab, false);
                     return Err(AllocError::OutOfMemory);
                 }
