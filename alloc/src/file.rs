@@ -6,10 +6,28 @@
 //! (constitution rule 8). A free slab's pages are released by punching a hole (rule 7).
 
 use crate::error::HeapError;
+use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+thread_local! {
+    /// `fallocate` calls this thread made (backing and releasing).
+    static CALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many times this thread has backed or released pages of a heap file (`fallocate`):
+/// the system calls an allocation or free may make on its own path. Read it before and after
+/// an operation to tell the operations that made one (a latency test's outliers) from those
+/// that did not.
+pub fn calls_on_this_thread() -> u64 {
+    CALLS.with(Cell::get)
+}
+
+fn count_call() {
+    CALLS.with(|calls| calls.set(calls.get() + 1));
+}
 
 /// An open heap file.
 #[derive(Debug)]
@@ -127,6 +145,7 @@ impl HeapFile {
         if self.is_device || len == 0 {
             return Ok(());
         }
+        count_call();
         // SAFETY: `fd` is open; mode 0 allocates and extends, it never discards data.
         let rc = unsafe { libc::fallocate(self.fd, 0, offset as libc::off_t, len as libc::off_t) };
         if rc == 0 {
@@ -163,6 +182,7 @@ impl HeapFile {
             return;
         }
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        count_call();
         // SAFETY: `fd` is open; punching a hole only discards the range's contents, which the
         // caller owns and no longer needs. Failure (a file system without holes) only keeps pages.
         unsafe { libc::fallocate(self.fd, mode, offset as libc::off_t, len as libc::off_t) };
@@ -276,5 +296,32 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: the range is this mapping's and no reference into it outlives the heap.
         unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backing_and_releasing_count_on_the_calling_thread_only() {
+        let dir = std::env::temp_dir().join(format!("podkv-file-calls-{}", std::process::id()));
+        let file = HeapFile::open(&dir, true).unwrap();
+        let before = calls_on_this_thread();
+        file.back(0, 1 << 16).unwrap();
+        file.release(0, 1 << 16);
+        assert_eq!(calls_on_this_thread(), before + 2);
+        let other = std::thread::scope(|s| {
+            s.spawn(|| {
+                file.back(1 << 16, 1 << 16).unwrap();
+                calls_on_this_thread()
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(other, 1, "a fresh thread counts its own call");
+        assert_eq!(calls_on_this_thread(), before + 2, "not this thread's call");
+        drop(file);
+        std::fs::remove_file(&dir).unwrap();
     }
 }

@@ -72,8 +72,10 @@ const PHASE_WINDOW: usize = 1;
 /// values; 1248 reach past an hour.
 const SUB_BITS: u32 = 5;
 const BUCKETS: usize = 1280;
-/// Words per worker in the record file: heartbeat, pause acknowledgement.
-const FIELDS: usize = 2;
+/// Words per worker in the record file: heartbeat, pause acknowledgement, then per phase the
+/// operations that made a system call of the allocator's (`fallocate`), then per measure and
+/// phase the slowest operation that made none.
+const FIELDS: usize = 2 + 2 + MEASURES * 2;
 /// Words per worker of latency histograms: a maximum and the buckets, per measure and phase.
 const HISTOGRAM: usize = BUCKETS + 1;
 const HISTOGRAMS: usize = MEASURES * 2 * HISTOGRAM;
@@ -182,6 +184,39 @@ impl Record {
     }
     fn paused(&self, w: usize) -> &AtomicU64 {
         self.worker(w, 1)
+    }
+    /// Worker `w`'s count of operations in `phase` that made an allocator system call.
+    fn calls(&self, w: usize, phase: usize) -> &AtomicU64 {
+        self.worker(w, 2 + phase)
+    }
+    /// Worker `w`'s slowest operation of `measure` in `phase` that made no system call.
+    fn quiet_max(&self, w: usize, measure: usize, phase: usize) -> &AtomicU64 {
+        self.worker(w, 4 + measure * 2 + phase)
+    }
+    /// Counts one operation that made a system call, or notes the latencies of one that did not
+    /// (this worker is the only writer of its fields).
+    fn count_calls(&self, w: usize, phase: usize, called: bool, ns: [u64; MEASURES]) {
+        if called {
+            let calls = self.calls(w, phase);
+            calls.store(calls.load(Relaxed) + 1, Relaxed);
+            return;
+        }
+        for (measure, ns) in ns.into_iter().enumerate() {
+            let max = self.quiet_max(w, measure, phase);
+            if ns > max.load(Relaxed) {
+                max.store(ns, Relaxed);
+            }
+        }
+    }
+    /// Over every worker: operations in `phase` that made a system call, and the slowest
+    /// operation of `measure` in `phase` that made none.
+    fn calls_and_quiet_max(&self, measure: usize, phase: usize) -> (u64, u64) {
+        (0..WORKERS_MAX).fold((0, 0), |(calls, max), w| {
+            (
+                calls + self.calls(w, phase).load(Acquire),
+                max.max(self.quiet_max(w, measure, phase).load(Acquire)),
+            )
+        })
     }
     /// Worker `w`'s latency histogram of `measure` in `phase`: its maximum, then its buckets.
     /// Kept across the worker's restarts: a killed worker's operations stay counted.
@@ -467,6 +502,13 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
             us(calm.max),
             us(window.quantile(0.999)),
         );
+        let (window_calls, quiet) = record.calls_and_quiet_max(m, PHASE_WINDOW);
+        let (calm_calls, _) = record.calls_and_quiet_max(m, PHASE_CALM);
+        println!(
+            "    without the {window_calls} window operations (and {calm_calls} calm ones) that backed or released pages themselves: slowest window operation {:.1} µs = {:.2}x the normal p99.9",
+            us(quiet),
+            quiet as f64 / p999.max(1) as f64,
+        );
     }
     let _ = std::fs::remove_file(record_path(&args.path));
     Ok(())
@@ -659,6 +701,7 @@ pub fn worker(path: &Path, w: u64, workers: u64, seed: u64) -> anyhow::Result<()
         }
         let window = record.window().load(Acquire);
         let waited = run_delay.read().unwrap_or(0);
+        let calls = podkv_alloc::file::calls_on_this_thread();
         let (begin, cpu) = (Instant::now(), thread_cpu_ns());
         step(&t, &record, &mut rng, w, workers);
         let ns = begin.elapsed().as_nanos() as u64;
@@ -666,7 +709,10 @@ pub fn worker(path: &Path, w: u64, workers: u64, seed: u64) -> anyhow::Result<()
         let queued = run_delay.read().unwrap_or(0).saturating_sub(waited);
         let in_window = window % 2 == 1 || record.window().load(Acquire) != window;
         let phase = if in_window { PHASE_WINDOW } else { PHASE_CALM };
-        record.count_latency(w_idx, phase, [ns, cpu_ns, ns.saturating_sub(queued)]);
+        let ns = [ns, cpu_ns, ns.saturating_sub(queued)];
+        record.count_latency(w_idx, phase, ns);
+        let called = podkv_alloc::file::calls_on_this_thread() != calls;
+        record.count_calls(w_idx, phase, called, ns);
         record.heartbeat(w_idx).fetch_add(1, Release);
     }
 }
