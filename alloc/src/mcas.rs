@@ -51,7 +51,7 @@
 //!   `Slot::generation` (bumped by the slot's new owner only).
 
 use crate::error::HeapError;
-use crate::layout::{Geometry, Layout};
+use crate::layout::{Geometry, Layout, COUNT_PROCESS_LINES};
 use podkv_hw::mcas::{
     ensure_processor, Liveness, Mcas, McasError, McasKind, NmpOptions, ProcessorHandle, Region,
     Start, Window,
@@ -59,9 +59,62 @@ use podkv_hw::mcas::{
 use podkv_hw::sync::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// Bytes into the header of the process lines' borrow words (`COUNT_PROCESS_LINES` of them).
+pub(crate) const OFFSET_PROCESS_LINES: u64 = 1024;
+
+/// Borrows a process line for this heap handle: one whose borrow word is zero, or names a
+/// process of this host that is gone, CASed (a CPU CAS: one host) to `me`. Returns its index.
+///
+/// # Safety
+/// `base + OFFSET_PROCESS_LINES .. + 8 * COUNT_PROCESS_LINES` is the mapped, backed header.
+unsafe fn borrow_process_line(base: *mut u8, me: u64) -> Result<u32, HeapError> {
+    // SAFETY: the caller's contract; the words are 8-byte aligned in the header page, and an
+    // AtomicU64 is valid for any bits.
+    let words = unsafe {
+        std::slice::from_raw_parts(
+            base.add(OFFSET_PROCESS_LINES as usize) as *const AtomicU64,
+            COUNT_PROCESS_LINES as usize,
+        )
+    };
+    let take = |word: &AtomicU64, from: u64| {
+        word.compare_exchange(from, me, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    };
+    let free = words.iter().position(|w| take(w, 0));
+    let found = free.or_else(|| {
+        words.iter().position(|w| {
+            let seen = w.load(Ordering::Acquire);
+            crate::process::is_dead_owner(seen) && take(w, seen)
+        })
+    });
+    found.map(|i| i as u32).ok_or(HeapError::NoProcessLine {
+        count: COUNT_PROCESS_LINES,
+    })
+}
+
+/// Gives process line `line` back (its borrow word from `me` to zero).
+///
+/// # Safety
+/// As [`borrow_process_line`].
+unsafe fn return_process_line(base: usize, line: u32, me: u64) {
+    // SAFETY: the caller's contract: the word lies in the mapped header.
+    let word = unsafe {
+        &*((base + OFFSET_PROCESS_LINES as usize + 8 * line as usize) as *const AtomicU64)
+    };
+    let _ = word.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
+}
+
 /// One process's view of an `mcas` heap's region.
 pub(crate) struct HeapMcas {
     kind: McasKind,
+    /// Client id of process line 0 (the heap's slot count).
+    first_process_line: u32,
+    /// `nmp`: the process line this heap handle holds (its index) and, held while a request
+    /// is on it, the process-local lock that gives it to one thread at a time. `None` for
+    /// `flush-cas`, which has no lines.
+    process_line: Option<Mutex<u32>>,
+    /// This process's owner word, as the process lines' borrow words record it.
+    me: u64,
     region: Region,
     options: NmpOptions,
     /// Address of heap offset zero in this process: a word's target is its offset from here.
@@ -88,7 +141,7 @@ impl HeapMcas {
         let bad = |e: McasError| HeapError::Config(format!("mCAS region: {e}"));
         // SAFETY: the caller's contract; every access to the region's words is atomic.
         let window = unsafe { Window::new(base, layout.huge_data as usize, None) };
-        let clients = geometry.slots() as u32;
+        let clients = geometry.mcas_clients();
         let targets = layout.hwcc..layout.hwcc_end;
         let fresh = window
             .word(layout.mcas)
@@ -105,8 +158,19 @@ impl HeapMcas {
                 region.targets()
             )));
         }
+        let me = crate::process::me().pack();
+        let process_line = if geometry.mcas == McasKind::Nmp {
+            // SAFETY: the header is backed and mapped for as long as the heap handle that will
+            // hold the returned value; the borrow words are only accessed atomically.
+            Some(Mutex::new(unsafe { borrow_process_line(base, me)? }))
+        } else {
+            None
+        };
         let mcas = HeapMcas {
             kind: geometry.mcas,
+            first_process_line: geometry.slots() as u32,
+            process_line,
+            me,
             region,
             options: NmpOptions::default(),
             base: base as usize,
@@ -117,6 +181,21 @@ impl HeapMcas {
             mcas.ensure_processor().map_err(bad)?;
         }
         Ok(mcas)
+    }
+
+    /// The CAS of [`HeapMcas::cas`] for a thread that holds no slot of its own (a claim of a
+    /// slot or hazard record, a release of the hazard record): on this heap handle's process
+    /// line, one thread of the process at a time.
+    #[cold]
+    pub(crate) fn cas_as_process(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        match &self.process_line {
+            Some(line) => {
+                let line = line.lock().unwrap_or_else(|e| e.into_inner());
+                self.cas(self.first_process_line + *line, word, current, new)
+            }
+            // `flush-cas` is stateless: any client id serves.
+            None => self.cas(0, word, current, new),
+        }
     }
 
     /// The implementation serving the heap.
@@ -201,6 +280,19 @@ impl HeapMcas {
                 }
             }
             other => panic!("podkv: mCAS on heap offset {target} failed: {other}"),
+        }
+    }
+}
+
+impl Drop for HeapMcas {
+    fn drop(&mut self) {
+        // The processor first (its handle answers what is pending), then the line.
+        drop(self.processor.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(line) = &self.process_line {
+            let line = *line.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the heap's mapping (header included) outlives this value (`Shared`
+            // drops `mcas` before `mapping`).
+            unsafe { return_process_line(self.base, line, self.me) };
         }
     }
 }
