@@ -334,7 +334,11 @@ mod tests {
             let before = swcc::counts();
             assert!(r.publish(0x4000_0000, coherence));
             let publish = swcc::counts().since(before);
-            assert_eq!(publish.lines_written_back > 0, swcc, "{coherence:?}: {publish:?}");
+            assert_eq!(
+                publish.lines_written_back > 0,
+                swcc,
+                "{coherence:?}: {publish:?}"
+            );
             assert_eq!(publish.lines_invalidated, 0, "{coherence:?}: {publish:?}");
             let before = swcc::counts();
             assert!(h.is_hazard(0x4000_0000));
@@ -344,7 +348,11 @@ mod tests {
             let before = swcc::counts();
             r.withdraw(0x4000_0000, coherence);
             let withdraw = swcc::counts().since(before);
-            assert_eq!(withdraw.lines_written_back > 0, swcc, "{coherence:?}: {withdraw:?}");
+            assert_eq!(
+                withdraw.lines_written_back > 0,
+                swcc,
+                "{coherence:?}: {withdraw:?}"
+            );
         }
     }
 }

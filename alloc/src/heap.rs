@@ -338,7 +338,15 @@ impl Heap {
             None
         };
         let me = crate::process::me();
-        let huge = open_huge(&file, &mapping, &geometry, &layout, config, me, mcas.clone())?;
+        let huge = open_huge(
+            &file,
+            &mapping,
+            &geometry,
+            &layout,
+            config,
+            me,
+            mcas.clone(),
+        )?;
         let heaps = [
             SlabHeap::new(Kind::Small, &geometry, &layout),
             SlabHeap::new(Kind::Large, &geometry, &layout),
@@ -997,9 +1005,12 @@ fn open_huge(
         });
     }
     let cas = |word: &AtomicU64, current, new| cas_as_process(mcas.as_deref(), word, current, new);
-    let record = view(0).hazards().claim(me, cas).ok_or(HeapError::NoHazardRecord {
-        count: hazard::COUNT_HAZARD_RECORDS,
-    })?;
+    let record = view(0)
+        .hazards()
+        .claim(me, cas)
+        .ok_or(HeapError::NoHazardRecord {
+            count: hazard::COUNT_HAZARD_RECORDS,
+        })?;
     HugeProcess::new(view(record), config.huge_backing, me, mcas).map(Some)
 }
 

@@ -187,7 +187,12 @@ impl HeapMcas {
     /// slot or hazard record, a release of the hazard record): on this heap handle's process
     /// line, one thread of the process at a time.
     #[cold]
-    pub(crate) fn cas_as_process(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+    pub(crate) fn cas_as_process(
+        &self,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
         match &self.process_line {
             Some(line) => {
                 let line = line.lock().unwrap_or_else(|e| e.into_inner());
@@ -287,12 +292,86 @@ impl HeapMcas {
 impl Drop for HeapMcas {
     fn drop(&mut self) {
         // The processor first (its handle answers what is pending), then the line.
-        drop(self.processor.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.processor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         if let Some(line) = &self.process_line {
             let line = *line.lock().unwrap_or_else(|e| e.into_inner());
             // SAFETY: the heap's mapping (header included) outlives this value (`Shared`
             // drops `mcas` before `mapping`).
             unsafe { return_process_line(self.base, line, self.me) };
         }
+    }
+}
+
+#[cfg(all(test, not(podkv_loom)))]
+mod tests {
+    use super::*;
+    use crate::slot::Owner;
+
+    /// A zeroed header page, 8-byte aligned.
+    fn header() -> Vec<u64> {
+        vec![0; 512]
+    }
+
+    fn words(page: &mut [u64]) -> &[AtomicU64] {
+        let at = OFFSET_PROCESS_LINES as usize / 8;
+        // SAFETY: `page` is exclusively borrowed, 8-byte aligned and long enough; an AtomicU64
+        // has the layout of a u64.
+        unsafe {
+            std::slice::from_raw_parts(
+                page[at..].as_mut_ptr() as *const AtomicU64,
+                COUNT_PROCESS_LINES as usize,
+            )
+        }
+    }
+
+    fn owner(host: u16, pid: u32) -> u64 {
+        Owner {
+            host,
+            pid,
+            start: 1,
+        }
+        .pack()
+    }
+
+    #[test]
+    fn a_process_line_is_borrowed_free_first_then_from_a_dead_process_of_this_host_only() {
+        let mut page = header();
+        let me = crate::process::me().pack();
+        let here = crate::process::host_id();
+        let elsewhere = here.wrapping_add(1).max(1);
+        let base = page.as_mut_ptr().cast::<u8>();
+        // Every line held: by live-looking owners of another host, one by a dead one here.
+        for (i, word) in words(&mut page).iter().enumerate() {
+            let held = if i == 40 {
+                owner(here, 0xFF_FFFE)
+            } else {
+                owner(elsewhere, 0xFF_FFFE)
+            };
+            word.store(held, Ordering::Relaxed);
+        }
+        // SAFETY: `base` is the page's start, which holds the borrow words.
+        assert_eq!(unsafe { borrow_process_line(base, me) }.unwrap(), 40);
+        assert_eq!(words(&mut page)[40].load(Ordering::Relaxed), me);
+        // SAFETY: as above.
+        let full = unsafe { borrow_process_line(base, me) };
+        assert!(
+            matches!(full, Err(HeapError::NoProcessLine { count: 64 })),
+            "another host's process is never taken for dead: {full:?}"
+        );
+        // SAFETY: as above.
+        unsafe { return_process_line(base as usize, 40, me) };
+        assert_eq!(words(&mut page)[40].load(Ordering::Relaxed), 0);
+        words(&mut page)[3].store(0, Ordering::Relaxed);
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { borrow_process_line(base, me) }.unwrap(),
+            3,
+            "a free one first"
+        );
     }
 }

@@ -113,4 +113,7 @@ impl Slot {
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() <= SIZE_SLOT);
-const _: () = assert!(std::mem::offset_of!(Slot, recovery) == 64, "the lease has its own line");
+const _: () = assert!(
+    std::mem::offset_of!(Slot, recovery) == 64,
+    "the lease has its own line"
+);

@@ -58,13 +58,13 @@ use crate::hazard::{HazardRecord, Hazards, COUNT_HAZARD_RECORDS, SIZE_HAZARD_REC
 use crate::heap::Heap;
 use crate::layout::{Geometry, Layout, COUNT_HUGE_RANGES};
 use crate::mcas::HeapMcas;
-use crate::slot::Owner;
-use std::sync::Arc;
 use crate::offset::Offset;
+use crate::slot::Owner;
 use crate::thread::ThreadHandle;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::alloc::Layout as AllocLayout;
+use std::sync::Arc;
 
 /// Bytes of one slot's huge state.
 pub const SIZE_HUGE_LOCAL: u64 = 4096;
