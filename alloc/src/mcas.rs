@@ -5,18 +5,40 @@
 //! # Placement
 //! The targets are the heap's HWcc region (`Layout::hwcc .. Layout::hwcc_end`): the global
 //! lines (both lengths, the cold and warm list heads), every slab's remote word, the huge
-//! heap's reservation array and every thread slot's acknowledgement word, and nothing else
-//! lives there. The region's own lines (header,
-//! liveness, journal, one `spwr` and one `sprd` line per thread slot) follow at `Layout::mcas`,
-//! page aligned. Both are fixed by the geometry. The region's header is deterministic too, so
-//! every opener of a fresh zero-filled file may write it (identical bytes, magic last): any
-//! number of processes can open at once.
+//! heap's reservation array, every thread slot's acknowledgement and owner words and every
+//! hazard record's owner word, and nothing else lives there. The region's own lines (header,
+//! liveness, journal, one `spwr` and one `sprd` line per thread slot and per process line)
+//! follow at `Layout::mcas`, page aligned. Both are fixed by the geometry. The region's header
+//! is deterministic too, so every opener of a fresh zero-filled file may write it (identical
+//! bytes, magic last): any number of processes can open at once.
 //!
 //! # Implementations
 //! The header's format word records which one serves the heap (`Geometry::mcas`):
 //! `flush-cas` (evict the line, then CPU CAS; stateless) or `nmp` (the software near-memory
 //! processor: a thread of whichever process finds none alive, started at open and again
-//! whenever a request finds the processor dead or gone). Thread slot `i` is client `i`.
+//! whenever a request finds the processor dead or gone). Thread slot `i` is client `i`;
+//! process line `j` is client `slots + j`.
+//!
+//! # Process lines (`nmp`): requests of a thread that holds no slot
+//! A thread's requests go on its slot's line, which it owns while it holds the slot. Claiming
+//! a slot (or adopting a dead one, or a sweep taking a released one for a moment) is itself an
+//! mCAS, made before the thread owns any line, and so are the claim and release of a process's
+//! hazard record. Those go on a *process line*: each open heap handle borrows one of
+//! [`COUNT_PROCESS_LINES`] at open (a borrow word in the header, `OFFSET_PROCESS_LINES`, CASed
+//! from zero to the process's owner word: host, start time, pid) and returns it at close; its
+//! threads take turns on it under a process-local mutex. So a stalled or dead process blocks
+//! no other process's claims: a stalled one holds only its own line, and a dead one's line
+//! (its borrow word names a process of this host that is gone) is taken back by the next
+//! opener that finds none free. What remains:
+//! - the borrow words change by CPU CAS, atomic only among the hosts of one coherence domain
+//!   (one host here). A device would give each process its own request lines when it maps
+//!   them from the device file, which makes the borrow unnecessary there;
+//! - a process of another host is never judged dead by its borrow word (no pid of another
+//!   host can be checked), so the lines of crashed processes on other hosts stay borrowed; at
+//!   most 64 processes hold an `nmp` heap open at once (the hazard records' limit too), and
+//!   one more gets [`HeapError::NoProcessLine`];
+//! - within a process, a thread stalled in the middle of a claim delays the claims of the
+//!   process's other threads (never their allocations, which use their slots' lines).
 //!
 //! # A dead processor
 //! A request that finds no processor, or one whose heartbeat stopped, comes back as an error
@@ -27,28 +49,39 @@
 //! overwritten by another thread before the check is the one case this cannot tell apart; it
 //! needs the processor to die during that very request.
 //!
-//! # Multi-writer words outside the region
-//! The contract covers the slab heaps, the huge reservation array (claimed and given back
-//! through the same hook, `Heap::cas_word`) and the help array of detectable CAS: each thread
-//! slot's acknowledgement word (`Layout::slot_acks`, 8 B per slot), which an acknowledger
-//! changes through the hook and recovery reads, while the slot's owner keeps writing its
-//! recovery word with plain stores on the fast paths (format 4 set an acknowledgement bit in
-//! the recovery word itself by CPU CAS, which a host's dirty line of that word could undo).
-//! These other words are written by more than one thread and still change by CPU CAS, which
-//! is atomic only among the hosts of one coherence domain (so on this machine, where "hosts"
-//! are processes, every test holds; on a pod without coherence they are not yet safe):
-//! - **thread-slot and hazard-record owner words** (`slot.rs`, `hazard.rs`): claimed by CAS by
-//!   any process, once per thread or process start. A hazard record's cells are written only
-//!   by its owning process (one host), but read by freers on any host without a write-back or
-//!   invalidation: the huge heap's hazard protocol assumes coherence today.
+//! # Multi-writer words
+//! Through the hook (`Heap::cas_word`, and `Heap::cas_word_as_process` for a thread without a
+//! slot): the slab heaps' words, the huge reservation array, the help array of detectable CAS
+//! (each slot's acknowledgement word, `Layout::slot_acks`), and since format 6 the owner words
+//! of the thread slots (`Layout::slot_owners`: claim and adoption by CAS from zero or from a
+//! dead owner's word, release by CAS from the owner's word to zero) and of the hazard records
+//! (`Layout::hazard_owners`, the same way; a record's owner is a slot's kind of word, host +
+//! start time + pid, so a record of another host counts as live). The data those words hand
+//! over follows SWcc: a slot is written back by its owner before the releasing CAS and
+//! invalidated by the next owner after its claim; its lease, which other hosts read to judge
+//! the owner, is on a line of its own, written back at each renewal (and before a claim) and
+//! invalidated before each read; a hazard record's cells (one writer: the owning process, a
+//! single host) are written back by every publish and withdraw and invalidated by every reader.
+//!
+//! Still changed by CPU CAS, atomic only among the hosts of one coherence domain (so on this
+//! machine, where "hosts" are processes, every test holds; on a pod without coherence they are
+//! not safe across hosts):
+//! - **the process lines' borrow words** (above): they bootstrap the hook itself.
 //! - **the header's format word**: the first opener of a zero file CASes it from 0; it is what
 //!   says where (and whether) the region exists, so it cannot go through it.
 //! - **the header's backed-ahead words** (`backer.rs`): raised by any process's backer, but
 //!   only for a heap on a file, whose processes share one host (a device needs no backing);
 //!   a stale value only makes a grow back its slabs itself.
+//! - **a hazard record's cells and `high`**: CAS and `fetch_max` by the owning process's
+//!   threads only (one host), read by others under the reader rule.
 //! - Single-writer words need no mCAS: a slot's own lists, pending batch, recovery word (one
-//!   writer since format 5) and huge descriptors (SWcc: written back before ownership moves), and
-//!   `Slot::generation` (bumped by the slot's new owner only).
+//!   writer since format 5), lease and `generation` (bumped by the slot's new owner only), and
+//!   huge descriptors (SWcc: written back before ownership moves).
+//!
+//! A host that crashes loses what its caches held and had not written back: a dead owner's
+//! last fast-path steps (its recovery word is stored plainly on the fast paths, written back
+//! only when the slot is released) may be missing when another host adopts its slot. On one
+//! host (this machine) a dead process's stores are all in memory.
 
 use crate::error::HeapError;
 use crate::layout::{Geometry, Layout, COUNT_PROCESS_LINES};
