@@ -401,10 +401,7 @@ mod tests {
         assert_eq!(words(&mut page)[40].load(Ordering::Relaxed), 0);
         words(&mut page)[3].store(0, Ordering::Relaxed);
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { borrow_process_line(base, me) }.unwrap(),
-            3,
-            "a free one first"
-        );
+        let line = unsafe { borrow_process_line(base, me) }.unwrap();
+        assert_eq!(line, 3, "a free one first");
     }
 }
