@@ -10,9 +10,11 @@
 //!    maxima plus the huge heap, 1 TiB by default) and map the file over everything but the
 //!    huge data range (`file.rs`);
 //! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
-//!    hazard record and join the SIGSEGV handler's registry (`huge/`, `fault.rs`).
-//! 6. in an `mcas` heap, back and open (formatting if fresh) the mCAS region, and for `nmp`
-//!    start a processor thread if none is alive (`mcas.rs`).
+//!    hazard record (by CAS on its owner word through the heap's hook) and join the SIGSEGV
+//!    handler's registry (`huge/`, `fault.rs`).
+//! 6. in an `mcas` heap, back and open (formatting if fresh) the mCAS region, borrow a process
+//!    line for `nmp` and start a processor thread if none is alive (`mcas.rs`); this happens
+//!    before step 5's claim of a hazard record, which goes through it.
 //!
 //! # Why the slab heaps are mapped eagerly
 //! The small and large heaps only grow: a slab's file pages are backed before `len` says it
@@ -688,7 +690,8 @@ impl Heap {
     }
 
     /// The one way a multi-writer word (global list heads, heap lengths, remote words, the
-    /// huge reservation array, the slots' acknowledgement words) changes by CAS, on behalf of thread slot `client`: memory-side
+    /// huge reservation array, the slots' acknowledgement and owner words, the hazard records'
+    /// owner words) changes by CAS, on behalf of thread slot `client`: memory-side
     /// CAS in an `mcas` heap, CPU CAS otherwise (hardware coherent there). Replaces `word` by
     /// `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
     #[inline]
