@@ -166,7 +166,7 @@ impl Walk<'_> {
         }
         for i in 0..self.heap.geometry().slots() {
             let slot = self.heap.slot(i);
-            let owner = slot.owner.load(Acquire);
+            let owner = self.heap.slot_owner_word(i).load(Acquire);
             let pid = owner_pid(owner);
             if pid != 0 {
                 let alive = !matches!(self.heap.slot_life(i), SlotLife::Dead(_));

@@ -92,6 +92,12 @@ pub enum HeapError {
         /// Records in the heap.
         count: u64,
     },
+    /// Every process line of an `nmp` heap's mCAS region is held by a live process.
+    #[error("no free mCAS process line: {count} processes already have this heap open")]
+    NoProcessLine {
+        /// Process lines in the region.
+        count: u64,
+    },
     /// This process already has as many heaps open as the SIGSEGV handler's registry holds.
     #[error(
         "too many heaps open in this process: the huge heap's fault handler serves at most {count}"

@@ -10,9 +10,11 @@
 //!    maxima plus the huge heap, 1 TiB by default) and map the file over everything but the
 //!    huge data range (`file.rs`);
 //! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
-//!    hazard record and join the SIGSEGV handler's registry (`huge/`, `fault.rs`).
-//! 6. in an `mcas` heap, back and open (formatting if fresh) the mCAS region, and for `nmp`
-//!    start a processor thread if none is alive (`mcas.rs`).
+//!    hazard record (by CAS on its owner word through the heap's hook) and join the SIGSEGV
+//!    handler's registry (`huge/`, `fault.rs`).
+//! 6. in an `mcas` heap, back and open (formatting if fresh) the mCAS region, borrow a process
+//!    line for `nmp` and start a processor thread if none is alive (`mcas.rs`); this happens
+//!    before step 5's claim of a hazard record, which goes through it.
 //!
 //! # Why the slab heaps are mapped eagerly
 //! The small and large heaps only grow: a slab's file pages are backed before `len` says it
@@ -270,7 +272,7 @@ pub(crate) struct Shared {
     pub(crate) huge: Option<HugeProcess>,
     /// An `mcas` heap's region and processor: dropped (stopping a processor this process
     /// runs) while the mapping below still stands.
-    pub(crate) mcas: Option<HeapMcas>,
+    pub(crate) mcas: Option<Arc<HeapMcas>>,
     pub(crate) mapping: Mapping,
     pub(crate) file: HeapFile,
     pub(crate) geometry: Geometry,
@@ -322,15 +324,18 @@ impl Heap {
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
-        file.back(layout.slot_acks, 8 * geometry.slots())?;
+        file.back(layout.slot_acks, layout.hwcc_end - layout.slot_acks)?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
         file.back(layout.mcas, layout.mcas_bytes)?;
         let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
         let mcas = if geometry.coherence == Coherence::Mcas {
-            // SAFETY: the mapping covers `0..huge_data` with the HWcc globals, the slots'
-            // acknowledgement words and the mCAS lines backed (above; remote words are backed
-            // before `len` names their slabs), and `Shared` drops `mcas` before `mapping`.
-            Some(unsafe { HeapMcas::open(mapping.base(), &geometry, &layout)? })
+            // SAFETY: the mapping covers `0..huge_data` with the header, the HWcc globals, the
+            // slots' and hazard records' words and the mCAS lines backed (above; remote words
+            // are backed before `len` names their slabs), and `Shared` drops `mcas` (and
+            // `huge`, which holds the other reference) before `mapping`.
+            Some(Arc::new(unsafe {
+                HeapMcas::open(mapping.base(), &geometry, &layout)?
+            }))
         } else {
             None
         };
@@ -341,8 +346,8 @@ impl Heap {
             &geometry,
             &layout,
             config,
-            me.pid,
-            u64::from(me.start),
+            me,
+            mcas.clone(),
         )?;
         let heaps = [
             SlabHeap::new(Kind::Small, &geometry, &layout),
@@ -480,6 +485,56 @@ impl Heap {
         (made == generation).then_some(recovered)
     }
 
+    /// Thread slot `i`'s owner word ([`Owner`] packed, zero: free), in the HWcc region:
+    /// read it freely; it changes only by [`Heap::try_claim_slot`] and a handle's release.
+    pub fn slot_owner_word(&self, i: u64) -> &AtomicU64 {
+        assert!(i < self.shared.geometry.slots());
+        self.word(self.shared.layout.slot_owners + 8 * i)
+    }
+
+    /// Thread slot `i`'s owner, if claimed.
+    pub fn slot_owner(&self, i: u64) -> Option<Owner> {
+        Owner::unpack(self.slot_owner_word(i).load(Ordering::Acquire))
+    }
+
+    /// Takes thread slot `i` for `owner` if its owner word holds `from` (zero: a free slot;
+    /// else the word of a dead owner being adopted), by CAS through the heap's hook on this
+    /// process's line (mCAS in an `mcas` heap); returns whether it did. The lease is renewed
+    /// (and written back) first, so nobody sees the new owner's lease expired; after the CAS
+    /// the slot is invalidated (SWcc: its last owner wrote it back, or died) and its claim
+    /// count bumped. The caller holds the slot from then on: a [`ThreadHandle`] does this
+    /// itself; tests use it to plant an owner (a dead process's, say).
+    pub fn try_claim_slot(&self, i: u64, from: u64, owner: Owner) -> bool {
+        let word = self.slot_owner_word(i);
+        if word.load(Ordering::Acquire) != from {
+            return false;
+        }
+        let slot = self.slot(i);
+        let coherence = self.shared.geometry.coherence;
+        slot.lease
+            .store(crate::process::lease_until(), Ordering::Release);
+        coherence.write_back((&slot.lease as *const AtomicU64).cast(), 8);
+        if self.cas_word_as_process(word, from, owner.pack()).is_err() {
+            return false;
+        }
+        let (bytes, len) = slot.bytes();
+        coherence.invalidate(bytes, len);
+        // The owner's own word now: a plain increment.
+        let claims = slot.generation.load(Ordering::Relaxed);
+        slot.generation.store(claims + 1, Ordering::Release);
+        true
+    }
+
+    /// Gives slot `i`, held by `owner`, back: writes the slot back (SWcc), then CASes its owner
+    /// word from `owner` to zero on the slot's own line. False if the word no longer names
+    /// `owner` (in lease mode, an adopter judged it dead meanwhile).
+    pub(crate) fn release_slot(&self, i: u32, owner: Owner) -> bool {
+        let (bytes, len) = self.slot(u64::from(i)).bytes();
+        self.shared.geometry.coherence.write_back(bytes, len);
+        let word = self.slot_owner_word(u64::from(i));
+        self.cas_word(i, word, owner.pack(), 0).is_ok()
+    }
+
     fn claims_of(&self, slot: u32) -> u64 {
         self.slot(u64::from(slot))
             .generation
@@ -488,7 +543,12 @@ impl Heap {
 
     /// Whether slot `i`'s owner is alive, dead, or the slot free.
     pub fn slot_life(&self, i: u64) -> SlotLife {
-        crate::process::life_of(self.slot(i), self.shared.geometry.liveness)
+        crate::process::life_of(
+            self.slot_owner_word(i),
+            self.slot(i),
+            self.shared.geometry.liveness,
+            self.shared.geometry.coherence,
+        )
     }
 
     /// Claims a thread slot for the calling thread.
@@ -620,17 +680,18 @@ impl Heap {
 
     /// The mCAS implementation of an `mcas` heap (`None` in other modes).
     pub fn mcas_kind(&self) -> Option<McasKind> {
-        self.shared.mcas.as_ref().map(HeapMcas::kind)
+        self.shared.mcas.as_deref().map(HeapMcas::kind)
     }
 
     /// mCAS operations (CAS and store on multi-writer words) this process has sent to an
     /// `mcas` heap's region; zero in other modes, where no change goes through mCAS.
     pub fn mcas_ops(&self) -> u64 {
-        self.shared.mcas.as_ref().map_or(0, HeapMcas::ops)
+        self.shared.mcas.as_deref().map_or(0, HeapMcas::ops)
     }
 
     /// The one way a multi-writer word (global list heads, heap lengths, remote words, the
-    /// huge reservation array, the slots' acknowledgement words) changes by CAS, on behalf of thread slot `client`: memory-side
+    /// huge reservation array, the slots' acknowledgement and owner words, the hazard records'
+    /// owner words) changes by CAS, on behalf of thread slot `client`: memory-side
     /// CAS in an `mcas` heap, CPU CAS otherwise (hardware coherent there). Replaces `word` by
     /// `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
     #[inline]
@@ -647,6 +708,18 @@ impl Heap {
         }
     }
 
+    /// [`Heap::cas_word`] for a thread that holds no slot (or not the one it changes): on the
+    /// process line of an `nmp` heap, one thread of the process at a time; claims of slots and
+    /// hazard records, and the release of this process's hazard record, go this way.
+    pub(crate) fn cas_word_as_process(
+        &self,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
+        cas_as_process(self.shared.mcas.as_deref(), word, current, new)
+    }
+
     /// The store of [`Heap::cas_word`]'s mechanism: a word no other thread may change
     /// concurrently (by contract of the caller), ordered after every earlier change of it.
     #[inline]
@@ -658,20 +731,20 @@ impl Heap {
     }
 
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
-    /// the huge heap's reservation array (constant, 8 KiB) when there is a huge heap, plus one
-    /// acknowledgement word per thread slot ever claimed, plus an `mcas` heap's region lines
-    /// (uncachable too).
+    /// the huge heap's reservation array (constant, 8 KiB) and hazard records' owner words
+    /// (512 B) when there is a huge heap, plus an acknowledgement and an owner word per thread
+    /// slot ever claimed, plus an `mcas` heap's region lines (uncachable too).
     pub fn hwcc_bytes(&self) -> u64 {
         let claimed = (0..self.shared.geometry.slots())
             .filter(|&i| self.slot(i).generation.load(Ordering::Relaxed) != 0)
             .count() as u64;
         let huge = if self.shared.huge.is_some() {
-            8 * crate::layout::COUNT_HUGE_RANGES
+            8 * (crate::layout::COUNT_HUGE_RANGES + hazard::COUNT_HAZARD_RECORDS)
         } else {
             0
         };
         huge + self.shared.layout.mcas_bytes
-            + 8 * claimed
+            + 16 * claimed
             + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
             + Kind::ALL
                 .iter()
@@ -879,12 +952,30 @@ fn renew_leases(shared: std::sync::Weak<Shared>) {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         for i in held {
-            heap.slot(u64::from(i))
-                .lease
-                .store(until, Ordering::Release);
+            let lease = &heap.slot(u64::from(i)).lease;
+            lease.store(until, Ordering::Release);
+            // SWcc: other hosts judge the owner by this line.
+            heap.shared
+                .geometry
+                .coherence
+                .write_back((lease as *const AtomicU64).cast(), 8);
         }
         drop(heap);
         std::thread::sleep(period);
+    }
+}
+
+/// The CAS of [`Heap::cas_word_as_process`]: on the process line of an `mcas` heap's region,
+/// a CPU CAS in other modes.
+pub(crate) fn cas_as_process(
+    mcas: Option<&HeapMcas>,
+    word: &AtomicU64,
+    current: u64,
+    new: u64,
+) -> Result<u64, u64> {
+    match mcas {
+        Some(mcas) => mcas.cas_as_process(word, current, new),
+        None => crate::dcas::cpu_cas(word, current, new),
     }
 }
 
@@ -896,8 +987,8 @@ fn open_huge(
     geometry: &Geometry,
     layout: &Layout,
     config: &Config,
-    pid: u32,
-    start_time: u64,
+    me: Owner,
+    mcas: Option<Arc<HeapMcas>>,
 ) -> Result<Option<HugeProcess>, HeapError> {
     if geometry.huge_log2 == 0 {
         return Ok(None);
@@ -916,11 +1007,14 @@ fn open_huge(
             needed,
         });
     }
-    let record =
-        hazard::claim(view(0).records(), pid, start_time).ok_or(HeapError::NoHazardRecord {
+    let cas = |word: &AtomicU64, current, new| cas_as_process(mcas.as_deref(), word, current, new);
+    let record = view(0)
+        .hazards()
+        .claim(me, cas)
+        .ok_or(HeapError::NoHazardRecord {
             count: hazard::COUNT_HAZARD_RECORDS,
         })?;
-    HugeProcess::new(view(record), config.huge_backing).map(Some)
+    HugeProcess::new(view(record), config.huge_backing, me, mcas).map(Some)
 }
 
 fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {

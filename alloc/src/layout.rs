@@ -10,11 +10,14 @@
 //!                            8 B claim word per huge range
 //!                            (COUNT_HUGE_RANGES, 8 KiB in all),
 //!                            then one 8 B acknowledgement word per thread   (thread.rs)
-//!                            slot (the help array of detectable CAS)
+//!                            slot (the help array of detectable CAS),
+//!                            then one 8 B owner word per thread slot        (slot.rs)
+//!                            and one per hazard record                      (hazard.rs)
 //! mcas         mCAS lines   `mcas` heaps only: the mCAS region's header,    (mcas.rs)
 //!                            liveness and journal lines, then one request
 //!                            (spwr) and one response (sprd) line per thread
-//!                            slot; its targets are the HWcc region above
+//!                            slot and per process line; its targets are the
+//!                            HWcc region above
 //! slots        thread slots COUNT_SLOTS × 2 KiB                             (slot.rs)
 //! small_desc   SWcc descs   one 1088 B descriptor per small slab           (slab.rs)
 //! large_desc   SWcc descs   one 1088 B descriptor per large slab
@@ -56,10 +59,17 @@ const ALIGN_PAGE: u64 = 4096;
 const ALIGN_DATA: u64 = 2 << 20;
 /// The format word's magic ("PKV" in the low 24 bits).
 pub const MAGIC: u64 = 0x564B50;
-/// The on-file format this build reads and writes. 5: 64 KiB small slabs with 1088 B
-/// descriptors, and the slots' acknowledgement words at the end of the HWcc region (4 had
-/// 32 KiB and 576 B and no such words, so its offsets name other bytes).
-pub const FORMAT_VERSION: u64 = 5;
+/// The on-file format this build reads and writes. 6: the owner words of the thread slots and
+/// of the hazard records live in the HWcc region (changed through the heap's one hook, so by
+/// mCAS in an `mcas` heap), a slot's lease has its own line, and an `mcas` heap's region has
+/// process lines (5 kept each owner word in its slot or record, changed by CPU CAS; 5 had
+/// 64 KiB small slabs with 1088 B descriptors and the slots' acknowledgement words at the end
+/// of the HWcc region, which 4 lacked).
+pub const FORMAT_VERSION: u64 = 6;
+/// Process lines of an `mcas` heap's region: the mCAS client lines a process borrows for the
+/// requests it makes without a thread slot of its own (claiming a slot or a hazard record),
+/// one per process at a time (`mcas.rs`, "Process lines").
+pub const COUNT_PROCESS_LINES: u64 = 64;
 /// Largest reservation a geometry may ask for (64 TiB: well inside a 47-bit address space).
 pub const SIZE_RESERVATION_MAX: u64 = 64 << 40;
 
@@ -211,6 +221,12 @@ impl Geometry {
             .saturating_sub(COUNT_HUGE_RANGES.trailing_zeros())
     }
 
+    /// Clients of an `mcas` heap's region: one per thread slot (client `i` is slot `i`'s), then
+    /// [`COUNT_PROCESS_LINES`] process lines (client `slots + j` is process line `j`).
+    pub fn mcas_clients(&self) -> u32 {
+        (self.slots() + COUNT_PROCESS_LINES) as u32
+    }
+
     /// Where every region lies.
     pub fn layout(&self) -> Layout {
         let (small, large) = (self.small_slabs_max(), self.large_slabs_max());
@@ -219,10 +235,12 @@ impl Geometry {
         let large_remote = small_remote + 8 * small;
         let huge_ranges = large_remote + 8 * large;
         let slot_acks = huge_ranges + 8 * COUNT_HUGE_RANGES;
-        let hwcc_end = slot_acks + 8 * self.slots();
+        let slot_owners = slot_acks + 8 * self.slots();
+        let hazard_owners = slot_owners + 8 * self.slots();
+        let hwcc_end = hazard_owners + 8 * COUNT_HAZARD_RECORDS;
         let mcas = hwcc_end.next_multiple_of(ALIGN_PAGE);
         let mcas_bytes = if self.coherence == Coherence::Mcas {
-            region_bytes(self.slots() as u32)
+            region_bytes(self.mcas_clients())
         } else {
             0
         };
@@ -250,6 +268,8 @@ impl Geometry {
             large_data,
             huge_ranges,
             slot_acks,
+            slot_owners,
+            hazard_owners,
             huge_hazard,
             huge_local,
             huge_data,
@@ -268,11 +288,12 @@ pub struct Layout {
     /// Large slabs' remote-free words.
     pub large_remote: u64,
     /// End of the HWcc region (`hwcc..hwcc_end`: every multi-writer word of the slab heaps,
-    /// the huge reservation array and the slots' acknowledgement words, the mCAS targets of an
-    /// `mcas` heap).
+    /// the huge reservation array, the slots' acknowledgement and owner words and the hazard
+    /// records' owner words: the mCAS targets of an `mcas` heap).
     pub hwcc_end: u64,
-    /// The mCAS region's lines (header, liveness, journal, spwr and sprd per thread slot),
-    /// page aligned after the HWcc region; `mcas_bytes` is zero unless the heap is `mcas`.
+    /// The mCAS region's lines (header, liveness, journal, spwr and sprd per thread slot and
+    /// per process line), page aligned after the HWcc region; `mcas_bytes` is zero unless the
+    /// heap is `mcas`.
     pub mcas: u64,
     /// Bytes of the mCAS region's lines.
     pub mcas_bytes: u64,
@@ -288,9 +309,16 @@ pub struct Layout {
     pub large_data: u64,
     /// The huge heap's reservation array (`COUNT_HUGE_RANGES` words).
     pub huge_ranges: u64,
-    /// One acknowledgement word per thread slot, the HWcc region's last: the help array of
-    /// detectable CAS ([`crate::dcas`]), changed only through the heap's one hook.
+    /// One acknowledgement word per thread slot: the help array of detectable CAS
+    /// ([`crate::dcas`]), changed only through the heap's one hook.
     pub slot_acks: u64,
+    /// One owner word per thread slot ([`crate::slot::Owner`] packed; zero: free), changed only
+    /// through the heap's one hook: claim and adoption by CAS from zero or from a dead owner's
+    /// word, release by CAS from the owner's word to zero.
+    pub slot_owners: u64,
+    /// One owner word per hazard record (as a slot's; `COUNT_HAZARD_RECORDS` words), the HWcc
+    /// region's last, changed like the slots' owner words.
+    pub hazard_owners: u64,
     /// Hazard records, one per process mapping the heap (`hazard.rs`).
     pub huge_hazard: u64,
     /// Per thread slot: the huge heap's log word and descriptors (`huge.rs`).
@@ -363,7 +391,9 @@ mod tests {
         assert!(l.small_data + (g.small_slabs_max() << SHIFT_SMALL_SLAB) <= l.large_data);
         assert_eq!(l.huge_ranges, l.large_remote + 8 * g.large_slabs_max());
         assert_eq!(l.huge_ranges + 8 * COUNT_HUGE_RANGES, l.slot_acks);
-        assert_eq!(l.slot_acks + 8 * g.slots(), l.hwcc_end);
+        assert_eq!(l.slot_acks + 8 * g.slots(), l.slot_owners);
+        assert_eq!(l.slot_owners + 8 * g.slots(), l.hazard_owners);
+        assert_eq!(l.hazard_owners + 8 * COUNT_HAZARD_RECORDS, l.hwcc_end);
         assert!(l.large_data + (g.large_slabs_max() << SHIFT_LARGE_SLAB) <= l.huge_hazard);
         assert!(l.huge_hazard + SIZE_HAZARD_RECORD * COUNT_HAZARD_RECORDS <= l.huge_local);
         assert!(l.huge_local + SIZE_HUGE_LOCAL * g.slots() <= l.huge_data);
@@ -383,13 +413,17 @@ mod tests {
         let (h, m) = (hardware.layout(), mcas.layout());
         assert_eq!(h.mcas_bytes, 0, "other modes keep their layout");
         assert_eq!(h.slots, h.hwcc_end.next_multiple_of(ALIGN_PAGE));
-        assert_eq!(m.hwcc_end, m.slot_acks + 8 * mcas.slots());
+        assert_eq!(m.hwcc_end, m.hazard_owners + 8 * COUNT_HAZARD_RECORDS);
         assert_eq!(m.mcas % ALIGN_PAGE, 0);
         assert!(
             m.hwcc_end <= m.mcas,
             "the targets stay apart from the lines"
         );
-        assert_eq!(m.mcas_bytes, region_bytes(mcas.slots() as u32));
+        assert_eq!(
+            m.mcas_bytes,
+            region_bytes(mcas.slots() as u32 + COUNT_PROCESS_LINES as u32),
+            "a line pair per slot and per process line"
+        );
         assert!(m.mcas + m.mcas_bytes <= m.slots);
         assert_eq!(Geometry::from_word(mcas.to_word()), Ok(mcas));
         let device = Geometry {

@@ -5,18 +5,40 @@
 //! # Placement
 //! The targets are the heap's HWcc region (`Layout::hwcc .. Layout::hwcc_end`): the global
 //! lines (both lengths, the cold and warm list heads), every slab's remote word, the huge
-//! heap's reservation array and every thread slot's acknowledgement word, and nothing else
-//! lives there. The region's own lines (header,
-//! liveness, journal, one `spwr` and one `sprd` line per thread slot) follow at `Layout::mcas`,
-//! page aligned. Both are fixed by the geometry. The region's header is deterministic too, so
-//! every opener of a fresh zero-filled file may write it (identical bytes, magic last): any
-//! number of processes can open at once.
+//! heap's reservation array, every thread slot's acknowledgement and owner words and every
+//! hazard record's owner word, and nothing else lives there. The region's own lines (header,
+//! liveness, journal, one `spwr` and one `sprd` line per thread slot and per process line)
+//! follow at `Layout::mcas`, page aligned. Both are fixed by the geometry. The region's header
+//! is deterministic too, so every opener of a fresh zero-filled file may write it (identical
+//! bytes, magic last): any number of processes can open at once.
 //!
 //! # Implementations
 //! The header's format word records which one serves the heap (`Geometry::mcas`):
 //! `flush-cas` (evict the line, then CPU CAS; stateless) or `nmp` (the software near-memory
 //! processor: a thread of whichever process finds none alive, started at open and again
-//! whenever a request finds the processor dead or gone). Thread slot `i` is client `i`.
+//! whenever a request finds the processor dead or gone). Thread slot `i` is client `i`;
+//! process line `j` is client `slots + j`.
+//!
+//! # Process lines (`nmp`): requests of a thread that holds no slot
+//! A thread's requests go on its slot's line, which it owns while it holds the slot. Claiming
+//! a slot (or adopting a dead one, or a sweep taking a released one for a moment) is itself an
+//! mCAS, made before the thread owns any line, and so are the claim and release of a process's
+//! hazard record. Those go on a *process line*: each open heap handle borrows one of
+//! [`COUNT_PROCESS_LINES`] at open (a borrow word in the header, `OFFSET_PROCESS_LINES`, CASed
+//! from zero to the process's owner word: host, start time, pid) and returns it at close; its
+//! threads take turns on it under a process-local mutex. So a stalled or dead process blocks
+//! no other process's claims: a stalled one holds only its own line, and a dead one's line
+//! (its borrow word names a process of this host that is gone) is taken back by the next
+//! opener that finds none free. What remains:
+//! - the borrow words change by CPU CAS, atomic only among the hosts of one coherence domain
+//!   (one host here). A device would give each process its own request lines when it maps
+//!   them from the device file, which makes the borrow unnecessary there;
+//! - a process of another host is never judged dead by its borrow word (no pid of another
+//!   host can be checked), so the lines of crashed processes on other hosts stay borrowed; at
+//!   most 64 processes hold an `nmp` heap open at once (the hazard records' limit too), and
+//!   one more gets [`HeapError::NoProcessLine`];
+//! - within a process, a thread stalled in the middle of a claim delays the claims of the
+//!   process's other threads (never their allocations, which use their slots' lines).
 //!
 //! # A dead processor
 //! A request that finds no processor, or one whose heartbeat stopped, comes back as an error
@@ -27,31 +49,42 @@
 //! overwritten by another thread before the check is the one case this cannot tell apart; it
 //! needs the processor to die during that very request.
 //!
-//! # Multi-writer words outside the region
-//! The contract covers the slab heaps, the huge reservation array (claimed and given back
-//! through the same hook, `Heap::cas_word`) and the help array of detectable CAS: each thread
-//! slot's acknowledgement word (`Layout::slot_acks`, 8 B per slot), which an acknowledger
-//! changes through the hook and recovery reads, while the slot's owner keeps writing its
-//! recovery word with plain stores on the fast paths (format 4 set an acknowledgement bit in
-//! the recovery word itself by CPU CAS, which a host's dirty line of that word could undo).
-//! These other words are written by more than one thread and still change by CPU CAS, which
-//! is atomic only among the hosts of one coherence domain (so on this machine, where "hosts"
-//! are processes, every test holds; on a pod without coherence they are not yet safe):
-//! - **thread-slot and hazard-record owner words** (`slot.rs`, `hazard.rs`): claimed by CAS by
-//!   any process, once per thread or process start. A hazard record's cells are written only
-//!   by its owning process (one host), but read by freers on any host without a write-back or
-//!   invalidation: the huge heap's hazard protocol assumes coherence today.
+//! # Multi-writer words
+//! Through the hook (`Heap::cas_word`, and `Heap::cas_word_as_process` for a thread without a
+//! slot): the slab heaps' words, the huge reservation array, the help array of detectable CAS
+//! (each slot's acknowledgement word, `Layout::slot_acks`), and since format 6 the owner words
+//! of the thread slots (`Layout::slot_owners`: claim and adoption by CAS from zero or from a
+//! dead owner's word, release by CAS from the owner's word to zero) and of the hazard records
+//! (`Layout::hazard_owners`, the same way; a record's owner is a slot's kind of word, host +
+//! start time + pid, so a record of another host counts as live). The data those words hand
+//! over follows SWcc: a slot is written back by its owner before the releasing CAS and
+//! invalidated by the next owner after its claim; its lease, which other hosts read to judge
+//! the owner, is on a line of its own, written back at each renewal (and before a claim) and
+//! invalidated before each read; a hazard record's cells (one writer: the owning process, a
+//! single host) are written back by every publish and withdraw and invalidated by every reader.
+//!
+//! Still changed by CPU CAS, atomic only among the hosts of one coherence domain (so on this
+//! machine, where "hosts" are processes, every test holds; on a pod without coherence they are
+//! not safe across hosts):
+//! - **the process lines' borrow words** (above): they bootstrap the hook itself.
 //! - **the header's format word**: the first opener of a zero file CASes it from 0; it is what
 //!   says where (and whether) the region exists, so it cannot go through it.
 //! - **the header's backed-ahead words** (`backer.rs`): raised by any process's backer, but
 //!   only for a heap on a file, whose processes share one host (a device needs no backing);
 //!   a stale value only makes a grow back its slabs itself.
+//! - **a hazard record's cells and `high`**: CAS and `fetch_max` by the owning process's
+//!   threads only (one host), read by others under the reader rule.
 //! - Single-writer words need no mCAS: a slot's own lists, pending batch, recovery word (one
-//!   writer since format 5) and huge descriptors (SWcc: written back before ownership moves), and
-//!   `Slot::generation` (bumped by the slot's new owner only).
+//!   writer since format 5), lease and `generation` (bumped by the slot's new owner only), and
+//!   huge descriptors (SWcc: written back before ownership moves).
+//!
+//! A host that crashes loses what its caches held and had not written back: a dead owner's
+//! last fast-path steps (its recovery word is stored plainly on the fast paths, written back
+//! only when the slot is released) may be missing when another host adopts its slot. On one
+//! host (this machine) a dead process's stores are all in memory.
 
 use crate::error::HeapError;
-use crate::layout::{Geometry, Layout};
+use crate::layout::{Geometry, Layout, COUNT_PROCESS_LINES};
 use podkv_hw::mcas::{
     ensure_processor, Liveness, Mcas, McasError, McasKind, NmpOptions, ProcessorHandle, Region,
     Start, Window,
@@ -59,9 +92,62 @@ use podkv_hw::mcas::{
 use podkv_hw::sync::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// Bytes into the header of the process lines' borrow words (`COUNT_PROCESS_LINES` of them).
+pub(crate) const OFFSET_PROCESS_LINES: u64 = 1024;
+
+/// Borrows a process line for this heap handle: one whose borrow word is zero, or names a
+/// process of this host that is gone, CASed (a CPU CAS: one host) to `me`. Returns its index.
+///
+/// # Safety
+/// `base + OFFSET_PROCESS_LINES .. + 8 * COUNT_PROCESS_LINES` is the mapped, backed header.
+unsafe fn borrow_process_line(base: *mut u8, me: u64) -> Result<u32, HeapError> {
+    // SAFETY: the caller's contract; the words are 8-byte aligned in the header page, and an
+    // AtomicU64 is valid for any bits.
+    let words = unsafe {
+        std::slice::from_raw_parts(
+            base.add(OFFSET_PROCESS_LINES as usize) as *const AtomicU64,
+            COUNT_PROCESS_LINES as usize,
+        )
+    };
+    let take = |word: &AtomicU64, from: u64| {
+        word.compare_exchange(from, me, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    };
+    let free = words.iter().position(|w| take(w, 0));
+    let found = free.or_else(|| {
+        words.iter().position(|w| {
+            let seen = w.load(Ordering::Acquire);
+            crate::process::is_dead_owner(seen) && take(w, seen)
+        })
+    });
+    found.map(|i| i as u32).ok_or(HeapError::NoProcessLine {
+        count: COUNT_PROCESS_LINES,
+    })
+}
+
+/// Gives process line `line` back (its borrow word from `me` to zero).
+///
+/// # Safety
+/// As [`borrow_process_line`].
+unsafe fn return_process_line(base: usize, line: u32, me: u64) {
+    // SAFETY: the caller's contract: the word lies in the mapped header.
+    let word = unsafe {
+        &*((base + OFFSET_PROCESS_LINES as usize + 8 * line as usize) as *const AtomicU64)
+    };
+    let _ = word.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
+}
+
 /// One process's view of an `mcas` heap's region.
 pub(crate) struct HeapMcas {
     kind: McasKind,
+    /// Client id of process line 0 (the heap's slot count).
+    first_process_line: u32,
+    /// `nmp`: the process line this heap handle holds (its index) and, held while a request
+    /// is on it, the process-local lock that gives it to one thread at a time. `None` for
+    /// `flush-cas`, which has no lines.
+    process_line: Option<Mutex<u32>>,
+    /// This process's owner word, as the process lines' borrow words record it.
+    me: u64,
     region: Region,
     options: NmpOptions,
     /// Address of heap offset zero in this process: a word's target is its offset from here.
@@ -88,7 +174,7 @@ impl HeapMcas {
         let bad = |e: McasError| HeapError::Config(format!("mCAS region: {e}"));
         // SAFETY: the caller's contract; every access to the region's words is atomic.
         let window = unsafe { Window::new(base, layout.huge_data as usize, None) };
-        let clients = geometry.slots() as u32;
+        let clients = geometry.mcas_clients();
         let targets = layout.hwcc..layout.hwcc_end;
         let fresh = window
             .word(layout.mcas)
@@ -105,8 +191,19 @@ impl HeapMcas {
                 region.targets()
             )));
         }
+        let me = crate::process::me().pack();
+        let process_line = if geometry.mcas == McasKind::Nmp {
+            // SAFETY: the header is backed and mapped for as long as the heap handle that will
+            // hold the returned value; the borrow words are only accessed atomically.
+            Some(Mutex::new(unsafe { borrow_process_line(base, me)? }))
+        } else {
+            None
+        };
         let mcas = HeapMcas {
             kind: geometry.mcas,
+            first_process_line: geometry.slots() as u32,
+            process_line,
+            me,
             region,
             options: NmpOptions::default(),
             base: base as usize,
@@ -117,6 +214,26 @@ impl HeapMcas {
             mcas.ensure_processor().map_err(bad)?;
         }
         Ok(mcas)
+    }
+
+    /// The CAS of [`HeapMcas::cas`] for a thread that holds no slot of its own (a claim of a
+    /// slot or hazard record, a release of the hazard record): on this heap handle's process
+    /// line, one thread of the process at a time.
+    #[cold]
+    pub(crate) fn cas_as_process(
+        &self,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
+        match &self.process_line {
+            Some(line) => {
+                let line = line.lock().unwrap_or_else(|e| e.into_inner());
+                self.cas(self.first_process_line + *line, word, current, new)
+            }
+            // `flush-cas` is stateless: any client id serves.
+            None => self.cas(0, word, current, new),
+        }
     }
 
     /// The implementation serving the heap.
@@ -202,5 +319,89 @@ impl HeapMcas {
             }
             other => panic!("podkv: mCAS on heap offset {target} failed: {other}"),
         }
+    }
+}
+
+impl Drop for HeapMcas {
+    fn drop(&mut self) {
+        // The processor first (its handle answers what is pending), then the line.
+        drop(
+            self.processor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        if let Some(line) = &self.process_line {
+            let line = *line.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the heap's mapping (header included) outlives this value (`Shared`
+            // drops `mcas` before `mapping`).
+            unsafe { return_process_line(self.base, line, self.me) };
+        }
+    }
+}
+
+#[cfg(all(test, not(podkv_loom)))]
+mod tests {
+    use super::*;
+    use crate::slot::Owner;
+
+    /// A zeroed header page, 8-byte aligned.
+    fn header() -> Vec<u64> {
+        vec![0; 512]
+    }
+
+    fn words(page: &mut [u64]) -> &[AtomicU64] {
+        let at = OFFSET_PROCESS_LINES as usize / 8;
+        // SAFETY: `page` is exclusively borrowed, 8-byte aligned and long enough; an AtomicU64
+        // has the layout of a u64.
+        unsafe {
+            std::slice::from_raw_parts(
+                page[at..].as_mut_ptr() as *const AtomicU64,
+                COUNT_PROCESS_LINES as usize,
+            )
+        }
+    }
+
+    fn owner(host: u16, pid: u32) -> u64 {
+        Owner {
+            host,
+            pid,
+            start: 1,
+        }
+        .pack()
+    }
+
+    #[test]
+    fn a_process_line_is_borrowed_free_first_then_from_a_dead_process_of_this_host_only() {
+        let mut page = header();
+        let me = crate::process::me().pack();
+        let here = crate::process::host_id();
+        let elsewhere = here.wrapping_add(1).max(1);
+        let base = page.as_mut_ptr().cast::<u8>();
+        // Every line held: by live-looking owners of another host, one by a dead one here.
+        for (i, word) in words(&mut page).iter().enumerate() {
+            let held = if i == 40 {
+                owner(here, 0xFF_FFFE)
+            } else {
+                owner(elsewhere, 0xFF_FFFE)
+            };
+            word.store(held, Ordering::Relaxed);
+        }
+        // SAFETY: `base` is the page's start, which holds the borrow words.
+        assert_eq!(unsafe { borrow_process_line(base, me) }.unwrap(), 40);
+        assert_eq!(words(&mut page)[40].load(Ordering::Relaxed), me);
+        // SAFETY: as above.
+        let full = unsafe { borrow_process_line(base, me) };
+        assert!(
+            matches!(full, Err(HeapError::NoProcessLine { count: 64 })),
+            "another host's process is never taken for dead: {full:?}"
+        );
+        // SAFETY: as above.
+        unsafe { return_process_line(base as usize, 40, me) };
+        assert_eq!(words(&mut page)[40].load(Ordering::Relaxed), 0);
+        words(&mut page)[3].store(0, Ordering::Relaxed);
+        // SAFETY: as above.
+        let line = unsafe { borrow_process_line(base, me) }.unwrap();
+        assert_eq!(line, 3, "a free one first");
     }
 }

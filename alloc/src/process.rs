@@ -7,6 +7,8 @@
 //! heap is created ([`Liveness`], recorded in the header).
 
 use crate::slot::{Owner, Slot};
+use podkv_hw::sync::{AtomicU64, Ordering::Acquire};
+use podkv_hw::Coherence;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -115,6 +117,14 @@ pub fn is_alive(pid: u32, start: u32) -> bool {
     }
 }
 
+/// Whether the owner word `word` (a slot's, a hazard record's or a process line's: host, start
+/// time and pid, [`Owner::pack`]) names a process known to be dead: one of this host that no
+/// longer runs (its pid gone, or reused by another start). An owner on another host is never
+/// known dead this way (lease mode judges slots by their leases as well).
+pub fn is_dead_owner(word: u64) -> bool {
+    Owner::unpack(word).is_some_and(|o| o.host == host_id() && !is_alive(o.pid, o.start))
+}
+
 /// What a liveness check says of a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotLife {
@@ -126,24 +136,32 @@ pub enum SlotLife {
     Dead(u64),
 }
 
-/// Judges slot `slot`'s owner under `mode`.
-pub fn life_of(slot: &Slot, mode: Liveness) -> SlotLife {
-    use podkv_hw::sync::Ordering::Acquire;
-    let word = slot.owner.load(Acquire);
-    let Some(owner) = Owner::unpack(word) else {
+/// Judges the owner of a slot whose owner word is `owner` under `mode`: a local owner whose
+/// process is gone is dead; in lease mode so is one whose lease (`slot.lease`, read fresh:
+/// the reader rule of `coherence`) has passed.
+pub(crate) fn life_of(
+    owner: &AtomicU64,
+    slot: &Slot,
+    mode: Liveness,
+    coherence: Coherence,
+) -> SlotLife {
+    let word = owner.load(Acquire);
+    let Some(who) = Owner::unpack(word) else {
         return SlotLife::Free;
     };
-    let local = owner.host == host_id();
-    if local && !is_alive(owner.pid, owner.start) {
+    if is_dead_owner(word) {
         return SlotLife::Dead(word);
     }
-    if mode == Liveness::Lease && slot.lease.load(Acquire) < now_ms() {
-        // Re-read: an adopter renews the lease before its CAS, so a changed owner is not dead.
-        if slot.owner.load(Acquire) == word {
-            return SlotLife::Dead(word);
+    if mode == Liveness::Lease {
+        coherence.invalidate((&slot.lease as *const AtomicU64).cast(), 8);
+        if slot.lease.load(Acquire) < now_ms() {
+            // Re-read: an adopter renews the lease before its CAS, so a changed owner is not dead.
+            if owner.load(Acquire) == word {
+                return SlotLife::Dead(word);
+            }
         }
     }
-    SlotLife::Alive(owner)
+    SlotLife::Alive(who)
 }
 
 #[cfg(test)]

@@ -1,29 +1,40 @@
 //! Thread slots: the per-thread state every allocating thread claims (CXLALLOC `SmallLocal`).
 //!
-//! A heap holds a fixed array of slots. A thread claims a free one by CAS on its `owner` word
+//! A heap holds a fixed array of slots. A thread claims a free one by CAS on its owner word
 //! when it first allocates and releases it when its handle drops. A slot owns its local lists:
 //! per heap (small, large), one unsized list and one sized list per class.
 //!
-//! # Fields
-//! - `owner`: who holds the slot — host id (bits 48..64), the process's start time in clock
-//!   ticks since boot (low 24 bits, bits 24..48) and its pid (bits 0..24); zero when free. One
-//!   word, so a claim, an adoption and a liveness check each see one consistent owner, and a
-//!   reused pid (other start time) is another owner. CAS by claimers and adopters; stored by
-//!   the releasing owner.
+//! # The owner word (in the HWcc region since format 6)
+//! Who holds slot `i` is not in the slot: it is word `i` of `Layout::slot_owners`, a
+//! multi-writer word, so it lives among the mCAS targets and changes only through the heap's
+//! one hook (`Heap::try_claim_slot`, `Heap::release_slot`): host id (bits 48..64), the
+//! process's start time in clock ticks since boot (low 24 bits, bits 24..48) and its pid
+//! (bits 0..24); zero when free. One word, so a claim, an adoption and a liveness check each
+//! see one consistent owner, and a reused pid (other start time) is another owner. CAS from
+//! zero by claimers, from a dead owner's word by adopters, from the owner's word to zero by the
+//! releasing owner.
+//!
+//! # Fields (single writer: the slot's owner)
+//! - `lease`: in lease mode, the time (ms since the Unix epoch) until which the owner is alive;
+//!   renewed by the owning process, read by any host judging the owner's life. On a line of its
+//!   own: in `limited` and `mcas` heaps the renewer writes it back after each store and readers
+//!   invalidate it before each load (SWcc) without touching the rest of the slot. Written (and
+//!   written back) before the claim CAS, so a fresh claim is never seen expired.
 //! - `recovery`: the slot's 8-byte recovery word ([`crate::recovery`]): the operation under
 //!   way, logged by the owner before each step; written by nobody else (another thread's
 //!   acknowledgement of a version goes to the slot's word in the HWcc region, `dcas`).
-//! - `lease`: in lease mode, the time (ms since the Unix epoch) until which the owner is alive;
-//!   renewed by the owning process. Written before the claim CAS, so a fresh claim is never
-//!   seen expired.
-//! - `generation`: claims so far (for reports).
+//! - `generation`: claims so far (for reports), bumped by each new owner after its claim.
 //! - `aux`: the offset of the free whose slow continuation is under way (owner only).
 //! - `pending`: the batch of remote frees of one slab not yet counted on its remote word
 //!   (owner only; [`crate::pending`]).
 //! - `lists`: written and read only by the owner (single writer, single reader).
+//!
+//! Ownership of the whole slot moves with the owner word, so in `limited` and `mcas` heaps the
+//! slot follows SWcc: the owner writes it back before the releasing CAS and a new owner (claimer
+//! or adopter) invalidates it after a successful one.
 
 use crate::class::COUNT_CLASSES_MAX;
-use podkv_hw::sync::{AtomicU64, Ordering};
+use podkv_hw::sync::AtomicU64;
 
 /// Bytes of one slot.
 pub const SIZE_SLOT: usize = 2048;
@@ -40,24 +51,23 @@ pub struct LocalLists {
 /// A thread slot.
 #[repr(C, align(64))]
 pub struct Slot {
-    /// `host << 48 | start24 << 24 | pid`; zero means unclaimed.
-    pub owner: AtomicU64,
+    /// Lease deadline (ms since the Unix epoch), in lease mode: alone on the slot's first line.
+    pub lease: AtomicU64,
+    lease_line: [AtomicU64; 7],
     /// The recovery word.
     pub recovery: AtomicU64,
-    /// Lease deadline (ms since the Unix epoch), in lease mode.
-    pub lease: AtomicU64,
     /// Claims so far.
     pub generation: AtomicU64,
     /// Offset of the free whose continuation is under way.
     pub aux: AtomicU64,
     /// Remote frees counted here, not yet on their slab's remote word ([`crate::pending`]).
     pub pending: AtomicU64,
-    reserved: [AtomicU64; 2],
+    reserved: [AtomicU64; 4],
     /// Small heap lists (`[0]`) and large heap lists (`[1]`).
     pub lists: [LocalLists; 2],
 }
 
-/// Who owns a slot, as its `owner` word records it.
+/// Who owns a slot (or a hazard record), as its owner word records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner {
     /// Host id (16 bits of a hash of the machine id, never zero).
@@ -96,34 +106,14 @@ pub const fn owner_pid(word: u64) -> u32 {
 }
 
 impl Slot {
-    /// Tries to claim this slot for `me` if it is free; returns whether it did.
-    pub fn try_claim(&self, me: Owner, lease_until: u64) -> bool {
-        if self.owner.load(Ordering::Acquire) != 0 {
-            return false;
-        }
-        self.try_take(0, me, lease_until)
-    }
-
-    /// Takes the slot over from the owner word `from` (zero: free; else a dead owner being
-    /// adopted); returns whether it did. The lease is renewed first, so nobody sees the new
-    /// owner's lease expired.
-    pub fn try_take(&self, from: u64, me: Owner, lease_until: u64) -> bool {
-        self.lease.store(lease_until, Ordering::Release);
-        if self
-            .owner
-            .compare_exchange(from, me.pack(), Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        self.generation.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
-    /// Gives the slot back (its lists must already be empty).
-    pub fn release(&self) {
-        self.owner.store(0, Ordering::Release);
+    /// The slot's bytes, for the SWcc write-back at release and invalidation at claim.
+    pub(crate) fn bytes(&self) -> (*const u8, usize) {
+        ((self as *const Slot).cast(), std::mem::size_of::<Slot>())
     }
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() <= SIZE_SLOT);
+const _: () = assert!(
+    std::mem::offset_of!(Slot, recovery) == 64,
+    "the lease has its own line"
+);

@@ -30,7 +30,7 @@ use crate::error::{AllocError, HeapError};
 use crate::heap::{Heap, Kind, SlabHeap};
 use crate::offset::Offset;
 use crate::pending::{Pending, COUNT_MAX};
-use crate::process::{lease_until, SlotLife};
+use crate::process::SlotLife;
 use crate::recovery::{Op, Rec, SlabStep};
 use crate::remote::{self, Disown, RemoteFree};
 use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
@@ -123,10 +123,10 @@ impl ThreadHandle {
         let first = thread_hash() % count;
         for i in (first..count).chain(0..first) {
             match heap.slot_life(i) {
-                SlotLife::Free if heap.slot(i).try_claim(me, lease_until()) => {
+                SlotLife::Free if heap.try_claim_slot(i, 0, me) => {
                     return Ok(ThreadHandle::new(heap, i));
                 }
-                SlotLife::Dead(word) if heap.slot(i).try_take(word, me, lease_until()) => {
+                SlotLife::Dead(word) if heap.try_claim_slot(i, word, me) => {
                     let handle = ThreadHandle::new(heap, i);
                     handle.recover();
                     return Ok(handle);
@@ -140,8 +140,7 @@ impl ThreadHandle {
     /// Adopts slot `i` if its owner is dead (owner word `word`): `None` if another thread
     /// changed the slot first.
     pub(crate) fn adopt(heap: &Heap, i: u64, word: u64) -> Option<ThreadHandle> {
-        heap.slot(i)
-            .try_take(word, heap.shared.me, lease_until())
+        heap.try_claim_slot(i, word, heap.shared.me)
             .then(|| ThreadHandle::new(heap.clone(), i))
     }
 
@@ -952,7 +951,7 @@ impl ThreadHandle {
         self.give_back();
         self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
         self.heap.unhold(self.slot_index);
-        self.slot().release();
+        self.heap.release_slot(self.slot_index, self.heap.shared.me);
     }
 }
 

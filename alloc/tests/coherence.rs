@@ -217,3 +217,45 @@ fn a_thread_that_frees_its_own_blocks_writes_back_one_line_per_round() {
         }
     }
 }
+
+/// Lines of one thread slot.
+const SLOT_LINES: u64 = std::mem::size_of::<podkv_alloc::slot::Slot>().div_ceil(64) as u64;
+
+/// A slot's ownership moves with its owner word: the releasing owner writes the slot back and
+/// the next owner invalidates it after its claim, only without coherence (`limited`, `mcas`).
+#[test]
+fn a_slot_is_written_back_at_release_and_invalidated_at_claim() {
+    for (coherence, swcc) in [
+        (Coherence::Hardware, false),
+        (Coherence::Limited, true),
+        (Coherence::Mcas, true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            small_bytes: 64 << 20,
+            large_bytes: 64 << 20,
+            slots: 16,
+            coherence,
+            huge_bytes: 0,
+            ..Config::default()
+        };
+        let heap = Heap::open(dir.path().join("heap"), &config).unwrap();
+        let mut t = None;
+        let claim = during(|| t = Some(heap.thread().unwrap()));
+        let t = t.unwrap();
+        let expect = if swcc { SLOT_LINES } else { 0 };
+        assert_eq!(
+            claim.lines_invalidated, expect,
+            "{coherence:?} claim: {claim:?}"
+        );
+        assert!(
+            claim.lines_written_back <= u64::from(swcc),
+            "{coherence:?} claim writes back the lease line at most: {claim:?}"
+        );
+        let release = during(|| drop(t));
+        assert_eq!(
+            release.lines_written_back, expect,
+            "{coherence:?} release: {release:?}"
+        );
+    }
+}

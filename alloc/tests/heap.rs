@@ -395,7 +395,7 @@ fn a_format_4_heap_of_32_kib_slabs_is_refused_by_version() {
             err,
             HeapError::Version {
                 found: 4,
-                expected: 5,
+                expected: 6,
                 ..
             }
         ),
@@ -403,7 +403,38 @@ fn a_format_4_heap_of_32_kib_slabs_is_refused_by_version() {
     );
     assert!(
         err.to_string()
-            .ends_with("has format version 4; this podkv reads version 5"),
+            .ends_with("has format version 4; this podkv reads version 6"),
+        "{err}"
+    );
+}
+
+/// Format 5 kept each thread slot's and hazard record's owner word in the slot or record,
+/// changed by CPU CAS; format 6 keeps them in the HWcc region: a format 5 heap's owners would
+/// be read from the wrong bytes, so it is refused before anything is mapped over it.
+#[test]
+fn a_format_5_heap_with_owner_words_in_the_slots_is_refused_by_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    drop(Heap::open(&path, &small_config()).unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert_eq!(u64::from(bytes[3]), podkv_alloc::layout::FORMAT_VERSION);
+    bytes[3] = 5;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Heap::open(&path, &small_config()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            HeapError::Version {
+                found: 5,
+                expected: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .ends_with("has format version 5; this podkv reads version 6"),
         "{err}"
     );
 }

@@ -4,13 +4,15 @@
 //! coherence-mode matrix.
 
 use podkv_alloc::layout::Geometry;
+use podkv_alloc::process::SlotLife;
+use podkv_alloc::slot::Owner;
 use podkv_alloc::{Config, Heap, Offset};
 use podkv_hw::mcas::processor::{is_beating, TAKEOVER_AFTER};
 use podkv_hw::mcas::{McasKind, Processor, RegionFile};
 use podkv_hw::Coherence;
 use std::alloc::Layout;
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn config(coherence: Coherence, mcas: McasKind) -> Config {
@@ -230,4 +232,174 @@ fn a_thread_that_frees_its_own_blocks_sends_no_mcas_in_the_steady_state() {
         let report = heap.check();
         assert!(report.is_valid(), "{kind}: {report:?}");
     }
+}
+
+/// This process as a slot owner, with a pid no process has (above Linux's `pid_max`): an owner
+/// of this host known dead.
+fn dead_owner() -> Owner {
+    Owner {
+        pid: 0xFF_FFFE,
+        ..podkv_alloc::process::me()
+    }
+}
+
+/// A heap that logs nothing (so a claim does not also move its acknowledgement window, one
+/// more mCAS) and has no huge heap unless asked.
+fn quiet(coherence: Coherence, kind: McasKind, huge: bool) -> Config {
+    Config {
+        recoverable: false,
+        huge_bytes: if huge { 1 << 31 } else { 0 },
+        ..config(coherence, kind)
+    }
+}
+
+/// The word at heap offset `at`.
+fn word_at(heap: &Heap, at: u64) -> &AtomicU64 {
+    // SAFETY: callers pass offsets of words in the HWcc region, mapped while `heap` lives.
+    unsafe { &*(heap.resolve(Offset(at)) as *const AtomicU64) }
+}
+
+/// The owner words live among the mCAS targets (the HWcc region), and every change of them is
+/// one request: a claim, an adoption (planted dead owner, then recovered), a release.
+#[test]
+fn slot_claims_adoptions_and_releases_are_one_mcas_each() {
+    for (coherence, kind) in MODES_SENDING_AND_NOT {
+        let sends = u64::from(coherence == Coherence::Mcas);
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &quiet(coherence, kind, false)).unwrap();
+        let layout = heap.layout();
+        let at =
+            heap.slot_owner_word(0) as *const AtomicU64 as u64 - heap.resolve(Offset(0)) as u64;
+        assert_eq!(at, layout.slot_owners);
+        assert!(
+            (layout.hwcc..layout.hwcc_end).contains(&at),
+            "an mCAS target"
+        );
+        let mut thread = None;
+        let claim = ops_during(&heap, || thread = Some(heap.thread().unwrap()));
+        let thread = thread.unwrap();
+        let i = u64::from(thread.slot_index());
+        assert_eq!(claim, sends, "{coherence}/{kind}: the claim");
+        assert_eq!(heap.slot_owner(i), Some(podkv_alloc::process::me()));
+        let release = ops_during(&heap, || drop(thread));
+        assert_eq!(release, sends, "{coherence}/{kind}: the release");
+        assert_eq!(heap.slot_owner_word(i).load(Ordering::Acquire), 0);
+        let plant = ops_during(&heap, || assert!(heap.try_claim_slot(i, 0, dead_owner())));
+        assert_eq!(plant, sends, "{coherence}/{kind}: planting an owner");
+        assert!(matches!(heap.slot_life(i), SlotLife::Dead(_)));
+        let mut recovered = Vec::new();
+        let adopt = ops_during(&heap, || recovered = heap.recover_dead());
+        assert_eq!(recovered.len(), 1);
+        assert_eq!(
+            adopt,
+            2 * sends,
+            "{coherence}/{kind}: adoption, then release"
+        );
+        assert_eq!(heap.slot_owner_word(i).load(Ordering::Acquire), 0);
+    }
+}
+
+/// A process's hazard record is claimed through the heap's hook when the heap opens (the
+/// only request opening sends), its owner word is this process in the HWcc region, and
+/// closing gives it back.
+#[test]
+fn a_hazard_record_is_claimed_by_mcas_at_open_and_given_back_at_close() {
+    for (coherence, kind) in MODES_SENDING_AND_NOT {
+        let sends = u64::from(coherence == Coherence::Mcas);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        let without = Heap::open(dir.path().join("flat"), &quiet(coherence, kind, false)).unwrap();
+        assert_eq!(
+            without.mcas_ops(),
+            0,
+            "{coherence}/{kind}: no huge heap, no record"
+        );
+        let heap = Heap::open(&path, &quiet(coherence, kind, true)).unwrap();
+        assert_eq!(
+            heap.mcas_ops(),
+            sends,
+            "{coherence}/{kind}: the record's claim"
+        );
+        let owners = heap.layout().hazard_owners;
+        assert!(owners < heap.layout().hwcc_end);
+        let mine = (0..64)
+            .filter(|&r| word_at(&heap, owners + 8 * r).load(Ordering::Acquire) != 0)
+            .collect::<Vec<_>>();
+        assert_eq!(mine.len(), 1, "{coherence}/{kind}");
+        let word = word_at(&heap, owners + 8 * mine[0]).load(Ordering::Acquire);
+        assert_eq!(Owner::unpack(word), Some(podkv_alloc::process::me()));
+        drop(heap);
+        let again = Heap::open(&path, &quiet(coherence, kind, true)).unwrap();
+        let held = (0..64)
+            .filter(|&r| word_at(&again, owners + 8 * r).load(Ordering::Acquire) != 0)
+            .count();
+        assert_eq!(held, 1, "{coherence}/{kind}: the first was given back");
+    }
+}
+
+const ENV_CLAIMER: &str = "PODKV_MCAS_CLAIMER";
+
+/// The child: claims a slot of the heap (an `nmp` heap whose processor the parent runs),
+/// prints the slot and the requests its claim sent, and dies holding it.
+#[test]
+fn slot_claimer_child() {
+    let Ok(path) = std::env::var(ENV_CLAIMER) else {
+        return;
+    };
+    let heap = Heap::open(&path, &quiet(Coherence::Mcas, McasKind::Nmp, false)).unwrap();
+    let mut thread = None;
+    let claim = ops_during(&heap, || thread = Some(heap.thread().unwrap()));
+    let thread = thread.unwrap();
+    println!("claimed slot {} with {claim} requests", thread.slot_index());
+    // Dies holding the slot (and its process line): no destructor runs.
+    std::process::exit(0);
+}
+
+/// Another process claims a slot by mCAS on its process line (one request), dies holding it,
+/// and this process adopts the dead slot by mCAS and recovers it; the heap checks clean.
+#[test]
+fn another_process_claims_by_mcas_and_its_dead_slot_is_adopted_by_mcas() {
+    if std::env::var(ENV_CLAIMER).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let heap = Heap::open(&path, &quiet(Coherence::Mcas, McasKind::Nmp, false)).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "slot_claimer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ENV_CLAIMER, &path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = said
+        .lines()
+        .find_map(|l| l.split_once("claimed slot ").map(|(_, said)| said))
+        .unwrap_or_else(|| panic!("the child said {said}"));
+    let (slot, rest) = line.split_once(' ').unwrap();
+    let slot: u64 = slot.parse().unwrap();
+    assert_eq!(rest, "with 1 requests", "the child's claim is one mCAS");
+    let dead = heap.slot_owner_word(slot).load(Ordering::Acquire);
+    assert_ne!(dead, 0);
+    assert_eq!(heap.slot_life(slot), SlotLife::Dead(dead));
+    let mut recovered = Vec::new();
+    let adopt = ops_during(&heap, || recovered = heap.recover_dead());
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].slot, slot as u32);
+    assert_eq!(
+        adopt, 2,
+        "adoption, then release, by mCAS (an empty slot: nothing else)"
+    );
+    assert_eq!(heap.slot_owner_word(slot).load(Ordering::Acquire), 0);
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
 }

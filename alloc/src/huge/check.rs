@@ -130,11 +130,7 @@ fn check_slot(view: &HugeView, slot: u32, report: &mut HugeReport, problems: &mu
             DESC_FREED => {
                 report.freed += 1;
                 report.freed_bytes += len;
-                if view
-                    .records()
-                    .iter()
-                    .any(|r| r.pid() != 0 && r.contains(offset) && r.is_alive())
-                {
+                if view.hazards().is_hazard(offset) {
                     report.awaiting_unmap += 1;
                 }
             }
@@ -169,7 +165,12 @@ fn check_slot(view: &HugeView, slot: u32, report: &mut HugeReport, problems: &mu
 }
 
 fn check_records(view: &HugeView, report: &mut HugeReport, problems: &mut Vec<String>) {
+    let hazards = view.hazards();
     for (i, record) in view.records().iter().enumerate() {
+        view.coherence.invalidate(
+            (record as *const crate::hazard::HazardRecord).cast(),
+            std::mem::size_of::<crate::hazard::HazardRecord>(),
+        );
         let high = record.high.load(Acquire) as usize;
         if record.cells[high.min(COUNT_HAZARDS)..]
             .iter()
@@ -179,16 +180,17 @@ fn check_records(view: &HugeView, report: &mut HugeReport, problems: &mut Vec<St
                 "hazard record {i} has a cell beyond its high mark {high}"
             ));
         }
-        if record.pid() == 0 {
+        let pid = crate::slot::owner_pid(hazards.owner(i));
+        if pid == 0 {
             continue;
         }
-        if !record.is_alive() {
+        if !hazards.is_live(i) {
             report.dead_records += 1;
             continue;
         }
         report.processes += 1;
         let mine = i as u64 == view.record;
-        for offset in record.published() {
+        for offset in record.published(view.coherence) {
             match view.find(offset, true, &[DESC_LIVE, DESC_FREED]) {
                 Some(found) if mine => {
                     report.mapped_here += 1;
@@ -197,7 +199,7 @@ fn check_records(view: &HugeView, report: &mut HugeReport, problems: &mut Vec<St
                 Some(_) => {}
                 None => problems.push(format!(
                     "process {} holds hazard offset {offset:#x}, which names no huge allocation",
-                    record.pid()
+                    pid
                 )),
             }
         }

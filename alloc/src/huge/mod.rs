@@ -54,14 +54,17 @@ pub use owner::COUNT_SWEEP_SLOTS;
 use crate::crash_point;
 use crate::dcas::Writer;
 use crate::error::{AllocError, HeapError, ResolveError};
-use crate::hazard::{HazardRecord, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
+use crate::hazard::{HazardRecord, Hazards, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
 use crate::heap::Heap;
 use crate::layout::{Geometry, Layout, COUNT_HUGE_RANGES};
+use crate::mcas::HeapMcas;
 use crate::offset::Offset;
+use crate::slot::Owner;
 use crate::thread::ThreadHandle;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::alloc::Layout as AllocLayout;
+use std::sync::Arc;
 
 /// Bytes of one slot's huge state.
 pub const SIZE_HUGE_LOCAL: u64 = 4096;
@@ -257,6 +260,7 @@ pub struct HugeView {
     range_shift: u32,
     ranges_at: u64,
     hazard_at: u64,
+    hazard_owners_at: u64,
     local_at: u64,
     slots: u64,
     record: u64,
@@ -292,6 +296,7 @@ impl HugeView {
             range_shift: geometry.huge_range_shift(),
             ranges_at: layout.huge_ranges,
             hazard_at: layout.huge_hazard,
+            hazard_owners_at: layout.hazard_owners,
             local_at: layout.huge_local,
             slots: geometry.slots(),
             record: record as u64,
@@ -333,6 +338,32 @@ impl HugeView {
     /// This process's hazard record.
     pub fn record(&self) -> &HazardRecord {
         &self.records()[self.record as usize]
+    }
+
+    /// Every hazard record with its owner word (in the HWcc region), for claims and rule 3.
+    pub fn hazards(&self) -> Hazards<'_> {
+        // SAFETY: as `ranges`: the owner words lie in the backed HWcc region, one per record.
+        let owners = unsafe {
+            std::slice::from_raw_parts(
+                (self.base + self.hazard_owners_at as usize) as *const AtomicU64,
+                COUNT_HAZARD_RECORDS as usize,
+            )
+        };
+        Hazards {
+            records: self.records(),
+            owners,
+            coherence: self.coherence,
+        }
+    }
+
+    /// Rule 1 on this process's record (written back: SWcc). Async-signal-safe.
+    fn publish(&self, offset: u64) -> bool {
+        self.record().publish(offset, self.coherence)
+    }
+
+    /// Rule 2 on this process's record (written back: SWcc). Async-signal-safe.
+    fn withdraw(&self, offset: u64) {
+        self.record().withdraw(offset, self.coherence);
     }
 
     /// Slot `slot`'s huge state.
@@ -403,11 +434,11 @@ impl HugeView {
 
     /// Publishes and maps the live allocation at `offset` in this process. Async-signal-safe.
     pub fn map_live(&self, found: Found) -> bool {
-        if !self.record().publish(found.offset) {
+        if !self.publish(found.offset) {
             return false;
         }
         if !self.map(found.offset, found.len) {
-            self.record().withdraw(found.offset);
+            self.withdraw(found.offset);
             return false;
         }
         true
@@ -466,7 +497,7 @@ impl HugeView {
     pub fn unmap_freed(&self) -> usize {
         let record = self.record();
         let mut count = 0;
-        for offset in record.published() {
+        for offset in record.published(self.coherence) {
             if self.find(offset, true, &[DESC_LIVE]).is_some() {
                 continue;
             }
@@ -474,7 +505,7 @@ impl HugeView {
                 self.unmap(found.offset, found.len);
                 crash_point!("huge_unmap.unmapped");
             }
-            record.withdraw(offset);
+            self.withdraw(offset);
             count += 1;
         }
         count
@@ -536,23 +567,37 @@ pub(crate) struct HugeProcess {
     /// Where this process's next sweep of released slots starts (`owner.rs`).
     sweep_cursor: std::sync::atomic::AtomicUsize,
     registration: Option<crate::fault::Registration>,
+    /// This process as the record's owner.
+    me: Owner,
+    /// An `mcas` heap's hook, to give the record back through (its process line).
+    mcas: Option<Arc<HeapMcas>>,
 }
 
 impl HugeProcess {
-    /// Joins the SIGSEGV handler's registry; on failure the hazard record is given back.
-    pub(crate) fn new(view: HugeView, backing: HugeBacking) -> Result<HugeProcess, HeapError> {
-        let Some(registration) = crate::fault::register(view) else {
-            view.record().release();
-            return Err(HeapError::TooManyHeaps {
-                count: crate::fault::COUNT_HEAPS_MAX,
-            });
-        };
-        Ok(HugeProcess {
+    /// Joins the SIGSEGV handler's registry with the claimed record `view.record` held by
+    /// `me`; on failure the hazard record is given back.
+    pub(crate) fn new(
+        view: HugeView,
+        backing: HugeBacking,
+        me: Owner,
+        mcas: Option<Arc<HeapMcas>>,
+    ) -> Result<HugeProcess, HeapError> {
+        let mut process = HugeProcess {
             view,
             backing: std::sync::atomic::AtomicU64::new(backing as u64),
             sweep_cursor: std::sync::atomic::AtomicUsize::new(0),
-            registration: Some(registration),
-        })
+            registration: None,
+            me,
+            mcas,
+        };
+        process.registration = crate::fault::register(view);
+        if process.registration.is_none() {
+            // Dropping gives the record back.
+            return Err(HeapError::TooManyHeaps {
+                count: crate::fault::COUNT_HEAPS_MAX,
+            });
+        }
+        Ok(process)
     }
 
     fn backing(&self) -> HugeBacking {
@@ -567,7 +612,12 @@ impl Drop for HugeProcess {
     fn drop(&mut self) {
         drop(self.registration.take());
         self.view.unmap_all();
-        self.view.record().release();
+        let cas = |word: &AtomicU64, current, new| {
+            crate::heap::cas_as_process(self.mcas.as_deref(), word, current, new)
+        };
+        self.view
+            .hazards()
+            .release(self.view.record as usize, self.me, cas);
     }
 }
 
@@ -629,7 +679,7 @@ impl Heap {
             .find(offset.0, false, &[DESC_LIVE])
             .filter(|f| end <= f.offset + f.len)
             .ok_or(refuse)?;
-        if !view.record().contains(found.offset) && !view.map_live(found) {
+        if !view.record().contains(found.offset, view.coherence) && !view.map_live(found) {
             return Err(refuse);
         }
         Ok(self.resolve(offset))
@@ -710,12 +760,12 @@ impl ThreadHandle {
         d.state.store(DESC_LIVE, Ordering::Release);
         view.write_back(d);
         crash_point!("huge_alloc.live");
-        if !view.record().publish(offset) {
+        if !view.publish(offset) {
             return Err(self.undo_live(view, desc));
         }
         crash_point!("huge_alloc.published");
         if !view.map(offset, len) {
-            view.record().withdraw(offset);
+            view.withdraw(offset);
             return Err(self.undo_live(view, desc));
         }
         crash_point!("huge_alloc.mapped");

@@ -23,10 +23,8 @@ use super::{
     MASK_GENERATION,
 };
 use crate::crash_point;
-use crate::hazard;
 use crate::heap::Heap;
 use crate::offset::Offset;
-use crate::process::lease_until;
 use crate::thread::InFlight;
 use podkv_hw::sync::Ordering;
 
@@ -54,7 +52,7 @@ impl HugeOwner<'_> {
     /// Whether descriptor `desc` is freed and no live process maps it.
     fn reclaimable(&self, desc: usize) -> bool {
         let (state, offset, _) = self.view.read(&self.local().descs[desc]);
-        state == DESC_FREED && !hazard::is_hazard(self.view.records(), offset)
+        state == DESC_FREED && !self.view.hazards().is_hazard(offset)
     }
 
     /// Reclaims every freed descriptor no live process maps and gives back runs left empty.
@@ -238,14 +236,16 @@ pub(crate) fn sweep_released(
             break;
         }
         let owner = HugeOwner { heap, view, slot };
-        let place = heap.slot(u64::from(slot));
         // Free is one load (a dead owner's slot is recovery's, and judging life costs a read
         // of /proc); reclaimable needs the descriptors and hazard records.
-        let free = place.owner.load(Ordering::Acquire) == 0;
+        let free = heap
+            .slot_owner_word(u64::from(slot))
+            .load(Ordering::Acquire)
+            == 0;
         if !free || !(0..COUNT_HUGE_DESC).any(|i| owner.reclaimable(i)) {
             continue;
         }
-        if !place.try_claim(heap.shared.me, lease_until()) {
+        if !heap.try_claim_slot(u64::from(slot), 0, heap.shared.me) {
             continue;
         }
         // Lease mode: renewed while held, however long the punching takes.
@@ -255,7 +255,7 @@ pub(crate) fn sweep_released(
         reclaimed += owner.collect();
         crash_point!("huge_sweep.collected");
         heap.unhold(slot);
-        place.release();
+        heap.release_slot(slot, heap.shared.me);
     }
     reclaimed
 }

@@ -98,9 +98,7 @@ mod tests {
         // This thread's slot first: a claim that met the dead slot would adopt it.
         let mine = heap.thread().unwrap();
         let dead_slot = (u64::from(mine.slot_index()) + 1) % heap.geometry().slots();
-        assert!(heap
-            .slot(dead_slot)
-            .try_claim(owner, podkv_alloc::process::lease_until()));
+        assert!(heap.try_claim_slot(dead_slot, 0, owner));
         let report = recover_member(&path, dead_pid).unwrap();
         assert_eq!(report.slots, vec![dead_slot]);
         assert_eq!(report.recovered, 1, "recovered and released");

@@ -241,7 +241,7 @@ impl Shared {
         let heap = self.store.heap();
         let slots = heap.geometry().slots();
         let owners: Vec<u32> = (0..slots)
-            .map(|i| podkv_alloc::slot::owner_pid(heap.slot(i).owner.load(Ordering::Relaxed)))
+            .map(|i| podkv_alloc::slot::owner_pid(heap.slot_owner_word(i).load(Ordering::Relaxed)))
             .filter(|&pid| pid != 0)
             .collect();
         let mut pids = owners.clone();
