@@ -244,7 +244,7 @@ fn prefetch_write(at: *const u8) {
 #[cfg(test)]
 mod tests {
     use crate::item::SIZE_HEADER;
-    use crate::map::{Handle, BATCH_COLLECT, BATCH_COLLECT_STUCK};
+    use crate::map::{Handle, BATCH_COLLECT};
     use crate::{PodArena, Store, StoreConfig};
     use std::sync::atomic::Ordering;
 
@@ -348,10 +348,9 @@ mod tests {
             writes += 1;
             assert!(writes <= BATCH_COLLECT, "no reuse after {writes} writes");
         }
-        assert!(
-            writes <= 2 * BATCH_COLLECT_STUCK,
-            "reuse after {writes} writes"
-        );
+        // A stuck collect retries after `BATCH_COLLECT_STUCK` retirements; the one after the
+        // unpin walks, and the next write takes a spare.
+        assert!(writes <= 32, "reuse after {writes} writes");
         drop((h, peer));
         let _ = std::fs::remove_file(path);
     }
