@@ -26,8 +26,8 @@
 use crate::arena::Arena;
 use crate::config::{Clock, Eviction, StoreConfig, Table};
 use crate::epoch;
-use crate::kvmap::Recycling;
 use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
+use crate::kvmap::Recycling;
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::recover;
