@@ -1,7 +1,7 @@
 //! [`KvMap`] for the store, the local index and the `dashmap` baseline.
 
 use crate::arena::Arena;
-use crate::kvmap::{KvHandle, KvMap};
+use crate::kvmap::{KvHandle, KvMap, Recycling};
 use crate::map::{Handle, Map};
 use crate::StoreError;
 use dashmap::DashMap;
@@ -50,6 +50,10 @@ impl<A: Arena> KvHandle for Handle<A> {
 
     fn lost_races(&self) -> Option<u64> {
         Some(Handle::lost_races(self))
+    }
+
+    fn recycling(&self) -> Option<Recycling> {
+        Some(Handle::recycling(self))
     }
 
     fn incr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>, StoreError> {

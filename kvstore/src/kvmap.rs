@@ -53,4 +53,53 @@ pub trait KvHandle {
     fn lost_races(&self) -> Option<u64> {
         None
     }
+
+    /// How this handle's new items were found, for maps that reuse retired items
+    /// ([`Handle::recycling`](crate::Handle::recycling)); `None` for the others.
+    fn recycling(&self) -> Option<Recycling> {
+        None
+    }
+}
+
+/// How a handle's new items were found, and how its reclamation kept up (process-local
+/// counts since the handle was made; for benchmarks). A write that finds no spare goes to
+/// the allocator; spares run out when the epoch stops moving, i.e. when a peer stays pinned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recycling {
+    /// New items that took a spare (a reclaimable item of the same size, reused in place).
+    pub spares_taken: u64,
+    /// New items the allocator made (no spare of the size was left).
+    pub allocations: u64,
+    /// Periodic collects that found the epoch where their last limbo walk left it (a peer
+    /// pinned since), so reclaimed nothing and retried sooner.
+    pub stuck_collects: u64,
+    /// Times such a collect gave up the CPU so a preempted peer could run and unpin.
+    pub yields: u64,
+}
+
+impl std::ops::Add for Recycling {
+    type Output = Recycling;
+
+    fn add(self, other: Recycling) -> Recycling {
+        Recycling {
+            spares_taken: self.spares_taken + other.spares_taken,
+            allocations: self.allocations + other.allocations,
+            stuck_collects: self.stuck_collects + other.stuck_collects,
+            yields: self.yields + other.yields,
+        }
+    }
+}
+
+impl std::ops::Sub for Recycling {
+    type Output = Recycling;
+
+    /// The counts since an earlier reading of the same handle.
+    fn sub(self, earlier: Recycling) -> Recycling {
+        Recycling {
+            spares_taken: self.spares_taken - earlier.spares_taken,
+            allocations: self.allocations - earlier.allocations,
+            stuck_collects: self.stuck_collects - earlier.stuck_collects,
+            yields: self.yields - earlier.yields,
+        }
+    }
 }

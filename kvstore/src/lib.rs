@@ -62,7 +62,7 @@ mod spare;
 pub mod store;
 
 pub use error::StoreError;
-pub use kvmap::{KvHandle, KvMap};
+pub use kvmap::{KvHandle, KvMap, Recycling};
 #[cfg(not(podkv_loom))]
 pub use {
     arena::{Arena, LocalArena, PodArena},

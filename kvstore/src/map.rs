@@ -27,6 +27,7 @@ use crate::arena::Arena;
 use crate::config::{Clock, Eviction, StoreConfig, Table};
 use crate::epoch;
 use crate::item::{self, View, SENTINEL_CLAIMED, SENTINEL_LINKED, SIZE_SENTINEL};
+use crate::kvmap::Recycling;
 use crate::layout::*;
 use crate::list::{self, Probe};
 use crate::recover;
@@ -90,6 +91,18 @@ const BATCH_USED: i64 = 16 * 1024;
 /// one D1 miss per set (callgrind); at 256 a quarter, for 256 KiB more of limbo per writer
 /// at 1 KiB items.
 pub(crate) const BATCH_COLLECT: u64 = 256;
+/// Retirements before a collect that found the epoch stuck (unmoved since its last limbo
+/// walk: a peer pinned all along) tries again. A peer preempted while pinned holds the epoch
+/// for its whole time off the CPU; once it unpins, waiting the full `BATCH_COLLECT` again
+/// sent up to 256 more writes to the allocator (remote frees, page faults) with the spares
+/// run dry, which is what a busy machine made of two-thread 50/50 (README, Performance).
+/// A retry costs one pass over the announcements, and only while the epoch is stuck.
+pub(crate) const BATCH_COLLECT_STUCK: u64 = 16;
+/// Times a stuck collect, unpinned, gives up the CPU (`yield_now`) for a preempted peer to
+/// run and unpin, trying the epoch after each. Bounded: a peer pinned for a reason of its
+/// own (a long read, a dead process before recovery) costs a writer at most this many
+/// yields per `BATCH_COLLECT_STUCK` retirements.
+pub(crate) const COUNT_STUCK_YIELDS: u32 = 8;
 /// Sentinels of the new half of a grown table that each item inserted after the doubling
 /// owes (see # Growth): the half has twice as many buckets as the inserts that fill the
 /// table to its next doubling, so at 8 it is linked after the first quarter of them.
@@ -360,6 +373,8 @@ pub struct Handle<A: Arena> {
     /// Reclaimable items of this slot's limbo kept for reuse, as the last `collect` kept
     /// them minus those taken since (process-local; see `spare`).
     pub(crate) spares: RefCell<Spares>,
+    /// How new items were found and how collects fared (see [`Handle::recycling`]).
+    pub(crate) recycled: Cell<Recycling>,
 }
 
 impl<A: Arena> std::fmt::Debug for Handle<A> {
@@ -442,7 +457,14 @@ impl<A: Arena> Handle<A> {
             walked: Cell::new(0),
             walks: Cell::new(0),
             spares: RefCell::default(),
+            recycled: Cell::new(Recycling::default()),
         }
+    }
+
+    /// Limbo walks so far.
+    #[cfg(test)]
+    pub(crate) fn walks_so_far(&self) -> u32 {
+        self.walks.get()
     }
 
     /// This handle's slot record (`self.record()`).
@@ -458,6 +480,21 @@ impl<A: Arena> Handle<A> {
     /// benchmarks: contention on hot keys shows here).
     pub fn lost_races(&self) -> u64 {
         self.lost.get()
+    }
+
+    /// How this handle's new items were found (spares reused or the allocator) and how often
+    /// its periodic collects found the epoch stuck and yielded (process-local; for
+    /// benchmarks: a machine too busy for reclamation to keep up shows here).
+    pub fn recycling(&self) -> Recycling {
+        self.recycled.get()
+    }
+
+    /// Adds to this handle's recycling counts.
+    #[inline]
+    pub(crate) fn count_recycling(&self, change: impl FnOnce(&mut Recycling)) {
+        let mut counts = self.recycled.get();
+        change(&mut counts);
+        self.recycled.set(counts);
     }
 
     /// The map this handle works on.
@@ -563,17 +600,26 @@ impl<A: Arena> Handle<A> {
     /// the epoch now), so the walk would find what the last one left, and the spares noted
     /// then are still exact. While a preempted peer holds the epoch back, the limbo grows
     /// and re-walking it every `BATCH_COLLECT` retirements made the stall quadratic.
+    ///
+    /// Such a stuck collect, if unpinned, first yields the CPU up to [`COUNT_STUCK_YIELDS`]
+    /// times (a peer preempted while pinned may be waiting for it, on a busy machine), trying
+    /// the epoch after each; if it is still stuck, the next collect comes after
+    /// [`BATCH_COLLECT_STUCK`] retirements instead of `BATCH_COLLECT`, so reuse resumes
+    /// soon after the peer unpins.
     fn collect_keeping(&self, reuse: Reuse) {
         self.retired_since.set(0);
-        let d = self.map.desc();
-        let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
-        let mut global = epoch::try_advance(&d.epoch.word, slots);
+        let mut global = self.try_advance();
         if self.pins.get() == 0 {
-            let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
-            global = epoch::try_advance(&d.epoch.word, slots);
+            global = self.try_advance();
         }
         if reuse == Reuse::Keep && global == self.walked.get() {
-            return;
+            global = self.yield_for_epoch(global);
+            if global == self.walked.get() {
+                self.count_recycling(|c| c.stuck_collects += 1);
+                self.retired_since
+                    .set(BATCH_COLLECT.saturating_sub(BATCH_COLLECT_STUCK));
+                return;
+            }
         }
         let mut kept = self.spares.borrow_mut();
         // Entries the last walk decided (reclaimable then) are freed or noted spares already:
@@ -599,11 +645,11 @@ impl<A: Arena> Handle<A> {
         loop {
             let at = view.word(link_at).load(Ordering::Relaxed);
             if at == 0 {
-                return;
+                break;
             }
             let bag = self.bag(at);
             if !full && bag_is_decided(bag, decided) {
-                return;
+                break;
             }
             let epochs = Epochs { global, decided };
             self.free_reclaimable(at, bag, epochs, &mut kept, &mut room);
@@ -617,11 +663,41 @@ impl<A: Arena> Handle<A> {
             }
             link_at = at; // `next` is the bag's first word
         }
+        // The walk went newest to oldest: the newest spare goes on top (see `Spares`).
+        kept.end_walk();
+    }
+
+    /// One attempt to advance the global epoch; the epoch afterwards.
+    fn try_advance(&self) -> u64 {
+        let d = self.map.desc();
+        let slots = (0..self.map.inner.arena.slots()).map(|i| &self.map.slot(i).announce);
+        epoch::try_advance(&d.epoch.word, slots)
+    }
+
+    /// For a collect that found the epoch at `stuck`: if unpinned, yields the CPU up to
+    /// [`COUNT_STUCK_YIELDS`] times until an advance succeeds, then tries once more (an entry
+    /// needs two advances); the epoch afterwards. Pinned (an explicit collect inside an
+    /// operation), this thread itself may be what holds the epoch: no yield.
+    #[cold]
+    fn yield_for_epoch(&self, stuck: u64) -> u64 {
+        if self.pins.get() != 0 {
+            return stuck;
+        }
+        for _ in 0..COUNT_STUCK_YIELDS {
+            std::thread::yield_now();
+            self.count_recycling(|c| c.yields += 1);
+            let global = self.try_advance();
+            if global != stuck {
+                return self.try_advance();
+            }
+        }
+        stuck
     }
 
     /// Frees the entries of `bag` (at `bag_at`) old enough for `global` and not decided by
     /// the last walk, but keeps those that
-    /// fit in `room` in place as spares. Each freed entry is zeroed,
+    /// fit in `room` in place as spares, newest first (entries are pushed in retire order, so
+    /// this goes from the end: when room runs out, the older ones are freed). Each freed entry is zeroed,
     /// then freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
     /// (a move is two stores: a crash between them would leave the node twice). The bag
     /// empties (`len = 0`) once no entry is left.
@@ -635,7 +711,7 @@ impl<A: Arena> Handle<A> {
     ) {
         let len = bag.len.load(Ordering::Relaxed) as usize;
         let mut kept = 0;
-        for (i, entry) in bag.entries[..len].iter().enumerate() {
+        for (i, entry) in bag.entries[..len].iter().enumerate().rev() {
             let node = entry[0].load(Ordering::Relaxed);
             if node == 0 {
                 continue;
@@ -679,6 +755,7 @@ impl<A: Arena> Handle<A> {
         if let Some(at) = self.take_spare(size) {
             return Ok(at);
         }
+        self.count_recycling(|c| c.allocations += 1);
         loop {
             self.before_alloc();
             self.log(recover::ALLOC_ITEM, 0);

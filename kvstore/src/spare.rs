@@ -50,9 +50,18 @@ pub(crate) struct Spare {
 /// A handle's spares by item size (a write needs one of exactly its size, and scanning a list
 /// of thousands for it would cost more than the allocator): one list per size, sorted by
 /// size (most workloads have a few sizes; one binary search finds the list).
+///
+/// Each list is a stack, newest on top: a write takes the spare retired last, whose lines
+/// are the likeliest still in cache (retired ~`BATCH_COLLECT` writes ago, where the oldest of
+/// a long stall's spares is thousands), and a walk's spares go above the older ones left.
+/// A limbo walk goes newest to oldest, so its spares wait in `walk` and `end_walk` stacks
+/// them in reverse. (The walk used to push them bag by bag, newest bag first and each bag
+/// oldest first: a write took the oldest bag's spares first.)
 #[derive(Debug, Default)]
 pub(crate) struct Spares {
     by_size: Vec<(usize, Vec<Spare>)>,
+    /// The spares of the walk under way, newest first (see `end_walk`).
+    walk: Vec<Spare>,
     /// The index in `by_size` the last lookup found: a set peeks, takes and (at a walk)
     /// notes spares of one size, and a binary search per call cost ~15 instructions each.
     last: std::cell::Cell<usize>,
@@ -66,13 +75,29 @@ impl Spares {
     pub(crate) fn clear(&mut self) {
         self.by_size.retain(|(_, list)| !list.is_empty());
         self.by_size.iter_mut().for_each(|(_, list)| list.clear());
+        self.walk.clear();
         (self.count, self.bytes) = (0, 0);
     }
 
-    /// Notes a spare.
+    /// Notes a spare found by the walk under way, which goes from the newest entry to the
+    /// oldest; it is takeable after [`end_walk`](Self::end_walk).
     pub(crate) fn push(&mut self, spare: Spare) {
         self.count += 1;
         self.bytes += spare.size;
+        self.walk.push(spare);
+    }
+
+    /// Ends a walk: stacks its spares oldest first, so the newest is taken first.
+    pub(crate) fn end_walk(&mut self) {
+        let mut walk = std::mem::take(&mut self.walk);
+        for spare in walk.drain(..).rev() {
+            self.stack(spare);
+        }
+        self.walk = walk;
+    }
+
+    /// Puts a spare on top of its size's stack.
+    fn stack(&mut self, spare: Spare) {
         let i = match self.find(spare.size) {
             Ok(i) => i,
             Err(i) => {
@@ -159,6 +184,7 @@ impl<A: Arena> Handle<A> {
     /// ago), so no reader can still reach it.
     pub(crate) fn take_spare(&self, size: usize) -> Option<u64> {
         let spare = self.spares.borrow_mut().take(size)?;
+        self.count_recycling(|c| c.spares_taken += 1);
         let entry = self.map.view().word(spare.entry_at);
         debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
         self.limbo_log(recover::TAKE_ENTRY, spare.node, spare.entry_at);
@@ -213,4 +239,119 @@ fn prefetch_write(at: *const u8) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = at;
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::item::SIZE_HEADER;
+    use crate::map::{Handle, BATCH_COLLECT};
+    use crate::{PodArena, Store, StoreConfig};
+    use std::sync::atomic::Ordering;
+
+    const VALUE: &[u8] = &[b'v'; 960];
+    /// The size of an item of key `k` and `VALUE`.
+    const SIZE: usize = SIZE_HEADER + 1 + 960;
+
+    fn store(name: &str) -> (Store, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("podkv-spare-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = StoreConfig {
+            heap: podkv_alloc::Config {
+                small_bytes: 1 << 30,
+                large_bytes: 1 << 30,
+                slots: 4,
+                ..podkv_alloc::Config::default()
+            },
+            ..StoreConfig::default()
+        };
+        (Store::open(&path, config).unwrap(), path)
+    }
+
+    /// The node of the newest entry of `h`'s limbo (the item retired last).
+    fn retired_last(h: &Handle<PodArena>) -> u64 {
+        let head = h.record().limbo.load(Ordering::Relaxed);
+        let bag = h.bag(head);
+        let len = bag.len.load(Ordering::Relaxed) as usize;
+        bag.entries[len - 1][0].load(Ordering::Relaxed)
+    }
+
+    /// Rewrites `k` until a periodic collect has noted spares.
+    fn rewrite_until_spares(h: &Handle<PodArena>) {
+        for _ in 0..4 * BATCH_COLLECT {
+            h.set(b"k", VALUE, 0, 0).unwrap();
+            if h.spares.borrow().peek(SIZE).is_some() {
+                return;
+            }
+        }
+        panic!("no spares after {} rewrites", 4 * BATCH_COLLECT);
+    }
+
+    #[test]
+    fn a_write_takes_the_spare_retired_last() {
+        let (store, path) = store("last");
+        let h = store.handle().unwrap();
+        rewrite_until_spares(&h);
+        // The collect ran right after the rewrite that retired the newest entry; the epoch
+        // moved twice since it was stamped, so every entry was reclaimable.
+        let last = retired_last(&h);
+        assert_eq!(h.spares.borrow().peek(SIZE).unwrap().node, last);
+        let taken = h.recycling().spares_taken;
+        h.set(b"k", VALUE, 0, 0).unwrap();
+        assert_eq!(h.recycling().spares_taken, taken + 1);
+        assert_eq!(h.get(b"k").unwrap().unwrap().item, last);
+        drop(h);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn spares_of_a_later_walk_come_first() {
+        let (store, path) = store("later");
+        let h = store.handle().unwrap();
+        rewrite_until_spares(&h);
+        let first_walk = h.spares.borrow().peek(SIZE).unwrap().node;
+        // Rewrite until the next walk (taking the first walk's spares meanwhile): its spares
+        // were retired after every one of the first walk's.
+        let walks = h.walks_so_far();
+        while h.walks_so_far() == walks {
+            h.set(b"k", VALUE, 0, 0).unwrap();
+        }
+        let later = retired_last(&h);
+        assert_ne!(later, first_walk);
+        assert_eq!(h.spares.borrow().peek(SIZE).unwrap().node, later);
+        drop(h);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_writer_reuses_again_soon_after_a_stall() {
+        let (store, path) = store("stall");
+        let h = store.handle().unwrap();
+        let peer = store.handle().unwrap();
+        rewrite_until_spares(&h);
+        {
+            // A peer pinned for a while (as if preempted inside an operation): the epoch
+            // stops, the writer's spares run out and its writes go to the allocator.
+            let _pinned = peer.pin();
+            let before = h.recycling();
+            for _ in 0..8 * BATCH_COLLECT {
+                h.set(b"k", VALUE, 0, 0).unwrap();
+            }
+            let stall = h.recycling() - before;
+            assert!(stall.allocations > 0, "{stall:?}");
+            assert!(stall.stuck_collects > 0, "{stall:?}");
+        }
+        // The peer unpinned: the writer reuses within a few writes, not a full batch.
+        let before = h.recycling();
+        let mut writes = 0;
+        while h.recycling().spares_taken == before.spares_taken {
+            h.set(b"k", VALUE, 0, 0).unwrap();
+            writes += 1;
+            assert!(writes <= BATCH_COLLECT, "no reuse after {writes} writes");
+        }
+        // A stuck collect retries after `BATCH_COLLECT_STUCK` retirements; the one after the
+        // unpin walks, and the next write takes a spare.
+        assert!(writes <= 32, "reuse after {writes} writes");
+        drop((h, peer));
+        let _ = std::fs::remove_file(path);
+    }
 }

@@ -33,8 +33,15 @@
 //!   two-process rows keep 0.99): lower spreads the writes over more keys, which tells
 //!   hot-key effects from per-operation cost.
 //!
+//! - `MIX_OWN_SETS=1`: each thread sets only keys of its own (key ≡ thread mod threads; the
+//!   set's zipfian key moved to the nearest such key), gets unchanged: no two threads
+//!   rewrite the same item, which tells hot-key write sharing from the rest.
+//!
 //! Under each row the lock-free maps' lost CAS races (`KvHandle::lost_races`: write-loop
-//! passes that lost their link CAS to another writer and searched again) are printed.
+//! passes that lost their link CAS to another writer and searched again) are printed, and the
+//! store's recycling (`KvHandle::recycling`): new items that reused a spare vs. went to the
+//! allocator, periodic collects that found the epoch stuck (a peer pinned, e.g. preempted
+//! inside an operation), and the yields those made for it.
 //!
 //! For instruction and cache-miss counts per operation (deterministic, unlike time), run one
 //! map and one thread under callgrind and count only inside `run_ops`:
@@ -45,8 +52,9 @@
 mod pages;
 mod zipf;
 
-use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Store, StoreConfig};
+use podkv_store::{DashBaseline, KvHandle, KvMap, LocalStore, Recycling, Store, StoreConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use zipf::{stream, Op, Zipf};
 
@@ -62,18 +70,38 @@ type Driver<'m> = Box<dyn FnMut(&[Op]) + 'm>;
 /// Makes a map's [`Driver`] on the calling worker thread (handles stay on their thread).
 type Starter<'m> = Box<dyn Fn() -> Driver<'m> + Sync + 'm>;
 
-/// `lost` sums the lost CAS races of the map's handles (`KvHandle::lost_races`), for the
-/// contention line printed under each row.
-fn starter<'m, M: KvMap>(map: &'m M, lost: &'m AtomicU64) -> Starter<'m> {
+/// What a map's handles count, summed over them, for the lines printed under each row.
+#[derive(Default)]
+struct Counts {
+    /// Lost CAS races (`KvHandle::lost_races`).
+    lost: AtomicU64,
+    /// Recycling (`KvHandle::recycling`), if the map counts it.
+    recycling: Mutex<Option<Recycling>>,
+}
+
+impl Counts {
+    fn reset(&self) {
+        self.lost.store(0, Ordering::Relaxed);
+        *self.recycling.lock().unwrap() = None;
+    }
+}
+
+fn starter<'m, M: KvMap>(map: &'m M, counts: &'m Counts) -> Starter<'m> {
     Box::new(move || {
         let mut h = map.handle().unwrap();
         let value = vec![b'w'; SIZE_VALUE];
         let mut seen = 0;
+        let mut recycled = h.recycling();
         Box::new(move |ops: &[Op]| {
             run_ops(&mut h, ops, &value);
             if let Some(n) = h.lost_races() {
-                lost.fetch_add(n - seen, Ordering::Relaxed);
+                counts.lost.fetch_add(n - seen, Ordering::Relaxed);
                 seen = n;
+            }
+            if let (Some(now), Some(before)) = (h.recycling(), recycled) {
+                let mut sum = counts.recycling.lock().unwrap();
+                *sum = Some(sum.unwrap_or_default() + (now - before));
+                recycled = Some(now);
             }
         })
     })
@@ -266,8 +294,8 @@ fn child(spec: &str) {
     let store = Store::open(f[0], config(n(1))).unwrap();
     let zipf = Zipf::new(n(1), 0.99);
     let streams = vec![stream(&zipf, n(2) as usize, n(3), n(4))];
-    let lost = AtomicU64::new(0);
-    let times = measure(&[starter(&store, &lost)], &streams, 1, clock());
+    let counts = Counts::default();
+    let times = measure(&[starter(&store, &counts)], &streams, 1, clock());
     println!("{}", n(2) as f64 / times[0][0] / 1e6);
 }
 
@@ -296,6 +324,23 @@ fn run_processes(path: &str, keys: u64, ops: usize, set_percent: u64) -> f64 {
             .unwrap()
     };
     children.into_iter().map(rate).sum()
+}
+
+/// `MIX_OWN_SETS=1`: moves thread `t`'s sets to keys ≡ `t` mod `threads` (the nearest one
+/// at or below the zipfian key, within `keys`); gets keep their keys.
+fn own_keys(ops: Vec<Op>, t: u64, threads: u64, keys: u64) -> Vec<Op> {
+    ops.into_iter()
+        .map(|op| {
+            if !op.is_set() {
+                return op;
+            }
+            let mut key = op.key() - op.key() % threads + t;
+            if key >= keys {
+                key -= threads;
+            }
+            op.with_key(key)
+        })
+        .collect()
 }
 
 /// The median (the mean of the middle two for an even count).
@@ -359,14 +404,14 @@ fn main() {
         "2 MiB pages taken by each map's preload: {}",
         huge.join(", ")
     );
-    let lost: Vec<AtomicU64> = names.iter().map(|_| AtomicU64::new(0)).collect();
+    let counts: Vec<Counts> = names.iter().map(|_| Counts::default()).collect();
     let maps: Vec<Starter<'_>> = names
         .iter()
-        .zip(&lost)
-        .map(|(n, lost)| match n.as_str() {
-            "podkv" => starter(&store, lost),
-            "local" => starter(&local, lost),
-            "dashmap" => starter(&dash, lost),
+        .zip(&counts)
+        .map(|(n, counts)| match n.as_str() {
+            "podkv" => starter(&store, counts),
+            "local" => starter(&local, counts),
+            "dashmap" => starter(&dash, counts),
             other => panic!("MIX_MAPS: unknown map {other} (podkv, local, dashmap)"),
         })
         .collect();
@@ -404,10 +449,18 @@ fn main() {
             if mix_threads.is_some_and(|t| t != threads as u64) {
                 continue;
             }
+            let own_sets = env_number("MIX_OWN_SETS") == Some(1);
             let streams: Vec<_> = (0..threads)
-                .map(|t| stream(&zipf, ops, set_percent, 17 + t as u64))
+                .map(|t| {
+                    let ops = stream(&zipf, ops, set_percent, 17 + t as u64);
+                    if own_sets {
+                        own_keys(ops, t as u64, threads as u64, keys)
+                    } else {
+                        ops
+                    }
+                })
                 .collect();
-            lost.iter().for_each(|l| l.store(0, Ordering::Relaxed));
+            counts.iter().for_each(Counts::reset);
             let times = measure(&maps, &streams, slices, clock);
             let row = summarize(&times, ops * threads);
             let groups: Vec<String> = (1..names.len())
@@ -459,15 +512,30 @@ fn main() {
                 .sum();
             let races: Vec<String> = names
                 .iter()
-                .zip(&lost)
+                .zip(&counts)
                 .filter(|(n, _)| n.as_str() != "dashmap")
-                .map(|(n, l)| {
-                    let l = l.load(Ordering::Relaxed);
+                .map(|(n, c)| {
+                    let l = c.lost.load(Ordering::Relaxed);
                     format!("{n} {l} ({:.2e} per set)", l as f64 / sets.max(1) as f64)
                 })
                 .collect();
             if !races.is_empty() {
                 println!("{:>14}  lost CAS races: {}", "", races.join(", "));
+            }
+            for (n, c) in names.iter().zip(&counts) {
+                if let Some(r) = *c.recycling.lock().unwrap() {
+                    let new = (r.spares_taken + r.allocations).max(1) as f64;
+                    println!(
+                        "{:>14}  {n} recycling: spares {} ({:.1}%), allocator {} ({:.1}%), stuck collects {}, yields {}",
+                        "",
+                        r.spares_taken,
+                        100.0 * r.spares_taken as f64 / new,
+                        r.allocations,
+                        100.0 * r.allocations as f64 / new,
+                        r.stuck_collects,
+                        r.yields
+                    );
+                }
             }
             println!(
                 "{{\"mix\":\"{name}\",\"threads\":{threads},\"clock\":\"{clock:?}\",\"mops\":{},\"ratio_of_first\":{},\"group_ratios\":[{}]}}",

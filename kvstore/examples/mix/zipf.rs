@@ -67,6 +67,11 @@ impl Op {
     pub fn is_set(self) -> bool {
         self.0 & BIT_SET != 0
     }
+
+    /// The same operation on `key`.
+    pub fn with_key(self, key: u64) -> Op {
+        Op(key as u32 | (self.0 & BIT_SET))
+    }
 }
 
 /// One thread's pre-generated operations: `set_percent` of them sets. Keys must be < 2^31.
