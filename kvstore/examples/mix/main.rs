@@ -1,7 +1,8 @@
 //! Get/set mixes (95/5 and 50/50, scrambled zipfian 0.99, 8-byte keys, 960-byte values — the
 //! paper's YCSB shape) with 1 and 2 threads: the podkv store vs the same index over mimalloc
-//! vs dashmap, all in one run, through `KvMap`; then two processes on the store, and bytes of
-//! heap per item. Do not use the tests as benchmarks; use this:
+//! vs dashmap, all in one run, through `KvMap`; then two processes on the store (compared
+//! with the other maps' two-thread rates of the same run, the most they can share one map
+//! between), and bytes of heap per item. Do not use the tests as benchmarks; use this:
 //!
 //! ```text
 //! cargo run -p podkv-store --release --example mix -- [KEYS] [OPS_PER_THREAD]
@@ -445,6 +446,9 @@ fn main() {
         None => vec![("95/5".into(), 5), ("50/50".into(), 50)],
     };
     for (name, set_percent) in mixes {
+        // The two-thread row's rates, which the two-process row is compared with: the other
+        // maps cannot span processes, and two threads is the most they share one map between.
+        let mut two_threads: Option<Vec<f64>> = None;
         for threads in [1usize, 2] {
             if mix_threads.is_some_and(|t| t != threads as u64) {
                 continue;
@@ -463,6 +467,9 @@ fn main() {
             counts.iter().for_each(Counts::reset);
             let times = measure(&maps, &streams, slices, clock);
             let row = summarize(&times, ops * threads);
+            if threads == 2 {
+                two_threads = Some(row.mops.clone());
+            }
             let groups: Vec<String> = (1..names.len())
                 .map(|m| {
                     let g: Vec<String> = row.group_ratios[m]
@@ -552,9 +559,18 @@ fn main() {
                 .map(|_| run_processes(&path, keys, ops / 4, set_percent))
                 .collect(),
         );
+        // Against the other maps' two-thread rates of this run (not interleaved: a rough
+        // ratio, as the children's own timing is).
+        let versus: Vec<String> = two_threads
+            .iter()
+            .flat_map(|mops| names.iter().zip(mops).filter(|(n, _)| *n != "podkv"))
+            .map(|(n, m)| format!("{:.2}x {n} at 2 threads", p2 / m))
+            .collect();
         println!(
-            "{name:>6} {:>7} {p2:>9.2}  (podkv; median of 3 runs)",
-            "2 procs"
+            "{name:>6} {:>7} {p2:>9.2}  (podkv; median of 3 runs){}{}",
+            "2 procs",
+            if versus.is_empty() { "" } else { "; " },
+            versus.join(", ")
         );
         println!("{{\"mix\":\"{name}\",\"processes\":2,\"mops\":{{\"podkv\":{p2:.3}}}}}");
     }
