@@ -72,6 +72,9 @@
 //! - **the header's backed-ahead words** (`backer.rs`): raised by any process's backer, but
 //!   only for a heap on a file, whose processes share one host (a device needs no backing);
 //!   a stale value only makes a grow back its slabs itself.
+//! - **a slab descriptor's `pages` word** (`slab.rs`, `backer.rs`): the releaser stores it
+//!   and a backer CASes its `backed` bit, again only for a heap on a file (one host); a stale
+//!   bit is never trusted over a release, since the CAS expects the value read before backing.
 //! - **a hazard record's cells and `high`**: CAS and `fetch_max` by the owning process's
 //!   threads only (one host), read by others under the reader rule.
 //! - Single-writer words need no mCAS: a slot's own lists, pending batch, recovery word (one
