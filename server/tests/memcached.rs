@@ -64,8 +64,16 @@ fn start() -> Option<Memcached> {
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
+            // A listener on the port proves little on its own: the port was free when it was
+            // picked, but another test's server may have taken it since, and then ours exits
+            // on its failed bind while the connect reaches the other one. Accept the port only
+            // once our child has outlived a connect by a moment.
             if TcpStream::connect(&addr).is_ok() {
-                return Some(Memcached { child, addr });
+                std::thread::sleep(Duration::from_millis(100));
+                if child.try_wait().unwrap().is_none() {
+                    return Some(Memcached { child, addr });
+                }
+                break;
             }
             if child.try_wait().unwrap().is_some() {
                 break;
