@@ -399,8 +399,9 @@ fn print_stats(report: &HeapReport) {
         human_bytes(report.file_bytes),
         if report.huge.enabled {
             format!(
-                " (of which {} the huge reservation array)",
-                human_bytes(8 * podkv_alloc::layout::COUNT_HUGE_RANGES)
+                " (of which {} the huge reservation array and {} the hazard records' owner words)",
+                human_bytes(8 * podkv_alloc::layout::COUNT_HUGE_RANGES),
+                human_bytes(8 * podkv_alloc::hazard::COUNT_HAZARD_RECORDS)
             )
         } else {
             String::new()

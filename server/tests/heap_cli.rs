@@ -77,6 +77,12 @@ fn stress_then_check(heap: &str, flags: &[&str], name: &str) {
     assert!(text(&out).contains("ok:"), "{}", text(&out));
     let out = podkv(&["heap", "check", heap, "--expect-empty"]);
     assert!(out.status.success(), "{flags:?}: {}", text(&out));
+    let out = podkv(&["heap", "info", heap]);
+    assert!(
+        text(&out).contains("512 B the hazard records' owner words"),
+        "{flags:?}: the HWcc line counts them: {}",
+        text(&out)
+    );
     let out = podkv(&["heap", "info", heap, "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info --json is JSON");
     assert_eq!(info["live_blocks"], 0, "{flags:?}");
