@@ -201,17 +201,21 @@ mod tests {
         }
     }
 
+    /// Polls `done` until it holds; fails, saying `what` never happened, after 20 s.
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn wait_for_lead(heap: &Heap, kind: Kind) {
         let slabs = heap.slab_heap(kind);
         let lead = u64::from(heap.len(slabs)) + u64::from(slabs.count_back_ahead);
-        let start = Instant::now();
-        while heap.backed_ahead(slabs).load(Ordering::Acquire) < lead {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the backer never backed ahead"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until("the backer never backed ahead", || {
+            heap.backed_ahead(slabs).load(Ordering::Acquire) >= lead
+        });
     }
 
     #[test]
@@ -302,14 +306,9 @@ mod tests {
         }
         assert!(blocks.len() >= (large.count_keep_unsized + large.count_warm_max) as usize);
         assert_eq!(popped_by_self(), 1);
-        let start = Instant::now();
-        while backer.backed_cold.load(Ordering::Relaxed) < u64::from(large.count_back_cold) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the backer never backed the cold list's head"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until("the backer never backed the cold list's head", || {
+            backer.backed_cold.load(Ordering::Relaxed) >= u64::from(large.count_back_cold)
+        });
         for _ in 0..large.count_back_cold {
             let off = t.allocate(layout).unwrap();
             // SAFETY: a fresh block of 300 000 bytes: its pages must be there to write.

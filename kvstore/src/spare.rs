@@ -252,9 +252,9 @@ mod tests {
     /// The size of an item of key `k` and `VALUE`.
     const SIZE: usize = SIZE_HEADER + 1 + 960;
 
-    fn store(name: &str) -> (Store, std::path::PathBuf) {
-        let path = std::env::temp_dir().join(format!("podkv-spare-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
+    /// A fresh store in a directory removed when the returned guard drops.
+    fn store() -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
         let config = StoreConfig {
             heap: podkv_alloc::Config {
                 small_bytes: 1 << 30,
@@ -264,7 +264,7 @@ mod tests {
             },
             ..StoreConfig::default()
         };
-        (Store::open(&path, config).unwrap(), path)
+        (Store::open(dir.path().join("store"), config).unwrap(), dir)
     }
 
     /// The node of the newest entry of `h`'s limbo (the item retired last).
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_write_takes_the_spare_retired_last() {
-        let (store, path) = store("last");
+        let (store, _dir) = store();
         let h = store.handle().unwrap();
         rewrite_until_spares(&h);
         // The collect ran right after the rewrite that retired the newest entry; the epoch
@@ -299,13 +299,11 @@ mod tests {
         h.set(b"k", VALUE, 0, 0).unwrap();
         assert_eq!(h.recycling().spares_taken, taken + 1);
         assert_eq!(h.get(b"k").unwrap().unwrap().item, last);
-        drop(h);
-        let _ = std::fs::remove_file(path);
     }
 
     #[test]
     fn spares_of_a_later_walk_come_first() {
-        let (store, path) = store("later");
+        let (store, _dir) = store();
         let h = store.handle().unwrap();
         rewrite_until_spares(&h);
         let first_walk = h.spares.borrow().peek(SIZE).unwrap().node;
@@ -318,13 +316,11 @@ mod tests {
         let later = retired_last(&h);
         assert_ne!(later, first_walk);
         assert_eq!(h.spares.borrow().peek(SIZE).unwrap().node, later);
-        drop(h);
-        let _ = std::fs::remove_file(path);
     }
 
     #[test]
     fn a_writer_reuses_again_soon_after_a_stall() {
-        let (store, path) = store("stall");
+        let (store, _dir) = store();
         let h = store.handle().unwrap();
         let peer = store.handle().unwrap();
         rewrite_until_spares(&h);
@@ -351,7 +347,5 @@ mod tests {
         // A stuck collect retries after `BATCH_COLLECT_STUCK` retirements; the one after the
         // unpin walks, and the next write takes a spare.
         assert!(writes <= 32, "reuse after {writes} writes");
-        drop((h, peer));
-        let _ = std::fs::remove_file(path);
     }
 }
