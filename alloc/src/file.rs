@@ -13,20 +13,49 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 thread_local! {
-    /// `fallocate` calls this thread made (backing and releasing).
-    static CALLS: Cell<u64> = const { Cell::new(0) };
+    /// `fallocate` calls this thread made: backing, and releasing.
+    static CALLS: Cell<Calls> = const { Cell::new(Calls { backs: 0, releases: 0 }) };
 }
 
-/// How many times this thread has backed or released pages of a heap file (`fallocate`):
-/// the system calls an allocation or free may make on its own path. Read it before and after
-/// an operation to tell the operations that made one (a latency test's outliers) from those
-/// that did not.
-pub fn calls_on_this_thread() -> u64 {
+/// System calls a thread made on heap files: the ones an allocation or free may make on its
+/// own path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Calls {
+    /// `fallocate` to back pages (a grow, a cold pop the backer had not reached).
+    pub backs: u64,
+    /// `fallocate` to punch pages out (a slab going cold, a huge block freed).
+    pub releases: u64,
+}
+
+impl std::ops::Sub for Calls {
+    type Output = Calls;
+
+    /// The calls made since `earlier` (a reading of the same thread's).
+    fn sub(self, earlier: Calls) -> Calls {
+        Calls {
+            backs: self.backs - earlier.backs,
+            releases: self.releases - earlier.releases,
+        }
+    }
+}
+
+/// How many times this thread has backed and released pages of a heap file. Read it before
+/// and after an operation to tell the operations that made a system call (a latency test's
+/// outliers) from those that did not.
+pub fn calls_on_this_thread() -> Calls {
     CALLS.with(Cell::get)
 }
 
-fn count_call() {
-    CALLS.with(|calls| calls.set(calls.get() + 1));
+fn count_call(release: bool) {
+    CALLS.with(|calls| {
+        let mut c = calls.get();
+        if release {
+            c.releases += 1;
+        } else {
+            c.backs += 1;
+        }
+        calls.set(c);
+    });
 }
 
 /// An open heap file.
@@ -145,7 +174,7 @@ impl HeapFile {
         if self.is_device || len == 0 {
             return Ok(());
         }
-        count_call();
+        count_call(false);
         // SAFETY: `fd` is open; mode 0 allocates and extends, it never discards data.
         let rc = unsafe { libc::fallocate(self.fd, 0, offset as libc::off_t, len as libc::off_t) };
         if rc == 0 {
@@ -182,7 +211,7 @@ impl HeapFile {
             return;
         }
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        count_call();
+        count_call(true);
         // SAFETY: `fd` is open; punching a hole only discards the range's contents, which the
         // caller owns and no longer needs. Failure (a file system without holes) only keeps pages.
         unsafe { libc::fallocate(self.fd, mode, offset as libc::off_t, len as libc::off_t) };
@@ -309,18 +338,27 @@ mod tests {
         let file = HeapFile::open(&dir, true).unwrap();
         let before = calls_on_this_thread();
         file.back(0, 1 << 16).unwrap();
+        file.back(1 << 16, 1 << 16).unwrap();
         file.release(0, 1 << 16);
-        assert_eq!(calls_on_this_thread(), before + 2);
+        let after = Calls {
+            backs: before.backs + 2,
+            releases: before.releases + 1,
+        };
+        assert_eq!(calls_on_this_thread(), after);
         let other = std::thread::scope(|s| {
             s.spawn(|| {
-                file.back(1 << 16, 1 << 16).unwrap();
+                file.back(1 << 17, 1 << 16).unwrap();
                 calls_on_this_thread()
             })
             .join()
             .unwrap()
         });
-        assert_eq!(other, 1, "a fresh thread counts its own call");
-        assert_eq!(calls_on_this_thread(), before + 2, "not this thread's call");
+        let one_back = Calls {
+            backs: 1,
+            releases: 0,
+        };
+        assert_eq!(other, one_back, "a fresh thread counts its own call");
+        assert_eq!(calls_on_this_thread(), after, "not this thread's call");
         drop(file);
         std::fs::remove_file(&dir).unwrap();
     }

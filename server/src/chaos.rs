@@ -29,18 +29,27 @@
 //! # Latency while a process is dead and recovered (nobody blocks)
 //! The living are not paused for the kill or the recovery: the coordinator kills, leaves the
 //! dead slots unrecovered for `--dead-ms` while the others work on, then recovers them, and
-//! only then pauses everyone to settle and check. Each worker times every operation three
-//! ways (wall clock; its thread's CPU time; wall clock less its run-queue wait, see
-//! [`MEASURES`]) into log-linear histograms in the record file, one for operations that
-//! overlapped a kill-to-recovery window and one for the others. The histograms outlive a
-//! killed worker, so the report covers every operation of the run, summed over all workers:
-//! the slowest window operation against the normal p99.9, with the normal distribution, and
-//! against the slowest operation expected of as many calm operations as the windows held (the
-//! calm quantile 1 − 1/n): near or below 1× the windows' operations are drawn from the calm
-//! distribution, well above it something in a window made an operation wait. The run fails if
-//! a window passed in which no live worker finished an operation.
+//! only then pauses everyone to settle and check. Each worker times every operation (an
+//! allocation, a free or a hand-over; a draw that finds nothing to do is not one) three ways
+//! (wall clock; its thread's CPU time; wall clock less its run-queue wait, see [`MEASURES`])
+//! into log-linear histograms in the record file, one for operations that overlapped a
+//! kill-to-recovery window, one for those that overlapped a control window, and one for the
+//! others. The histograms outlive a killed worker, so the report covers every operation of
+//! the run, summed over all workers.
+//!
+//! A control window is the kill window's A/A control. Each round has one of each, in random
+//! order and after random waits (so neither sits nearer the last restart), and the control
+//! window lasts as long as the last kill window did: the victim rests instead of dying (or,
+//! after the kill, stays dead and recovered), and the others work on exactly as they do while
+//! it is dead. So the report sets the slowest kill-window operation against the normal p99.9
+//! (the criterion) *and* against what the very same statistic gives with nobody
+//! killed. If the kill windows' tail is no longer than the control windows', nobody waited for
+//! the dead; whatever both show beyond the normal p99.9 is the machine's (preemption,
+//! interrupts, the hypervisor), not the kill's. The run fails if a window passed in which no
+//! live worker finished an operation.
 
 use anyhow::{bail, ensure, Context};
+use podkv_alloc::file::Calls;
 use podkv_alloc::{Config, Heap, InFlight, Offset, ThreadHandle};
 use std::alloc::Layout;
 use std::os::fd::AsRawFd;
@@ -65,20 +74,23 @@ const FREEING: u64 = 4;
 /// processes dominates the wall clock's tail.
 const MEASURES: usize = 3;
 const MEASURE_NAMES: [&str; MEASURES] = ["wall", "CPU", "wall less run-queue wait"];
-/// Operations that overlapped a kill-to-recovery window, and the others.
+/// Operations that overlapped a kill-to-recovery window, ones that overlapped a control window
+/// (the same wait with one worker resting instead of dead: the A/A control), and the others.
 const PHASE_CALM: usize = 0;
 const PHASE_WINDOW: usize = 1;
+const PHASE_CONTROL: usize = 2;
+const PHASES: usize = 3;
 /// Log-linear latency buckets (ns): 32 per power of two, so a bucket is within 3% of its
 /// values; 1248 reach past an hour.
 const SUB_BITS: u32 = 5;
 const BUCKETS: usize = 1280;
-/// Words per worker in the record file: heartbeat, pause acknowledgement, then per phase the
-/// operations that made a system call of the allocator's (`fallocate`), then per measure and
-/// phase the slowest operation that made none.
-const FIELDS: usize = 2 + 2 + MEASURES * 2;
+/// Words per worker in the record file: heartbeat, pause acknowledgement, rest request, then
+/// per phase the operations that backed pages (`fallocate`) and those that released pages,
+/// then per measure and phase the slowest operation that did neither.
+const FIELDS: usize = 3 + 2 * PHASES + MEASURES * PHASES;
 /// Words per worker of latency histograms: a maximum and the buckets, per measure and phase.
 const HISTOGRAM: usize = BUCKETS + 1;
-const HISTOGRAMS: usize = MEASURES * 2 * HISTOGRAM;
+const HISTOGRAMS: usize = MEASURES * PHASES * HISTOGRAM;
 
 /// The latency bucket of `ns`.
 fn bucket(ns: u64) -> usize {
@@ -185,20 +197,30 @@ impl Record {
     fn paused(&self, w: usize) -> &AtomicU64 {
         self.worker(w, 1)
     }
-    /// Worker `w`'s count of operations in `phase` that made an allocator system call.
-    fn calls(&self, w: usize, phase: usize) -> &AtomicU64 {
-        self.worker(w, 2 + phase)
+    /// Non-zero while the coordinator wants worker `w` idle (it rests through a control window,
+    /// as a killed worker would be dead through a kill window).
+    fn rest(&self, w: usize) -> &AtomicU64 {
+        self.worker(w, 2)
+    }
+    /// Worker `w`'s count of operations in `phase` that backed pages (`release` false) or
+    /// released them (true).
+    fn calls(&self, w: usize, phase: usize, release: bool) -> &AtomicU64 {
+        self.worker(w, 3 + 2 * phase + usize::from(release))
     }
     /// Worker `w`'s slowest operation of `measure` in `phase` that made no system call.
     fn quiet_max(&self, w: usize, measure: usize, phase: usize) -> &AtomicU64 {
-        self.worker(w, 4 + measure * 2 + phase)
+        self.worker(w, 3 + 2 * PHASES + measure * PHASES + phase)
     }
-    /// Counts one operation that made a system call, or notes the latencies of one that did not
-    /// (this worker is the only writer of its fields).
-    fn count_calls(&self, w: usize, phase: usize, called: bool, ns: [u64; MEASURES]) {
-        if called {
-            let calls = self.calls(w, phase);
-            calls.store(calls.load(Relaxed) + 1, Relaxed);
+    /// Counts one operation that made system calls (`calls`), or notes the latencies of one
+    /// that made none (this worker is the only writer of its fields).
+    fn count_calls(&self, w: usize, phase: usize, calls: Calls, ns: [u64; MEASURES]) {
+        for (release, made) in [(false, calls.backs), (true, calls.releases)] {
+            if made > 0 {
+                let count = self.calls(w, phase, release);
+                count.store(count.load(Relaxed) + 1, Relaxed);
+            }
+        }
+        if calls != Calls::default() {
             return;
         }
         for (measure, ns) in ns.into_iter().enumerate() {
@@ -208,12 +230,13 @@ impl Record {
             }
         }
     }
-    /// Over every worker: operations in `phase` that made a system call, and the slowest
-    /// operation of `measure` in `phase` that made none.
-    fn calls_and_quiet_max(&self, measure: usize, phase: usize) -> (u64, u64) {
-        (0..WORKERS_MAX).fold((0, 0), |(calls, max), w| {
+    /// Over every worker: operations in `phase` that backed pages, operations that released
+    /// pages, and the slowest operation of `measure` in `phase` that did neither.
+    fn calls_and_quiet_max(&self, measure: usize, phase: usize) -> (u64, u64, u64) {
+        (0..WORKERS_MAX).fold((0, 0, 0), |(backs, releases, max), w| {
             (
-                calls + self.calls(w, phase).load(Acquire),
+                backs + self.calls(w, phase, false).load(Acquire),
+                releases + self.calls(w, phase, true).load(Acquire),
                 max.max(self.quiet_max(w, measure, phase).load(Acquire)),
             )
         })
@@ -221,7 +244,7 @@ impl Record {
     /// Worker `w`'s latency histogram of `measure` in `phase`: its maximum, then its buckets.
     /// Kept across the worker's restarts: a killed worker's operations stay counted.
     fn histogram(&self, w: usize, measure: usize, phase: usize) -> &[AtomicU64] {
-        let at = Self::AT_HISTOGRAMS + HISTOGRAMS * w + (measure * 2 + phase) * HISTOGRAM;
+        let at = Self::AT_HISTOGRAMS + HISTOGRAMS * w + (measure * PHASES + phase) * HISTOGRAM;
         &self.words[at..at + HISTOGRAM]
     }
 
@@ -257,6 +280,10 @@ impl Record {
     /// The window: odd from a kill until the dead process's slots are recovered.
     fn window(&self) -> &AtomicU64 {
         &self.words[Self::AT_CONTROL + 1]
+    }
+    /// The control window: odd while one worker rests as long as a killed one stays dead.
+    fn control(&self) -> &AtomicU64 {
+        &self.words[Self::AT_CONTROL + 2]
     }
 }
 
@@ -334,44 +361,51 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     let mut settled_allocs = 0u64;
     let mut settled_frees = 0u64;
     let mut window_beats = Vec::new();
+    let mut control_beats = Vec::new();
+    let mut window_len = Duration::from_millis(args.dead_ms);
     let start = Instant::now();
     for round in 0..args.kills {
-        std::thread::sleep(Duration::from_micros(
-            1000 + rng.below(args.round_ms.max(2) * 1000),
-        ));
         let victim = rng.below(u64::from(args.processes)) as usize;
-        // The window: from the kill until the dead slots are recovered, the living work on,
-        // and each of them must finish operations while the dead slots are unrecovered.
         let living: Vec<usize> = (0..args.processes as usize)
             .filter(|&w| w != victim)
             .collect();
-        record.window().fetch_add(1, AcqRel);
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(children[victim].id() as i32, libc::SIGKILL) };
-        children[victim].wait()?;
-        let dead_beats: Vec<u64> = living
-            .iter()
-            .map(|&w| record.heartbeat(w).load(Acquire))
-            .collect();
-        std::thread::sleep(Duration::from_millis(args.dead_ms));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for (&w, &beat) in living.iter().zip(&dead_beats) {
-            while record.heartbeat(w).load(Acquire) == beat {
-                ensure!(
-                    Instant::now() < deadline,
-                    "round {round}: worker {w} finished no operation in 10 s while worker {victim} was dead"
-                );
-                std::thread::sleep(Duration::from_micros(100));
+        // Two windows a round, in random order, each after a random wait: the kill window
+        // (from the kill until the dead slots are recovered, the living work on, and each of
+        // them must finish operations while the dead slots are unrecovered), and the control
+        // window (the kill window's A/A control: nobody is killed, the victim only rests or
+        // stays dead and recovered, for as long as the last kill window lasted).
+        let control_first = rng.below(2) == 0;
+        let mut recovered = Vec::new();
+        for kill in [!control_first, control_first] {
+            std::thread::sleep(Duration::from_micros(
+                500 + rng.below(args.round_ms.max(2) * 500),
+            ));
+            if !kill {
+                record.rest(victim).store(1, Release);
+                record.control().fetch_add(1, AcqRel);
+                let beats = heartbeats(&record, &living);
+                std::thread::sleep(window_len);
+                let done = progress(&record, &living, &beats)
+                    .with_context(|| format!("round {round}, while worker {victim} rested"))?;
+                record.control().fetch_add(1, AcqRel);
+                record.rest(victim).store(0, Release);
+                control_beats.push(done);
+                continue;
             }
+            let opened = Instant::now();
+            record.window().fetch_add(1, AcqRel);
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(children[victim].id() as i32, libc::SIGKILL) };
+            children[victim].wait()?;
+            let beats = heartbeats(&record, &living);
+            std::thread::sleep(Duration::from_millis(args.dead_ms));
+            let done = progress(&record, &living, &beats)
+                .with_context(|| format!("round {round}, while worker {victim} was dead"))?;
+            recovered = heap.recover_dead();
+            record.window().fetch_add(1, AcqRel);
+            window_len = opened.elapsed();
+            window_beats.push(done);
         }
-        let done: u64 = living
-            .iter()
-            .zip(&dead_beats)
-            .map(|(&w, &beat)| record.heartbeat(w).load(Acquire) - beat)
-            .sum();
-        let recovered = heap.recover_dead();
-        record.window().fetch_add(1, AcqRel);
-        window_beats.push(done);
         // Pause the living at a safe point; a worker that does not get there in time stalled.
         let epoch = record.pause().fetch_add(1, AcqRel) + 1;
         for w in (0..args.processes as usize).filter(|&w| w != victim) {
@@ -468,46 +502,55 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
             / 1e6
     );
     window_beats.sort_unstable();
-    let window_ops = record.latencies(0, PHASE_WINDOW).len();
+    control_beats.sort_unstable();
+    let ops = |phase| record.latencies(0, phase).len();
+    let total = ops(PHASE_CALM) + ops(PHASE_WINDOW) + ops(PHASE_CONTROL);
     println!(
-        "while a process was dead and recovered ({} ms or more, then recovery; {} windows): every live worker kept finishing operations ({} to {} per window, median {}); {} of {} operations overlapped a window",
+        "while a process was dead and recovered ({} ms or more, then recovery; {} windows): every live worker kept finishing operations ({} to {} per window, median {}); {} of {} operations overlapped a kill window",
         args.dead_ms,
         window_beats.len(),
         window_beats.first().copied().unwrap_or(0),
         window_beats.last().copied().unwrap_or(0),
         window_beats.get(window_beats.len() / 2).copied().unwrap_or(0),
-        window_ops,
-        window_ops + record.latencies(0, PHASE_CALM).len(),
+        ops(PHASE_WINDOW),
+        total,
+    );
+    println!(
+        "control: as many windows as long with nobody killed (the victim rests, or stays dead and recovered; {} to {} operations per window, median {}; {} operations): what the same statistics give without a kill",
+        control_beats.first().copied().unwrap_or(0),
+        control_beats.last().copied().unwrap_or(0),
+        control_beats.get(control_beats.len() / 2).copied().unwrap_or(0),
+        ops(PHASE_CONTROL),
     );
     let us = |ns: u64| ns as f64 / 1e3;
     for (m, name) in MEASURE_NAMES.iter().enumerate() {
-        let (calm, window) = (
-            record.latencies(m, PHASE_CALM),
-            record.latencies(m, PHASE_WINDOW),
-        );
-        let p999 = calm.quantile(0.999);
-        // What the slowest of as many calm operations as the windows held would take: the
-        // calm quantile 1 - 1/n. A window op slower than that is slow for the window's sake.
-        let like = calm.quantile(1.0 - 1.0 / window.len().max(1) as f64);
+        let [calm, window, control] =
+            [PHASE_CALM, PHASE_WINDOW, PHASE_CONTROL].map(|phase| record.latencies(m, phase));
+        let p999 = calm.quantile(0.999).max(1);
         println!(
-            "  {name}: slowest window operation {:.1} µs = {:.2}x the normal p99.9 and {:.2}x the slowest expected of as many calm operations ({:.1} µs); normal p50 {:.1}, p99 {:.1}, p99.9 {:.1}, p99.99 {:.1}, max {:.1} µs; window p99.9 {:.1} µs",
+            "  {name}: slowest operation in a kill window {:.1} µs = {:.2}x the normal p99.9, in a control window {:.1} µs = {:.2}x (kill / control {:.2}x); normal p50 {:.1}, p99 {:.1}, p99.9 {:.1}, p99.99 {:.1}, max {:.1} µs; p99.9 in kill windows {:.1}, in control windows {:.1} µs",
             us(window.max),
-            window.max as f64 / p999.max(1) as f64,
-            window.max as f64 / like.max(1) as f64,
-            us(like),
+            window.max as f64 / p999 as f64,
+            us(control.max),
+            control.max as f64 / p999 as f64,
+            window.max as f64 / control.max.max(1) as f64,
             us(calm.quantile(0.5)),
             us(calm.quantile(0.99)),
             us(p999),
             us(calm.quantile(0.9999)),
             us(calm.max),
             us(window.quantile(0.999)),
+            us(control.quantile(0.999)),
         );
-        let (window_calls, quiet) = record.calls_and_quiet_max(m, PHASE_WINDOW);
-        let (calm_calls, _) = record.calls_and_quiet_max(m, PHASE_CALM);
+        let [(calm_backs, calm_releases, _), (window_backs, window_releases, window_quiet), (control_backs, control_releases, control_quiet)] =
+            [PHASE_CALM, PHASE_WINDOW, PHASE_CONTROL]
+                .map(|phase| record.calls_and_quiet_max(m, phase));
         println!(
-            "    without the {window_calls} window operations (and {calm_calls} calm ones) that backed or released pages themselves: slowest window operation {:.1} µs = {:.2}x the normal p99.9",
-            us(quiet),
-            quiet as f64 / p999.max(1) as f64,
+            "    without the operations that backed or released pages themselves (backed / released: {window_backs} / {window_releases} in kill windows, {control_backs} / {control_releases} in control windows, {calm_backs} / {calm_releases} calm): slowest in a kill window {:.1} µs = {:.2}x the normal p99.9, in a control window {:.1} µs = {:.2}x",
+            us(window_quiet),
+            window_quiet as f64 / p999 as f64,
+            us(control_quiet),
+            control_quiet as f64 / p999 as f64,
         );
     }
     let _ = std::fs::remove_file(record_path(&args.path));
@@ -586,6 +629,34 @@ impl Drop for Workers {
             let _ = child.wait();
         }
     }
+}
+
+/// The heartbeats (operations done) of `workers`.
+fn heartbeats(record: &Record, workers: &[usize]) -> Vec<u64> {
+    workers
+        .iter()
+        .map(|&w| record.heartbeat(w).load(Acquire))
+        .collect()
+}
+
+/// Waits until each of `workers` finished an operation since `beats`; returns how many they
+/// finished together. Ten seconds without one is a stalled worker.
+fn progress(record: &Record, workers: &[usize], beats: &[u64]) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (&w, &beat) in workers.iter().zip(beats) {
+        while record.heartbeat(w).load(Acquire) == beat {
+            ensure!(
+                Instant::now() < deadline,
+                "worker {w} finished no operation in 10 s"
+            );
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    Ok(heartbeats(record, workers)
+        .iter()
+        .zip(beats)
+        .map(|(now, beat)| now - beat)
+        .sum())
 }
 
 /// Settles the dead workers' records after recovery (once per recovery); returns
@@ -699,70 +770,118 @@ pub fn worker(path: &Path, w: u64, workers: u64, seed: u64) -> anyhow::Result<()
             std::thread::sleep(Duration::from_micros(100));
             continue;
         }
-        let window = record.window().load(Acquire);
+        if record.rest(w_idx).load(Acquire) != 0 {
+            std::thread::sleep(Duration::from_micros(100));
+            continue;
+        }
+        let Some(op) = choose(&record, &mut rng, w, workers) else {
+            continue;
+        };
+        let (window, control) = (
+            record.window().load(Acquire),
+            record.control().load(Acquire),
+        );
+        // The readings nest around the operation so that the wall clock times it alone.
         let waited = run_delay.read().unwrap_or(0);
+        let cpu = thread_cpu_ns();
         let calls = podkv_alloc::file::calls_on_this_thread();
-        let (begin, cpu) = (Instant::now(), thread_cpu_ns());
-        step(&t, &record, &mut rng, w, workers);
+        let begin = Instant::now();
+        perform(&t, &record, op, w);
         let ns = begin.elapsed().as_nanos() as u64;
+        let calls = podkv_alloc::file::calls_on_this_thread() - calls;
         let cpu_ns = thread_cpu_ns().saturating_sub(cpu);
         let queued = run_delay.read().unwrap_or(0).saturating_sub(waited);
-        let in_window = window % 2 == 1 || record.window().load(Acquire) != window;
-        let phase = if in_window { PHASE_WINDOW } else { PHASE_CALM };
+        let phase = phase_of(
+            [window, record.window().load(Acquire)],
+            [control, record.control().load(Acquire)],
+        );
         let ns = [ns, cpu_ns, ns.saturating_sub(queued)];
         record.count_latency(w_idx, phase, ns);
-        let called = podkv_alloc::file::calls_on_this_thread() != calls;
-        record.count_calls(w_idx, phase, called, ns);
+        record.count_calls(w_idx, phase, calls, ns);
         record.heartbeat(w_idx).fetch_add(1, Release);
     }
 }
 
-/// One random operation: allocate, free or hand over.
-fn step(
-    t: &ThreadHandle,
-    record: &Record,
-    rng: &mut podkv_alloc::stress::Rng,
-    w: u64,
-    workers: u64,
-) {
+/// The phase of an operation from the window and control words read before and after it
+/// (each odd while its window is open): a kill window if it overlapped one, else a control
+/// window if it overlapped one, else calm.
+fn phase_of(window: [u64; 2], control: [u64; 2]) -> usize {
+    let overlapped = |[before, after]: [u64; 2]| before % 2 == 1 || after != before;
+    if overlapped(window) {
+        PHASE_WINDOW
+    } else if overlapped(control) {
+        PHASE_CONTROL
+    } else {
+        PHASE_CALM
+    }
+}
+
+/// An operation of a worker's: allocate a block for a record it reserved, hand a block it
+/// holds to a worker, or free one.
+enum Op {
+    Allocate { i: usize, size: usize },
+    HandOver { i: usize, r: u64, to: u64 },
+    Free { i: usize, r: u64 },
+}
+
+/// Draws the next operation: a random record, which the worker reserves if it is free (and the
+/// draw says allocate) or acts on if it holds its block; `None` when there is nothing to do.
+fn choose(record: &Record, rng: &mut podkv_alloc::stress::Rng, w: u64, workers: u64) -> Option<Op> {
     let i = rng.below(RECORDS as u64) as usize;
     let r = record.record(i).load(Acquire);
     let roll = rng.below(100);
     if r == 0 {
         if roll >= 60 {
-            return;
+            return None;
         }
-        if record
+        record
             .record(i)
             .compare_exchange(0, pack(0, w, RESERVED), AcqRel, Relaxed)
-            .is_err()
-        {
-            return;
-        }
+            .ok()?;
         let size = if rng.below(10) == 0 {
             2048 + rng.below(120 << 10) as usize
         } else {
             8 + rng.below(1000) as usize
         };
-        record.last(t.slot_index()).store(0, Release);
-        let off = t
-            .allocate(Layout::from_size_align(size, 8).expect("layout"))
-            .expect("chaos heap exhausted");
-        // SAFETY: a fresh block of at least 8 bytes.
-        unsafe { (t.resolve(off) as *mut u64).write_volatile(i as u64) };
-        record.record(i).store(pack(off.0, w, UNSETTLED), Release);
-        record.last(t.slot_index()).store(off.0, Release);
-        record.record(i).store(pack(off.0, w, SETTLED), Release);
+        Some(Op::Allocate { i, size })
     } else if owner_of(r) == w && state_of(r) == SETTLED {
         if roll < 50 {
-            let to = rng.below(workers);
+            Some(Op::HandOver {
+                i,
+                r,
+                to: rng.below(workers),
+            })
+        } else {
+            Some(Op::Free { i, r })
+        }
+    } else {
+        None
+    }
+}
+
+/// Performs one operation.
+fn perform(t: &ThreadHandle, record: &Record, op: Op, w: u64) {
+    match op {
+        Op::Allocate { i, size } => {
+            record.last(t.slot_index()).store(0, Release);
+            let off = t
+                .allocate(Layout::from_size_align(size, 8).expect("layout"))
+                .expect("chaos heap exhausted");
+            // SAFETY: a fresh block of at least 8 bytes.
+            unsafe { (t.resolve(off) as *mut u64).write_volatile(i as u64) };
+            record.record(i).store(pack(off.0, w, UNSETTLED), Release);
+            record.last(t.slot_index()).store(off.0, Release);
+            record.record(i).store(pack(off.0, w, SETTLED), Release);
+        }
+        Op::HandOver { i, r, to } => {
             let _ = record.record(i).compare_exchange(
                 r,
                 pack(offset_of(r), to, SETTLED),
                 AcqRel,
                 Relaxed,
             );
-        } else {
+        }
+        Op::Free { i, r } => {
             // SAFETY: a block this worker holds.
             let stamp = unsafe { (t.resolve(Offset(offset_of(r))) as *const u64).read_volatile() };
             assert_eq!(stamp, i as u64, "block of record {i} overwritten");
@@ -794,6 +913,91 @@ mod tests {
             v = v + 1 + v / 7;
         }
         assert!(bucket(1 << 42) < BUCKETS);
+    }
+
+    #[test]
+    fn an_operation_counts_in_the_window_it_overlapped() {
+        assert_eq!(phase_of([2, 2], [4, 4]), PHASE_CALM);
+        assert_eq!(
+            phase_of([3, 3], [4, 4]),
+            PHASE_WINDOW,
+            "inside a kill window"
+        );
+        assert_eq!(
+            phase_of([2, 3], [4, 4]),
+            PHASE_WINDOW,
+            "a kill window opened"
+        );
+        assert_eq!(
+            phase_of([3, 4], [4, 4]),
+            PHASE_WINDOW,
+            "a kill window closed"
+        );
+        assert_eq!(
+            phase_of([2, 4], [4, 4]),
+            PHASE_WINDOW,
+            "a whole kill window"
+        );
+        assert_eq!(
+            phase_of([2, 2], [5, 5]),
+            PHASE_CONTROL,
+            "inside a control window"
+        );
+        assert_eq!(
+            phase_of([2, 2], [4, 5]),
+            PHASE_CONTROL,
+            "a control window opened"
+        );
+        assert_eq!(
+            phase_of([2, 2], [5, 6]),
+            PHASE_CONTROL,
+            "a control window closed"
+        );
+        assert_eq!(phase_of([2, 3], [5, 6]), PHASE_WINDOW, "both: the kill's");
+    }
+
+    #[test]
+    fn every_word_of_the_record_belongs_to_one_field() {
+        let mut owner = vec![None; Record::LEN];
+        let mut claim = |i: usize, what: String| {
+            assert!(i < Record::LEN, "{what} at {i} is past the record");
+            if let Some(other) = owner[i].replace(what.clone()) {
+                panic!("{what} and {other} share word {i}");
+            }
+        };
+        // A record over plain memory, only to compute the fields' places.
+        let words: &'static [AtomicU64] =
+            Box::leak((0..Record::LEN).map(|_| AtomicU64::new(0)).collect());
+        let r = Record { words };
+        let at = |word: &AtomicU64| word.as_ptr() as usize;
+        let offset = |word: &AtomicU64, r: &Record| (at(word) - at(&r.words[0])) / 8;
+        for w in 0..WORKERS_MAX {
+            claim(offset(r.heartbeat(w), &r), format!("heartbeat {w}"));
+            claim(offset(r.paused(w), &r), format!("paused {w}"));
+            claim(offset(r.rest(w), &r), format!("rest {w}"));
+            for phase in 0..PHASES {
+                for release in [false, true] {
+                    let word = r.calls(w, phase, release);
+                    claim(offset(word, &r), format!("calls {w} {phase} {release}"));
+                }
+                for measure in 0..MEASURES {
+                    let word = r.quiet_max(w, measure, phase);
+                    claim(offset(word, &r), format!("quiet {w} {measure} {phase}"));
+                    let h = r.histogram(w, measure, phase);
+                    for (b, word) in h.iter().enumerate() {
+                        claim(
+                            offset(word, &r),
+                            format!("histogram {w} {measure} {phase} {b}"),
+                        );
+                    }
+                }
+            }
+            if w == 0 {
+                claim(offset(r.pause(), &r), "pause".into());
+                claim(offset(r.window(), &r), "window".into());
+                claim(offset(r.control(), &r), "control".into());
+            }
+        }
     }
 
     #[test]

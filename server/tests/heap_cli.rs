@@ -141,6 +141,24 @@ fn chaos_kills_recover_with_no_leak_loss_or_double_free() {
         )),
         "{text}"
     );
+    // The A/A control ran as often, with operations in it, and every measure is reported
+    // against it.
+    let control = text
+        .lines()
+        .find(|l| l.starts_with("control: as many windows"))
+        .unwrap_or_else(|| panic!("no control line: {text}"));
+    let ops: u64 = control
+        .rsplit("; ")
+        .next()
+        .and_then(|tail| tail.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no operation count: {control}"));
+    assert!(ops > 0, "{control}");
+    assert_eq!(
+        text.matches("in a control window").count(),
+        6,
+        "three measures, with and without system calls: {text}"
+    );
 }
 
 /// The chaos run in the other coherence modes (50 kills each; `hardware` runs above).
