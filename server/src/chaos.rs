@@ -79,7 +79,10 @@ const MEASURE_NAMES: [&str; MEASURES] = ["wall", "CPU", "wall less run-queue wai
 const PHASE_CALM: usize = 0;
 const PHASE_WINDOW: usize = 1;
 const PHASE_CONTROL: usize = 2;
-const PHASES: usize = 3;
+/// Not operations: a fixed busy loop each first-started worker times before it starts work,
+/// the machine's floor (what the same timing gives for code that never waits).
+const PHASE_FLOOR: usize = 3;
+const PHASES: usize = 4;
 /// Log-linear latency buckets (ns): 32 per power of two, so a bucket is within 3% of its
 /// values; 1248 reach past an hour.
 const SUB_BITS: u32 = 5;
@@ -142,6 +145,11 @@ pub struct ChaosArgs {
     /// the processor).
     #[arg(long, default_value = "flush-cas")]
     pub mcas_impl: podkv_hw::mcas::McasKind,
+    /// Timings of a fixed busy loop each worker takes before the first round, the machine's
+    /// floor: how far the slowest of as many timings of code that never waits lies above
+    /// their p99.9 here. 0: none.
+    #[arg(long, default_value_t = 100_000)]
+    pub floor_timings: u64,
 }
 
 /// The shared record file.
@@ -330,19 +338,20 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     let heap = Heap::open(&args.path, &fresh)?;
     let record = Record::open(&record_path(&args.path), true)?;
     let exe = std::env::current_exe()?;
-    let spawn = |w: u32, seed: u64| -> anyhow::Result<Child> {
+    let spawn = |w: u32, seed: u64, floor: u64| -> anyhow::Result<Child> {
         Ok(Command::new(&exe)
             .args(["heap", "chaos-worker"])
             .arg(&args.path)
             .args(["--worker", &w.to_string()])
             .args(["--workers", &args.processes.to_string()])
             .args(["--seed", &seed.to_string()])
+            .args(["--floor", &floor.to_string()])
             .spawn()?)
     };
     let mut rng = podkv_alloc::stress::Rng::new(args.seed);
     let mut children = Workers(
         (0..args.processes)
-            .map(|w| spawn(w, args.seed * 1000 + u64::from(w)))
+            .map(|w| spawn(w, args.seed * 1000 + u64::from(w), args.floor_timings))
             .collect::<Result<_, _>>()?,
     );
     let children = &mut children.0;
@@ -430,6 +439,7 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
         children[victim] = spawn(
             victim as u32,
             args.seed * 1000 + u64::from(round) * 64 + victim as u64,
+            0,
         )?;
         let beat = record.heartbeat(victim).load(Acquire);
         record.pause().fetch_add(1, AcqRel);
@@ -495,10 +505,11 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
         pct(0.5).as_secs_f64() * 1e6,
         pct(0.99).as_secs_f64() * 1e6,
         pct(1.0).as_secs_f64() * 1e6,
-        record
-            .latencies(0, PHASE_CALM)
-            .max
-            .max(record.latencies(0, PHASE_WINDOW).max) as f64
+        [PHASE_CALM, PHASE_WINDOW, PHASE_CONTROL]
+            .map(|phase| record.latencies(0, phase).max)
+            .into_iter()
+            .max()
+            .unwrap_or(0) as f64
             / 1e6
     );
     window_beats.sort_unstable();
@@ -551,6 +562,28 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
             window_quiet as f64 / p999 as f64,
             us(control_quiet),
             control_quiet as f64 / p999 as f64,
+        );
+    }
+    let floor = ops(PHASE_FLOOR);
+    if floor > 0 {
+        let ratios: Vec<String> = MEASURE_NAMES
+            .iter()
+            .enumerate()
+            .map(|(m, name)| {
+                let d = record.latencies(m, PHASE_FLOOR);
+                format!(
+                    "{name} {:.0}x (p50 {:.2}, p99.9 {:.2}, max {:.1} µs)",
+                    d.max as f64 / d.quantile(0.999).max(1) as f64,
+                    us(d.quantile(0.5)),
+                    us(d.quantile(0.999)),
+                    us(d.max)
+                )
+            })
+            .collect();
+        println!(
+            "machine floor: {floor} timings of a fixed busy loop that never waits, taken the same way by the {} workers at once before the first kill; the slowest against their p99.9: {}",
+            args.processes,
+            ratios.join("; ")
         );
     }
     let _ = std::fs::remove_file(record_path(&args.path));
@@ -746,7 +779,7 @@ fn verify(heap: &Heap, record: &Record) -> anyhow::Result<()> {
 }
 
 /// One worker process of `podkv heap chaos`.
-pub fn worker(path: &Path, w: u64, workers: u64, seed: u64) -> anyhow::Result<()> {
+pub fn worker(path: &Path, w: u64, workers: u64, seed: u64, floor: u64) -> anyhow::Result<()> {
     let heap = Heap::open(
         path,
         &Config {
@@ -760,6 +793,19 @@ pub fn worker(path: &Path, w: u64, workers: u64, seed: u64) -> anyhow::Result<()
     let w_idx = w as usize;
     let mut paused_epoch = 0;
     let run_delay = RunDelay::open()?;
+    let mut x = seed;
+    for _ in 0..floor {
+        let waited = run_delay.read().unwrap_or(0);
+        let cpu = thread_cpu_ns();
+        let begin = Instant::now();
+        for k in 0..64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(k));
+        }
+        let ns = begin.elapsed().as_nanos() as u64;
+        let cpu_ns = thread_cpu_ns().saturating_sub(cpu);
+        let queued = run_delay.read().unwrap_or(0).saturating_sub(waited);
+        record.count_latency(w_idx, PHASE_FLOOR, [ns, cpu_ns, ns.saturating_sub(queued)]);
+    }
     loop {
         let epoch = record.pause().load(Acquire);
         if epoch % 2 == 1 {

@@ -80,6 +80,9 @@ pub enum HeapCommand {
         /// Seed.
         #[arg(long)]
         seed: u64,
+        /// Timings of the machine's floor to take first (`podkv heap chaos --floor-timings`).
+        #[arg(long, default_value_t = 0)]
+        floor: u64,
     },
     /// Verify every metadata invariant; exits non-zero naming each violation.
     Check {
@@ -186,7 +189,8 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
             worker,
             workers,
             seed,
-        } => crate::chaos::worker(path, *worker, *workers, *seed),
+            floor,
+        } => crate::chaos::worker(path, *worker, *workers, *seed, *floor),
         HeapCommand::Stress {
             path,
             processes,

@@ -159,6 +159,11 @@ fn chaos_kills_recover_with_no_leak_loss_or_double_free() {
         6,
         "three measures, with and without system calls: {text}"
     );
+    // And the machine's floor: every first-started worker timed its busy loop.
+    assert!(
+        text.contains("machine floor: 300000 timings of a fixed busy loop"),
+        "{text}"
+    );
 }
 
 /// The chaos run in the other coherence modes (50 kills each; `hardware` runs above).
