@@ -285,6 +285,17 @@ fn settle(heap: &Heap, record: &Record, point: &str) -> Result<(), String> {
     if recovered.is_empty() {
         return Err(format!("{point}: no dead slot found"));
     }
+    for r in &recovered {
+        // Its CPU time is real work, and within its wall time (the clocks are read a little
+        // apart, so allow a few µs).
+        let slack = std::time::Duration::from_micros(50);
+        if r.took_cpu.is_zero() || r.took_cpu > r.took + slack {
+            return Err(format!(
+                "{point}: recovery took {:?} of CPU time in {:?}",
+                r.took_cpu, r.took
+            ));
+        }
+    }
     let mut to_free = Vec::new();
     let mut freed_by_recovery = Vec::new();
     for r in &recovered {

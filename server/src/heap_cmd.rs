@@ -332,10 +332,11 @@ fn recover(path: &PathBuf) -> anyhow::Result<()> {
             podkv_alloc::InFlight::Free(off) => format!("; the free of block {off} is complete"),
         };
         println!(
-            "slot {}: finished {} in {:.1} µs{block}; slabs given back, slot released",
+            "slot {}: finished {} in {:.1} µs ({:.1} µs of CPU time){block}; slabs given back, slot released",
             r.slot,
             r.step,
-            r.took.as_secs_f64() * 1e6
+            r.took.as_secs_f64() * 1e6,
+            r.took_cpu.as_secs_f64() * 1e6
         );
     }
     Ok(())
