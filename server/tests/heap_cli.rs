@@ -219,6 +219,7 @@ fn recover_releases_the_slots_of_a_killed_process() {
         2,
         "{report}"
     );
+    assert_eq!(report.matches(" µs of CPU time)").count(), 2, "{report}");
     let out = podkv(&["heap", "recover", heap]);
     assert!(text(&out).contains("no dead slot"), "{}", text(&out));
     // The killed workers' blocks still on the hand-over stack or held are the application's:
