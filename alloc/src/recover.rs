@@ -67,17 +67,6 @@ pub struct Recovered {
     pub took_cpu: Duration,
 }
 
-/// The calling thread's CPU time.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 impl ThreadHandle {
     /// Recovers this slot, just adopted while claiming it: the registered recovery hook sees
     /// the report, and the claiming handle keeps it ([`ThreadHandle::take_adoption`]).
@@ -99,7 +88,7 @@ impl ThreadHandle {
         &self,
         settle: &mut dyn FnMut(&ThreadHandle, &Recovered),
     ) -> Recovered {
-        let (start, start_cpu) = (Instant::now(), thread_cpu_time());
+        let (start, start_cpu) = (Instant::now(), crate::process::thread_cpu_time());
         let rec = Rec(self.slot().recovery.load(Relaxed));
         self.repair_lists();
         let mut in_flight = self.finish(rec);
@@ -120,7 +109,7 @@ impl ThreadHandle {
             huge_step: huge.map(|(step, _)| step),
             in_flight,
             took: start.elapsed(),
-            took_cpu: thread_cpu_time().saturating_sub(start_cpu),
+            took_cpu: crate::process::thread_cpu_time().saturating_sub(start_cpu),
         };
         settle(self, &recovered);
         recovered

@@ -623,13 +623,7 @@ pub fn run(args: &ChaosArgs) -> anyhow::Result<()> {
 
 /// This thread's CPU time in ns.
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    podkv_alloc::process::thread_cpu_time().as_nanos() as u64
 }
 
 /// This thread's run-queue wait so far (ns), read from `/proc/thread-self/schedstat`

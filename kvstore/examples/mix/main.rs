@@ -140,20 +140,9 @@ impl Clock {
                 static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
                 START.get_or_init(Instant::now).elapsed()
             }
-            Clock::Cpu => thread_cpu_time(),
+            Clock::Cpu => podkv_alloc::process::thread_cpu_time(),
         }
     }
-}
-
-/// The calling thread's CPU time.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Runs the streams (one per thread) on every map, slice by slice in rotating order; returns
