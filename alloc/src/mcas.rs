@@ -104,14 +104,8 @@ pub(crate) const OFFSET_PROCESS_LINES: u64 = 1024;
 /// # Safety
 /// `base + OFFSET_PROCESS_LINES .. + 8 * COUNT_PROCESS_LINES` is the mapped, backed header.
 unsafe fn borrow_process_line(base: *mut u8, me: u64) -> Result<u32, HeapError> {
-    // SAFETY: the caller's contract; the words are 8-byte aligned in the header page, and an
-    // AtomicU64 is valid for any bits.
-    let words = unsafe {
-        std::slice::from_raw_parts(
-            base.add(OFFSET_PROCESS_LINES as usize) as *const AtomicU64,
-            COUNT_PROCESS_LINES as usize,
-        )
-    };
+    // SAFETY: the caller's contract.
+    let words = unsafe { process_line_words(base) };
     let take = |word: &AtomicU64, from: u64| {
         word.compare_exchange(from, me, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
@@ -128,15 +122,28 @@ unsafe fn borrow_process_line(base: *mut u8, me: u64) -> Result<u32, HeapError> 
     })
 }
 
+/// The header's process-line borrow words.
+///
+/// # Safety
+/// As [`borrow_process_line`]; the words live as long as the mapping, which the caller keeps.
+unsafe fn process_line_words<'a>(base: *const u8) -> &'a [AtomicU64] {
+    // SAFETY: the caller's contract; the words are 8-byte aligned in the header page, and an
+    // AtomicU64 is valid for any bits.
+    unsafe {
+        std::slice::from_raw_parts(
+            base.add(OFFSET_PROCESS_LINES as usize) as *const AtomicU64,
+            COUNT_PROCESS_LINES as usize,
+        )
+    }
+}
+
 /// Gives process line `line` back (its borrow word from `me` to zero).
 ///
 /// # Safety
 /// As [`borrow_process_line`].
 unsafe fn return_process_line(base: usize, line: u32, me: u64) {
-    // SAFETY: the caller's contract: the word lies in the mapped header.
-    let word = unsafe {
-        &*((base + OFFSET_PROCESS_LINES as usize + 8 * line as usize) as *const AtomicU64)
-    };
+    // SAFETY: the caller's contract.
+    let word = &unsafe { process_line_words(base as *const u8) }[line as usize];
     let _ = word.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
 }
 

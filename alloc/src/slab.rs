@@ -116,8 +116,8 @@ pub struct SlabDesc {
     /// `releases << 1 | backed`. A cold-list pusher counts a release (clearing `backed`)
     /// after punching the pages; a backer sets `backed` by CAS from the value it read before
     /// backing them ([`crate::backer`]), so a release in between makes its CAS fail; a
-    /// cold-list popper skips backing when it is set. It lies in the descriptor's padding
-    /// (format 5 heaps hold zero there: not known to be backed).
+    /// cold-list popper skips backing when it is set. It lies in what was the descriptor's end
+    /// padding, so the descriptor keeps its size; zero (a fresh slab): not known to be backed.
     pub pages: AtomicU64,
 }
 
@@ -290,8 +290,7 @@ mod tests {
 
     #[test]
     fn a_release_after_a_backer_read_the_pages_word_makes_its_claim_fail() {
-        // SAFETY: a descriptor is plain atomics, for which all-zero bytes are valid.
-        let desc: Box<SlabDesc> = Box::new(unsafe { std::mem::zeroed() });
+        let desc = desc();
         assert!(
             !desc.pages_backed(),
             "a fresh heap's slab is not known backed"

@@ -695,12 +695,12 @@ impl<A: Arena> Handle<A> {
     }
 
     /// Frees the entries of `bag` (at `bag_at`) old enough for `global` and not decided by
-    /// the last walk, but keeps those that
-    /// fit in `room` in place as spares, newest first (entries are pushed in retire order, so
-    /// this goes from the end: when room runs out, the older ones are freed). Each freed entry is zeroed,
-    /// then freed, under a `FREE_ENTRY` log, so a crash frees it once; entries are never moved
-    /// (a move is two stores: a crash between them would leave the node twice). The bag
-    /// empties (`len = 0`) once no entry is left.
+    /// the last walk, but keeps those that fit in `room` in place as spares, newest first
+    /// (entries are pushed in retire order, so this goes from the end: when room runs out, the
+    /// older ones are freed). Each freed entry is zeroed, then freed, under a `FREE_ENTRY`
+    /// log, so a crash frees it once; entries are never moved (a move is two stores: a crash
+    /// between them would leave the node twice). The bag empties (`len = 0`) once no entry is
+    /// left.
     fn free_reclaimable(
         &self,
         bag_at: u64,
