@@ -16,7 +16,8 @@
 //!
 //! The report doubles as the heap's statistics: bytes in use, slabs per state, per class.
 
-use crate::heap::{Heap, Kind, SlabHeap};
+use crate::class::Kind;
+use crate::heap::{Heap, SlabHeap};
 use crate::pending::Pending;
 use crate::process::SlotLife;
 use crate::recovery::Rec;

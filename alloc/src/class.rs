@@ -28,6 +28,28 @@ pub const SHIFT_LARGE_SLAB: u32 = 19;
 /// bitset.
 pub const COUNT_BLOCKS_MAX: usize = 1 << (SHIFT_SMALL_SLAB - 3);
 
+/// Which slab heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// 8 B – 1 KiB blocks in 64 KiB slabs.
+    Small = 0,
+    /// 1 KiB – 512 KiB blocks in 512 KiB slabs.
+    Large = 1,
+}
+
+impl Kind {
+    /// Both kinds, small first.
+    pub const ALL: [Kind; 2] = [Kind::Small, Kind::Large];
+
+    /// The kind's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Small => "small",
+            Kind::Large => "large",
+        }
+    }
+}
+
 /// One heap's classes: block size, blocks per slab, and the reciprocal that turns a block's
 /// offset in its slab into its index without a division.
 #[derive(Debug)]

@@ -30,9 +30,11 @@
 //! geometry and every other step is idempotent.
 
 use crate::backer::Backer;
+pub use crate::class::Kind;
 use crate::class::{Classes, LARGE, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB, SMALL};
 use crate::dcas::{self, Writer};
 use crate::error::{AllocError, HeapError};
+use crate::fault::{self, Registration};
 use crate::file::{HeapFile, Mapping};
 use crate::free_list;
 use crate::hazard;
@@ -41,7 +43,7 @@ use crate::layout::{
     FormatProblem, Geometry, Layout, COUNT_GLOBAL_LINES, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE,
     SIZE_HEADER,
 };
-use crate::mcas::HeapMcas;
+use crate::mcas::{cas_as_process, HeapMcas};
 use crate::offset::Offset;
 use crate::process::{Liveness, SlotLife};
 use crate::slab::{SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
@@ -141,28 +143,6 @@ impl Config {
 /// The default heap path for a name: `/dev/shm/podkv-<name>`.
 pub fn default_path(name: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/podkv-{name}"))
-}
-
-/// Which slab heap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// 8 B – 1 KiB blocks in 64 KiB slabs.
-    Small = 0,
-    /// 1 KiB – 512 KiB blocks in 512 KiB slabs.
-    Large = 1,
-}
-
-impl Kind {
-    /// Both kinds, small first.
-    pub const ALL: [Kind; 2] = [Kind::Small, Kind::Large];
-
-    /// The kind's name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Kind::Small => "small",
-            Kind::Large => "large",
-        }
-    }
 }
 
 /// Where one slab heap's metadata and data lie (offsets from the heap's start).
@@ -267,7 +247,10 @@ impl SlabHeap {
 }
 
 pub(crate) struct Shared {
-    /// First field: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
+    /// This heap's place in the SIGSEGV handler's registry: left first, so no handler uses the
+    /// huge view below once it goes.
+    _fault: Option<Registration>,
+    /// Dropped next: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
     /// mapping below still stands.
     pub(crate) huge: Option<HugeProcess>,
     /// An `mcas` heap's region and processor: dropped (stopping a processor this process
@@ -349,6 +332,13 @@ impl Heap {
             me,
             mcas.clone(),
         )?;
+        // On a full registry, dropping `huge` gives its hazard record back.
+        let fault = match &huge {
+            Some(huge) => Some(fault::register(huge.view).ok_or(HeapError::TooManyHeaps {
+                count: fault::COUNT_HEAPS_MAX,
+            })?),
+            None => None,
+        };
         let heaps = [
             SlabHeap::new(Kind::Small, &geometry, &layout),
             SlabHeap::new(Kind::Large, &geometry, &layout),
@@ -356,6 +346,7 @@ impl Heap {
         let is_device = file.is_device;
         let heap = Heap {
             shared: Arc::new(Shared {
+                _fault: fault,
                 huge,
                 mcas,
                 mapping,
@@ -965,20 +956,6 @@ fn renew_leases(shared: std::sync::Weak<Shared>) {
     }
 }
 
-/// The CAS of [`Heap::cas_word_as_process`]: on the process line of an `mcas` heap's region,
-/// a CPU CAS in other modes.
-pub(crate) fn cas_as_process(
-    mcas: Option<&HeapMcas>,
-    word: &AtomicU64,
-    current: u64,
-    new: u64,
-) -> Result<u64, u64> {
-    match mcas {
-        Some(mcas) => mcas.cas_as_process(word, current, new),
-        None => crate::dcas::cpu_cas(word, current, new),
-    }
-}
-
 /// The huge heap's part of opening: back its metadata, claim this process's hazard record and
 /// join the SIGSEGV handler's registry.
 fn open_huge(
@@ -1014,7 +991,12 @@ fn open_huge(
         .ok_or(HeapError::NoHazardRecord {
             count: hazard::COUNT_HAZARD_RECORDS,
         })?;
-    HugeProcess::new(view(record), config.huge_backing, me, mcas).map(Some)
+    Ok(Some(HugeProcess::new(
+        view(record),
+        config.huge_backing,
+        me,
+        mcas,
+    )))
 }
 
 fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {

@@ -41,7 +41,6 @@
 
 use crate::class::{SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
 use crate::hazard::{COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
-use crate::huge::SIZE_HUGE_LOCAL;
 use crate::process::Liveness;
 use crate::slab::SIZE_DESC;
 use crate::slot::SIZE_SLOT;
@@ -97,6 +96,8 @@ pub struct Geometry {
 /// Ranges in the huge heap's reservation array: each one `2^huge_log2 / COUNT_HUGE_RANGES`
 /// bytes of address space (1 GiB for the default 1 TiB huge heap).
 pub const COUNT_HUGE_RANGES: u64 = 1024;
+/// Bytes of one slot's huge state (`huge::HugeLocal`).
+pub const SIZE_HUGE_LOCAL: u64 = 4096;
 /// Smallest huge heap (2 GiB: 1024 ranges of 2 MiB).
 pub const HUGE_LOG2_MIN: u32 = 31;
 /// Largest huge heap (16 TiB of address space).

@@ -95,6 +95,20 @@ use podkv_hw::mcas::{
 use podkv_hw::sync::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// The CAS of `Heap::cas_word_as_process`: on the process line of an `mcas` heap's region,
+/// a CPU CAS in other modes.
+pub(crate) fn cas_as_process(
+    mcas: Option<&HeapMcas>,
+    word: &AtomicU64,
+    current: u64,
+    new: u64,
+) -> Result<u64, u64> {
+    match mcas {
+        Some(mcas) => mcas.cas_as_process(word, current, new),
+        None => crate::dcas::cpu_cas(word, current, new),
+    }
+}
+
 /// Bytes into the header of the process lines' borrow words (`COUNT_PROCESS_LINES` of them).
 pub(crate) const OFFSET_PROCESS_LINES: u64 = 1024;
 

@@ -20,7 +20,7 @@
 //! by the free. At most one slab per slot waits so, and a slot's release flushes it;
 //! [`crate::Heap::check`] counts pending blocks as free.
 
-use crate::heap::Kind;
+use crate::class::Kind;
 
 /// Most remote frees one pending word counts before it is flushed.
 pub const COUNT_MAX: u32 = u16::MAX as u32;

@@ -23,8 +23,9 @@
 //! log (`huge/owner.rs`) names an allocation made live but not returned, or a free under way.
 
 use super::{pack_ends, unpack_ends, ThreadHandle};
+use crate::class::Kind;
 use crate::dcas;
-use crate::heap::{Kind, SlabHeap};
+use crate::heap::SlabHeap;
 use crate::offset::Offset;
 use crate::pending::Pending;
 use crate::recovery::{Op, Rec, SlabStep};

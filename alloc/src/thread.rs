@@ -21,13 +21,13 @@
 //! whatever step a dead slot was in.
 
 use crate::class::{
-    SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_COUNT, SMALL_RECIP,
-    SMALL_SIZE,
+    Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_COUNT,
+    SMALL_RECIP, SMALL_SIZE,
 };
 use crate::crash_point;
 use crate::dcas::{self, Tag, Writer};
 use crate::error::{AllocError, HeapError};
-use crate::heap::{Heap, Kind, SlabHeap};
+use crate::heap::{Heap, SlabHeap};
 use crate::offset::Offset;
 use crate::pending::{Pending, COUNT_MAX};
 use crate::process::SlotLife;

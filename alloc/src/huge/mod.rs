@@ -53,7 +53,7 @@ pub use owner::COUNT_SWEEP_SLOTS;
 
 use crate::crash_point;
 use crate::dcas::Writer;
-use crate::error::{AllocError, HeapError, ResolveError};
+use crate::error::{AllocError, ResolveError};
 use crate::hazard::{HazardRecord, Hazards, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
 use crate::heap::Heap;
 use crate::layout::{Geometry, Layout, COUNT_HUGE_RANGES};
@@ -66,8 +66,7 @@ use podkv_hw::Coherence;
 use std::alloc::Layout as AllocLayout;
 use std::sync::Arc;
 
-/// Bytes of one slot's huge state.
-pub const SIZE_HUGE_LOCAL: u64 = 4096;
+pub use crate::layout::SIZE_HUGE_LOCAL;
 /// Huge descriptors per slot: the most huge allocations one slot may hold live or unreclaimed.
 pub const COUNT_HUGE_DESC: usize = (SIZE_HUGE_LOCAL as usize - 32) / 32;
 /// Alignment of every huge allocation (a transparent huge page).
@@ -558,15 +557,15 @@ impl HugeView {
     }
 }
 
-/// This process's part in the huge heap of one open heap: its hazard record and its place in
-/// the SIGSEGV handler's registry. Dropped before the heap's mapping.
+/// This process's part in the huge heap of one open heap: its hazard record (its place in the
+/// SIGSEGV handler's registry is the heap's, dropped before this). Dropped before the heap's
+/// mapping.
 pub(crate) struct HugeProcess {
     pub(crate) view: HugeView,
     /// `HugeBacking as u64`: this process's choice, changeable while open.
     backing: std::sync::atomic::AtomicU64,
     /// Where this process's next sweep of released slots starts (`owner.rs`).
     sweep_cursor: std::sync::atomic::AtomicUsize,
-    registration: Option<crate::fault::Registration>,
     /// This process as the record's owner.
     me: Owner,
     /// An `mcas` heap's hook, to give the record back through (its process line).
@@ -574,30 +573,21 @@ pub(crate) struct HugeProcess {
 }
 
 impl HugeProcess {
-    /// Joins the SIGSEGV handler's registry with the claimed record `view.record` held by
-    /// `me`; on failure the hazard record is given back.
+    /// This process's part, holding the claimed record `view.record` for `me` (dropping it
+    /// gives the record back).
     pub(crate) fn new(
         view: HugeView,
         backing: HugeBacking,
         me: Owner,
         mcas: Option<Arc<HeapMcas>>,
-    ) -> Result<HugeProcess, HeapError> {
-        let mut process = HugeProcess {
+    ) -> HugeProcess {
+        HugeProcess {
             view,
             backing: std::sync::atomic::AtomicU64::new(backing as u64),
             sweep_cursor: std::sync::atomic::AtomicUsize::new(0),
-            registration: None,
             me,
             mcas,
-        };
-        process.registration = crate::fault::register(view);
-        if process.registration.is_none() {
-            // Dropping gives the record back.
-            return Err(HeapError::TooManyHeaps {
-                count: crate::fault::COUNT_HEAPS_MAX,
-            });
         }
-        Ok(process)
     }
 
     fn backing(&self) -> HugeBacking {
@@ -610,10 +600,9 @@ impl HugeProcess {
 
 impl Drop for HugeProcess {
     fn drop(&mut self) {
-        drop(self.registration.take());
         self.view.unmap_all();
         let cas = |word: &AtomicU64, current, new| {
-            crate::heap::cas_as_process(self.mcas.as_deref(), word, current, new)
+            crate::mcas::cas_as_process(self.mcas.as_deref(), word, current, new)
         };
         self.view
             .hazards()
@@ -663,7 +652,7 @@ impl Heap {
             len,
         };
         let end = offset.0.checked_add(len.max(1)).ok_or(refuse)?;
-        for kind in crate::heap::Kind::ALL {
+        for kind in crate::class::Kind::ALL {
             let heap = self.slab_heap(kind);
             if let Some((slab, in_slab)) = heap.slab_of(offset.0) {
                 let fits = in_slab + (end - offset.0) <= heap.slab_bytes();
