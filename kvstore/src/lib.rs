@@ -41,6 +41,8 @@ pub mod baseline;
 #[cfg(not(podkv_loom))]
 pub mod check;
 #[cfg(not(podkv_loom))]
+pub mod command;
+#[cfg(not(podkv_loom))]
 pub mod config;
 #[cfg(not(podkv_loom))]
 pub mod item;

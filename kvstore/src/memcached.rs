@@ -22,117 +22,19 @@
 //!   counter), as memcached's `do_item_alloc` makes it. The meta commands are in `meta`.
 
 use crate::arena::Arena;
+use crate::command::{Count, Counted, Lease, Step};
 use crate::item::{self, Meta, View, SIZE_HEADER};
 use crate::list::{self, Probe};
 use crate::map::{Handle, Pin};
 use crate::StoreError;
 use std::sync::atomic::Ordering;
 
+pub use crate::command::{
+    expiry_of, parse_counter, Mode, Outcome, StoreExtra, SECONDS_RELATIVE_MAX,
+};
+
 /// CAS tokens a handle reserves at once.
 pub const BATCH_CAS: u64 = 64;
-
-/// memcached's boundary between relative and absolute expiry (30 days).
-pub const SECONDS_RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
-
-/// A command's reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// `STORED`.
-    Stored,
-    /// `NOT_STORED` (add on a present key, replace/append/prepend on an absent one).
-    NotStored,
-    /// `EXISTS` (cas with a stale token).
-    Exists,
-    /// `NOT_FOUND`.
-    NotFound,
-    /// `DELETED`.
-    Deleted,
-    /// `TOUCHED`.
-    Touched,
-}
-
-/// What a store command does when the key is present or absent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Always store.
-    Set,
-    /// Store only if absent.
-    Add,
-    /// Store only if present.
-    Replace,
-    /// Add the data after the present value.
-    Append,
-    /// Add the data before the present value.
-    Prepend,
-    /// Store only if present with this CAS token.
-    Cas(u64),
-}
-
-/// The meta protocol's extras of a store (`ms`), beyond its [`Mode`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreExtra {
-    /// `C` with `Append`/`Prepend`: store only if the item's CAS token is this (0: no check,
-    /// as memcached). (`Set`/`Replace` with `C` are [`Mode::Cas`].)
-    pub compare: Option<u64>,
-    /// `I` with [`Mode::Cas`]: a token older than the item's still stores, as a stale item.
-    pub invalidate: bool,
-    /// `E`: the CAS token the stored item takes instead of a fresh one.
-    pub cas: Option<u64>,
-}
-
-/// One decision of an update.
-pub(crate) enum Step {
-    /// Change nothing; reply with this.
-    Keep(Outcome),
-    /// Link this new (unpublished) item in place of the current one.
-    Put(u64, Outcome),
-    /// Delete the current item.
-    Remove(Outcome),
-}
-
-/// The absolute expiry of a command's `exptime` at `now` (0: never; 1: already expired).
-pub fn expiry_of(exptime: i64, now: u32) -> u32 {
-    match exptime {
-        0 => 0,
-        e if e < 0 => 1,
-        e if e > SECONDS_RELATIVE_MAX => {
-            if e <= i64::from(now) {
-                1
-            } else {
-                e.min(i64::from(u32::MAX)) as u32
-            }
-        }
-        e => (i64::from(now) + e).min(i64::from(u32::MAX)) as u32,
-    }
-}
-
-/// Parses a counter value as memcached's `safe_strtoull` does on item data: the data is a C
-/// string (it ends at a NUL, and memcached's `\r\n` after it counts as white space), so
-/// `strtoull` may skip leading white space and take a sign, and what follows the digits only
-/// has to start with white space or end the string. A negative number is refused when its
-/// wrapped value looks negative (so `-0` is 0 and `-1` is refused), as memcached does.
-pub fn parse_counter(value: &[u8]) -> Option<u64> {
-    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
-    let text = value.split(|&b| b == 0).next().unwrap_or_default();
-    let mut at = text.iter().take_while(|&&b| is_space(b)).count();
-    let negative = text.get(at) == Some(&b'-');
-    if matches!(text.get(at), Some(b'-' | b'+')) {
-        at += 1;
-    }
-    let digits = text[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-    let end = at + digits;
-    if digits == 0 || text.get(end).is_some_and(|&b| !is_space(b)) {
-        return None;
-    }
-    let magnitude = text[at..end].iter().try_fold(0u64, |acc, d| {
-        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })?;
-    if negative {
-        let value = magnitude.wrapping_neg();
-        return ((value as i64) >= 0).then_some(value);
-    }
-    Some(magnitude)
-}
 
 /// A value read through a pin: valid for the guard's lifetime, never longer.
 pub struct Guard<'h, A: Arena> {
@@ -168,8 +70,8 @@ impl<'h, A: Arena> Guard<'h, A> {
     }
 
     /// The item's meta state (`Z`, `X`); a plain read changes nothing, so `won` is false.
-    pub fn lease(&self) -> crate::meta::Lease {
-        crate::meta::Lease::of_bits(self.view.meta(self.item).lease)
+    pub fn lease(&self) -> Lease {
+        Lease::of_bits(self.view.meta(self.item).lease)
     }
 }
 
@@ -512,13 +414,13 @@ impl<A: Arena> Handle<A> {
     }
 
     fn counter(&self, key: &[u8], delta: u64, decrement: bool) -> Result<Option<u64>, StoreError> {
-        let count = crate::meta::Count {
+        let count = Count {
             decrement,
             delta,
             ..Default::default()
         };
         Ok(match self.meta_counter(key, count)? {
-            crate::meta::Counted::Value { value, .. } => Some(value),
+            Counted::Value { value, .. } => Some(value),
             _ => None,
         })
     }
@@ -577,61 +479,5 @@ impl<A: Arena> Handle<A> {
         d.oldest_live
             .word
             .store(oldest_live.max(1), Ordering::Release);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const NOW: u32 = 1_700_000_000;
-
-    #[test]
-    fn expiry_boundaries() {
-        assert_eq!(expiry_of(0, NOW), 0);
-        assert_eq!(expiry_of(-1, NOW), 1);
-        assert_eq!(expiry_of(10, NOW), NOW + 10);
-        assert_eq!(
-            expiry_of(SECONDS_RELATIVE_MAX, NOW),
-            NOW + SECONDS_RELATIVE_MAX as u32
-        );
-        assert_eq!(
-            expiry_of(SECONDS_RELATIVE_MAX + 1, NOW),
-            1,
-            "an absolute time in 1970"
-        );
-        assert_eq!(expiry_of(i64::from(NOW) + 5, NOW), NOW + 5);
-        assert_eq!(expiry_of(i64::from(NOW), NOW), 1);
-    }
-
-    #[test]
-    fn counters_parse_like_strtoull() {
-        assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_counter(b"18446744073709551616"), None);
-        assert_eq!(parse_counter(b"99 "), Some(99));
-        assert_eq!(parse_counter(b" 7"), Some(7));
-        assert_eq!(parse_counter(b"00000000000000000012"), Some(12));
-        // As memcached 1.6.18 answers `incr` on these values (checked against it):
-        assert_eq!(
-            parse_counter(b"1 2"),
-            Some(1),
-            "white space ends the number"
-        );
-        assert_eq!(parse_counter(b"+1"), Some(1));
-        assert_eq!(parse_counter(b"-0"), Some(0));
-        assert_eq!(parse_counter(b"5\0x"), Some(5), "item data is a C string");
-        assert_eq!(parse_counter(b" \t7"), Some(7));
-        assert_eq!(parse_counter(b"7\r\n"), Some(7));
-        for bad in [
-            &b""[..],
-            b" ",
-            b"-1",
-            b"0x10",
-            b"1.0",
-            b"\0" as &[u8],
-            b"12abc",
-        ] {
-            assert_eq!(parse_counter(bad), None, "{bad:?}");
-        }
     }
 }

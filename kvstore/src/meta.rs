@@ -23,70 +23,13 @@
 //! that order.
 
 use crate::arena::Arena;
+use crate::command::{expiry_of, parse_counter, Outcome, Step};
 use crate::item::{LEASE_STALE, LEASE_TOKEN_SENT};
 use crate::map::Handle;
-use crate::memcached::{expiry_of, parse_counter, Guard, Outcome, Step};
+use crate::memcached::Guard;
 use crate::StoreError;
 
-/// An item's meta state and what one `mg` did to it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Lease {
-    /// `W`: this read won the recache token.
-    pub won: bool,
-    /// `Z`: the token had been sent before this read.
-    pub token_sent: bool,
-    /// `X`: the item is stale.
-    pub stale: bool,
-    /// The read created the item (`N` on a miss).
-    pub created: bool,
-}
-
-impl Lease {
-    /// The state an item's `lease` bits show to a reader that changes nothing.
-    pub fn of_bits(bits: u8) -> Lease {
-        Lease {
-            token_sent: bits & LEASE_TOKEN_SENT != 0,
-            stale: bits & LEASE_STALE != 0,
-            ..Lease::default()
-        }
-    }
-
-    /// Whether a plain read of an item in this state would win the token (a stale item whose
-    /// token is not out): such a read must go through [`Handle::meta_get`].
-    pub fn read_would_win(self) -> bool {
-        self.stale && !self.token_sent
-    }
-}
-
-/// Where a flag stands among an `mg`'s flags (`Rank::NONE`: absent).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Rank(pub u8);
-
-impl Rank {
-    /// The flag was not given.
-    pub const NONE: Rank = Rank(u8::MAX);
-}
-
-impl Default for Rank {
-    fn default() -> Self {
-        Rank::NONE
-    }
-}
-
-/// The options of `mg` that change the item, with the positions that order their effects.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Read {
-    /// `T<exptime>` and its rank.
-    pub touch: Option<(i64, Rank)>,
-    /// `N<exptime>` and its rank: create an empty item on a miss.
-    pub vivify: Option<(i64, Rank)>,
-    /// `R<exptime>` and its rank: win the token when the TTL is below it.
-    pub recache: Option<(i64, Rank)>,
-    /// The rank of `t` (which TTL it prints).
-    pub ttl_rank: Rank,
-    /// `E<cas>`: the CAS token of an item `N` creates.
-    pub cas: Option<u64>,
-}
+pub use crate::command::{Count, Counted, Delete, Lease, Rank, Read};
 
 /// What `mg` found: the item (read in place) and its meta state.
 #[derive(Debug)]
@@ -97,60 +40,6 @@ pub struct MetaRead<'h, A: Arena> {
     pub lease: Lease,
     /// The absolute expiry `t` prints (0: never), as of `t`'s place among the flags.
     pub shown_expiry: u32,
-}
-
-/// The options of `ma`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Count {
-    /// Decrement (stopping at 0) instead of increment (wrapping).
-    pub decrement: bool,
-    /// The amount.
-    pub delta: u64,
-    /// `C`: act only if the item's CAS token is this (0: no check, as memcached).
-    pub compare: Option<u64>,
-    /// `T`: the result's new exptime, and its rank among the flags.
-    pub touch: Option<(i64, Rank)>,
-    /// `N`: create the item on a miss with this exptime (set at `N`'s rank).
-    pub vivify: Option<(i64, Rank)>,
-    /// `J`: the value `N` creates.
-    pub initial: u64,
-    /// The rank of `t` (which expiry it prints), as in [`Read`].
-    pub ttl_rank: Rank,
-    /// `E`: the CAS token the result takes.
-    pub cas: Option<u64>,
-}
-
-/// What `ma` (and `incr`/`decr`) did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Counted {
-    /// The new value, its CAS token and absolute expiry; `created` when `N` made the item.
-    Value {
-        /// The number.
-        value: u64,
-        /// The item's CAS token.
-        cas: u64,
-        /// Absolute expiry (0: never).
-        expiry: u32,
-        /// The expiry `t` prints, as of `t`'s place among the flags.
-        shown_expiry: u32,
-        /// Made by `N` on a miss.
-        created: bool,
-    },
-    /// No item.
-    NotFound,
-    /// `C` did not match.
-    Exists,
-}
-
-/// What `md` does to a present item.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Delete {
-    /// `C`: act only if the item's CAS token is this (0 included, as memcached).
-    pub compare: Option<u64>,
-    /// `I`: mark stale instead of removing, with `T` (exptime) if given.
-    pub invalidate: Option<Option<i64>>,
-    /// `E`: the CAS token a stale-marked item takes.
-    pub cas: Option<u64>,
 }
 
 impl<A: Arena> Handle<A> {
