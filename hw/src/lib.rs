@@ -1,8 +1,11 @@
 //! podkv's hardware layer: the only crate that knows which instructions move cache lines.
 //!
 //! # Map
-//! - [`sync`]: atomics, fences and `UnsafeCell` for every other crate; loom's under
-//!   `--cfg podkv_loom`, so lock-free protocols can be model-checked unchanged.
+//! - [`sync`]: atomics, fences, `UnsafeCell`, `Arc` and `spawn` for lock-free protocols in
+//!   every crate; loom's under `--cfg podkv_loom`, so the protocols are model-checked unchanged.
+//!   [`sync::mapped`] is std's in every build, for words loom cannot see (mapped memory,
+//!   process-wide statics); every atomic in `hw` comes from one of the two, and `sync.rs` is
+//!   the only file that names the cfg.
 //! - [`persist`]: cache-line write-back (`clwb`, else `clflushopt`, else `clflush`, chosen once
 //!   at run time) and the store fence that orders it.
 //! - [`coherence`]: the [`Coherence`] mode of a heap (`hardware`, `limited`, `mcas`), which

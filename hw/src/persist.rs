@@ -20,9 +20,9 @@
 //! | `clflush` | CPUID.1:EDX[19] | every x86-64 CPU has it; serialising and slow |
 //! | none | not x86-64 | a compiler fence only; such builds support hardware coherence alone |
 
-// Process-global detection state and counters, not shared protocol state: plain std atomics
-// even under loom.
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+// Process-global detection state and counters, not shared protocol state: std atomics even
+// under loom.
+use crate::sync::mapped::{AtomicU64, AtomicU8, Ordering};
 
 /// Bytes in one cache line on every CPU podkv targets.
 pub const SIZE_CACHE_LINE: usize = 64;
@@ -217,7 +217,7 @@ pub fn fence() {
         std::arch::asm!("sfence", options(nostack, preserves_flags));
     }
     #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    crate::sync::mapped::fence(Ordering::SeqCst);
 }
 
 /// Orders earlier evictions, loads and stores before later loads and stores (`mfence`).
@@ -229,7 +229,7 @@ pub fn fence_full() {
         std::arch::asm!("mfence", options(nostack, preserves_flags));
     }
     #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    crate::sync::mapped::fence(Ordering::SeqCst);
 }
 
 /// Cache lines written back by this process so far: benchmarks report it, tests check that a
@@ -238,7 +238,7 @@ pub fn lines_written_back() -> u64 {
     LINES_WRITTEN_BACK.load(Ordering::Relaxed)
 }
 
-#[cfg(all(test, not(podkv_loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -212,7 +212,7 @@ impl Drop for WriteBackBatch {
     }
 }
 
-#[cfg(all(test, not(podkv_loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::coherence::COHERENCE_ALL;

@@ -66,7 +66,7 @@ fn child() {
             exit_with_parent();
             let processor = Processor::claim(file.region(), TAKEOVER_AFTER).expect("claim");
             println!("processor claimed");
-            let never = std::sync::atomic::AtomicBool::new(false);
+            let never = podkv_hw::sync::mapped::AtomicBool::new(false);
             processor.run(&never);
         }
         "clients" => {
@@ -199,7 +199,7 @@ fn run_client_processes(path: &Path, kind: McasKind) {
         region
             .target(target(region, i))
             .unwrap()
-            .load(std::sync::atomic::Ordering::SeqCst)
+            .load(podkv_hw::sync::mapped::Ordering::SeqCst)
     };
     assert_eq!(read(0), total);
     for i in 1..COUNT_TARGETS {

@@ -20,7 +20,7 @@
 //!
 //! These functions are written over `&AtomicU64` so `tests/loom.rs` checks them as they are.
 
-use crate::sync::{fence, AtomicU64, Ordering};
+use podkv_hw::sync::{fence, AtomicU64, Ordering};
 
 /// Bit 0 of an announcement: the slot is pinned.
 pub const PINNED: u64 = 1;

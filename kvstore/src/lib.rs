@@ -32,7 +32,6 @@ pub mod epoch;
 pub mod error;
 pub mod kvmap;
 pub mod list;
-pub mod sync;
 
 #[cfg(not(podkv_loom))]
 pub mod arena;

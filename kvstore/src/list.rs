@@ -21,7 +21,7 @@
 //! `keys along any path from a head are strictly increasing among unmarked nodes`, and a node is
 //! retired exactly once, after it is unreachable from every head (checked by `check::walk`).
 
-use crate::sync::{AtomicU64, Ordering};
+use podkv_hw::sync::{AtomicU64, Ordering};
 use std::cmp::Ordering as Order;
 
 /// Bit 0 of a node's `next`: the node is deleted or replaced.

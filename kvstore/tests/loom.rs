@@ -4,9 +4,9 @@
 //! `LOOM_MAX_PREEMPTIONS=3` (the CI setting) to bound the search.
 #![cfg(podkv_loom)]
 
+use podkv_hw::sync::{model, spawn, Arc, AtomicU64, Ordering, UnsafeCell};
 use podkv_store::epoch;
 use podkv_store::list::{self, Nodes, Position, Probe};
-use podkv_store::sync::{model, spawn, Arc, AtomicU64, Ordering, UnsafeCell};
 use std::cmp::Ordering as Order;
 
 /// Nodes `1..=N` at offsets `8 * i`; node `i` has key `KEYS[i]` (one byte).

@@ -7,7 +7,7 @@
 
 use super::{McasError, Region};
 use crate::persist;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::mapped::{AtomicU64, Ordering};
 
 /// mCAS emulated by flush + CPU CAS. Stateless apart from the region: any number of threads
 /// may share one.

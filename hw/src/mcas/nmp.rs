@@ -21,8 +21,8 @@
 
 use super::region::word;
 use super::{park, McasError, Region};
+use crate::sync::mapped::{fence, Ordering};
 use std::cell::Cell;
-use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 /// Request operations (`spwr.op`).

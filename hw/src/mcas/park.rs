@@ -8,7 +8,7 @@
 //! low 32 bits of a `u64` in the shared mapping, so it works across processes (no
 //! `FUTEX_PRIVATE_FLAG`).
 
-use std::sync::atomic::AtomicU64;
+use crate::sync::mapped::AtomicU64;
 use std::time::Duration;
 
 /// Sleeps until `word`'s low 32 bits differ from `expected`'s, `wake` is called on it, or

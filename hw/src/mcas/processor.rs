@@ -29,7 +29,7 @@
 use super::nmp::{op, status};
 use super::region::word;
 use super::{park, McasError, Region};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use crate::sync::mapped::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -435,7 +435,7 @@ fn wait_for_child_processor(
     }
 }
 
-#[cfg(all(test, not(podkv_loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::mcas::RegionFile;

@@ -21,9 +21,9 @@
 
 use super::McasError;
 use crate::persist::SIZE_CACHE_LINE;
+use crate::sync::mapped::{AtomicU64, Ordering};
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// "podkvMCA" + layout version in the next word.
@@ -163,14 +163,10 @@ impl Region {
             region.targets.end - region.targets.start,
         ];
         for (i, value) in header.into_iter().enumerate().skip(1) {
-            region
-                .line_word(0, i)
-                .store(value, std::sync::atomic::Ordering::Relaxed);
+            region.line_word(0, i).store(value, Ordering::Relaxed);
         }
         // The magic last, released: a reader that sees it sees the whole header.
-        region
-            .line_word(0, 0)
-            .store(header[0], std::sync::atomic::Ordering::Release);
+        region.line_word(0, 0).store(header[0], Ordering::Release);
         Ok(region)
     }
 
@@ -180,7 +176,7 @@ impl Region {
         let read = |i: u64| {
             window
                 .word(at + 8 * i)
-                .map(|w| w.load(std::sync::atomic::Ordering::Acquire))
+                .map(|w| w.load(Ordering::Acquire))
                 .ok_or_else(|| McasError::BadRegion(format!("offset {at} is outside the mapping")))
         };
         let magic = read(0)?;
@@ -362,7 +358,7 @@ pub fn map(file: &std::fs::File) -> Result<Window, McasError> {
     Ok(unsafe { Window::new(base, len, Some(owner)) })
 }
 
-#[cfg(all(test, not(podkv_loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
