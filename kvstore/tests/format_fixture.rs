@@ -1,0 +1,123 @@
+//! A heap and store written by an earlier build open and check clean with this one: the
+//! fixture `fixtures/heap6-store3.zst` was written by `main` at 38e26c2 (heap format 6)
+//! with `write_fixture` below, and every item it holds reads back as written.
+//!
+//! Regenerate it (only when the format changes on purpose, with a version bump):
+//! `cargo test -p podkv-store --test format_fixture -- --ignored write_fixture`.
+
+use podkv_store::{Mode, Store, StoreConfig};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Items in the fixture: sizes cover the small and the large slab heaps.
+const COUNT_ITEMS: u32 = 600;
+/// An absolute expiry (2033) that stays in the future for the fixture's life.
+const EXPIRY_FAR: i64 = 2_000_000_000;
+
+fn fixture_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/heap6-store3.zst")
+}
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        heap: podkv_alloc::Config {
+            small_bytes: 4 << 20,
+            large_bytes: 8 << 20,
+            slots: 8,
+            huge_bytes: 0,
+            ..podkv_alloc::Config::default()
+        },
+        ..StoreConfig::default()
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("fixture-key-{i}").into_bytes()
+}
+
+/// The value item `i` is written with: 1 B to about 3 KiB.
+fn value(i: u32) -> Vec<u8> {
+    let len = 1 + (i as usize * 37) % 3000;
+    (0..len).map(|j| b'a' + ((i as usize + j) % 26) as u8).collect()
+}
+
+/// What item `i` holds at the end: every 7th deleted, every 5th appended to, every 11th
+/// given a TTL, the rest as set. `None`: absent.
+fn expected(i: u32) -> Option<(Vec<u8>, u32, u32)> {
+    if i % 7 == 0 {
+        return None;
+    }
+    let mut v = value(i);
+    if i % 5 == 0 {
+        v.extend_from_slice(b"+tail");
+    }
+    let expiry = if i % 11 == 0 { EXPIRY_FAR as u32 } else { 0 };
+    Some((v, i, expiry))
+}
+
+#[test]
+#[ignore = "writes the fixture; run by hand when the format changes on purpose"]
+fn write_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    {
+        let store = Store::open(&path, config()).unwrap();
+        let h = store.handle().unwrap();
+        for i in 0..COUNT_ITEMS {
+            let exptime = if i % 11 == 0 { EXPIRY_FAR } else { 0 };
+            h.set(&key(i), &value(i), i, exptime).unwrap();
+        }
+        for i in (0..COUNT_ITEMS).filter(|i| i % 5 == 0) {
+            h.store(Mode::Append, &key(i), b"+tail", 0, 0).unwrap();
+        }
+        for i in (0..COUNT_ITEMS).filter(|i| i % 7 == 0) {
+            h.delete(&key(i)).unwrap();
+        }
+        h.set(b"counter", b"41", 0, 0).unwrap();
+        assert_eq!(h.incr(b"counter", 1).unwrap(), Some(42));
+        assert!(store.check().is_valid(), "{:?}", store.check().problems);
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .unwrap()
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let packed = zstd::encode_all(&bytes[..], 19).unwrap();
+    std::fs::File::create(fixture_path())
+        .unwrap()
+        .write_all(&packed)
+        .unwrap();
+}
+
+#[test]
+fn a_store_written_by_an_earlier_build_opens_checks_clean_and_reads_back() {
+    let packed = std::fs::read(fixture_path()).expect("the fixture is in the repository");
+    let bytes = zstd::decode_all(&packed[..]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    std::fs::write(&path, &bytes).unwrap();
+
+    let report = podkv_store::check_path(&path).unwrap();
+    assert!(report.is_valid(), "{:?}", report.problems);
+
+    let store = Store::open(&path, config()).unwrap();
+    let h = store.handle().unwrap();
+    for i in 0..COUNT_ITEMS {
+        let got = h.get(&key(i)).unwrap();
+        match expected(i) {
+            None => assert!(got.is_none(), "item {i} was deleted"),
+            Some((v, flags, expiry)) => {
+                let got = got.unwrap_or_else(|| panic!("item {i} is lost"));
+                assert_eq!(got.value(), &v[..], "item {i}");
+                assert_eq!((got.flags(), got.expiry()), (flags, expiry), "item {i}");
+            }
+        }
+    }
+    assert_eq!(h.incr(b"counter", 1).unwrap(), Some(43));
+    // The old store keeps working: writes and a check after them.
+    for i in 0..COUNT_ITEMS {
+        h.set(&key(i), b"rewritten", 0, 0).unwrap();
+    }
+    drop(h);
+    assert!(store.check().is_valid(), "{:?}", store.check().problems);
+}
