@@ -35,6 +35,17 @@ pub enum StoreError {
     /// `incr`/`decr` on a value that is not a decimal `u64`.
     #[error("cannot increment or decrement non-numeric value")]
     NonNumeric,
+    /// The heap's coherence mode is one the store does not serve yet: its links, epoch words
+    /// and items assume every host's cache is coherent, so on a `limited` or `mcas` heap it
+    /// would lose updates and read stale items. Refused before anything is written.
+    #[cfg(not(podkv_loom))]
+    #[error(
+        "the heap's coherence mode is {mode}, which the store does not serve yet: it needs a heap created with --coherence hardware"
+    )]
+    UnservedCoherence {
+        /// The heap's mode.
+        mode: podkv_hw::Coherence,
+    },
     /// The heap's root names something that is not a podkv store.
     #[error("store is corrupt: {0}")]
     Corrupt(String),

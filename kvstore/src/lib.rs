@@ -75,5 +75,5 @@ pub use {
     memcached::{expiry_of, parse_counter, Guard, Mode, Outcome, StoreExtra},
     meta::{Count, Counted, Delete, Lease, MetaRead, Rank, Read},
     recover::Settled,
-    store::{check_path, CheckReport, Crawler, LocalStore, Store, StoreHandle},
+    store::{check_path, CheckReport, Crawler, LocalStore, Store, StoreHandle, SERVED_COHERENCE},
 };

@@ -8,10 +8,15 @@ use crate::maintain::CrawlReport;
 use crate::map::{Handle, Map};
 use crate::StoreError;
 use podkv_alloc::{Config, Heap};
+use podkv_hw::Coherence;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The coherence modes whose heaps the store serves. Its link CASes, epoch words and item
+/// bytes assume caches coherent across hosts, which only a `hardware` heap promises.
+pub const SERVED_COHERENCE: &[Coherence] = &[Coherence::Hardware];
 
 /// The store in a pod heap: any process that opens the same file shares it.
 pub type Store = Map<PodArena>;
@@ -29,7 +34,14 @@ impl Store {
     }
 
     /// Opens the store in an already opened heap (root 0).
+    ///
+    /// Refuses, before writing anything, a heap whose coherence mode the store does not
+    /// serve ([`SERVED_COHERENCE`]).
     pub fn open_heap(heap: Heap, config: &StoreConfig) -> Result<Store, StoreError> {
+        let mode = heap.geometry().coherence;
+        if !SERVED_COHERENCE.contains(&mode) {
+            return Err(StoreError::UnservedCoherence { mode });
+        }
         Map::open_in(
             PodArena {
                 heap,
@@ -188,5 +200,70 @@ impl Crawler {
 impl Drop for Crawler {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use podkv_hw::mcas::McasKind;
+
+    fn heap_config(coherence: Coherence, mcas: McasKind) -> Config {
+        Config {
+            small_bytes: 1 << 20,
+            large_bytes: 4 << 20,
+            slots: 8,
+            huge_bytes: 0,
+            coherence,
+            mcas,
+            ..Config::default()
+        }
+    }
+
+    /// A heap whose mode the store does not serve is refused with one line naming the mode
+    /// and the way out, whether the store creates the heap or is handed an opened one, and
+    /// the refusal writes nothing: root 0 stays zero.
+    #[test]
+    fn a_heap_whose_coherence_is_not_served_is_refused_before_any_write() {
+        let unserved = [
+            (Coherence::Limited, McasKind::FlushCas),
+            (Coherence::Mcas, McasKind::FlushCas),
+            (Coherence::Mcas, McasKind::Nmp),
+        ];
+        for (mode, mcas) in unserved {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("heap");
+            let config = StoreConfig {
+                heap: heap_config(mode, mcas),
+                ..StoreConfig::default()
+            };
+            let err = Store::open(&path, config.clone()).unwrap_err();
+            let line = err.to_string();
+            assert!(
+                matches!(err, StoreError::UnservedCoherence { mode: m, .. } if m == mode),
+                "{line}"
+            );
+            assert!(line.contains(mode.name()) && line.contains("--coherence hardware"));
+            assert!(!line.contains('\n'), "one line: {line}");
+
+            let heap = Heap::open(&path, &config.heap).unwrap();
+            assert_eq!(heap.root(0).load(Ordering::Acquire), 0, "{mode}: nothing written");
+            assert!(matches!(
+                Store::open_heap(heap, &config),
+                Err(StoreError::UnservedCoherence { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_hardware_heap_is_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            heap: heap_config(Coherence::Hardware, McasKind::FlushCas),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path().join("heap"), config).unwrap();
+        assert!(SERVED_COHERENCE.contains(&store.heap().geometry().coherence));
+        assert_ne!(store.heap().root(0).load(Ordering::Acquire), 0);
     }
 }
