@@ -396,7 +396,8 @@ pub fn launch_processes(
             let report = worker
                 .join()
                 .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            coordinated.and(report.map(|r| vec![r]))
+            // The worker's own error says what went wrong; the coordinator's only that it did.
+            report.and_then(|r| coordinated.map(|()| vec![r]))
         })?
     } else {
         run_processes(spec, &ctl_file, expected)?
