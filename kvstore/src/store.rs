@@ -247,7 +247,11 @@ mod tests {
             assert!(!line.contains('\n'), "one line: {line}");
 
             let heap = Heap::open(&path, &config.heap).unwrap();
-            assert_eq!(heap.root(0).load(Ordering::Acquire), 0, "{mode}: nothing written");
+            assert_eq!(
+                heap.root(0).load(Ordering::Acquire),
+                0,
+                "{mode}: nothing written"
+            );
             assert!(matches!(
                 Store::open_heap(heap, &config),
                 Err(StoreError::UnservedCoherence { .. })

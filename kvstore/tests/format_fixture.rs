@@ -38,7 +38,9 @@ fn key(i: u32) -> Vec<u8> {
 /// The value item `i` is written with: 1 B to about 3 KiB.
 fn value(i: u32) -> Vec<u8> {
     let len = 1 + (i as usize * 37) % 3000;
-    (0..len).map(|j| b'a' + ((i as usize + j) % 26) as u8).collect()
+    (0..len)
+        .map(|j| b'a' + ((i as usize + j) % 26) as u8)
+        .collect()
 }
 
 /// What item `i` holds at the end: every 7th deleted, every 5th appended to, every 11th
