@@ -8,8 +8,13 @@
 //! | [`Limited`](Coherence::Limited) | only the small HWcc region (Fig. 1A) | CPU CAS in the HWcc region | SWcc: written back before ownership moves, invalidated before a non-owner reads |
 //! | [`Mcas`](Coherence::Mcas) | nothing (Fig. 1B) | memory-side CAS ([`crate::mcas`]) on a small uncachable region | SWcc, as in `Limited` |
 //!
-//! A heap records its mode at creation (2 bits of its header, [`Coherence::to_bits`]); the
-//! allocator asks the mode what an ownership move costs, and [`crate::swcc`] does it.
+//! A heap records its mode at creation (2 bits of its header, [`Coherence::to_bits`]). The
+//! allocator asks the mode what an ownership move costs: [`Coherence::write_back`],
+//! [`Coherence::invalidate`], [`Coherence::read_fresh`] and [`Coherence::write_back_batch`] do
+//! nothing under `Hardware` and apply the SWcc rules ([`crate::swcc`], which knows no modes)
+//! under `Limited` and `Mcas`.
+
+use crate::swcc::{self, Batching, WriteBackBatch};
 
 /// How the pod keeps caches coherent across hosts.
 ///
@@ -83,17 +88,46 @@ impl Coherence {
 
     /// Makes `len` bytes at `ptr` visible to other hosts before ownership of them moves: the
     /// SWcc writer rule, CXLALLOC §3.2.2 (write back every line, then fence). See
-    /// [`crate::swcc::write_back`].
+    /// [`swcc::write_back`]. The range must be mapped. A no-op under `Hardware`.
     #[inline]
     pub fn write_back(self, ptr: *const u8, len: usize) {
-        crate::swcc::write_back(self, ptr, len);
+        if self.is_swcc() {
+            swcc::write_back(ptr, len);
+        }
     }
 
     /// Drops any stale cached copy of `len` bytes at `ptr` before reading data another host
-    /// owns: the SWcc reader rule. See [`crate::swcc::invalidate`].
+    /// owns: the SWcc reader rule. See [`swcc::invalidate`]. The range must be mapped. A no-op
+    /// under `Hardware`.
     #[inline]
     pub fn invalidate(self, ptr: *const u8, len: usize) {
-        crate::swcc::invalidate(self, ptr, len);
+        if self.is_swcc() {
+            swcc::invalidate(ptr, len);
+        }
+    }
+
+    /// Invalidates (under SWcc) then re-reads a `T` this thread does not own: the reader rule in
+    /// one call.
+    ///
+    /// # Safety
+    /// - `src` is valid for reads of a `T` and aligned for it;
+    /// - any bit pattern the owner may have stored there is a valid `T` (a torn or stale value is
+    ///   possible in principle; callers validate it with the CAS that consumes it).
+    pub unsafe fn read_fresh<T: Copy>(self, src: *const T) -> T {
+        self.invalidate(src.cast(), std::mem::size_of::<T>());
+        // SAFETY: the caller guarantees `src` is valid, aligned and holds a valid `T`; volatile so
+        // the load is issued after the fence rather than reused from an earlier read.
+        unsafe { std::ptr::read_volatile(src) }
+    }
+
+    /// An empty [`WriteBackBatch`] for a heap in this mode: one that ignores every push under
+    /// `Hardware`.
+    pub fn write_back_batch(self) -> WriteBackBatch {
+        WriteBackBatch::new(if self.is_swcc() {
+            Batching::On
+        } else {
+            Batching::Off
+        })
     }
 }
 
@@ -117,6 +151,16 @@ impl std::str::FromStr for Coherence {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::swcc::{counts, Counts};
+
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Line([u64; 8]);
+
+    /// A buffer of `count` whole cache lines.
+    fn lines(count: usize) -> Vec<Line> {
+        vec![Line([0; 8]); count]
+    }
 
     #[test]
     fn bits_and_names_round_trip_and_unknown_ones_are_refused() {
@@ -141,5 +185,57 @@ mod tests {
         assert!(Coherence::Limited.is_swcc() && Coherence::Mcas.is_swcc());
         assert!(Coherence::Mcas.needs_mcas());
         assert!(!Coherence::Limited.needs_mcas() && !Coherence::Hardware.needs_mcas());
+    }
+
+    #[test]
+    fn write_back_counts_lines_and_one_fence_only_when_swcc() {
+        let buf = lines(4);
+        for mode in COHERENCE_ALL {
+            let before = counts();
+            // Two bytes straddling the first line boundary: two lines.
+            mode.write_back(buf.as_ptr().cast::<u8>().wrapping_add(63), 2);
+            let did = counts().since(before);
+            match mode {
+                Coherence::Hardware => assert_eq!(did, Counts::default()),
+                Coherence::Limited | Coherence::Mcas => {
+                    assert_eq!(did.lines_written_back, 2);
+                    assert_eq!(did.fences, 1);
+                    assert_eq!(did.lines_invalidated, 0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn invalidate_and_read_fresh_count_only_when_swcc() {
+        let mut buf = lines(2);
+        buf[1].0[3] = 0xfeed;
+        for mode in COHERENCE_ALL {
+            let before = counts();
+            mode.invalidate(buf.as_ptr().cast(), 128);
+            // SAFETY: the pointer is into `buf`, aligned for u64, and any u64 is valid.
+            let value = unsafe { mode.read_fresh(&buf[1].0[3] as *const u64) };
+            assert_eq!(value, 0xfeed);
+            let did = counts().since(before);
+            match mode {
+                Coherence::Hardware => assert_eq!(did, Counts::default()),
+                Coherence::Limited | Coherence::Mcas => {
+                    assert_eq!(did.lines_invalidated, 2 + 1);
+                    assert_eq!(did.fences, 2);
+                    assert_eq!(did.lines_written_back, 0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn batch_under_hardware_coherence_does_nothing() {
+        let buf = lines(4);
+        let before = counts();
+        let mut batch = Coherence::Hardware.write_back_batch();
+        batch.push(buf.as_ptr().cast(), 256);
+        assert_eq!(batch.pending(), 0);
+        batch.finish();
+        assert_eq!(counts().since(before), Counts::default());
     }
 }

@@ -8,16 +8,29 @@
 //!   the only file that names the cfg.
 //! - [`persist`]: cache-line write-back (`clwb`, else `clflushopt`, else `clflush`, chosen once
 //!   at run time) and the store fence that orders it.
-//! - [`coherence`]: the [`Coherence`] mode of a heap (`hardware`, `limited`, `mcas`), which
-//!   decides whether an ownership move must write its metadata back before another host may
-//!   read it, and whether multi-writer words change by CPU CAS or mCAS.
-//! - [`swcc`]: the SWcc protocol written once: write back before ownership moves, invalidate
-//!   and re-read before reading what one does not own, a batched flusher, per-thread counts.
+//! - [`swcc`]: the SWcc rules written once, for any mode: write back before ownership moves,
+//!   invalidate and re-read before reading what one does not own, a batched flusher,
+//!   per-thread counts. It knows no modes.
+//! - [`coherence`]: the [`Coherence`] mode of a heap (`hardware`, `limited`, `mcas`), on top of
+//!   `swcc`: it decides whether an ownership move must write its metadata back before another
+//!   host may read it (callers write `coherence.write_back(..)`, a no-op under `hardware`), and
+//!   whether multi-writer words change by CPU CAS or mCAS.
 //! - [`mcas`]: memory-side CAS for pods without coherence: one contract ([`mcas::Mcas`]) and
 //!   its implementations (`flush-cas`, the software near-memory processor `nmp`, `device`),
 //!   chosen by [`mcas::McasKind`].
 //!
-//! `hw` knows nothing of heaps: callers pass byte ranges and get instructions.
+//! Facts flow one way: `sync` and `persist` are leaves, `swcc` sits on `persist`, `coherence`
+//! on `swcc`, and `mcas` on `persist` and `sync`. `hw` knows nothing of heaps: callers pass
+//! byte ranges and get instructions.
+//!
+//! # Where a change goes
+//! - a word shared by a lock-free protocol, or a new loom-checked primitive: [`sync`]; a word
+//!   in mapped memory or a process-wide static: [`sync::mapped`];
+//! - a flush instruction, a fence, or how the CPU's instruction is chosen: [`persist`];
+//! - how a write-back or invalidation is done, batched or counted: [`swcc`];
+//! - whether a mode needs SWcc or mCAS, a new mode, its header bits or name: [`coherence`];
+//! - a new mCAS implementation: a file under `mcas/` and an arm of `McasKind` and `Mcas` in
+//!   `mcas/mod.rs`; the NMP's wire protocol: `mcas/nmp.rs` (client) and `mcas/processor.rs`.
 
 pub mod coherence;
 pub mod mcas;

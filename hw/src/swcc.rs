@@ -12,13 +12,13 @@
 //!   does not own first evicts its (possibly stale) cached copy and fences, so the load goes to
 //!   memory. A stale value that slips through is caught by the CAS (or mCAS) that consumes it.
 //!
-//! Every operation is a no-op under [`Coherence::Hardware`] and real under
-//! [`Coherence::Limited`] and [`Coherence::Mcas`]. Each thread counts what it did ([`counts`]):
-//! tests read the counts around a transition to show the write-back happens there and only
-//! there.
+//! This module performs the rules; whether a heap needs them is its mode's call. Callers go
+//! through [`Coherence`](crate::Coherence) (`write_back`, `invalidate`, `read_fresh`,
+//! `write_back_batch`), which does nothing under `Hardware` and calls these under `Limited`
+//! and `Mcas`; this module knows no modes. Each thread counts what it did ([`counts`]): tests
+//! read the counts around a transition to show the write-back happens there and only there.
 
 use crate::persist::{self, SIZE_CACHE_LINE};
-use crate::Coherence;
 use std::cell::Cell;
 
 /// Lines a [`WriteBackBatch`] holds before it writes them back early (still one fence at
@@ -81,9 +81,9 @@ fn lines_of(ptr: *const u8, len: usize) -> u64 {
 /// The writer rule: writes back every line overlapping `[ptr, ptr + len)`, then fences, so
 /// another host that reads the range after ownership moves sees this thread's stores.
 ///
-/// The range must be mapped. A no-op under [`Coherence::Hardware`].
-pub fn write_back(coherence: Coherence, ptr: *const u8, len: usize) {
-    if !coherence.is_swcc() || len == 0 {
+/// The range must be mapped. A no-op when `len` is 0.
+pub fn write_back(ptr: *const u8, len: usize) {
+    if len == 0 {
         return;
     }
     persist::write_back(ptr, len);
@@ -98,9 +98,9 @@ pub fn write_back(coherence: Coherence, ptr: *const u8, len: usize) {
 /// and fences (`mfence`, which also orders later loads), so the next load of the range reads
 /// memory rather than a stale copy.
 ///
-/// The range must be mapped. A no-op under [`Coherence::Hardware`].
-pub fn invalidate(coherence: Coherence, ptr: *const u8, len: usize) {
-    if !coherence.is_swcc() || len == 0 {
+/// The range must be mapped. A no-op when `len` is 0.
+pub fn invalidate(ptr: *const u8, len: usize) {
+    if len == 0 {
         return;
     }
     persist::evict(ptr, len);
@@ -117,8 +117,8 @@ pub fn invalidate(coherence: Coherence, ptr: *const u8, len: usize) {
 /// - `src` is valid for reads of a `T` and aligned for it;
 /// - any bit pattern the owner may have stored there is a valid `T` (a torn or stale value is
 ///   possible in principle; callers validate it with the CAS that consumes it).
-pub unsafe fn read_fresh<T: Copy>(coherence: Coherence, src: *const T) -> T {
-    invalidate(coherence, src.cast(), std::mem::size_of::<T>());
+pub unsafe fn read_fresh<T: Copy>(src: *const T) -> T {
+    invalidate(src.cast(), std::mem::size_of::<T>());
     // SAFETY: the caller guarantees `src` is valid, aligned and holds a valid `T`; volatile so
     // the load is issued after the fence rather than reused from an earlier read.
     unsafe { std::ptr::read_volatile(src) }
@@ -128,10 +128,11 @@ pub unsafe fn read_fresh<T: Copy>(coherence: Coherence, src: *const T) -> T {
 /// no fence there) and writes them all back with one fence at the transition.
 ///
 /// Dropping a batch with lines still pending finishes it, so a forgotten `finish` costs time,
-/// never coherence. Under [`Coherence::Hardware`] every method returns at once.
+/// never coherence. A [`Batching::Off`] batch (what `Coherence::Hardware` hands out) returns
+/// at once from every method.
 #[derive(Debug)]
 pub struct WriteBackBatch {
-    coherence: Coherence,
+    batching: Batching,
     /// Line addresses not yet written back: `lines[..len]`, distinct.
     lines: [usize; BATCH_LINES],
     len: usize,
@@ -139,11 +140,21 @@ pub struct WriteBackBatch {
     unfenced: bool,
 }
 
+/// Whether a [`WriteBackBatch`] writes back what is pushed: the one fact of a heap's mode the
+/// batch needs, decided by [`Coherence::write_back_batch`](crate::Coherence::write_back_batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batching {
+    /// The memory is hardware coherent: pushes are ignored, nothing is written back.
+    Off,
+    /// The memory follows SWcc: pushed lines are written back, with one fence at `finish`.
+    On,
+}
+
 impl WriteBackBatch {
-    /// An empty batch for a heap in `coherence` mode.
-    pub fn new(coherence: Coherence) -> WriteBackBatch {
+    /// An empty batch.
+    pub fn new(batching: Batching) -> WriteBackBatch {
         WriteBackBatch {
-            coherence,
+            batching,
             lines: [0; BATCH_LINES],
             len: 0,
             unfenced: false,
@@ -155,7 +166,7 @@ impl WriteBackBatch {
     /// [`finish`](Self::finish)). The range must stay mapped until then.
     #[inline]
     pub fn push(&mut self, ptr: *const u8, len: usize) {
-        if !self.coherence.is_swcc() || len == 0 {
+        if self.batching == Batching::Off || len == 0 {
             return;
         }
         let first = ptr as usize & !(SIZE_CACHE_LINE - 1);
@@ -215,7 +226,6 @@ impl Drop for WriteBackBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coherence::COHERENCE_ALL;
 
     #[derive(Clone, Copy)]
     #[repr(C, align(64))]
@@ -227,52 +237,11 @@ mod tests {
     }
 
     #[test]
-    fn write_back_counts_lines_and_one_fence_only_when_swcc() {
-        let buf = lines(4);
-        for mode in COHERENCE_ALL {
-            let before = counts();
-            // Two bytes straddling the first line boundary: two lines.
-            write_back(mode, buf.as_ptr().cast::<u8>().wrapping_add(63), 2);
-            let did = counts().since(before);
-            match mode {
-                Coherence::Hardware => assert_eq!(did, Counts::default()),
-                Coherence::Limited | Coherence::Mcas => {
-                    assert_eq!(did.lines_written_back, 2);
-                    assert_eq!(did.fences, 1);
-                    assert_eq!(did.lines_invalidated, 0);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn invalidate_and_read_fresh_count_only_when_swcc() {
-        let mut buf = lines(2);
-        buf[1].0[3] = 0xfeed;
-        for mode in COHERENCE_ALL {
-            let before = counts();
-            invalidate(mode, buf.as_ptr().cast(), 128);
-            // SAFETY: the pointer is into `buf`, aligned for u64, and any u64 is valid.
-            let value = unsafe { read_fresh(mode, &buf[1].0[3] as *const u64) };
-            assert_eq!(value, 0xfeed);
-            let did = counts().since(before);
-            match mode {
-                Coherence::Hardware => assert_eq!(did, Counts::default()),
-                Coherence::Limited | Coherence::Mcas => {
-                    assert_eq!(did.lines_invalidated, 2 + 1);
-                    assert_eq!(did.fences, 2);
-                    assert_eq!(did.lines_written_back, 0);
-                }
-            }
-        }
-    }
-
-    #[test]
     fn batch_defers_every_flush_to_one_fence_at_finish() {
         let buf = lines(8);
         let base = buf.as_ptr().cast::<u8>();
         let before = counts();
-        let mut batch = WriteBackBatch::new(Coherence::Limited);
+        let mut batch = WriteBackBatch::new(Batching::On);
         // The fast path: five pushes over three distinct lines, nothing flushed yet.
         batch.push(base, 8);
         batch.push(base.wrapping_add(8), 8);
@@ -297,7 +266,7 @@ mod tests {
         let buf = lines(BATCH_LINES + 4);
         let before = counts();
         {
-            let mut batch = WriteBackBatch::new(Coherence::Mcas);
+            let mut batch = WriteBackBatch::new(Batching::On);
             batch.push(buf.as_ptr().cast(), (BATCH_LINES + 4) * SIZE_CACHE_LINE);
             let early = counts().since(before);
             assert_eq!(
@@ -308,16 +277,5 @@ mod tests {
         let did = counts().since(before);
         assert_eq!(did.lines_written_back, BATCH_LINES as u64 + 4);
         assert_eq!(did.fences, 1);
-    }
-
-    #[test]
-    fn batch_under_hardware_coherence_does_nothing() {
-        let buf = lines(4);
-        let before = counts();
-        let mut batch = WriteBackBatch::new(Coherence::Hardware);
-        batch.push(buf.as_ptr().cast(), 256);
-        assert_eq!(batch.pending(), 0);
-        batch.finish();
-        assert_eq!(counts().since(before), Counts::default());
     }
 }
