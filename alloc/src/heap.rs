@@ -15,6 +15,14 @@
 //! 6. in an `mcas` heap, back and open (formatting if fresh) the mCAS region, borrow a process
 //!    line for `nmp` and start a processor thread if none is alive (`mcas.rs`); this happens
 //!    before step 5's claim of a hazard record, which goes through it.
+//! 7. on a file (not a device), start this process's **backer** thread (`backer.rs`), which
+//!    backs slabs ahead of growth and at the head of the cold lists. It holds the heap weakly:
+//!    once the last `Heap` clone is dropped it sees that within `PERIOD_IDLE` (200 ms) and ends.
+//!
+//! One more thread starts later, not at open: in a lease heap (`Liveness::Lease`), the first
+//! slot this process claims starts the **lease renewer** (`Heap::hold`), which renews the
+//! leases of the slots the process holds every third of a lease and ends, as the backer does,
+//! within a period of the heap's last clone being dropped.
 //!
 //! # Why the slab heaps are mapped eagerly
 //! The small and large heaps only grow: a slab's file pages are backed before `len` says it
@@ -299,7 +307,9 @@ impl std::fmt::Debug for Heap {
 }
 
 impl Heap {
-    /// Opens the heap at `path`, creating a fresh one as `config` says.
+    /// Opens the heap at `path`, creating a fresh one as `config` says: the steps in the
+    /// module's "Opening" section, including the background threads it starts (the backer;
+    /// in an `nmp` heap maybe an mCAS processor) and how they stop.
     pub fn open(path: impl AsRef<Path>, config: &Config) -> Result<Heap, HeapError> {
         let path = path.as_ref();
         let file = HeapFile::open(path, config.create)?;

@@ -8,8 +8,8 @@
 //! - A slab is owned by one thread slot, which allocates from it and frees to it with plain
 //!   loads and stores on its SWcc descriptor's bitset ([`slab`], [`thread`]). A free by any other
 //!   thread is a *remote free*: a decrement of the slab's 8-byte HWcc counter ([`remote`]),
-//!   batched per slot so a run of frees to one slab costs one CAS ([`pending`]). Slabs move between states by named transitions (`unsized_to_sized`,
-//!   `sized_to_detached`, …).
+//!   batched per slot so a run of frees to one slab costs one CAS ([`pending`]). Slabs
+//!   move between states by named transitions (`unsized_to_sized`, `sized_to_detached`, …).
 //! - Empty slabs wait on a slot's unsized list or on the heap's global free list, a Treiber
 //!   stack changed by single CAS ([`free_list`]); a slab reaching the global list has its pages
 //!   released to the OS.
@@ -22,6 +22,39 @@
 //!   from a SIGSEGV handler on first touch ([`fault`], the one process-global module), and a
 //!   freed block is reclaimed once no process's hazard record names it ([`hazard`]).
 //!
+//! # Who owns what
+//! | module | owns |
+//! | --- | --- |
+//! | [`layout`] | the file format: header word, [`layout::Geometry`], where each region lies, `FORMAT_VERSION` |
+//! | [`class`] | size classes and [`Kind`] (small or large slab heap) |
+//! | [`slab`], [`slot`] | the shared records: a slab's descriptor and states, a thread slot's words |
+//! | [`dcas`], [`remote`], [`free_list`], [`pending`] | the lock-free protocols on shared words |
+//! | [`recovery`] | the recovery word: [`recovery::Rec`], one step per [`recovery::Op`] |
+//! | [`heap`] | opening a heap (its steps, and its background threads), the slab heaps' placement, growth, the global lists, the slot table |
+//! | [`thread`] | one thread's slot: the fast paths, the slab transitions, and (`thread/recover.rs`) the recovery of an adopted slot |
+//! | [`huge`] | the huge heap: reservation array, per-slot descriptors and log, mapping and reclaim |
+//! | [`hazard`], [`fault`] | hazard offsets of mapped huge blocks; the process-global SIGSEGV handler |
+//! | [`file`], [`process`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; an `mcas` heap's region; backing ahead |
+//! | [`check`], [`crash`], [`stress`] | the heap checker, the named crash points, the stress drivers |
+//!
+//! # Where a change goes
+//! - **A slab transition** (a new state move, a change to when a slab is detached, kept or
+//!   released): its `a_to_b` method in [`thread`], its [`recovery::Op`] and the arm that
+//!   finishes it in `thread/recover.rs`, its crash points in [`crash`], and the states' table in
+//!   [`slab`].
+//! - **Huge blocks**: [`huge`] (the slot's steps in `huge/owner.rs`, the view every process maps
+//!   through in `huge/mod.rs`), hazard rules in [`hazard`], fault-time mapping in [`fault`].
+//! - **Recovery**: the step's arm in `thread/recover.rs` (slab heaps) or `huge/owner.rs` (huge
+//!   heap); never a heap scan. A new word in a shared record changes [`layout`]'s
+//!   `FORMAT_VERSION`.
+//!
+//! # Background threads
+//! [`Heap::open`] lists them in its opening steps: the **backer** (a heap on a file; backs slabs
+//! ahead of growth, `backer`), the **lease renewer** (a lease heap, started by the first slot the
+//! process claims), and an `nmp` heap's **mCAS processor** (when no process of the host runs
+//! one). All end once the last [`Heap`] clone is dropped: the backer and the renewer hold the
+//! heap weakly and see it gone within their period; the processor is stopped by the drop.
+//!
 //! # Reading order
 //! [`layout`] → [`class`] → [`slab`] and [`remote`] → [`dcas`] → [`free_list`] → [`slot`] →
 //! [`heap`] → [`thread`] → [`recovery`] (and `thread/recover.rs`) → [`huge`], [`hazard`],
@@ -33,60 +66,51 @@
 //! through [`Heap::recover_dead`]) adopts it and finishes its step without waiting for anyone
 //! ([`recovery`]). [`crash`] names every window a crash can fall in.
 
-#[cfg(not(podkv_loom))]
-pub mod api;
-#[cfg(not(podkv_loom))]
-mod backer;
-#[cfg(not(podkv_loom))]
-pub mod check;
+/// Items that map a heap file: left out of loom builds, whose models build the lock-free
+/// protocols ([`dcas`], [`free_list`], [`remote`]) on the ordinary heap (loom cannot see
+/// mapped bytes). One group instead of a `cfg` per line.
+macro_rules! not_under_loom {
+    ($($item:item)*) => { $( #[cfg(not(podkv_loom))] $item )* };
+}
+
+// Built under loom too: the protocols the loom models check, and the leaf types they use.
 pub mod class;
+pub mod dcas;
+pub mod free_list;
+pub mod offset;
+pub mod remote;
+
+pub use offset::{Offset, PodPtr};
+
+// Outside the group: a `#[macro_export]` macro (`crash_point!`) may not come from a macro
+// expansion and still be named by path.
 #[cfg(not(podkv_loom))]
 pub mod crash;
-pub mod dcas;
-#[cfg(not(podkv_loom))]
-pub mod error;
-#[cfg(not(podkv_loom))]
-pub mod fault;
-#[cfg(not(podkv_loom))]
-pub mod file;
-pub mod free_list;
-#[cfg(not(podkv_loom))]
-pub mod hazard;
-#[cfg(not(podkv_loom))]
-pub mod heap;
-#[cfg(not(podkv_loom))]
-pub mod huge;
-#[cfg(not(podkv_loom))]
-pub mod layout;
-#[cfg(not(podkv_loom))]
-mod mcas;
-pub mod offset;
-#[cfg(not(podkv_loom))]
-pub mod pending;
-#[cfg(not(podkv_loom))]
-pub mod process;
-#[cfg(not(podkv_loom))]
-pub mod recovery;
-pub mod remote;
-#[cfg(not(podkv_loom))]
-pub mod slab;
-#[cfg(not(podkv_loom))]
-pub mod slot;
-#[cfg(not(podkv_loom))]
-pub mod stress;
-#[cfg(not(podkv_loom))]
-pub mod thread;
 
-#[cfg(not(podkv_loom))]
-pub use check::HeapReport;
-#[cfg(not(podkv_loom))]
-pub use error::{AllocError, HeapError, ResolveError};
-#[cfg(not(podkv_loom))]
-pub use heap::{default_path, Config, Heap, Kind};
-#[cfg(not(podkv_loom))]
-pub use huge::HugeBacking;
-pub use offset::{Offset, PodPtr};
-#[cfg(not(podkv_loom))]
-pub use process::Liveness;
-#[cfg(not(podkv_loom))]
-pub use thread::{InFlight, Recovered, ThreadHandle};
+not_under_loom! {
+    pub mod api;
+    mod backer;
+    pub mod check;
+    pub mod error;
+    pub mod fault;
+    pub mod file;
+    pub mod hazard;
+    pub mod heap;
+    pub mod huge;
+    pub mod layout;
+    mod mcas;
+    pub mod pending;
+    pub mod process;
+    pub mod recovery;
+    pub mod slab;
+    pub mod slot;
+    pub mod stress;
+    pub mod thread;
+
+    pub use check::HeapReport;
+    pub use error::{AllocError, HeapError, ResolveError};
+    pub use heap::{default_path, Config, Heap, Kind};
+    pub use huge::HugeBacking;
+    pub use process::Liveness;
+    pub use thread::{InFlight, Recovered, ThreadHandle};
+}
