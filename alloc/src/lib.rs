@@ -14,7 +14,7 @@
 //!   stack changed by single CAS ([`free_list`]); a slab reaching the global list has its pages
 //!   released to the OS.
 //! - The heap grows by CAS on its length after backing the new slabs' file pages, so running
-//!   out of space is an error value ([`heap`], [`file`]).
+//!   out of space is an error value ([`heap`], [`file`](mod@file)).
 //! - Everything is addressed by [`Offset`]: each process maps the file at one offset inside its
 //!   own reservation ([`layout`]).
 //! - The **huge heap** serves blocks over 512 KiB, one file mapping each, at offsets from
@@ -34,7 +34,7 @@
 //! | [`thread`] | one thread's slot: the fast paths, the slab transitions, and (`thread/recover.rs`) the recovery of an adopted slot |
 //! | [`huge`] | the huge heap: reservation array, per-slot descriptors and log, mapping and reclaim |
 //! | [`hazard`], [`fault`] | hazard offsets of mapped huge blocks; the process-global SIGSEGV handler |
-//! | [`file`], [`process`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; an `mcas` heap's region; backing ahead |
+//! | [`file`](mod@file), [`process`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; an `mcas` heap's region; backing ahead |
 //! | [`check`], [`crash`], [`stress`] | the heap checker, the named crash points, the stress drivers |
 //!
 //! # Where a change goes
