@@ -3,7 +3,7 @@
 //!
 //! # What the adopter may rely on
 //! - The slot's lists read forward from their heads are valid at every instant (the writes of
-//!   each transition are ordered so), so [`ThreadHandle::repair_lists`] only re-derives back
+//!   each transition are ordered so), so `repair_lists` only re-derives back
 //!   links, tails and the unsized count, walking this slot's own slabs.
 //! - A step's detectable CAS took effect iff the target still names (this slot, the logged
 //!   version) or the recovery word is acknowledged ([`crate::dcas`]).
@@ -35,6 +35,7 @@ use podkv_hw::sync::{
     AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 /// What the dead slot was doing with a block when it died, as the application sees it.
@@ -68,24 +69,23 @@ pub struct Recovered {
     pub took_cpu: Duration,
 }
 
-impl ThreadHandle {
-    /// Recovers this slot, just adopted while claiming it: the registered recovery hook sees
-    /// the report, and the claiming handle keeps it ([`ThreadHandle::take_adoption`]).
-    pub(crate) fn recover(&self) -> Recovered {
-        let hook = self.heap.recovery_hook();
-        let recovered = self.recover_with(&mut |handle, recovered| {
-            if let Some(hook) = &hook {
-                hook(handle, recovered);
-            }
-        });
-        self.heap.keep_adoption(recovered);
-        recovered
-    }
+/// The adopter of a dead slot, finishing the step its recovery word names: the slot's
+/// [`ThreadHandle`], now held by the adopting thread, seen through the recovery's methods.
+pub(super) struct Adopter<'a>(pub(super) &'a ThreadHandle);
 
+impl Deref for Adopter<'_> {
+    type Target = ThreadHandle;
+
+    fn deref(&self) -> &ThreadHandle {
+        self.0
+    }
+}
+
+impl Adopter<'_> {
     /// Finishes the step a dead owner of this (just adopted) slot was in, then hands the
     /// report to `settle` while this handle still holds the slot. Bounded work: this slot's
     /// own lists, the one slab the step names and its huge state.
-    pub(crate) fn recover_with(
+    pub(super) fn recover_with(
         &self,
         settle: &mut dyn FnMut(&ThreadHandle, &Recovered),
     ) -> Recovered {
@@ -112,29 +112,12 @@ impl ThreadHandle {
             took: start.elapsed(),
             took_cpu: crate::process::thread_cpu_time().saturating_sub(start_cpu),
         };
-        settle(self, &recovered);
+        settle(self.0, &recovered);
         recovered
     }
 
-    /// What recovery reported when this handle adopted its slot from a dead owner while
-    /// claiming it (taken once; `None` for a slot that was free).
-    pub fn take_adoption(&self) -> Option<Recovered> {
-        self.heap.take_adoption(self.slot_index)
-    }
-
-    /// Logs a huge block's allocation or free in the recovery word, as the slab heaps log
-    /// theirs, for [`InFlight`] reports: `Alloc(offset)` once the place is chosen (reported
-    /// only if this slot's descriptor of it went live), `Free(offset)` once it is freed.
-    pub(crate) fn log_huge_block(&self, op: Op, offset: u64) {
-        self.log_block(op, offset);
-    }
-
-    /// Logs that a huge allocation started and names no block yet (so the recovery word no
-    /// longer names this slot's previous allocation, which the application holds).
-    pub(crate) fn log_huge_start(&self) {
-        self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
-    }
-
+    /// The one `match` over the logged step (constitution rule 5): each arm names the crash
+    /// window it closes and lives in its own method below.
     fn finish(&self, rec: Rec) -> InFlight {
         let Some(op) = rec.op() else {
             return InFlight::None;
@@ -147,92 +130,23 @@ impl ThreadHandle {
         // Steps re-logged below continue the same free, so a recoverer that dies in turn still
         // reports it (the offset stays in `aux`).
         self.after_free.set(slab_step(op) && step.after_free);
-        let freed = || {
-            if step.after_free {
-                InFlight::Free(Offset(self.slot().aux.load(Relaxed)))
-            } else {
-                InFlight::None
-            }
-        };
-        let acked = || self.acked(rec.ver());
-        let mine = |word: &AtomicU64| self.wrote(word.load(Acquire), rec.ver());
-        // Whether the logged CAS on `word` took effect.
-        let took = |word: &AtomicU64| mine(word) || acked();
         if slab_step(op) && slab >= self.heap.len(&heap) && op != Op::Grow {
             return InFlight::None; // not a slab of this heap: nothing this step can have done
         }
+        let ver = rec.ver();
         match op {
             Op::Idle => InFlight::None,
             Op::Alloc => self.finish_alloc(Offset(rec.offset())),
             Op::Free => self.finish_free(Offset(rec.offset())),
             Op::RemoteFree => self.finish_remote_free(rec),
             Op::Flush => self.finish_flush(rec, &heap, slab),
-            Op::ToSized => {
-                let listed = self.in_sized(&heap, class, slab)
-                    || step.from_list && self.unsized_head(&heap) == slab + 1;
-                if !listed {
-                    self.took_slab(&heap, slab);
-                }
-                InFlight::None
-            }
-            Op::PopGlobal => {
-                let head = self.heap.global_head(&heap, step.warm);
-                let w = head.load(Acquire);
-                let popped = mine(head) && dcas::payload(w) != slab + 1 || acked();
-                if popped {
-                    // In hand; its pages may be released (cold list): back to the cold list.
-                    self.heap
-                        .desc(&heap, slab)
-                        .set_meta(self.me, 0, State::Unsized);
-                    self.push_global(&heap, slab, false);
-                }
-                InFlight::None
-            }
-            Op::Grow => {
-                let count = u32::from(step.count);
-                let len = self.heap.len_word(&heap);
-                let grown =
-                    mine(len) && dcas::payload(len.load(Acquire)) == slab + count || acked();
-                if grown && count > 0 {
-                    if count >= 2 && self.unsized_head(&heap) != slab + 2 {
-                        self.place_grown(&heap, slab..slab + count);
-                    }
-                    self.took_slab(&heap, slab);
-                }
-                InFlight::None
-            }
-            Op::ToDetached => {
-                let word = self.heap.remote(&heap, slab);
-                if took(word) {
-                    if mine(word) && remote::count(word.load(Relaxed)) == 0 {
-                        self.took_slab(&heap, slab);
-                    }
-                } else if !self.in_sized(&heap, class, slab) {
-                    // Unlinked but not detached: detach now, as the dead owner would have.
-                    self.next_ver();
-                    self.log_step(Op::ToDetached, &heap, slab, class, |_| {});
-                    self.heap
-                        .desc(&heap, slab)
-                        .set_meta(self.me, class as u8, State::Detached);
-                    if remote::detach(word, self) == 0 {
-                        self.took_slab(&heap, slab);
-                    }
-                }
-                InFlight::None
-            }
+            Op::ToSized => self.finish_to_sized(&heap, class, slab, step.from_list),
+            Op::PopGlobal => self.finish_pop_global(&heap, slab, step.warm, ver),
+            Op::Grow => self.finish_grow(&heap, slab, u32::from(step.count), ver),
+            Op::ToDetached => self.finish_to_detached(&heap, class, slab, ver),
             Op::Reattach => {
-                if !took(self.heap.remote(&heap, slab)) {
-                    self.next_ver();
-                    self.log_step(Op::Reattach, &heap, slab, class, |_| {});
-                    remote::reattach(self.heap.remote(&heap, slab), self);
-                }
-                self.heap
-                    .desc(&heap, slab)
-                    .set_meta(self.me, class as u8, State::Sized);
-                if !self.in_sized(&heap, class, slab) {
-                    self.sized_push_back(&heap, class, slab);
-                }
-                freed()
+                self.finish_reattach(&heap, class, slab, ver);
+                self.freed(step)
             }
             Op::ToUnsized | Op::Keep | Op::TookSlab => {
                 let placed = op == Op::ToUnsized && self.in_sized(&heap, class, slab)
@@ -240,37 +154,141 @@ impl ThreadHandle {
                 if !placed {
                     self.took_slab(&heap, slab);
                 }
-                freed()
+                self.freed(step)
             }
             Op::PushGlobal => {
-                let head = self.heap.global_head(&heap, step.warm);
-                let pushed = mine(head) && dcas::payload(head.load(Acquire)) == slab + 1 || acked();
-                let still_listed = step.from_list && self.unsized_head(&heap) == slab + 1;
-                if !pushed && !still_listed {
-                    self.push_global(&heap, slab, false);
-                }
-                freed()
+                self.finish_push_global(&heap, slab, step, ver);
+                self.freed(step)
             }
-            Op::Disown => {
-                let word = self.heap.remote(&heap, slab);
-                if took(word) {
-                    if mine(word) && dcas::payload(word.load(Relaxed)) == 0 {
-                        self.took_slab(&heap, slab);
-                    }
-                } else if !self.in_sized(&heap, class, slab) {
-                    // Unlinked but not disowned: disown now.
-                    self.next_ver();
-                    self.log_step(Op::Disown, &heap, slab, class, |_| {});
-                    let desc = self.heap.desc(&heap, slab);
-                    let free = desc.count_free(heap.classes.count[class]);
-                    desc.set_meta(0, class as u8, State::Disowned);
-                    if remote::disown(word, free, self) == remote::Disown::Empty {
-                        self.took_slab(&heap, slab);
-                    }
-                }
-                InFlight::None
+            Op::Disown => self.finish_disown(&heap, class, slab, ver),
+        }
+    }
+
+    /// The free a slab step continues, if it continues one.
+    fn freed(&self, step: SlabStep) -> InFlight {
+        if step.after_free {
+            InFlight::Free(Offset(self.slot().aux.load(Relaxed)))
+        } else {
+            InFlight::None
+        }
+    }
+
+    /// Whether the logged CAS (version `ver`) on `word` is the word's last write.
+    fn mine(&self, word: &AtomicU64, ver: u16) -> bool {
+        self.wrote(word.load(Acquire), ver)
+    }
+
+    /// Whether the logged CAS (version `ver`) on `word` took effect.
+    fn took(&self, word: &AtomicU64, ver: u16) -> bool {
+        self.mine(word, ver) || self.acked(ver)
+    }
+
+    /// `unsized_to_sized`: a slab on neither list was in hand.
+    fn finish_to_sized(&self, heap: &SlabHeap, class: usize, slab: u32, from_list: bool) -> InFlight {
+        let listed =
+            self.in_sized(heap, class, slab) || from_list && self.unsized_head(heap) == slab + 1;
+        if !listed {
+            self.took_slab(heap, slab);
+        }
+        InFlight::None
+    }
+
+    /// A pop off a global list that took effect leaves the slab in hand; its pages may be
+    /// released (cold list): back to the cold list.
+    fn finish_pop_global(&self, heap: &SlabHeap, slab: u32, warm: bool, ver: u16) -> InFlight {
+        let head = self.heap.global_head(heap, warm);
+        let w = head.load(Acquire);
+        let popped = self.mine(head, ver) && dcas::payload(w) != slab + 1 || self.acked(ver);
+        if popped {
+            self.heap
+                .desc(heap, slab)
+                .set_meta(self.me, 0, State::Unsized);
+            self.push_global(heap, slab, false);
+        }
+        InFlight::None
+    }
+
+    /// A growth that took effect: the extra slabs go on the unsized list (unless already
+    /// there), the first is in hand.
+    fn finish_grow(&self, heap: &SlabHeap, slab: u32, count: u32, ver: u16) -> InFlight {
+        let len = self.heap.len_word(heap);
+        let grown = self.mine(len, ver) && dcas::payload(len.load(Acquire)) == slab + count
+            || self.acked(ver);
+        if grown && count > 0 {
+            if count >= 2 && self.unsized_head(heap) != slab + 2 {
+                self.place_grown(heap, slab..slab + count);
+            }
+            self.took_slab(heap, slab);
+        }
+        InFlight::None
+    }
+
+    /// `sized_to_detached`: take the slab if the detach emptied it; unlinked but not detached:
+    /// detach now, as the dead owner would have.
+    fn finish_to_detached(&self, heap: &SlabHeap, class: usize, slab: u32, ver: u16) -> InFlight {
+        let word = self.heap.remote(heap, slab);
+        if self.took(word, ver) {
+            if self.mine(word, ver) && remote::count(word.load(Relaxed)) == 0 {
+                self.took_slab(heap, slab);
+            }
+        } else if !self.in_sized(heap, class, slab) {
+            self.next_ver();
+            self.log_step(Op::ToDetached, heap, slab, class, |_| {});
+            self.heap
+                .desc(heap, slab)
+                .set_meta(self.me, class as u8, State::Detached);
+            if remote::detach(word, self.0) == 0 {
+                self.took_slab(heap, slab);
             }
         }
+        InFlight::None
+    }
+
+    /// `detached_to_sized`: redo the reattach CAS unless it took effect, then the rest.
+    fn finish_reattach(&self, heap: &SlabHeap, class: usize, slab: u32, ver: u16) {
+        if !self.took(self.heap.remote(heap, slab), ver) {
+            self.next_ver();
+            self.log_step(Op::Reattach, heap, slab, class, |_| {});
+            remote::reattach(self.heap.remote(heap, slab), self.0);
+        }
+        self.heap
+            .desc(heap, slab)
+            .set_meta(self.me, class as u8, State::Sized);
+        if !self.in_sized(heap, class, slab) {
+            self.sized_push_back(heap, class, slab);
+        }
+    }
+
+    /// `unsized_to_free`: a slab neither pushed nor still on the unsized list is in hand.
+    fn finish_push_global(&self, heap: &SlabHeap, slab: u32, step: SlabStep, ver: u16) {
+        let head = self.heap.global_head(heap, step.warm);
+        let pushed =
+            self.mine(head, ver) && dcas::payload(head.load(Acquire)) == slab + 1 || self.acked(ver);
+        let still_listed = step.from_list && self.unsized_head(heap) == slab + 1;
+        if !pushed && !still_listed {
+            self.push_global(heap, slab, false);
+        }
+    }
+
+    /// `sized_to_disowned`: take the slab if the disown emptied it; unlinked but not disowned:
+    /// disown now.
+    fn finish_disown(&self, heap: &SlabHeap, class: usize, slab: u32, ver: u16) -> InFlight {
+        let word = self.heap.remote(heap, slab);
+        if self.took(word, ver) {
+            if self.mine(word, ver) && dcas::payload(word.load(Relaxed)) == 0 {
+                self.took_slab(heap, slab);
+            }
+        } else if !self.in_sized(heap, class, slab) {
+            self.next_ver();
+            self.log_step(Op::Disown, heap, slab, class, |_| {});
+            let desc = self.heap.desc(heap, slab);
+            let free = desc.count_free(heap.classes.count[class]);
+            desc.set_meta(0, class as u8, State::Disowned);
+            if remote::disown(word, free, self.0) == remote::Disown::Empty {
+                self.took_slab(heap, slab);
+            }
+        }
+        InFlight::None
     }
 
     /// An allocation was logged: if the block's bit is clear it was taken (a huge block: if
@@ -415,7 +433,7 @@ impl ThreadHandle {
 
     /// Re-derives every back link, tail and the unsized count of this slot's lists from their
     /// forward links (which every transition keeps valid).
-    pub(crate) fn repair_lists(&self) {
+    fn repair_lists(&self) {
         for kind in Kind::ALL {
             let heap = *self.heap.slab_heap(kind);
             let len = self.heap.len(&heap);

@@ -18,7 +18,7 @@
 //! takes a fresh version first and the CAS is detectable ([`crate::dcas`]). The writes of each
 //! transition are ordered so that a slot's lists, read forward from their heads, are valid at
 //! every instant, and `crash_point!`s mark every window between them. `recover.rs` finishes
-//! whatever step a dead slot was in.
+//! whatever step a dead slot was in (its [`Adopter`] is this handle, seen by the adopter).
 
 use crate::class::{
     Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_COUNT,
@@ -43,8 +43,8 @@ use std::alloc::Layout;
 use std::cell::Cell;
 use std::marker::PhantomData;
 
-#[path = "recover.rs"]
 mod recover;
+use recover::Adopter;
 pub use recover::{InFlight, Recovered};
 
 /// One thread's claim on a heap: its thread slot. Not `Send`: a slot belongs to one thread.
@@ -183,6 +183,47 @@ impl ThreadHandle {
         handle.set_ver(last.ver().wrapping_add(1));
         handle.open_ack_window();
         handle
+    }
+
+    /// Recovers this slot, just adopted while claiming it: the registered recovery hook sees
+    /// the report, and the claiming handle keeps it ([`ThreadHandle::take_adoption`]).
+    pub(crate) fn recover(&self) -> Recovered {
+        let hook = self.heap.recovery_hook();
+        let recovered = self.recover_with(&mut |handle, recovered| {
+            if let Some(hook) = &hook {
+                hook(handle, recovered);
+            }
+        });
+        self.heap.keep_adoption(recovered);
+        recovered
+    }
+
+    /// Finishes the step a dead owner of this (just adopted) slot was in, then hands the
+    /// report to `settle` while this handle still holds the slot (`recover.rs`).
+    pub(crate) fn recover_with(
+        &self,
+        settle: &mut dyn FnMut(&ThreadHandle, &Recovered),
+    ) -> Recovered {
+        Adopter(self).recover_with(settle)
+    }
+
+    /// What recovery reported when this handle adopted its slot from a dead owner while
+    /// claiming it (taken once; `None` for a slot that was free).
+    pub fn take_adoption(&self) -> Option<Recovered> {
+        self.heap.take_adoption(self.slot_index)
+    }
+
+    /// Logs a huge block's allocation or free in the recovery word, as the slab heaps log
+    /// theirs, for [`InFlight`] reports: `Alloc(offset)` once the place is chosen (reported
+    /// only if this slot's descriptor of it went live), `Free(offset)` once it is freed.
+    pub(crate) fn log_huge_block(&self, op: Op, offset: u64) {
+        self.log_block(op, offset);
+    }
+
+    /// Logs that a huge allocation started and names no block yet (so the recovery word no
+    /// longer names this slot's previous allocation, which the application holds).
+    pub(crate) fn log_huge_start(&self) {
+        self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
     }
 
     /// The heap this handle allocates from.
