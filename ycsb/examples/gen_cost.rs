@@ -13,7 +13,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use podkv_ycsb::{Op, Phase, Properties};
+use podkv_ycsb::{Op, OpStream, Phase, Properties, Workload};
 
 /// Runs per workload; the fastest is reported (the machine is shared).
 const REPEAT: usize = 3;
@@ -44,12 +44,12 @@ fn main() -> Result<(), podkv_ycsb::YcsbError> {
         }
         let mut props = Properties::named(name)?;
         props.records(1_000_000).ops(ops);
-        let workload = props.workload()?;
+        let workload = Workload::from_properties(&props)?;
         let mut best = f64::INFINITY;
         let mut best_cpu = f64::INFINITY;
         let mut count = 0;
         for _ in 0..REPEAT {
-            let mut stream = workload.streams(phase, 1)?.remove(0);
+            let mut stream = OpStream::streams(&workload, phase, 1)?.remove(0);
             count = stream.remaining();
             let (start, cpu_start) = (Instant::now(), thread_cpu_ns());
             // The runner's path: each operation lent by the stream, not copied out.

@@ -14,7 +14,7 @@ use crate::dump::dump_phase;
 use crate::error::YcsbError;
 use crate::op::OpCounts;
 use crate::properties::Properties;
-use crate::stream::Phase;
+use crate::stream::{OpStream, Phase};
 use crate::workload::Workload;
 
 /// Which phases to generate.
@@ -128,7 +128,7 @@ impl YcsbArgs {
 
     /// The resolved workload.
     pub fn workload(&self) -> Result<Workload, YcsbError> {
-        self.properties()?.workload()
+        Workload::from_properties(&self.properties()?)
     }
 
     fn apply_shorthands(&self, props: &mut Properties) {
@@ -160,7 +160,7 @@ pub fn dry_run(args: &YcsbArgs) -> Result<DryRunSummary, YcsbError> {
     };
     let name = target.unwrap_or("(none)");
     for &phase in args.phase.phases() {
-        let streams = workload.streams(phase, args.threads)?;
+        let streams = OpStream::streams(&workload, phase, args.threads)?;
         let counts = dump_phase(&mut out, phase, streams, name)?;
         match phase {
             Phase::Load => summary.load = Some(counts),

@@ -1,8 +1,9 @@
 //! # podkv-ycsb — YCSB 0.17's CoreWorkload, ported and seedable
 //!
 //! Map: a workload is a set of YCSB properties (`-P` files, then `-p` overrides) →
-//! resolved into a typed [`Workload`] → split into one [`OpStream`] per worker for the
-//! load phase and for the run phase → each stream yields [`Op`]s (`read`, `update`,
+//! resolved into a typed [`Workload`] ([`Workload::from_properties`]) → split into one
+//! [`OpStream`] per worker for the load phase and for the run phase
+//! ([`OpStream::streams`]) → each stream yields [`Op`]s (`read`, `update`,
 //! `insert`, `delete`, `scan`, `read-modify-write`) whose keys are YCSB's `user…` names
 //! (or the CXLALLOC paper's 8-byte keys) and whose values are sized by YCSB's field
 //! count and field length distribution. The [`dump`] format writes a stream as text,
@@ -23,8 +24,24 @@
 //! 5. [`workload`] — CoreWorkload's properties resolved and checked; the shipped
 //!    workload files (`a`–`f`, `load`, `cxlalloc-a`, `cxlalloc-d`).
 //! 6. [`key`] and [`op`] — what a stream yields.
-//! 7. [`stream`] — CoreWorkload's `doInsert` / `doTransaction`, split across workers.
+//! 7. [`stream`] — CoreWorkload's `doInsert` / `doTransaction`, split across workers (the
+//!    per-worker key and length generators in `stream/choose.rs`).
 //! 8. [`dump`] and [`cli`] — text output and the command line.
+//!
+//! Facts flow down that list: `properties` knows only the shipped files
+//! (`workload/named.rs`), `workload` reads properties and knows nothing of streams, and
+//! `stream` reads a finished `Workload`.
+//!
+//! # Where a change goes
+//!
+//! - a new generator or a fix to one: its file in `generator/`;
+//! - a new CoreWorkload property: read and checked in `workload/mod.rs` (a field of
+//!   [`Workload`]), used in `stream/` (`choose.rs` if it picks a generator);
+//! - a new shipped workload: a file in `ycsb/workloads/` and a line in `workload/named.rs`;
+//! - property-file syntax or the precedence of `-P` / `-p`: `properties.rs`;
+//! - how work is split across workers or processes, or what an operation carries:
+//!   `stream/mod.rs`, `op.rs`, `key.rs`;
+//! - output formats and the `podkv ycsb` command line: `dump.rs`, `cli.rs`.
 //!
 //! # Faithfulness
 //!

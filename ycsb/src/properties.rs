@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::YcsbError;
-use crate::workload::{named_text, Workload};
+use crate::workload::named::named_text;
 
 /// An ordered set of properties.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,11 +108,6 @@ impl Properties {
     /// Every key that is set, in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.values.keys().map(String::as_str)
-    }
-
-    /// Resolves the properties into a checked workload.
-    pub fn workload(&self) -> Result<Workload, YcsbError> {
-        Workload::from_properties(self)
     }
 }
 

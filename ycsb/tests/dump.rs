@@ -5,7 +5,7 @@ use std::io::Write;
 
 use clap::Parser;
 use podkv_ycsb::dump::dump_phase;
-use podkv_ycsb::{dry_run, Phase, Properties, Workload, YcsbArgs};
+use podkv_ycsb::{dry_run, OpStream, Phase, Properties, Workload, YcsbArgs};
 
 #[derive(Parser)]
 struct Cli {
@@ -22,7 +22,7 @@ fn args(list: &[&str]) -> YcsbArgs {
 fn workload(name: &str, extra: &str) -> Workload {
     let mut props = Properties::named(name).unwrap();
     props.merge_text("test", extra).unwrap();
-    props.workload().unwrap()
+    Workload::from_properties(&props).unwrap()
 }
 
 fn dump(w: &Workload, phase: Phase, threads: usize) -> String {
@@ -30,7 +30,7 @@ fn dump(w: &Workload, phase: Phase, threads: usize) -> String {
     dump_phase(
         &mut out,
         phase,
-        w.streams(phase, threads).unwrap(),
+        OpStream::streams(w, phase, threads).unwrap(),
         "memory",
     )
     .unwrap();

@@ -12,7 +12,7 @@
 //! hotspot, exponential, uniform and zipfian length generators.
 
 use podkv_ycsb::dump::{write_op, write_phase_marker};
-use podkv_ycsb::{Phase, Properties, Workload};
+use podkv_ycsb::{OpStream, Phase, Properties, Workload};
 
 /// One pinned run: workload, extra properties, threads, and the two digests.
 struct Case {
@@ -41,7 +41,7 @@ fn workload(case: &Case) -> Workload {
     let mut props = Properties::named(case.workload).unwrap();
     props.merge_text("case", case.extra).unwrap();
     props.seed(case.seed);
-    props.workload().unwrap()
+    Workload::from_properties(&props).unwrap()
 }
 
 fn phases(w: &Workload) -> Vec<Phase> {
@@ -60,7 +60,7 @@ fn digests(w: &Workload, threads: usize) -> (u64, u64) {
     let mut line = Vec::new();
     for phase in phases(w) {
         write_phase_marker(&mut line, phase).unwrap();
-        let mut streams = w.streams(phase, threads).unwrap();
+        let mut streams = OpStream::streams(w, phase, threads).unwrap();
         while !streams.is_empty() {
             let mut i = 0;
             while i < streams.len() {

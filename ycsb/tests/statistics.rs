@@ -10,12 +10,12 @@ use podkv_ycsb::fnv::fnvhash64;
 use podkv_ycsb::generator::zipfian::zeta_static;
 use podkv_ycsb::generator::Zipfian;
 use podkv_ycsb::rng::worker_rng;
-use podkv_ycsb::{Op, OpKind, Properties, Workload};
+use podkv_ycsb::{Op, OpKind, OpStream, Properties, Workload};
 
 fn workload(name: &str, extra: &str) -> Workload {
     let mut props = Properties::named(name).unwrap();
     props.merge_text("test", extra).unwrap();
-    props.workload().unwrap()
+    Workload::from_properties(&props).unwrap()
 }
 
 /// Four standard deviations of a frequency `p` estimated from `n` draws.
@@ -24,7 +24,7 @@ fn four_sigma(p: f64, n: usize) -> f64 {
 }
 
 fn run_ops(w: &Workload) -> Vec<Op> {
-    w.run(1).unwrap().remove(0).collect()
+    OpStream::run(w, 1).unwrap().remove(0).collect()
 }
 
 fn key_counts(ops: &[Op]) -> HashMap<u64, usize> {
@@ -257,8 +257,7 @@ fn zipfian_field_lengths_favour_the_minimum() {
         "a",
         "recordcount=20000\nfieldcount=1\nfieldlengthdistribution=zipfian\nminfieldlength=10\nfieldlength=100",
     );
-    let lens: Vec<usize> = w
-        .load(1)
+    let lens: Vec<usize> = OpStream::load(&w, 1)
         .unwrap()
         .remove(0)
         .map(|op| match op {

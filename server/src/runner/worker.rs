@@ -79,7 +79,12 @@ fn run_sources<T: Target>(
             let mut per_thread: Vec<Vec<podkv_ycsb::OpStream>> =
                 (0..spec.threads).map(|_| Vec::new()).collect();
             for &phase in &job.phases() {
-                let streams = workload.streams_part(phase, spec.workers(), part.clone())?;
+                let streams = podkv_ycsb::OpStream::streams_part(
+                    &workload,
+                    phase,
+                    spec.workers(),
+                    part.clone(),
+                )?;
                 for (t, s) in streams.into_iter().enumerate() {
                     per_thread[t].push(s);
                 }

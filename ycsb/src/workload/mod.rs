@@ -26,7 +26,7 @@
 //! Any other key is kept in [`Workload::ignored_keys`], as YCSB ignores what it does not
 //! read (client settings such as `threadcount` or `db` land there).
 
-mod named;
+pub(crate) mod named;
 mod read;
 
 pub use named::{named_text, NAMED};
@@ -191,7 +191,7 @@ pub struct Fields {
 impl Workload {
     /// Shipped workload `name` with its own counts.
     pub fn named(name: &str) -> Result<Self, YcsbError> {
-        Properties::named(name)?.workload()
+        Self::from_properties(&Properties::named(name)?)
     }
 
     /// Shipped workload `name`, with `recordcount` and `operationcount` replaced when
@@ -208,7 +208,7 @@ impl Workload {
         if let Some(n) = ops {
             props.ops(n);
         }
-        props.workload()
+        Self::from_properties(&props)
     }
 
     /// Resolves and checks `props`.
@@ -469,7 +469,7 @@ mod tests {
     fn with(name: &str, extra: &str) -> Result<Workload, YcsbError> {
         let mut props = Properties::named(name)?;
         props.merge_text("extra", extra)?;
-        props.workload()
+        Workload::from_properties(&props)
     }
 
     #[test]
@@ -526,7 +526,7 @@ mod tests {
 
     #[test]
     fn defaults_are_ycsbs() {
-        let w = Properties::new().workload().unwrap();
+        let w = Workload::from_properties(&Properties::new()).unwrap();
         assert_eq!(w.record_count, i32::MAX as u64);
         assert_eq!(w.load_count, 0);
         assert_eq!((w.mix.read, w.mix.update), (0.95, 0.05));

@@ -1,5 +1,7 @@
 //! Operation streams: CoreWorkload's `doInsert` (load phase) and `doTransaction` (run
-//! phase), one [`OpStream`] per worker thread.
+//! phase), one [`OpStream`] per worker thread, made from a [`Workload`] by
+//! [`OpStream::streams`] (or [`OpStream::streams_part`] for one process of several). The key
+//! and length generators each worker draws from are built in `choose`.
 //!
 //! # Splitting work across workers
 //!
@@ -38,14 +40,14 @@
 use std::sync::Arc;
 
 use crate::error::YcsbError;
-use crate::generator::{
-    AcknowledgedCounter, Basis, Constant, Counter, Exponential, Hotspot, OperationChooser,
-    ScrambledZipfian, Sequential, SkewedLatest, Takers, UniformLong, Zipfian,
-};
+use crate::generator::{AcknowledgedCounter, Basis, Counter, OperationChooser, Takers};
 use crate::key::{Key, KeyFormat};
 use crate::op::{Op, OpKind};
 use crate::rng::{worker_rng, WorkerRng};
-use crate::workload::{Fields, LengthDistribution, Lengths, RequestDistribution, Workload};
+use crate::workload::{Fields, Workload};
+use choose::{key_chooser, length_gen, KeyChooser, LengthGen};
+
+mod choose;
 
 /// Which half of a YCSB benchmark a stream generates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,27 +93,6 @@ struct Shared {
     gap: std::ops::Range<i64>,
 }
 
-/// The key chooser (`keychooser`) of one worker.
-#[derive(Clone, Debug)]
-enum KeyChooser {
-    /// No operation of the mix chooses an existing key.
-    Unused,
-    Uniform(UniformLong),
-    Zipfian(ScrambledZipfian),
-    Latest(SkewedLatest<AcknowledgedCounter>),
-    Hotspot(Hotspot),
-    Exponential(Exponential),
-    Sequential(Sequential),
-}
-
-/// A length generator (field lengths, scan lengths).
-#[derive(Clone, Debug)]
-enum LengthGen {
-    Constant(Constant),
-    Uniform(UniformLong),
-    Zipfian(Zipfian),
-}
-
 /// The slot's content before the first operation.
 const EMPTY: Op = Op::Read { key: Key::EMPTY };
 
@@ -140,24 +121,34 @@ pub struct OpStream {
     slot: Op,
 }
 
-impl Workload {
-    /// One stream per worker for the load phase.
-    pub fn load(&self, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
-        self.streams(Phase::Load, workers)
+/// YCSB's per-thread operation count.
+fn share(total: u64, worker: usize, workers: usize) -> u64 {
+    let workers = workers as u64;
+    total / workers + u64::from((worker as u64) < total % workers)
+}
+
+impl OpStream {
+    /// One stream per worker for the load phase of `workload`.
+    pub fn load(workload: &Workload, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
+        OpStream::streams(workload, Phase::Load, workers)
     }
 
-    /// One stream per worker for the run phase.
-    pub fn run(&self, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
-        self.streams(Phase::Run, workers)
+    /// One stream per worker for the run phase of `workload`.
+    pub fn run(workload: &Workload, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
+        OpStream::streams(workload, Phase::Run, workers)
     }
 
-    /// One stream per worker for `phase`, sharing that phase's counters.
-    pub fn streams(&self, phase: Phase, workers: usize) -> Result<Vec<OpStream>, YcsbError> {
-        self.streams_part(phase, workers, 0..workers)
+    /// One stream per worker of `workload` for `phase`, sharing that phase's counters.
+    pub fn streams(
+        workload: &Workload,
+        phase: Phase,
+        workers: usize,
+    ) -> Result<Vec<OpStream>, YcsbError> {
+        OpStream::streams_part(workload, phase, workers, 0..workers)
     }
 
     /// The streams of workers `part` out of `workers`, for one process of a multi-process
-    /// run: the same budgets and RNG seeds as [`Workload::streams`] gives those workers, so
+    /// run: the same budgets and RNG seeds as [`OpStream::streams`] gives those workers, so
     /// the parts of all processes together make the same operation mix.
     ///
     /// Counters cannot be shared across processes, so each part gets its own, over disjoint
@@ -168,7 +159,7 @@ impl Workload {
     /// inserts: numbers between `recordcount` and the start of the part's inserts are
     /// redrawn, as numbers above the acknowledged limit are.
     pub fn streams_part(
-        &self,
+        workload: &Workload,
         phase: Phase,
         workers: usize,
         part: std::ops::Range<usize>,
@@ -180,113 +171,50 @@ impl Workload {
         }
         let before =
             |total: u64| -> u64 { (0..part.start).map(|w| share(total, w, workers)).sum() };
-        let inserts_from = (self.record_count + before(self.operation_count)) as i64;
+        let inserts_from = (workload.record_count + before(workload.operation_count)) as i64;
         // A part of one worker is its counters' only taker.
         let takers = if part.len() == 1 {
             Takers::One
         } else {
             Takers::Many
         };
-        let load_from = (self.insert_start + before(self.load_count)) as i64;
+        let load_from = (workload.insert_start + before(workload.load_count)) as i64;
         let shared = Arc::new(Shared {
             load_keys: Counter::with_takers(load_from, takers),
             insert_keys: Arc::new(AcknowledgedCounter::with_takers(inserts_from, takers)),
-            gap: self.record_count as i64..inserts_from,
+            gap: workload.record_count as i64..inserts_from,
         });
         let keys = match phase {
-            Phase::Run if self.operation_count > 0 => key_chooser(self, &shared.insert_keys)?,
+            Phase::Run if workload.operation_count > 0 => {
+                key_chooser(workload, &shared.insert_keys)?
+            }
             _ => KeyChooser::Unused,
         };
         let prototype = OpStream {
             phase,
             worker: 0,
             remaining: 0,
-            rng: worker_rng(self.seed, phase.index(), 0),
+            rng: worker_rng(workload.seed, phase.index(), 0),
             shared,
-            chooser: OperationChooser::new(&self.mix_pairs()),
+            chooser: OperationChooser::new(&workload.mix_pairs()),
             keys,
-            field_length: length_gen(self.fields.length),
-            scan_length: length_gen(self.scan_length),
-            fields: self.fields,
-            key_format: self.key_format,
+            field_length: length_gen(workload.fields.length),
+            scan_length: length_gen(workload.scan_length),
+            fields: workload.fields,
+            key_format: workload.key_format,
             pending_ack: None,
             error: None,
             slot: EMPTY,
         };
         let total = match phase {
-            Phase::Load => self.load_count,
-            Phase::Run => self.operation_count,
+            Phase::Load => workload.load_count,
+            Phase::Run => workload.operation_count,
         };
         Ok(part
-            .map(|w| prototype.for_worker(self.seed, w, share(total, w, workers)))
+            .map(|w| prototype.for_worker(workload.seed, w, share(total, w, workers)))
             .collect())
     }
-}
 
-/// YCSB's per-thread operation count.
-fn share(total: u64, worker: usize, workers: usize) -> u64 {
-    let workers = workers as u64;
-    total / workers + u64::from((worker as u64) < total % workers)
-}
-
-fn key_chooser(w: &Workload, acked: &Arc<AcknowledgedCounter>) -> Result<KeyChooser, YcsbError> {
-    let first = w.insert_start;
-    let last = (w.insert_start + w.insert_count).checked_sub(1);
-    let empty = || YcsbError::Inconsistent("no record to choose keys from".into());
-    Ok(match w.request {
-        RequestDistribution::Uniform => {
-            KeyChooser::Uniform(UniformLong::new(first, last.ok_or_else(empty)?).ok_or_else(empty)?)
-        }
-        RequestDistribution::Zipfian => {
-            let expected_new_keys = (w.operation_count as f64 * w.mix.insert * 2.0) as i32 as u64;
-            let max = w.insert_start + w.insert_count + expected_new_keys;
-            KeyChooser::Zipfian(ScrambledZipfian::new(first, max).ok_or_else(empty)?)
-        }
-        RequestDistribution::Latest => KeyChooser::Latest(SkewedLatest::new(Arc::clone(acked))),
-        RequestDistribution::Hotspot {
-            data_fraction,
-            opn_fraction,
-        } => KeyChooser::Hotspot(Hotspot::new(
-            first,
-            last.ok_or_else(empty)?,
-            data_fraction,
-            opn_fraction,
-        )?),
-        RequestDistribution::Exponential { percentile, frac } => KeyChooser::Exponential(
-            Exponential::with_percentile(percentile, w.record_count as f64 * frac),
-        ),
-        RequestDistribution::Sequential => KeyChooser::Sequential(
-            Sequential::new(first, last.ok_or_else(empty)?).ok_or_else(empty)?,
-        ),
-    })
-}
-
-fn length_gen(lengths: Lengths) -> LengthGen {
-    // `Workload::check` guarantees min <= max for the ranged distributions; `min(max)`
-    // only keeps an unchecked caller from an empty range.
-    let min = lengths.min.min(lengths.max);
-    match lengths.distribution {
-        LengthDistribution::Constant => LengthGen::Constant(Constant::new(lengths.max)),
-        LengthDistribution::Uniform => UniformLong::new(min, lengths.max).map_or(
-            LengthGen::Constant(Constant::new(lengths.max)),
-            LengthGen::Uniform,
-        ),
-        LengthDistribution::Zipfian => LengthGen::Zipfian(Zipfian::with_range(min, lengths.max)),
-    }
-}
-
-impl LengthGen {
-    #[inline]
-    fn next_value(&mut self, rng: &mut WorkerRng) -> u64 {
-        match self {
-            LengthGen::Constant(c) => c.next_value(),
-            LengthGen::Uniform(u) => u.next_value(rng),
-            LengthGen::Zipfian(z) => z.next_value(rng),
-        }
-    }
-}
-
-impl OpStream {
     fn for_worker(&self, seed: u64, worker: usize, remaining: u64) -> Self {
         Self {
             phase: self.phase,
@@ -509,7 +437,7 @@ mod tests {
     fn workload(name: &str, extra: &str) -> Workload {
         let mut props = Properties::named(name).unwrap();
         props.merge_text("extra", extra).unwrap();
-        props.workload().unwrap()
+        Workload::from_properties(&props).unwrap()
     }
 
     #[test]
@@ -517,14 +445,18 @@ mod tests {
         let shares: Vec<u64> = (0..4).map(|w| share(10, w, 4)).collect();
         assert_eq!(shares, [3, 3, 2, 2]);
         let w = workload("a", "operationcount=10");
-        let lens: Vec<usize> = w.run(4).unwrap().into_iter().map(Iterator::count).collect();
+        let lens: Vec<usize> = OpStream::run(&w, 4)
+            .unwrap()
+            .into_iter()
+            .map(Iterator::count)
+            .collect();
         assert_eq!(lens, [3, 3, 2, 2]);
     }
 
     #[test]
     fn load_inserts_each_key_once_across_threads() {
         let w = workload("a", "recordcount=20000\ninsertorder=ordered");
-        let streams = w.load(4).unwrap();
+        let streams = OpStream::load(&w, 4).unwrap();
         let mut nums: Vec<u64> = std::thread::scope(|s| {
             let handles: Vec<_> = streams
                 .into_iter()
@@ -545,7 +477,7 @@ mod tests {
             "d",
             "recordcount=100\noperationcount=1000\ninsertproportion=1\nreadproportion=0",
         );
-        let mut stream = w.run(1).unwrap().remove(0);
+        let mut stream = OpStream::run(&w, 1).unwrap().remove(0);
         assert_eq!(stream.read_limit(), 99);
         let first = stream.next().unwrap();
         assert_eq!(first.key().num(), 100);
@@ -568,7 +500,7 @@ mod tests {
             let extra = format!(
                 "recordcount=500\noperationcount=3000\ninsertproportion=0.3\nreadproportion=0.7\nupdateproportion=0\nrequestdistribution={dist}"
             );
-            let mut stream = workload("a", &extra).run(1).unwrap().remove(0);
+            let mut stream = OpStream::run(&workload("a", &extra), 1).unwrap().remove(0);
             while let Some(op) = stream.try_next().unwrap() {
                 let limit = stream.read_limit();
                 if let Op::Read { key } = op {
@@ -581,25 +513,23 @@ mod tests {
     #[test]
     fn value_lengths_follow_fields() {
         let w = workload("a", "recordcount=10\nfieldcount=3\nfieldlength=7");
-        let op = w.load(1).unwrap().remove(0).next().unwrap();
+        let op = OpStream::load(&w, 1).unwrap().remove(0).next().unwrap();
         assert!(matches!(op, Op::Insert { value_len: 21, .. }));
         let w = workload(
             "a",
             "recordcount=10\noperationcount=50\nreadproportion=0\nfieldcount=3\nfieldlength=7",
         );
-        assert!(w
-            .run(1)
+        assert!(OpStream::run(&w, 1)
             .unwrap()
             .remove(0)
             .all(|op| matches!(op, Op::Update { value_len: 7, .. })));
         let w = workload("a", "recordcount=10\noperationcount=50\nreadproportion=0\nwriteallfields=true\nfieldcount=3\nfieldlength=7");
-        assert!(w
-            .run(1)
+        assert!(OpStream::run(&w, 1)
             .unwrap()
             .remove(0)
             .all(|op| matches!(op, Op::Update { value_len: 21, .. })));
         let w = workload("a", "recordcount=10\nfieldlengthdistribution=uniform\nminfieldlength=5\nfieldlength=9\nfieldcount=1");
-        assert!(w.load(1).unwrap().remove(0).all(|op| matches!(
+        assert!(OpStream::load(&w, 1).unwrap().remove(0).all(|op| matches!(
             op,
             Op::Insert {
                 value_len: 5..=9,
@@ -617,24 +547,26 @@ mod tests {
                 .flat_map(|s| s.map(|op| op.key().num()).collect::<Vec<_>>())
                 .collect()
         };
-        let mut whole = nums(w.load(4).unwrap());
-        let mut parts = nums(w.streams_part(Phase::Load, 4, 0..2).unwrap());
-        parts.extend(nums(w.streams_part(Phase::Load, 4, 2..4).unwrap()));
+        let mut whole = nums(OpStream::load(&w, 4).unwrap());
+        let mut parts = nums(OpStream::streams_part(&w, Phase::Load, 4, 0..2).unwrap());
+        parts.extend(nums(
+            OpStream::streams_part(&w, Phase::Load, 4, 2..4).unwrap(),
+        ));
         whole.sort_unstable();
         parts.sort_unstable();
         assert_eq!(whole, parts);
         assert_eq!(parts, (0..1001).collect::<Vec<u64>>());
-        let reads = nums(w.streams_part(Phase::Run, 4, 2..4).unwrap());
+        let reads = nums(OpStream::streams_part(&w, Phase::Run, 4, 2..4).unwrap());
         assert_eq!(reads.len(), 2000);
         assert!(
             reads.iter().all(|&n| n < 1001),
             "a later part reads only records"
         );
-        assert!(w.streams_part(Phase::Run, 4, 3..5).is_err());
+        assert!(OpStream::streams_part(&w, Phase::Run, 4, 3..5).is_err());
     }
 
     #[test]
     fn zero_workers_is_an_error() {
-        assert!(workload("a", "").run(0).is_err());
+        assert!(OpStream::run(&workload("a", ""), 0).is_err());
     }
 }
