@@ -22,7 +22,7 @@
 //! a plain CPU atomic serves in every coherence mode.
 //!
 //! The price: up to `count_back_ahead` slabs per slab heap backed before they are used (a
-//! bounded amount: [`Backer::slack_bytes`]), which also counts against the file system's space
+//! bounded amount: `SlabHeaps::slack_bytes`), which also counts against the file system's space
 //! a little earlier. A device (DAX) needs no backing and gets no backer.
 //!
 //! # The cold list
@@ -39,18 +39,17 @@
 //! backed for pages punched since. A crash between backing and the CAS leaves pages backed
 //! that the word does not admit: the next popper backs them again, nothing worse. The price is
 //! rule 7's: up to `count_back_cold` free slabs per slab heap keep their pages while a burst of
-//! pops drains the list, counted in [`Backer::slack_bytes`]. Pushes never wake the backer, so
+//! pops drains the list, counted in `SlabHeaps::slack_bytes`. Pushes never wake the backer, so
 //! slabs released in a burst of frees stay released.
 
-use crate::heap::{Heap, Shared, SlabHeap};
-use crate::slab::SIZE_DESC;
+use crate::class::Kind;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// The backer's state, shared by the process's threads and the backer thread. How far the
-/// slab heaps are backed is not here but in the heap's header ([`Heap::backed_ahead`]), so
+/// slab heaps are backed is not here but in the heap's header (`SlabHeap::backed_ahead`), so
 /// that every process's grows benefit from every process's backer.
 #[derive(Debug, Default)]
 pub(crate) struct Backer {
@@ -87,19 +86,31 @@ impl Backer {
         self.behind_cold.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Called after a pop off `heap`'s cold list: the backer backs the list's next slabs.
+    /// Called after a pop off slab heap `kind`'s cold list: the backer backs the list's next
+    /// slabs.
     #[inline]
-    pub(crate) fn cold_popped(&self, heap: &SlabHeap) {
-        self.wanted_cold
-            .fetch_or(1 << heap.kind as u32, Ordering::AcqRel);
+    pub(crate) fn cold_popped(&self, kind: Kind) {
+        self.wanted_cold.fetch_or(1 << kind as u32, Ordering::AcqRel);
         self.want();
     }
 
-    /// Called after a grow of `heap` to `len` slabs, with the slabs backed so far: wakes the
-    /// backer unless its whole lead is still there.
+    /// Takes the note of which slab heaps' cold lists were popped since the last look (bit
+    /// `kind`).
+    pub(crate) fn take_cold_popped(&self) -> u64 {
+        self.wanted_cold.swap(0, Ordering::AcqRel)
+    }
+
+    /// Counts cold-list slabs the backer backed.
+    pub(crate) fn backed_cold(&self, count: u32) {
+        self.backed_cold
+            .fetch_add(u64::from(count), Ordering::Relaxed);
+    }
+
+    /// Called after a grow of a slab heap to `len` slabs, with the slabs backed so far and the
+    /// heap's `count_back_ahead`: wakes the backer unless its whole lead is still there.
     #[inline]
-    pub(crate) fn grown(&self, heap: &SlabHeap, len: u64, backed: u64) {
-        let lead = u64::from(heap.count_back_ahead);
+    pub(crate) fn grown(&self, len: u64, backed: u64, lead: u32) {
+        let lead = u64::from(lead);
         if lead == 0 || backed >= len + lead {
             return;
         }
@@ -115,30 +126,19 @@ impl Backer {
         }
     }
 
-    /// Most bytes the backer may have backed ahead of the heaps' lengths (remote words,
-    /// descriptors and slab data), for reports and for tests of returned memory.
-    pub(crate) fn slack_bytes(heaps: &[SlabHeap]) -> u64 {
-        heaps
-            .iter()
-            .map(|h| {
-                u64::from(h.count_back_ahead) * (h.slab_bytes() + 8 + SIZE_DESC as u64)
-                    + u64::from(h.count_back_cold) * h.slab_bytes()
-            })
-            .sum()
-    }
-
-    /// Starts the backer thread of a heap (held weakly: the thread ends once the heap is
-    /// closed).
-    pub(crate) fn start(shared: Weak<Shared>, backer: Arc<Backer>) {
+    /// Starts the backer thread of a heap. `work(wanted)` runs on every wake — `wanted` when
+    /// a grow or a cold pop asked for backing, else after `PERIOD_IDLE` — and returns false
+    /// once the heap is closed (it holds the heap weakly), which ends the thread.
+    pub(crate) fn start(backer: Arc<Backer>, work: impl Fn(bool) -> bool + Send + 'static) {
         // Without the thread (the process is out of threads) every grow backs its own slabs,
         // as it always may.
         let _ = std::thread::Builder::new()
             .name("podkv-backer".into())
-            .spawn(move || run(shared, backer));
+            .spawn(move || run(&backer, work));
     }
 }
 
-fn run(shared: Weak<Shared>, backer: Arc<Backer>) {
+fn run(backer: &Backer, work: impl Fn(bool) -> bool) {
     loop {
         {
             let sleeping = backer.sleep.lock().unwrap_or_else(|e| e.into_inner());
@@ -146,40 +146,8 @@ fn run(shared: Weak<Shared>, backer: Arc<Backer>) {
                 let _ = backer.wake.wait_timeout(sleeping, PERIOD_IDLE);
             }
         }
-        if !backer.wanted.swap(false, Ordering::AcqRel) {
-            if shared.strong_count() == 0 {
-                return;
-            }
-            continue;
-        }
-        let Some(shared) = shared.upgrade() else {
+        if !work(backer.wanted.swap(false, Ordering::AcqRel)) {
             return;
-        };
-        let heap = Heap { shared };
-        for slabs in &heap.shared.heaps {
-            let len = u64::from(heap.len(slabs));
-            let target = (len + u64::from(slabs.count_back_ahead)).min(slabs.max);
-            let done = heap.backed_ahead(slabs);
-            let from = done.load(Ordering::Acquire).max(len);
-            if from >= target {
-                continue;
-            }
-            // Out of space: leave the note where it is; the grow that needs these slabs backs
-            // them itself and reports the error.
-            if heap.back_slabs(slabs, from, target).is_ok() {
-                done.fetch_max(target, Ordering::AcqRel);
-            }
-        }
-        // Out of space here leaves the rest to the poppers, who report it.
-        let cold = backer.wanted_cold.swap(0, Ordering::AcqRel);
-        for slabs in &heap.shared.heaps {
-            if cold & 1 << slabs.kind as u32 != 0 {
-                if let Ok(n) = heap.back_cold_head(slabs, slabs.count_back_cold) {
-                    backer
-                        .backed_cold
-                        .fetch_add(u64::from(n), Ordering::Relaxed);
-                }
-            }
         }
     }
 }
@@ -214,7 +182,7 @@ mod tests {
         let slabs = heap.slab_heap(kind);
         let lead = u64::from(heap.len(slabs)) + u64::from(slabs.count_back_ahead);
         wait_until("the backer never backed ahead", || {
-            heap.backed_ahead(slabs).load(Ordering::Acquire) >= lead
+            slabs.backed_ahead().load(Ordering::Acquire) >= lead
         });
     }
 
@@ -228,7 +196,7 @@ mod tests {
         let mut blocks = vec![t.allocate(layout).unwrap()];
         let len = u64::from(heap.len(small));
         assert_eq!(
-            heap.shared.backer.behind.load(Ordering::Relaxed),
+            heap.shared.slabs.backer().behind.load(Ordering::Relaxed),
             1,
             "the first grow"
         );
@@ -241,7 +209,7 @@ mod tests {
         }
         blocks.extend((0..per_slab).map(|_| t.allocate(layout).unwrap()));
         assert!(u64::from(heap.len(small)) > len, "grew again");
-        assert_eq!(heap.shared.backer.behind.load(Ordering::Relaxed), 1);
+        assert_eq!(heap.shared.slabs.backer().behind.load(Ordering::Relaxed), 1);
         for off in blocks {
             t.free(off);
         }
@@ -271,7 +239,7 @@ mod tests {
         while second.len(large) == len {
             blocks.push(u.allocate(layout).unwrap());
         }
-        let behind = second.shared.backer.behind.load(Ordering::Relaxed);
+        let behind = second.shared.slabs.backer().behind.load(Ordering::Relaxed);
         assert_eq!(behind, 0, "the file said the slabs were backed");
         for off in blocks {
             u.free(off);
@@ -294,7 +262,7 @@ mod tests {
         for off in blocks {
             t.free(off);
         }
-        let backer = &heap.shared.backer;
+        let backer = heap.shared.slabs.backer();
         let popped_by_self = || backer.behind_cold.load(Ordering::Relaxed);
         // Kept and warm slabs (and a class's last sized slab, kept sized) need no backing;
         // the first cold pop backs its own slab.

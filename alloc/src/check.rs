@@ -17,6 +17,7 @@
 //! The report doubles as the heap's statistics: bytes in use, slabs per state, per class.
 
 use crate::class::Kind;
+use crate::global::List;
 use crate::heap::{Heap, SlabHeap};
 use crate::pending::Pending;
 use crate::process::SlotLife;
@@ -152,7 +153,8 @@ impl Walk<'_> {
         for kind in Kind::ALL {
             let heap = *self.heap.slab_heap(kind);
             let len = self.heap.len(&heap);
-            for head in [self.heap.free_head(&heap), self.heap.warm_head(&heap)] {
+            let lists = &self.heap.shared.lists;
+            for head in List::ORDER.map(|list| lists.head(&heap, list)) {
                 let next_of = |s: u32| {
                     if s < len {
                         self.heap.desc(&heap, s).next()

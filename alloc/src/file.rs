@@ -6,6 +6,7 @@
 //! (constitution rule 8). A free slab's pages are released by punching a hole (rule 7).
 
 use crate::error::HeapError;
+use podkv_hw::sync::AtomicU64;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
@@ -318,6 +319,38 @@ impl Mapping {
     #[allow(clippy::len_without_is_empty)] // a reservation is never empty
     pub fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// The mapped heap's bytes by offset, as the components that read its words hold them: a
+/// copy of the mapping's base (plain number, so its holders stay `Send` and `Sync`). Valid
+/// while the heap's [`Mapping`] stands, which outlives every component holding one.
+#[derive(Clone, Copy, Debug)]
+pub struct Words {
+    base: usize,
+}
+
+impl Words {
+    /// The words of `mapping`.
+    pub fn of(mapping: &Mapping) -> Words {
+        Words {
+            base: mapping.base() as usize,
+        }
+    }
+
+    /// This process's address of `offset`.
+    #[inline]
+    pub fn at(&self, offset: u64) -> *mut u8 {
+        (self.base as *mut u8).wrapping_add(offset as usize)
+    }
+
+    /// The 8-byte word at `offset`. Callers pass offsets of 8-byte-aligned words in backed
+    /// metadata (header, HWcc globals, remote words below `len`, slot words).
+    #[inline]
+    pub fn word(&self, offset: u64) -> &AtomicU64 {
+        // SAFETY: the caller's contract above: the word is mapped (for as long as the mapping,
+        // which outlives `self`'s holder), backed and aligned; AtomicU64 is valid for any bits.
+        unsafe { &*(self.at(offset) as *const AtomicU64) }
     }
 }
 

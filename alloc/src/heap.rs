@@ -39,12 +39,14 @@
 
 use crate::backer::Backer;
 pub use crate::class::Kind;
-use crate::class::{Classes, LARGE, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB, SMALL};
-use crate::dcas::{self, Writer};
-use crate::error::{AllocError, HeapError};
+pub use crate::global::List;
+pub use crate::slabs::SlabHeap;
+use crate::class::{SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
+use crate::global::GlobalLists;
+use crate::slabs::SlabHeaps;
+use crate::error::HeapError;
 use crate::fault::{self, Registration};
-use crate::file::{HeapFile, Mapping};
-use crate::free_list;
+use crate::file::{HeapFile, Mapping, Words};
 use crate::hazard;
 use crate::huge::{HugeBacking, HugeProcess, HugeView};
 use crate::layout::{
@@ -54,7 +56,7 @@ use crate::layout::{
 use crate::mcas::{cas_as_process, HeapMcas};
 use crate::offset::Offset;
 use crate::process::{Liveness, SlotLife};
-use crate::slab::{SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
+use crate::slab::SlabDesc;
 use crate::slot::{Owner, Slot, SIZE_SLOT};
 use crate::thread::{Recovered, ThreadHandle};
 use podkv_hw::mcas::McasKind;
@@ -69,9 +71,6 @@ const OFFSET_ROOTS: u64 = 512;
 /// Header word: non-zero once an opener has backed the huge heap's metadata, so a file cut
 /// short of it is known truncated (zero, as in a fresh heap: not yet backed).
 const OFFSET_HUGE_BACKED: u64 = 256;
-/// Header words, one per slab heap: its slabs are backed up to this many (raised by backers,
-/// [`crate::backer`]; zero in a fresh heap, which is always true).
-const OFFSET_BACKED_AHEAD: u64 = 264;
 
 /// How to open a heap, and the geometry a fresh heap gets.
 #[derive(Clone, Debug)]
@@ -153,107 +152,6 @@ pub fn default_path(name: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/podkv-{name}"))
 }
 
-/// Where one slab heap's metadata and data lie (offsets from the heap's start).
-#[derive(Clone, Copy, Debug)]
-pub struct SlabHeap {
-    /// Which heap.
-    pub kind: Kind,
-    /// Its classes.
-    pub classes: &'static Classes,
-    /// log2 of its slab size.
-    pub shift: u32,
-    /// Most slabs.
-    pub max: u64,
-    /// The HWcc `len` word (slabs in use).
-    pub len_at: u64,
-    /// The HWcc head of the cold global free list (slabs whose pages were released).
-    pub free_at: u64,
-    /// The HWcc head of the warm global free list (empty slabs whose pages are kept, bounded).
-    pub warm_at: u64,
-    /// Most slabs on the warm list.
-    pub count_warm_max: u32,
-    /// First remote-free word.
-    pub remote_at: u64,
-    /// First descriptor.
-    pub desc_at: u64,
-    /// First slab's data.
-    pub data_at: u64,
-    /// Slabs a thread takes per growth.
-    pub batch_grow: u32,
-    /// Empty slabs a slot keeps before returning them to the global list.
-    pub count_keep_unsized: u32,
-    /// Slabs past `len` the process's backer thread keeps backed (module `backer`).
-    pub count_back_ahead: u32,
-    /// Slabs at the head of the cold list the backer backs again once pops reach it.
-    pub count_back_cold: u32,
-}
-
-impl SlabHeap {
-    fn new(kind: Kind, geometry: &Geometry, layout: &Layout) -> SlabHeap {
-        let global = |line: u64| layout.hwcc + line * SIZE_GLOBAL_LINE;
-        match kind {
-            Kind::Small => SlabHeap {
-                kind,
-                classes: &SMALL,
-                shift: SHIFT_SMALL_SLAB,
-                max: geometry.small_slabs_max(),
-                len_at: global(0),
-                free_at: global(1),
-                warm_at: global(2),
-                // The same bytes as CXLALLOC's 32 KiB slabs in twice the count: 2 MiB warm,
-                // 128 KiB per growth, 256 KiB of empty slabs kept per slot.
-                count_warm_max: 32,
-                remote_at: layout.small_remote,
-                desc_at: layout.small_desc,
-                data_at: layout.small_data,
-                batch_grow: 2,
-                count_keep_unsized: 4,
-                count_back_ahead: 16,
-                count_back_cold: 8,
-            },
-            Kind::Large => SlabHeap {
-                kind,
-                classes: &LARGE,
-                shift: SHIFT_LARGE_SLAB,
-                max: geometry.large_slabs_max(),
-                len_at: global(3),
-                free_at: global(4),
-                warm_at: global(5),
-                count_warm_max: 8,
-                remote_at: layout.large_remote,
-                desc_at: layout.large_desc,
-                data_at: layout.large_data,
-                batch_grow: 1,
-                count_keep_unsized: 2,
-                count_back_ahead: 8,
-                count_back_cold: 4,
-            },
-        }
-    }
-
-    /// Bytes in one slab.
-    pub const fn slab_bytes(&self) -> u64 {
-        1 << self.shift
-    }
-
-    /// The offset of slab `slab`'s first byte.
-    #[inline]
-    pub const fn data_of(&self, slab: u32) -> u64 {
-        self.data_at + ((slab as u64) << self.shift)
-    }
-
-    /// Which slab of this heap holds `offset`, with the offset inside it.
-    #[inline]
-    pub const fn slab_of(&self, offset: u64) -> Option<(u32, u64)> {
-        let rel = offset.wrapping_sub(self.data_at);
-        if rel < self.max << self.shift {
-            Some(((rel >> self.shift) as u32, rel & ((1 << self.shift) - 1)))
-        } else {
-            None
-        }
-    }
-}
-
 pub(crate) struct Shared {
     /// This heap's place in the SIGSEGV handler's registry: left first, so no handler uses the
     /// huge view below once it goes.
@@ -265,10 +163,11 @@ pub(crate) struct Shared {
     /// runs) while the mapping below still stands.
     pub(crate) mcas: Option<Arc<HeapMcas>>,
     pub(crate) mapping: Mapping,
-    pub(crate) file: HeapFile,
     pub(crate) geometry: Geometry,
     pub(crate) layout: Layout,
-    pub(crate) heaps: [SlabHeap; 2],
+    pub(crate) file: Arc<HeapFile>,
+    pub(crate) slabs: SlabHeaps,
+    pub(crate) lists: GlobalLists,
     /// This process as a slot owner.
     pub(crate) me: Owner,
     pub(crate) recoverable: bool,
@@ -281,8 +180,6 @@ pub(crate) struct Shared {
     /// generation then, until the claiming handle takes them (one per slot at most; a report
     /// of an earlier claim of the slot is never handed out; process-local).
     pub(crate) adoptions: Mutex<Vec<(u64, Recovered)>>,
-    /// This process's backer: how far it backed each slab heap ahead of growth.
-    pub(crate) backer: Arc<Backer>,
 }
 
 /// What the application runs for a slot recovered from a dead owner, while the adopting
@@ -349,11 +246,12 @@ impl Heap {
             })?),
             None => None,
         };
-        let heaps = [
-            SlabHeap::new(Kind::Small, &geometry, &layout),
-            SlabHeap::new(Kind::Large, &geometry, &layout),
-        ];
         let is_device = file.is_device;
+        let file = Arc::new(file);
+        let backer = Arc::new(Backer::default());
+        let words = Words::of(&mapping);
+        let slabs = SlabHeaps::new(&geometry, &layout, words, file.clone(), backer.clone());
+        let lists = GlobalLists::new(file.clone(), backer.clone(), geometry.coherence);
         let heap = Heap {
             shared: Arc::new(Shared {
                 _fault: fault,
@@ -363,18 +261,29 @@ impl Heap {
                 file,
                 geometry,
                 layout,
-                heaps,
+                slabs,
+                lists,
                 me,
                 recoverable: config.recoverable,
                 held: Mutex::new(Vec::new()),
                 renewer: OnceLock::new(),
                 recovery_hook: Mutex::new(None),
                 adoptions: Mutex::new(Vec::new()),
-                backer: Arc::default(),
             }),
         };
         if !is_device {
-            Backer::start(Arc::downgrade(&heap.shared), heap.shared.backer.clone());
+            let shared = Arc::downgrade(&heap.shared);
+            Backer::start(backer, move |wanted| {
+                if !wanted {
+                    return shared.strong_count() != 0;
+                }
+                let Some(shared) = shared.upgrade() else {
+                    return false;
+                };
+                shared.slabs.back_ahead();
+                shared.lists.back_cold_heads(shared.slabs.all());
+                true
+            });
         }
         Ok(heap)
     }
@@ -601,7 +510,7 @@ impl Heap {
     /// (module `backer`): file storage that [`Heap::file_allocated_bytes`] counts before any
     /// slab uses it.
     pub fn back_ahead_bytes(&self) -> u64 {
-        Backer::slack_bytes(&self.shared.heaps)
+        self.shared.slabs.slack_bytes()
     }
 
     /// The file's apparent length.
@@ -611,7 +520,7 @@ impl Heap {
 
     /// The small or large slab heap's placement.
     pub fn slab_heap(&self, kind: Kind) -> &SlabHeap {
-        &self.shared.heaps[kind as usize]
+        self.shared.slabs.get(kind)
     }
 
     /// Thread slot `i`'s acknowledgement word: the help array of detectable CAS, in the HWcc
@@ -636,47 +545,18 @@ impl Heap {
     }
 
     /// Slab `slab`'s descriptor in `heap`. The slab must be below the heap's `len`.
-    pub fn desc(&self, heap: &SlabHeap, slab: u32) -> &SlabDesc {
-        // SAFETY: descriptors of slabs below `len` are backed (the grower backs them before
-        // publishing `len`); a descriptor is plain atomics, valid for any bytes.
-        unsafe {
-            &*(self.resolve(Offset(heap.desc_at + u64::from(slab) * SIZE_DESC as u64))
-                as *const SlabDesc)
-        }
+    pub fn desc<'h>(&self, heap: &'h SlabHeap, slab: u32) -> &'h SlabDesc {
+        heap.desc(slab)
     }
 
     /// Slab `slab`'s remote-free word in `heap` (HWcc).
-    pub fn remote(&self, heap: &SlabHeap, slab: u32) -> &AtomicU64 {
-        self.word(heap.remote_at + 8 * u64::from(slab))
+    pub fn remote<'h>(&self, heap: &'h SlabHeap, slab: u32) -> &'h AtomicU64 {
+        heap.remote(slab)
     }
 
     /// Slabs `heap` has grown to (HWcc `len`, a detectable word).
     pub fn len(&self, heap: &SlabHeap) -> u32 {
-        dcas::payload(self.len_word(heap).load(Ordering::Acquire))
-    }
-
-    /// `heap`'s length word (HWcc).
-    pub(crate) fn len_word(&self, heap: &SlabHeap) -> &AtomicU64 {
-        self.word(heap.len_at)
-    }
-
-    /// The head word of `heap`'s warm or cold global free list.
-    pub(crate) fn global_head(&self, heap: &SlabHeap, warm: bool) -> &AtomicU64 {
-        if warm {
-            self.warm_head(heap)
-        } else {
-            self.free_head(heap)
-        }
-    }
-
-    /// The head word of `heap`'s cold global free list (HWcc).
-    pub(crate) fn free_head(&self, heap: &SlabHeap) -> &AtomicU64 {
-        self.word(heap.free_at)
-    }
-
-    /// The head word of `heap`'s warm global free list (HWcc).
-    pub(crate) fn warm_head(&self, heap: &SlabHeap) -> &AtomicU64 {
-        self.word(heap.warm_at)
+        heap.len()
     }
 
     /// The mCAS implementation of an `mcas` heap (`None` in other modes).
@@ -757,182 +637,6 @@ impl Heap {
         // SAFETY: callers pass offsets of 8-byte-aligned words in backed metadata (header,
         // globals, remote words below `len`); AtomicU64 is valid for any bits.
         unsafe { &*(self.resolve(Offset(offset)) as *const AtomicU64) }
-    }
-
-    /// Grows `heap` by up to `batch` slabs, which the caller then owns. Backs the new slabs'
-    /// remote words, descriptors and data before publishing the new length, so no process can
-    /// touch unbacked memory; exhaustion is an error value. `log(from, count)` runs before each
-    /// CAS attempt.
-    pub(crate) fn grow(
-        &self,
-        heap: &SlabHeap,
-        batch: u32,
-        writer: &impl Writer,
-        log: impl Fn(u32, u32),
-    ) -> Result<std::ops::Range<u32>, AllocError> {
-        let len = self.len_word(heap);
-        let mut cur = len.load(Ordering::Acquire);
-        loop {
-            let from = u64::from(dcas::payload(cur));
-            if from >= heap.max {
-                return Err(AllocError::OutOfMemory);
-            }
-            let new = (from + u64::from(batch)).min(heap.max);
-            let backer = &self.shared.backer;
-            let backed = self.backed_ahead(heap).load(Ordering::Acquire);
-            if backed < new {
-                backer.missed();
-                self.back_slabs(heap, from, new)
-                    .map_err(|_| AllocError::OutOfMemory)?;
-            }
-            log(from as u32, (new - from) as u32);
-            match dcas::cas(len, cur, new as u32, writer) {
-                Ok(_) => {
-                    backer.grown(heap, new, backed);
-                    return Ok(from as u32..new as u32);
-                }
-                Err(seen) => cur = seen,
-            }
-        }
-    }
-
-    /// How many of `heap`'s slabs the backers have backed (header word, raised only).
-    pub(crate) fn backed_ahead(&self, heap: &SlabHeap) -> &AtomicU64 {
-        self.word(OFFSET_BACKED_AHEAD + 8 * heap.kind as u64)
-    }
-
-    /// Backs slabs `from..to` of `heap`: their remote words, descriptors and data.
-    pub(crate) fn back_slabs(&self, heap: &SlabHeap, from: u64, to: u64) -> Result<(), HeapError> {
-        let file = &self.shared.file;
-        file.back(heap.remote_at + 8 * from, 8 * (to - from))?;
-        file.back(
-            heap.desc_at + SIZE_DESC as u64 * from,
-            SIZE_DESC as u64 * (to - from),
-        )?;
-        file.back(heap.data_of(from as u32), (to - from) << heap.shift)
-    }
-
-    /// Pops a slab off the warm or cold global free list; `before(slab)` runs before each CAS
-    /// attempt. A cold slab's pages must be backed again ([`Heap::back_slab`]) before use.
-    pub(crate) fn pop_global(
-        &self,
-        heap: &SlabHeap,
-        warm: bool,
-        writer: &impl Writer,
-        before: impl Fn(u32),
-    ) -> Option<u32> {
-        let coherence = self.shared.geometry.coherence;
-        let next_of = |slab: u32| {
-            let desc = self.desc(heap, slab);
-            coherence.invalidate(
-                (desc as *const SlabDesc).cast(),
-                crate::slab::SIZE_DESC_HEAD,
-            );
-            desc.next()
-        };
-        free_list::pop(self.global_head(heap, warm), writer, next_of, before)
-    }
-
-    /// Backs a slab's data pages (a slab from the cold list, whose pages were released).
-    pub(crate) fn back_slab(&self, heap: &SlabHeap, slab: u32) -> Result<(), AllocError> {
-        self.shared
-            .file
-            .back(heap.data_of(slab), heap.slab_bytes())
-            .map_err(|_| AllocError::OutOfMemory)
-    }
-
-    /// Makes sure the data pages of a slab the caller just popped off the cold list are
-    /// backed: nothing to do when a backer backed them after their release (module `backer`),
-    /// else the system call on this path. Either way the backer is asked to back the list's
-    /// next slabs, since whoever pops next will want them.
-    pub(crate) fn back_popped(&self, heap: &SlabHeap, slab: u32) -> Result<(), AllocError> {
-        let backer = &self.shared.backer;
-        backer.cold_popped(heap);
-        if self.desc(heap, slab).pages_backed() {
-            return Ok(());
-        }
-        backer.missed_cold();
-        self.back_slab(heap, slab)
-    }
-
-    /// The backer's half of [`Heap::back_popped`]: backs the data pages of the first `count`
-    /// slabs of `heap`'s cold list that are not known to be backed. Returns how many it backed.
-    ///
-    /// The walk owns nothing: a slab it reads may be popped (and pushed again) under it, and
-    /// from then on it follows stale links. That is harmless: it stops at `count` slabs and at
-    /// any slab past `len`, backing never destroys data, and a slab's `pages` word is set only
-    /// by a CAS from the value read *before* backing, so it fails if a release came between.
-    pub(crate) fn back_cold_head(&self, heap: &SlabHeap, count: u32) -> Result<u32, AllocError> {
-        let len = self.len(heap);
-        let coherence = self.shared.geometry.coherence;
-        let mut link = free_list::head_of(self.free_head(heap).load(Ordering::Acquire));
-        let mut backed = 0;
-        for _ in 0..count {
-            if link == free_list::NIL || link > len {
-                break;
-            }
-            let slab = link - 1;
-            let desc = self.desc(heap, slab);
-            coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
-            coherence.invalidate((&desc.pages as *const AtomicU64).cast(), 8);
-            let pages = desc.pages.load(Ordering::Acquire);
-            if pages & 1 == 0 {
-                self.back_slab(heap, slab)?;
-                backed += u32::from(
-                    desc.pages
-                        .compare_exchange(pages, pages | 1, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok(),
-                );
-            }
-            link = desc.next();
-        }
-        Ok(backed)
-    }
-
-    /// `unsized_to_free`: pushes a slab the caller owns on the warm global list (refused,
-    /// returning false, when that already holds `count_warm_max` slabs) or on the cold list
-    /// with its pages released to the OS first (rule 7). Idempotent up to its CAS.
-    pub(crate) fn push_global(
-        &self,
-        heap: &SlabHeap,
-        slab: u32,
-        warm: bool,
-        writer: &impl Writer,
-    ) -> bool {
-        self.desc(heap, slab).set_meta(0, 0, State::Free);
-        let head = self.global_head(heap, warm);
-        let depth_of = |s: u32| self.desc(heap, s).depth.load(Ordering::Relaxed) as u32;
-        let link = |s: u32, next: u32, depth: u32| self.link_free(heap, s, next, depth);
-        if warm {
-            free_list::push_bounded(
-                head,
-                slab,
-                Some(heap.count_warm_max),
-                writer,
-                depth_of,
-                link,
-            )
-        } else {
-            self.shared
-                .file
-                .release(heap.data_of(slab), heap.slab_bytes());
-            self.desc(heap, slab).pages_released();
-            free_list::push(head, slab, writer, depth_of, link);
-            true
-        }
-    }
-
-    /// Links a slab we own into a global list: its descriptor is written back first, since
-    /// any thread may pop it next (SWcc writer rule).
-    fn link_free(&self, heap: &SlabHeap, slab: u32, next: u32, depth: u32) {
-        let desc = self.desc(heap, slab);
-        desc.set_links(next, 0);
-        desc.depth.store(u64::from(depth), Ordering::Relaxed);
-        let coherence = self.shared.geometry.coherence;
-        coherence.write_back(
-            (desc as *const SlabDesc).cast(),
-            std::mem::size_of::<SlabDesc>(),
-        );
     }
 }
 
@@ -1085,7 +789,7 @@ fn refuse_truncated(
     let len = file.len()?;
     let mut needed = 0;
     for kind in Kind::ALL {
-        let heap = SlabHeap::new(kind, geometry, layout);
+        let heap = SlabHeap::new(kind, geometry, layout, None);
         let mut word = [0u8; 8];
         if file.read_at(&mut word, heap.len_at)? == 8 {
             let slabs = u64::from(crate::dcas::payload(u64::from_le_bytes(word)));

@@ -94,6 +94,7 @@ not_under_loom! {
     pub mod error;
     pub mod fault;
     pub mod file;
+    pub mod global;
     pub mod hazard;
     pub mod heap;
     pub mod huge;
@@ -103,6 +104,7 @@ not_under_loom! {
     pub mod process;
     pub mod recovery;
     pub mod slab;
+    pub mod slabs;
     pub mod slot;
     pub mod stress;
     pub mod thread;

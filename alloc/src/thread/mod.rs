@@ -27,7 +27,9 @@ use crate::class::{
 use crate::crash_point;
 use crate::dcas::{self, Tag, Writer};
 use crate::error::{AllocError, HeapError};
-use crate::heap::{Heap, SlabHeap};
+use crate::global::List;
+use crate::heap::Heap;
+use crate::slabs::SlabHeap;
 use crate::offset::Offset;
 use crate::pending::{Pending, COUNT_MAX};
 use crate::process::SlotLife;
@@ -509,7 +511,7 @@ impl ThreadHandle {
         self.next_ver();
         self.log_step(Op::Flush, &heap, batch.slab, 0, |_| {});
         crash_point!("flush.logged");
-        let word = self.heap.remote(&heap, batch.slab);
+        let word = heap.remote(batch.slab);
         let took = remote::free_remote_n(word, batch.count, self);
         crash_point!("flush.counted");
         pending.store(0, Relaxed);
@@ -525,8 +527,7 @@ impl ThreadHandle {
     pub(crate) fn took_slab(&self, heap: &SlabHeap, slab: u32) {
         self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
         crash_point!("took_slab.logged");
-        self.heap
-            .desc(heap, slab)
+        heap.desc(slab)
             .set_meta(self.me, 0, State::Unsized);
         crash_point!("took_slab.meta");
         self.keep_or_release(heap, slab);
@@ -574,7 +575,7 @@ impl ThreadHandle {
                 let capacity = heap.classes.count[class];
                 let size = u64::from(heap.classes.size[class]);
                 let at = |block: u32| heap.data_of(slab) + u64::from(block) * size;
-                let desc = self.heap.desc(&heap, slab);
+                let desc = heap.desc(slab);
                 if let Some(block) =
                     desc.take_scanning(capacity, |b| self.log_block(Op::Alloc, at(b)))
                 {
@@ -599,11 +600,11 @@ impl ThreadHandle {
     /// attached: a slab goes in front of it only when it is the list's only one, and when it
     /// is the head again with another slab behind it, it is detached as usual.
     fn keeps_full(&self, heap: &SlabHeap, class: usize, slab: u32) -> bool {
-        if self.heap.desc(heap, slab).next() != 0 {
+        if heap.desc(slab).next() != 0 {
             return false;
         }
         // An HWcc (uncachable in an `mcas` heap) load: no request to a processor.
-        let word = self.heap.remote(heap, slab).load(Acquire);
+        let word = heap.remote(slab).load(Acquire);
         dcas::payload(word) == heap.classes.count[class]
     }
 
@@ -614,7 +615,7 @@ impl ThreadHandle {
             return self.free_huge(offset);
         }
         let (heap, slab, in_slab) = self.locate(offset);
-        let desc = self.heap.desc(&heap, slab);
+        let desc = heap.desc(slab);
         // SWcc reader rule, as on the small remote path: the slab may be another thread's.
         self.coherence
             .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
@@ -639,7 +640,7 @@ impl ThreadHandle {
         for kind in Kind::ALL {
             let heap = *self.heap.slab_heap(kind);
             if let Some((slab, in_slab)) = heap.slab_of(offset.0) {
-                if slab < self.heap.len(&heap) {
+                if slab < heap.len() {
                     return (heap, slab, in_slab);
                 }
             }
@@ -687,16 +688,16 @@ impl ThreadHandle {
             let lists = self.lists(heap.kind);
             let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
             debug_assert_eq!(head, slab + 1);
-            let next = self.heap.desc(heap, slab).next();
+            let next = heap.desc(slab).next();
             lists
                 .unsized_list
                 .store(pack_ends(next, count - 1), Relaxed);
             crash_point!("to_sized.popped");
         }
-        let desc = self.heap.desc(heap, slab);
+        let desc = heap.desc(slab);
         let capacity = heap.classes.count[class];
         desc.fill_bits(capacity);
-        remote::reset(self.heap.remote(heap, slab), capacity, self);
+        remote::reset(heap.remote(slab), capacity, self);
         crash_point!("to_sized.reset");
         desc.set_meta(self.me, class as u8, State::Sized);
         // SWcc writer rule: remote freers of this slab's blocks read its class from here.
@@ -714,11 +715,11 @@ impl ThreadHandle {
         self.log_step(Op::ToDetached, heap, slab, class, |_| {});
         crash_point!("to_detached.logged");
         self.sized_unlink(heap, class, slab);
-        let desc = self.heap.desc(heap, slab);
+        let desc = heap.desc(slab);
         desc.set_meta(self.me, class as u8, State::Detached);
         self.write_back(desc);
         crash_point!("to_detached.meta");
-        if remote::detach(self.heap.remote(heap, slab), self) == 0 {
+        if remote::detach(heap.remote(slab), self) == 0 {
             crash_point!("to_detached.kept");
             self.took_slab(heap, slab);
         }
@@ -729,10 +730,9 @@ impl ThreadHandle {
         self.next_ver();
         self.log_step(Op::Reattach, heap, slab, class, |_| {});
         crash_point!("reattach.logged");
-        remote::reattach(self.heap.remote(heap, slab), self);
+        remote::reattach(heap.remote(slab), self);
         crash_point!("reattach.cas");
-        self.heap
-            .desc(heap, slab)
+        heap.desc(slab)
             .set_meta(self.me, class as u8, State::Sized);
         crash_point!("reattach.meta");
         self.sized_push_back(heap, class, slab);
@@ -749,8 +749,7 @@ impl ThreadHandle {
         self.log_step(Op::ToUnsized, heap, slab, class, |_| {});
         crash_point!("to_unsized.logged");
         self.sized_unlink(heap, class, slab);
-        self.heap
-            .desc(heap, slab)
+        heap.desc(slab)
             .set_meta(self.me, 0, State::Unsized);
         crash_point!("to_unsized.meta");
         self.keep_or_release(heap, slab);
@@ -762,13 +761,13 @@ impl ThreadHandle {
         let lists = self.lists(heap.kind);
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
         if count >= heap.count_keep_unsized {
-            self.write_back(self.heap.desc(heap, slab));
+            self.write_back(heap.desc(slab));
             self.push_global(heap, slab, false);
             return;
         }
         self.log_step(Op::Keep, heap, slab, 0, |_| {});
         crash_point!("keep.logged");
-        self.heap.desc(heap, slab).set_links(head, 0);
+        heap.desc(slab).set_links(head, 0);
         crash_point!("keep.linked");
         lists
             .unsized_list
@@ -778,25 +777,25 @@ impl ThreadHandle {
     /// `unsized_to_free`: pushes a slab this slot holds (in hand, or the unsized list's head if
     /// `from_list`) on the warm global list, else the cold one.
     fn push_global(&self, heap: &SlabHeap, slab: u32, from_list: bool) {
-        for warm in [true, false] {
+        for list in List::ORDER {
             self.next_ver();
             self.log_step(Op::PushGlobal, heap, slab, 0, |s| {
                 s.from_list = from_list;
-                s.warm = warm;
+                s.warm = list.is_warm();
             });
             crash_point!("push_global.logged");
             if from_list {
                 let lists = self.lists(heap.kind);
                 let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
                 if head == slab + 1 {
-                    let next = self.heap.desc(heap, slab).next();
+                    let next = heap.desc(slab).next();
                     lists
                         .unsized_list
                         .store(pack_ends(next, count - 1), Relaxed);
                     crash_point!("push_global.popped");
                 }
             }
-            if self.heap.push_global(heap, slab, warm, self) {
+            if self.heap.shared.lists.push(heap, slab, list, self) {
                 crash_point!("push_global.pushed");
                 return;
             }
@@ -812,18 +811,18 @@ impl ThreadHandle {
         if head != 0 {
             return Ok((head - 1, true));
         }
-        for warm in [true, false] {
+        let lists = &self.heap.shared.lists;
+        for list in List::ORDER {
             self.next_ver();
             let log = |slab: u32| {
-                self.log_step(Op::PopGlobal, heap, slab, 0, |s| s.warm = warm);
+                self.log_step(Op::PopGlobal, heap, slab, 0, |s| s.warm = list.is_warm());
                 crash_point!("pop_global.logged");
             };
-            if let Some(slab) = self.heap.pop_global(heap, warm, self, log) {
+            if let Some(slab) = lists.pop(heap, list, self, log) {
                 crash_point!("pop_global.popped");
-                self.heap
-                    .desc(heap, slab)
+                heap.desc(slab)
                     .set_meta(self.me, 0, State::Unsized);
-                if !warm && self.heap.back_popped(heap, slab).is_err() {
+                if list == List::Cold && lists.back_popped(heap, slab).is_err() {
                     self.push_global(heap, slab, false);
                     return Err(AllocError::OutOfMemory);
                 }
@@ -831,7 +830,7 @@ impl ThreadHandle {
             }
         }
         self.next_ver();
-        let grown = self.heap.grow(heap, heap.batch_grow, self, |from, count| {
+        let grown = self.heap.shared.slabs.grow(heap, heap.batch_grow, self, |from, count| {
             self.log_step(Op::Grow, heap, from, 0, |s| s.count = count as u8);
             crash_point!("grow.logged");
         })?;
@@ -844,8 +843,7 @@ impl ThreadHandle {
     /// the unsized list with one store, so they are on it or not at all.
     fn place_grown(&self, heap: &SlabHeap, grown: std::ops::Range<u32>) {
         for slab in grown.clone() {
-            self.heap
-                .desc(heap, slab)
+            heap.desc(slab)
                 .set_meta(self.me, 0, State::Unsized);
         }
         if grown.len() < 2 {
@@ -855,7 +853,7 @@ impl ThreadHandle {
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
         for slab in grown.start + 1..grown.end {
             let next = if slab + 1 < grown.end { slab + 2 } else { head };
-            self.heap.desc(heap, slab).set_links(next, 0);
+            heap.desc(slab).set_links(next, 0);
         }
         crash_point!("grow.linked");
         lists.unsized_list.store(
@@ -877,10 +875,10 @@ impl ThreadHandle {
     fn sized_push_front(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let list = &self.lists(heap.kind).sized[class];
         let (head, tail) = unpack_ends(list.load(Relaxed));
-        self.heap.desc(heap, slab).set_links(head, 0);
+        heap.desc(slab).set_links(head, 0);
         crash_point!("push_front.linked");
         if head != 0 {
-            let old = self.heap.desc(heap, head - 1);
+            let old = heap.desc(head - 1);
             old.set_links(old.next(), slab + 1);
         }
         list.store(
@@ -894,10 +892,10 @@ impl ThreadHandle {
     fn sized_push_back(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let list = &self.lists(heap.kind).sized[class];
         let (head, tail) = unpack_ends(list.load(Relaxed));
-        self.heap.desc(heap, slab).set_links(0, tail);
+        heap.desc(slab).set_links(0, tail);
         crash_point!("push_back.linked");
         if tail != 0 {
-            let old = self.heap.desc(heap, tail - 1);
+            let old = heap.desc(tail - 1);
             old.set_links(slab + 1, old.prev());
             crash_point!("push_back.next");
         }
@@ -916,7 +914,7 @@ impl ThreadHandle {
     /// predecessor's `next`) removes it from the forward list; the rest only fix back links.
     fn sized_unlink(&self, heap: &SlabHeap, class: usize, slab: u32) {
         let list = &self.lists(heap.kind).sized[class];
-        let desc = self.heap.desc(heap, slab);
+        let desc = heap.desc(slab);
         let (next, prev) = (desc.next(), desc.prev());
         if heap.kind == Kind::Small {
             self.forget_current(class);
@@ -925,7 +923,7 @@ impl ThreadHandle {
         if prev == 0 {
             head = next;
         } else {
-            let p = self.heap.desc(heap, prev - 1);
+            let p = heap.desc(prev - 1);
             p.set_links(next, p.prev());
             crash_point!("unlink.next");
         }
@@ -935,7 +933,7 @@ impl ThreadHandle {
         list.store(pack_ends(head, tail), Relaxed);
         crash_point!("unlink.list");
         if next != 0 {
-            let n = self.heap.desc(heap, next - 1);
+            let n = heap.desc(next - 1);
             n.set_links(n.next(), prev);
         }
         desc.set_links(0, 0);
@@ -962,7 +960,7 @@ impl ThreadHandle {
                 if head == 0 {
                     break;
                 }
-                self.write_back(self.heap.desc(&heap, head - 1));
+                self.write_back(heap.desc(head - 1));
                 self.push_global(&heap, head - 1, true);
             }
         }
@@ -975,12 +973,12 @@ impl ThreadHandle {
         self.log_step(Op::Disown, heap, slab, class, |_| {});
         crash_point!("disown.logged");
         self.sized_unlink(heap, class, slab);
-        let desc = self.heap.desc(heap, slab);
+        let desc = heap.desc(slab);
         let free = desc.count_free(heap.classes.count[class]);
         desc.set_meta(0, class as u8, State::Disowned);
         self.write_back(desc);
         crash_point!("disown.meta");
-        if remote::disown(self.heap.remote(heap, slab), free, self) == Disown::Empty {
+        if remote::disown(heap.remote(slab), free, self) == Disown::Empty {
             crash_point!("disown.empty");
             self.took_slab(heap, slab);
         }

@@ -25,7 +25,8 @@
 use super::{pack_ends, unpack_ends, ThreadHandle};
 use crate::class::Kind;
 use crate::dcas;
-use crate::heap::SlabHeap;
+use crate::global::List;
+use crate::slabs::SlabHeap;
 use crate::offset::Offset;
 use crate::pending::Pending;
 use crate::recovery::{Op, Rec, SlabStep};
@@ -130,7 +131,7 @@ impl Adopter<'_> {
         // Steps re-logged below continue the same free, so a recoverer that dies in turn still
         // reports it (the offset stays in `aux`).
         self.after_free.set(slab_step(op) && step.after_free);
-        if slab_step(op) && slab >= self.heap.len(&heap) && op != Op::Grow {
+        if slab_step(op) && slab >= heap.len() && op != Op::Grow {
             return InFlight::None; // not a slab of this heap: nothing this step can have done
         }
         let ver = rec.ver();
@@ -196,12 +197,11 @@ impl Adopter<'_> {
     /// A pop off a global list that took effect leaves the slab in hand; its pages may be
     /// released (cold list): back to the cold list.
     fn finish_pop_global(&self, heap: &SlabHeap, slab: u32, warm: bool, ver: u16) -> InFlight {
-        let head = self.heap.global_head(heap, warm);
+        let head = self.heap.shared.lists.head(heap, List::of(warm));
         let w = head.load(Acquire);
         let popped = self.mine(head, ver) && dcas::payload(w) != slab + 1 || self.acked(ver);
         if popped {
-            self.heap
-                .desc(heap, slab)
+            heap.desc(slab)
                 .set_meta(self.me, 0, State::Unsized);
             self.push_global(heap, slab, false);
         }
@@ -211,7 +211,7 @@ impl Adopter<'_> {
     /// A growth that took effect: the extra slabs go on the unsized list (unless already
     /// there), the first is in hand.
     fn finish_grow(&self, heap: &SlabHeap, slab: u32, count: u32, ver: u16) -> InFlight {
-        let len = self.heap.len_word(heap);
+        let len = heap.len_word();
         let grown = self.mine(len, ver) && dcas::payload(len.load(Acquire)) == slab + count
             || self.acked(ver);
         if grown && count > 0 {
@@ -226,7 +226,7 @@ impl Adopter<'_> {
     /// `sized_to_detached`: take the slab if the detach emptied it; unlinked but not detached:
     /// detach now, as the dead owner would have.
     fn finish_to_detached(&self, heap: &SlabHeap, class: usize, slab: u32, ver: u16) -> InFlight {
-        let word = self.heap.remote(heap, slab);
+        let word = heap.remote(slab);
         if self.took(word, ver) {
             if self.mine(word, ver) && remote::count(word.load(Relaxed)) == 0 {
                 self.took_slab(heap, slab);
@@ -234,8 +234,7 @@ impl Adopter<'_> {
         } else if !self.in_sized(heap, class, slab) {
             self.next_ver();
             self.log_step(Op::ToDetached, heap, slab, class, |_| {});
-            self.heap
-                .desc(heap, slab)
+            heap.desc(slab)
                 .set_meta(self.me, class as u8, State::Detached);
             if remote::detach(word, self.0) == 0 {
                 self.took_slab(heap, slab);
@@ -246,13 +245,12 @@ impl Adopter<'_> {
 
     /// `detached_to_sized`: redo the reattach CAS unless it took effect, then the rest.
     fn finish_reattach(&self, heap: &SlabHeap, class: usize, slab: u32, ver: u16) {
-        if !self.took(self.heap.remote(heap, slab), ver) {
+        if !self.took(heap.remote(slab), ver) {
             self.next_ver();
             self.log_step(Op::Reattach, heap, slab, class, |_| {});
-            remote::reattach(self.heap.remote(heap, slab), self.0);
+            remote::reattach(heap.remote(slab), self.0);
         }
-        self.heap
-            .desc(heap, slab)
+        heap.desc(slab)
             .set_meta(self.me, class as u8, State::Sized);
         if !self.in_sized(heap, class, slab) {
             self.sized_push_back(heap, class, slab);
@@ -261,7 +259,7 @@ impl Adopter<'_> {
 
     /// `unsized_to_free`: a slab neither pushed nor still on the unsized list is in hand.
     fn finish_push_global(&self, heap: &SlabHeap, slab: u32, step: SlabStep, ver: u16) {
-        let head = self.heap.global_head(heap, step.warm);
+        let head = self.heap.shared.lists.head(heap, List::of(step.warm));
         let pushed =
             self.mine(head, ver) && dcas::payload(head.load(Acquire)) == slab + 1 || self.acked(ver);
         let still_listed = step.from_list && self.unsized_head(heap) == slab + 1;
@@ -273,7 +271,7 @@ impl Adopter<'_> {
     /// `sized_to_disowned`: take the slab if the disown emptied it; unlinked but not disowned:
     /// disown now.
     fn finish_disown(&self, heap: &SlabHeap, class: usize, slab: u32, ver: u16) -> InFlight {
-        let word = self.heap.remote(heap, slab);
+        let word = heap.remote(slab);
         if self.took(word, ver) {
             if self.mine(word, ver) && dcas::payload(word.load(Relaxed)) == 0 {
                 self.took_slab(heap, slab);
@@ -281,7 +279,7 @@ impl Adopter<'_> {
         } else if !self.in_sized(heap, class, slab) {
             self.next_ver();
             self.log_step(Op::Disown, heap, slab, class, |_| {});
-            let desc = self.heap.desc(heap, slab);
+            let desc = heap.desc(slab);
             let free = desc.count_free(heap.classes.count[class]);
             desc.set_meta(0, class as u8, State::Disowned);
             if remote::disown(word, free, self.0) == remote::Disown::Empty {
@@ -303,7 +301,7 @@ impl Adopter<'_> {
         }
         match self.find_block(offset) {
             Some((heap, slab, block)) => {
-                let desc = self.heap.desc(&heap, slab);
+                let desc = heap.desc(slab);
                 let word = desc.bits[(block / 64) as usize].load(Relaxed);
                 if desc.meta().owner == self.me && word & 1 << (block % 64) == 0 {
                     InFlight::Alloc(offset)
@@ -324,7 +322,7 @@ impl Adopter<'_> {
         let Some((heap, slab, block)) = self.find_block(offset) else {
             return InFlight::None;
         };
-        let desc = self.heap.desc(&heap, slab);
+        let desc = heap.desc(slab);
         let meta = desc.meta();
         if meta.owner != self.me || !matches!(meta.state, Some(State::Sized | State::Detached)) {
             return InFlight::Free(offset);
@@ -360,7 +358,7 @@ impl Adopter<'_> {
     /// A flush: if its CAS took effect, clear the batch (unless done) and take the slab if the
     /// CAS emptied it; else the batch is still in the pending word: flush it now.
     fn finish_flush(&self, rec: Rec, heap: &SlabHeap, slab: u32) -> InFlight {
-        let w = self.heap.remote(heap, slab).load(Acquire);
+        let w = heap.remote(slab).load(Acquire);
         if self.wrote(w, rec.ver()) || self.acked(rec.ver()) {
             self.slot().pending.store(0, Release);
             // Overwritten means not taken: a slab the CAS emptied has no other writer.
@@ -397,7 +395,7 @@ impl Adopter<'_> {
         Kind::ALL.iter().find_map(|&kind| {
             let heap = *self.heap.slab_heap(kind);
             let (slab, _) = heap.slab_of(offset.0)?;
-            (slab < self.heap.len(&heap)).then_some((heap, slab))
+            (slab < heap.len()).then_some((heap, slab))
         })
     }
 
@@ -405,7 +403,7 @@ impl Adopter<'_> {
     fn find_block(&self, offset: Offset) -> Option<(SlabHeap, u32, u32)> {
         let (heap, slab) = self.find_slab(offset)?;
         let (_, in_slab) = heap.slab_of(offset.0)?;
-        let class = usize::from(self.heap.desc(&heap, slab).meta().class);
+        let class = usize::from(heap.desc(slab).meta().class);
         if class >= heap.classes.len {
             return None;
         }
@@ -421,11 +419,11 @@ impl Adopter<'_> {
     fn in_sized(&self, heap: &SlabHeap, class: usize, slab: u32) -> bool {
         let (mut link, _) = unpack_ends(self.lists(heap.kind).sized[class].load(Relaxed));
         let mut steps = 0;
-        while link != 0 && steps <= self.heap.len(heap) {
+        while link != 0 && steps <= heap.len() {
             if link == slab + 1 {
                 return true;
             }
-            link = self.heap.desc(heap, link - 1).next();
+            link = heap.desc(link - 1).next();
             steps += 1;
         }
         false
@@ -436,7 +434,7 @@ impl Adopter<'_> {
     fn repair_lists(&self) {
         for kind in Kind::ALL {
             let heap = *self.heap.slab_heap(kind);
-            let len = self.heap.len(&heap);
+            let len = heap.len();
             let lists = self.lists(kind);
             for class in 0..heap.classes.len {
                 let (head, _) = unpack_ends(lists.sized[class].load(Relaxed));
@@ -446,7 +444,7 @@ impl Adopter<'_> {
                 }
                 let (mut link, mut prev, mut steps) = (head, 0, 0);
                 while link != 0 && link <= len && steps <= len {
-                    let desc = self.heap.desc(&heap, link - 1);
+                    let desc = heap.desc(link - 1);
                     if desc.prev() != prev {
                         desc.set_links(desc.next(), prev);
                     }
@@ -460,7 +458,7 @@ impl Adopter<'_> {
             let (mut link, mut count) = (head, 0);
             while link != 0 && link <= len && count <= len {
                 count += 1;
-                link = self.heap.desc(&heap, link - 1).next();
+                link = heap.desc(link - 1).next();
             }
             lists.unsized_list.store(pack_ends(head, count), Relaxed);
         }
