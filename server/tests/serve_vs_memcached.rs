@@ -10,8 +10,10 @@
 //! The generator covers the text commands and the meta commands with their flags, recache
 //! tokens (`R N`, `W Z`), stale items (`md I`, `ms I`, `X`) and touches included; it leaves out
 //! what `podkv::serve::backend` lists as different: access times (`l h`) and `E`, which
-//! memcached 1.6.18 refuses. Fixed meta sequences are compared too. Set `PODKV_VS_STEPS` for
-//! longer runs.
+//! memcached 1.6.18 refuses. It also sends every `M` mode and every flag letter in valid and
+//! invalid spellings (`spelling`), and approaches each size limit from both sides: keys of 250
+//! and 251 bytes, values and appended values under and over the item size limit (`boundary`).
+//! Fixed meta sequences are compared too. Set `PODKV_VS_STEPS` for longer runs.
 
 mod conv;
 
@@ -157,7 +159,9 @@ impl Gen {
 fn step(rng: &mut Rng, seen: usize, stale_stores: bool) -> Step {
     let key = *rng.pick(KEYS);
     let text = Step::text;
-    match rng.below(22) {
+    match rng.below(26) {
+        22..=23 => spelling(rng, key),
+        24..=25 => boundary(rng),
         0..=3 => {
             let v = value(rng);
             let cmd = *rng.pick(&["set", "add", "replace", "append", "prepend"]);
@@ -270,6 +274,112 @@ fn step(rng: &mut Rng, seen: usize, stale_stores: bool) -> Step {
                 text(format!("get {key}\r\n"))
             }
         }
+    }
+}
+
+/// Flags that the generator never sends alone: `b` (base64 keys: the keys here are not
+/// base64) and what `podkv::serve::backend` lists as different (`E`, `l`, `h`).
+const FLAGS_NOT_SPELLED: &[u8] = b"Eblh";
+
+/// A command in one of its valid or invalid spellings: every `M` mode of `ms` and `ma` in
+/// upper and lower case and unknown, every flag letter bare and with a token on every meta
+/// command, and text commands in the wrong case.
+fn spelling(rng: &mut Rng, key: &str) -> Step {
+    let text = Step::text;
+    match rng.below(4) {
+        0 => {
+            let mode = *rng.pick(&[
+                "MS", "ME", "MA", "MP", "MR", "Ms", "Me", "Ma", "Mp", "Mr", "MX", "Mx", "M+", "M",
+                "MSS",
+            ]);
+            Step {
+                before: format!("ms {key} 1 {mode}\r\n5\r\n").into_bytes(),
+                cas: None,
+                after: Vec::new(),
+            }
+        }
+        1 => {
+            let mode = *rng.pick(&[
+                "MI", "MD", "M+", "M-", "Mi", "Md", "MX", "Mx", "M", "MII", "MDD",
+            ]);
+            text(format!("ma {key} {mode} v\r\n"))
+        }
+        2 => {
+            let letters: Vec<u8> = (b'A'..=b'Z')
+                .chain(b'a'..=b'z')
+                .filter(|c| !FLAGS_NOT_SPELLED.contains(c))
+                .collect();
+            let flag = *rng.pick(&letters) as char;
+            let token = *rng.pick(&["", "", "5", "-1", "x"]);
+            // (`mn` takes no flags and answers `MN` to any: the harness's own end marker.)
+            let cmd = *rng.pick(&["mg", "md", "ma"]);
+            text(format!("{cmd} {key} {flag}{token}\r\n"))
+        }
+        _ => {
+            let cmd = *rng.pick(&["GET", "Get", "SET", "MG", "Mg", "gET", "DELETE", "INCR"]);
+            text(format!("{cmd} {key}\r\n"))
+        }
+    }
+}
+
+/// Longest key memcached takes.
+const SIZE_KEY_MAX: usize = 250;
+/// memcached's and podkv's default item size limit (`-I 1m`, `--max-item-size 1MiB`).
+const SIZE_ITEM_MAX: usize = 1 << 20;
+/// How far from the item size limit the generator's sizes stay: memcached counts its item
+/// header and key against the limit, podkv only the value, so the two thresholds lie a few
+/// dozen bytes apart (`podkv::protocol`'s choice 2); sizes this far either side are answered
+/// alike.
+const SIZE_LIMIT_MARGIN: usize = 4096;
+
+/// A request at a size limit, from below and from above: keys of 250 and 251 bytes, values
+/// just under and over the item size limit, and appends and prepends whose joined value
+/// stays under or passes it.
+fn boundary(rng: &mut Rng) -> Step {
+    // Appends of `SIZE_LIMIT_MARGIN / 2` from here reach 1000 bytes under the limit, then
+    // 1048 over it: never the few dozen bytes where the two servers' thresholds differ.
+    let below = SIZE_ITEM_MAX - 2 * SIZE_LIMIT_MARGIN - 1000;
+    let value = |len: usize| vec![b'v'; len];
+    let data = |head: String, v: Vec<u8>| Step {
+        before: [head.into_bytes(), v, b"\r\n".to_vec()].concat(),
+        cas: None,
+        after: Vec::new(),
+    };
+    match rng.below(6) {
+        0 => {
+            let long = "k".repeat(SIZE_KEY_MAX + rng.below(2) as usize);
+            let cmd = *rng.pick(&["get", "mg", "md", "touch", "delete", "incr"]);
+            let tail = match cmd {
+                "touch" | "incr" => " 1",
+                "mg" => " v",
+                _ => "",
+            };
+            Step::text(format!("{cmd} {long}{tail}\r\n"))
+        }
+        1 => {
+            let long = "k".repeat(SIZE_KEY_MAX + rng.below(2) as usize);
+            data(format!("set {long} 0 0 1\r\n"), value(1))
+        }
+        2 => {
+            let len = *rng.pick(&[below, SIZE_ITEM_MAX + 1, SIZE_ITEM_MAX + SIZE_LIMIT_MARGIN]);
+            if rng.chance(50) {
+                data(format!("set big 0 0 {len}\r\n"), value(len))
+            } else {
+                data(format!("ms big {len} T0\r\n"), value(len))
+            }
+        }
+        3 | 4 => {
+            // After a `set big` of `below` bytes, a short one stays under and a long one
+            // passes the limit.
+            let len = *rng.pick(&[SIZE_LIMIT_MARGIN / 2, 3 * SIZE_LIMIT_MARGIN]);
+            match rng.below(4) {
+                0 => data(format!("append big 0 0 {len}\r\n"), value(len)),
+                1 => data(format!("prepend big 0 0 {len}\r\n"), value(len)),
+                2 => data(format!("ms big {len} MA\r\n"), value(len)),
+                _ => data(format!("ms big {len} MP\r\n"), value(len)),
+            }
+        }
+        _ => Step::text("mg big s f t\r\n".into()),
     }
 }
 

@@ -11,8 +11,8 @@
 //!
 //! Choices: the `O` length limit (32 bytes including the `O`) is checked while parsing, so an
 //! over-long opaque refuses the command before it runs; memcached notices it while composing
-//! the reply of `mg`/`ma`, after the item was read or changed. `M` modes are accepted in either
-//! case (`MS`/`Ms`), as newer memcached releases do.
+//! the reply of `mg`/`ma`, after the item was read or changed. `M` modes are upper case only
+//! (`MS`, not `Ms`), as in memcached 1.6.18; later releases also take lower case.
 
 use std::fmt::Write as _;
 
@@ -300,7 +300,7 @@ fn parse_get(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
 
 /// The `ms` mode for an `M` byte.
 fn set_mode(mode: Option<u8>) -> Option<SetMode> {
-    Some(match mode.map(|m| m.to_ascii_uppercase()) {
+    Some(match mode {
         None | Some(b'S') => SetMode::Set,
         Some(b'E') => SetMode::Add,
         Some(b'A') => SetMode::Append,
@@ -384,7 +384,7 @@ fn parse_arithmetic(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         Err(ErrorReply::OPAQUE_TOO_LONG) => return Parsed::Error(ErrorReply::OPAQUE_TOO_LONG),
         Err(_) => return Parsed::Error(ErrorReply::INVALID_OR_DUPLICATE_FLAG),
     };
-    let mode = match of.mode.map(|m| m.to_ascii_uppercase()) {
+    let mode = match of.mode {
         None | Some(b'I' | b'+') => ArithmeticMode::Increment,
         Some(b'D' | b'-') => ArithmeticMode::Decrement,
         Some(_) => return Parsed::Error(ErrorReply::MA_MODE),

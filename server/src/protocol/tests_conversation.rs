@@ -441,6 +441,15 @@ fn meta_get_and_set() {
             b"ms foo 1 q MX\r\nx\r\n",
             b"CLIENT_ERROR invalid mode for ms M token\r\n",
         ),
+        // memcached 1.6.18 takes modes in upper case only.
+        (
+            b"ms foo 1 Ms\r\nx\r\n",
+            b"CLIENT_ERROR invalid mode for ms M token\r\n",
+        ),
+        (
+            b"ms foo 1 Me\r\nx\r\n",
+            b"CLIENT_ERROR invalid mode for ms M token\r\n",
+        ),
         (
             b"ms foo 1\r\nxy\r\n",
             b"CLIENT_ERROR bad data chunk\r\nERROR\r\n",
@@ -545,6 +554,14 @@ fn meta_arithmetic() {
         ),
         (
             b"ma n MX\r\n",
+            b"CLIENT_ERROR invalid mode for ma M token\r\n",
+        ),
+        (
+            b"ma n Md\r\n",
+            b"CLIENT_ERROR invalid mode for ma M token\r\n",
+        ),
+        (
+            b"ma n Mi\r\n",
             b"CLIENT_ERROR invalid mode for ma M token\r\n",
         ),
         (

@@ -150,6 +150,11 @@ impl Backend {
             Ok((Outcome::Exists, _)) => StoreOutcome::Exists,
             Ok((Outcome::NotFound, _)) => StoreOutcome::NotFound,
             Ok(_) => StoreOutcome::NotStored,
+            // The data itself fit (the codec refuses larger blocks), so only the joined
+            // value is too large: memcached's failed allocation of it answers NOT_STORED.
+            Err(StoreError::TooLarge { .. }) if matches!(mode, Mode::Append | Mode::Prepend) => {
+                StoreOutcome::NotStored
+            }
             Err(error) => self.refused(error),
         };
         if matches!(outcome, StoreOutcome::Stored(_)) {
