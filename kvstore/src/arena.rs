@@ -7,6 +7,7 @@
 //! start (offsets are the same in every process); for the local arena the base is null and an
 //! offset is simply an address.
 
+use crate::item::View;
 use crate::StoreError;
 use podkv_alloc::{AllocError, Heap, InFlight, Offset, ThreadHandle};
 use std::alloc::{GlobalAlloc, Layout};
@@ -221,4 +222,17 @@ impl Arena for LocalArena {
     fn block_max(&self) -> usize {
         usize::MAX >> 1
     }
+}
+
+/// Allocates a zeroed block of `size` bytes from `thread` (store metadata: descriptor, slot
+/// records, segments, limbo bags).
+pub(crate) fn alloc_zeroed<A: Arena>(
+    thread: &A::Thread,
+    view: View,
+    size: usize,
+) -> Result<u64, StoreError> {
+    let at = A::allocate(thread, size).map_err(|_| StoreError::OutOfMemory)?;
+    // SAFETY: a fresh block of `size` bytes this thread owns and has not published.
+    unsafe { std::ptr::write_bytes(view.ptr(at), 0, size) };
+    Ok(at)
 }

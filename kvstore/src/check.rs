@@ -14,7 +14,7 @@ use crate::arena::Arena;
 use crate::item::{self, View};
 use crate::layout::*;
 use crate::list::MARK;
-use crate::map::Map;
+use crate::shared::Shared;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
@@ -62,32 +62,78 @@ impl StoreReport {
     }
 }
 
+/// The result of [`crate::Store::check`]: the store walk and the allocator's count, which
+/// must account for each other.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CheckReport {
+    /// What the store walk found.
+    pub store: StoreReport,
+    /// Live blocks according to the allocator.
+    pub heap_live_blocks: u64,
+    /// Live bytes according to the allocator (block sizes).
+    pub heap_live_bytes: u64,
+    /// Store and heap problems, and the leak equation if it fails.
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    /// Whether the store and heap are sound and account for each other.
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Heap bytes per linked item (all live blocks, metadata included).
+    pub fn heap_bytes_per_item(&self) -> f64 {
+        self.heap_live_bytes as f64 / self.store.items.max(1) as f64
+    }
+}
+
+/// Compares a store walk with the heap's check: every live block is one the store
+/// references. The caller runs both on a quiescent heap.
+pub(crate) fn reconcile(store: StoreReport, heap: &podkv_alloc::HeapReport) -> CheckReport {
+    let mut problems: Vec<String> = store.problems.clone();
+    problems.extend(heap.problems.iter().map(|p| format!("heap: {p}")));
+    // Huge allocations (values past the large heap's blocks) are blocks too.
+    let live = heap.live_blocks() + heap.huge.live;
+    if live != store.blocks {
+        problems.push(format!(
+            "heap has {live} live blocks but the store references {}: {} leaked",
+            store.blocks,
+            live as i64 - store.blocks as i64
+        ));
+    }
+    CheckReport {
+        heap_live_blocks: live,
+        heap_live_bytes: heap.live_bytes() + heap.huge.live_bytes,
+        store,
+        problems,
+    }
+}
+
+/// Walks the index and limbo lists. Run it on a quiescent store (no writer running):
+/// concurrent writes make it report transient states as problems.
+pub(crate) fn walk<A: Arena>(shared: &Shared<A>) -> StoreReport {
+    let mut w = Walk {
+        map: shared,
+        view: shared.view(),
+        seen: HashSet::new(),
+        sentinels: HashSet::new(),
+        report: StoreReport::default(),
+    };
+    w.header();
+    w.list();
+    w.buckets();
+    w.limbo();
+    w.report.blocks = w.seen.len() as u64;
+    w.report
+}
+
 struct Walk<'m, A: Arena> {
-    map: &'m Map<A>,
+    map: &'m Shared<A>,
     view: View,
     seen: HashSet<u64>,
     sentinels: HashSet<u64>,
     report: StoreReport,
-}
-
-impl<A: Arena> Map<A> {
-    /// Walks the index and limbo lists. Run it on a quiescent store (no writer running):
-    /// concurrent writes make it report transient states as problems.
-    pub fn walk(&self) -> StoreReport {
-        let mut w = Walk {
-            map: self,
-            view: self.view(),
-            seen: HashSet::new(),
-            sentinels: HashSet::new(),
-            report: StoreReport::default(),
-        };
-        w.header();
-        w.list();
-        w.buckets();
-        w.limbo();
-        w.report.blocks = w.seen.len() as u64;
-        w.report
-    }
 }
 
 impl<A: Arena> Walk<'_, A> {
@@ -103,7 +149,7 @@ impl<A: Arena> Walk<'_, A> {
 
     fn header(&mut self) {
         let d = self.map.desc();
-        self.block(self.map.inner.desc_at, "descriptor");
+        self.block(self.map.desc_at, "descriptor");
         self.block(d.slots_at, "slot array");
         self.report.epoch = d.epoch.word.load(Ordering::Relaxed);
         self.report.count_approx = d.count.word.load(Ordering::Relaxed);

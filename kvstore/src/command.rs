@@ -132,7 +132,7 @@ impl Lease {
     }
 
     /// Whether a plain read of an item in this state would win the token (a stale item whose
-    /// token is not out): such a read must go through [`Handle::meta_get`].
+    /// token is not out): such a read must go through [`crate::Handle::meta_get`].
     pub fn read_would_win(self) -> bool {
         self.stale && !self.token_sent
     }

@@ -134,6 +134,12 @@ impl View {
         }
     }
 
+    /// The offset of a store word (in the heap, or an address for the local arena).
+    #[inline]
+    pub fn offset_of(self, word: &AtomicU64) -> u64 {
+        word as *const AtomicU64 as u64 - self.ptr(0) as u64
+    }
+
     /// The word at `at`.
     #[inline]
     pub fn word<'a>(self, at: u64) -> &'a AtomicU64 {

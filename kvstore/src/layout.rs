@@ -21,6 +21,8 @@ pub const COUNT_SEGMENT: u64 = 4096;
 pub const COUNT_SEGMENTS: usize = 16384;
 /// log2 of the most buckets.
 pub const SHIFT_BUCKETS_MAX: u64 = 26;
+/// Buckets of a new growing table (log2).
+pub const SHIFT_BUCKETS_START: u64 = 10;
 /// Entries in a limbo bag (a 512-byte block).
 pub const COUNT_BAG: usize = 31;
 
@@ -91,7 +93,7 @@ pub struct SlotRecord {
     /// Offset of the first limbo bag (0: none). Written and read only by the slot's owner
     /// (and by `check`, on a quiescent heap).
     pub limbo: AtomicU64,
-    /// The owner's item step (`recover::Step`: allocating an item or segment, an item
+    /// The owner's item step (a `log` tag below: allocating an item or segment, an item
     /// written but maybe not published, freeing an unpublished item). Written by the owner
     /// before the step; settled (CAS to idle) by recovery. See `recover`.
     pub log: AtomicU64,
@@ -109,6 +111,26 @@ pub struct SlotRecord {
     /// heap, so a dead process's evictions still count, and the slot's next owner adds on.
     pub evictions: AtomicU64,
 }
+
+/// Tag bits of a [`SlotRecord`] log word (offsets are 8-aligned); the steps are listed in
+/// `recover`'s table.
+pub const MASK_TAG: u64 = 7;
+/// `log`: allocating an item.
+pub const ALLOC_ITEM: u64 = 1;
+/// `log`: item `x` written, maybe published.
+pub const ITEM: u64 = 2;
+/// `log`: freeing unpublished item `x`.
+pub const FREE_ITEM: u64 = 3;
+/// `log`: allocating the segment for the directory entry at the offset.
+pub const ALLOC_SEGMENT: u64 = 4;
+/// `limbo_log`: allocating a bag.
+pub const ALLOC_BAG: u64 = 1;
+/// `limbo_log`: freeing limbo entry `x` (its entry word at `limbo_at`).
+pub const FREE_ENTRY: u64 = 2;
+/// `limbo_log`: freeing bag `b` (the link that named it at `limbo_at`).
+pub const FREE_BAG: u64 = 3;
+/// `limbo_log`: taking limbo entry `x` (its entry word at `limbo_at`) for a new item.
+pub const TAKE_ENTRY: u64 = 4;
 
 /// A block of retired nodes: `next` bag, `len` entries of `(offset, epoch)`.
 ///

@@ -28,21 +28,27 @@
 
 #![warn(missing_docs)]
 
-pub mod epoch;
 pub mod error;
 pub mod kvmap;
 pub mod list;
+pub mod reclaim;
+
+pub use reclaim::epoch;
 
 #[cfg(not(podkv_loom))]
 pub mod arena;
 #[cfg(not(podkv_loom))]
 pub mod baseline;
 #[cfg(not(podkv_loom))]
+mod buckets;
+#[cfg(not(podkv_loom))]
 pub mod check;
 #[cfg(not(podkv_loom))]
 pub mod command;
 #[cfg(not(podkv_loom))]
 pub mod config;
+#[cfg(not(podkv_loom))]
+mod crawler;
 #[cfg(not(podkv_loom))]
 pub mod item;
 #[cfg(not(podkv_loom))]
@@ -58,9 +64,13 @@ pub mod meta;
 #[cfg(not(podkv_loom))]
 pub mod recover;
 #[cfg(not(podkv_loom))]
-mod spare;
+mod shared;
+#[cfg(not(podkv_loom))]
+mod slot;
 #[cfg(not(podkv_loom))]
 pub mod store;
+#[cfg(not(podkv_loom))]
+mod writer;
 
 pub use error::StoreError;
 pub use kvmap::{KvHandle, KvMap, Recycling};

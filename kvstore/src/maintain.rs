@@ -12,11 +12,13 @@
 //! read-only lookups.
 
 use crate::arena::Arena;
-use crate::item;
+use crate::buckets::{self, Buckets};
+use crate::item::{self, View};
 use crate::layout::COUNT_SEGMENT;
 use crate::list::{self, Probe, MARK};
-use crate::map::Handle;
-use std::sync::atomic::Ordering;
+use crate::reclaim::Reclaim;
+use crate::StoreError;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Items examined per eviction.
 pub const COUNT_SAMPLE: usize = 8;
@@ -32,102 +34,126 @@ pub struct CrawlReport {
     pub reclaimed: u64,
 }
 
-impl<A: Arena> Handle<A> {
-    /// Evicts one item chosen by the sampled-oldest policy; whether it removed one. Removing
-    /// a visible item counts as an eviction (this slot's counter, `Map::evictions`); an
-    /// invisible one is a reclaimed expiry, as memcached counts them.
-    pub(crate) fn evict_one(&self) -> bool {
-        let _pin = self.pin();
-        let now = self.map.now();
-        let view = self.map.view();
-        let mut best: Option<(bool, u64, u64)> = None; // (visible, cas, item)
-        let mut seen = 0;
-        for _ in 0..COUNT_SAMPLE_BUCKETS {
-            let head = self.head_for_read(self.random());
-            self.walk_bucket(head, |at| {
-                let candidate = (self.visible(at, now), view.meta(at).cas, at);
-                if best.is_none_or(|b| (candidate.0, candidate.1) < (b.0, b.1)) {
-                    best = Some(candidate);
-                }
-                seen += 1;
-                seen < COUNT_SAMPLE
-            });
-            if seen >= COUNT_SAMPLE {
-                break;
-            }
+/// Evicts until `used + size ≤ capacity`, or fails with out-of-memory when eviction is off
+/// or finds nothing.
+pub(crate) fn make_room<A: Arena>(
+    reclaim: &Reclaim<A>,
+    buckets: &Buckets,
+    size: u64,
+) -> Result<(), StoreError> {
+    let slot = reclaim.slot();
+    let d = slot.shared().desc();
+    let mut tries = 0;
+    while buckets.used_now(slot.shared()) + size > d.capacity {
+        if d.evict == 0 || tries > 64 {
+            return Err(StoreError::OutOfMemory);
         }
-        let Some((visible, _, at)) = best else {
-            return false;
+        if !evict_one(reclaim, buckets) {
+            tries += 8;
+        }
+        tries += 1;
+    }
+    Ok(())
+}
+
+/// Evicts one item chosen by the sampled-oldest policy; whether it removed one. Removing
+/// a visible item counts as an eviction (this slot's counter, `Map::evictions`); an
+/// invisible one is a reclaimed expiry, as memcached counts them.
+pub(crate) fn evict_one<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> bool {
+    let _pin = reclaim.pin();
+    let slot = reclaim.slot();
+    let shared = slot.shared();
+    let now = shared.now();
+    let view = shared.view();
+    let mut best: Option<(bool, u64, u64)> = None; // (visible, cas, item)
+    let mut seen = 0;
+    for _ in 0..COUNT_SAMPLE_BUCKETS {
+        let head = buckets.sample(shared);
+        walk_bucket(view, head, |at| {
+            let candidate = (shared.visible(at, now), view.meta(at).cas, at);
+            if best.is_none_or(|b| (candidate.0, candidate.1) < (b.0, b.1)) {
+                best = Some(candidate);
+            }
+            seen += 1;
+            seen < COUNT_SAMPLE
+        });
+        if seen >= COUNT_SAMPLE {
+            break;
+        }
+    }
+    let Some((visible, _, at)) = best else {
+        return false;
+    };
+    let removed = remove_exact(reclaim, buckets, at);
+    if removed && visible {
+        let counter = &slot.record().evictions;
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+    removed
+}
+
+/// Calls `visit` on each unmarked item from sentinel `head` to the next sentinel, while it
+/// returns true. Read-only. The caller is pinned.
+fn walk_bucket(view: View, head: &AtomicU64, mut visit: impl FnMut(u64) -> bool) {
+    let mut at = head.load(Ordering::Acquire) & !MARK;
+    while at != 0 && view.is_item(at) {
+        let next = view.word(at).load(Ordering::Acquire);
+        if next & MARK == 0 && !visit(at) {
+            return;
+        }
+        at = next & !MARK;
+    }
+}
+
+/// Deletes `item` if it is still linked and unmarked: one CAS; whether this call did it.
+fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) -> bool {
+    let _pin = reclaim.pin();
+    let slot = reclaim.slot();
+    let shared = slot.shared();
+    let view = shared.view();
+    let key = view.key(item);
+    let order = view.meta(item).order;
+    let probe = Probe { order, key };
+    let Ok(head) = buckets::head_for_write(reclaim, item::hash(key)) else {
+        return false;
+    };
+    let nodes = slot.nodes();
+    let mut retire = |n| reclaim.retire(n);
+    let pos = list::find(&nodes, head, &probe, &mut retire);
+    if !pos.found || pos.curr != item || !list::try_delete(&view, &pos) {
+        return false;
+    }
+    buckets.account(shared, -1, -(view.item_size(item) as i64));
+    list::unlink(&nodes, head, &pos, &probe, &mut retire);
+    true
+}
+
+/// One pass of the expiry crawler over every made bucket: removes invisible items.
+pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlReport {
+    let mut report = CrawlReport::default();
+    let shared = reclaim.slot().shared();
+    let count = 1u64 << shared.buckets_log2();
+    let now = shared.now();
+    for bucket in 0..count {
+        if bucket % COUNT_SEGMENT == 0 && buckets::segment_missing(shared, bucket) {
+            continue;
+        }
+        let Some(head) = buckets::made_head(shared, bucket) else {
+            continue;
         };
-        let removed = self.remove_exact(at);
-        if removed && visible {
-            let counter = &self.record().evictions;
-            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
-        removed
-    }
-
-    /// Calls `visit` on each unmarked item from sentinel `head` to the next sentinel, while it
-    /// returns true. Read-only. The caller is pinned.
-    fn walk_bucket(&self, head: &std::sync::atomic::AtomicU64, mut visit: impl FnMut(u64) -> bool) {
-        let view = self.map.view();
-        let mut at = head.load(Ordering::Acquire) & !MARK;
-        while at != 0 && view.is_item(at) {
-            let next = view.word(at).load(Ordering::Acquire);
-            if next & MARK == 0 && !visit(at) {
-                return;
+        let mut dead = Vec::new();
+        let _pin = reclaim.pin();
+        walk_bucket(shared.view(), head, |at| {
+            report.visited += 1;
+            if !shared.visible(at, now) {
+                dead.push(at);
             }
-            at = next & !MARK;
+            true
+        });
+        for at in dead {
+            report.reclaimed += u64::from(remove_exact(reclaim, buckets, at));
         }
     }
-
-    /// Deletes `item` if it is still linked and unmarked: one CAS; whether this call did it.
-    pub(crate) fn remove_exact(&self, item: u64) -> bool {
-        let _pin = self.pin();
-        let view = self.map.view();
-        let key = view.key(item);
-        let order = view.meta(item).order;
-        let probe = Probe { order, key };
-        let Ok(head) = self.head_for_write(item::hash(key)) else {
-            return false;
-        };
-        let nodes = self.nodes();
-        let mut retire = |n| self.retire(n);
-        let pos = list::find(&nodes, head, &probe, &mut retire);
-        if !pos.found || pos.curr != item || !list::try_delete(&view, &pos) {
-            return false;
-        }
-        self.account(-1, -(view.item_size(item) as i64));
-        list::unlink(&nodes, head, &pos, &probe, &mut retire);
-        true
-    }
-
-    /// One pass of the expiry crawler over every made bucket: removes invisible items.
-    pub fn crawl(&self) -> CrawlReport {
-        let mut report = CrawlReport::default();
-        let buckets = 1u64 << self.map.buckets_log2();
-        let now = self.map.now();
-        for bucket in 0..buckets {
-            if bucket % COUNT_SEGMENT == 0 && self.segment_missing(bucket) {
-                continue;
-            }
-            let Some(head) = self.made_head(bucket) else {
-                continue;
-            };
-            let mut dead = Vec::new();
-            let _pin = self.pin();
-            self.walk_bucket(head, |at| {
-                report.visited += 1;
-                if !self.visible(at, now) {
-                    dead.push(at);
-                }
-                true
-            });
-            for at in dead {
-                report.reclaimed += u64::from(self.remove_exact(at));
-            }
-        }
-        self.flush_counters();
-        report
-    }
+    buckets.flush_counters(shared);
+    report
 }

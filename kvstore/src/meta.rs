@@ -1,6 +1,7 @@
 //! memcached 1.6's meta commands over the write loop: `mg` with recache tokens, `md` with
 //! invalidation and a compared CAS, `ma` with its options — each one pass of
-//! `Handle::update`, so every condition is decided on the very item the CAS replaces.
+//! `writer::Parts::update`, so every condition is decided on the very item the CAS replaces.
+//! Their options and results are in `command`; `Handle::meta_*` call these.
 //!
 //! # Meta state (`item` `lease` byte)
 //! memcached keeps two bits per item: `ITEM_TOKEN_SENT` (a client was told `W`: it won the
@@ -25,8 +26,8 @@
 use crate::arena::Arena;
 use crate::command::{expiry_of, parse_counter, Outcome, Step};
 use crate::item::{LEASE_STALE, LEASE_TOKEN_SENT};
-use crate::map::Handle;
 use crate::memcached::Guard;
+use crate::writer::Parts;
 use crate::StoreError;
 
 pub use crate::command::{Count, Counted, Delete, Lease, Rank, Read};
@@ -42,163 +43,172 @@ pub struct MetaRead<'h, A: Arena> {
     pub shown_expiry: u32,
 }
 
-impl<A: Arena> Handle<A> {
-    /// `mg` with `T`, `N` or `R` (or of a stale item): one update that may touch, create, or
-    /// win the token, deciding `W` by the replace CAS. `None`: a miss.
-    pub fn meta_get(&self, key: &[u8], read: Read) -> Result<Option<MetaRead<'_, A>>, StoreError> {
-        let pin = self.pin();
-        let view = self.map.view();
-        let mut found = None;
-        self.update(key, |current| {
-            let now = self.map.now();
-            let Some(cur) = current else {
-                found = None;
-                let Some((exptime, rank)) = read.vivify else {
-                    return Ok(Step::Keep(Outcome::NotFound));
-                };
-                // The new item's expiry starts at 0; `N` and `T` set it in flag order.
-                let steps = timeline(&[
-                    Some((rank, expiry_of(exptime, now))),
-                    touch_at(read.touch, now),
-                ]);
-                let final_expiry = last(&steps, 0);
-                let made = self.new_item(
-                    key,
-                    &[],
-                    0,
-                    final_expiry,
-                    self.cas_after(read.cas, 0),
-                    LEASE_TOKEN_SENT,
-                )?;
-                let lease = Lease {
-                    won: true,
-                    created: true,
-                    ..Lease::default()
-                };
-                found = Some((made, lease, shown(&steps, 0, read.ttl_rank)));
-                return Ok(Step::Put(made, Outcome::Stored));
-            };
-            let m = view.meta(cur);
-            let before = Lease::of_bits(m.lease);
-            let touched = touch_at(read.touch, now);
-            let steps = timeline(&[touched]);
-            let final_expiry = last(&steps, m.expiry);
-            // `R` compares the TTL as it stands at `R`'s place among the flags.
-            let recache_wins = read.recache.is_some_and(|(r, rank)| {
-                let expiry = shown(&steps, m.expiry, rank);
-                expiry != 0 && expiry < expiry_of(r, now)
-            });
-            let lease = Lease {
-                won: !before.token_sent && (recache_wins || before.stale),
-                ..before
-            };
-            let shown_expiry = shown(&steps, m.expiry, read.ttl_rank);
-            if !lease.won && touched.is_none() {
-                found = Some((cur, lease, shown_expiry));
-                return Ok(Step::Keep(Outcome::Stored));
-            }
-            let bits = m.lease | if lease.won { LEASE_TOKEN_SENT } else { 0 };
-            let made =
-                self.new_item(key, &[view.value(cur)], m.flags, final_expiry, m.cas, bits)?;
-            found = Some((made, lease, shown_expiry));
-            Ok(Step::Put(made, Outcome::Touched))
-        })?;
-        Ok(found.map(|(item, lease, shown_expiry)| MetaRead {
-            guard: Guard {
-                _pin: pin,
-                view,
-                item,
-            },
-            lease,
-            shown_expiry,
-        }))
-    }
-
-    /// `md`: `Deleted` (removed, or marked stale with `I`), `NotFound`, or `Exists` when `C`
-    /// does not match — compared inside the write loop.
-    pub fn meta_delete(&self, key: &[u8], delete: Delete) -> Result<Outcome, StoreError> {
-        let view = self.map.view();
-        self.update(key, |current| {
-            let Some(cur) = current else {
+/// `mg` with `T`, `N` or `R` (or of a stale item): one update that may touch, create, or
+/// win the token, deciding `W` by the replace CAS. `None`: a miss.
+pub(crate) fn get<'h, A: Arena>(
+    p: Parts<'h, A>,
+    key: &[u8],
+    read: Read,
+) -> Result<Option<MetaRead<'h, A>>, StoreError> {
+    let pin = p.pin();
+    let view = p.shared().view();
+    let mut found = None;
+    p.update(key, |current| {
+        let now = p.shared().now();
+        let Some(cur) = current else {
+            found = None;
+            let Some((exptime, rank)) = read.vivify else {
                 return Ok(Step::Keep(Outcome::NotFound));
             };
-            let m = view.meta(cur);
-            if delete.compare.is_some_and(|c| c != m.cas) {
-                return Ok(Step::Keep(Outcome::Exists));
-            }
-            let Some(touch) = delete.invalidate else {
-                return Ok(Step::Remove(Outcome::Deleted));
+            // The new item's expiry starts at 0; `N` and `T` set it in flag order.
+            let steps = timeline(&[
+                Some((rank, expiry_of(exptime, now))),
+                touch_at(read.touch, now),
+            ]);
+            let final_expiry = last(&steps, 0);
+            let made = p.new_item(
+                key,
+                &[],
+                0,
+                final_expiry,
+                p.cas_after(read.cas, 0),
+                LEASE_TOKEN_SENT,
+            )?;
+            let lease = Lease {
+                won: true,
+                created: true,
+                ..Lease::default()
             };
-            // Stale, the token released so the next reader wins, a new CAS, maybe a new TTL.
-            let expiry = touch.map_or(m.expiry, |t| expiry_of(t, self.map.now()));
-            let bits = (m.lease | LEASE_STALE) & !LEASE_TOKEN_SENT;
-            let cas = self.cas_after(delete.cas, m.cas);
-            let made = self.new_item(key, &[view.value(cur)], m.flags, expiry, cas, bits)?;
-            Ok(Step::Put(made, Outcome::Deleted))
-        })
-    }
+            found = Some((made, lease, shown(&steps, 0, read.ttl_rank)));
+            return Ok(Step::Put(made, Outcome::Stored));
+        };
+        let m = view.meta(cur);
+        let before = Lease::of_bits(m.lease);
+        let touched = touch_at(read.touch, now);
+        let steps = timeline(&[touched]);
+        let final_expiry = last(&steps, m.expiry);
+        // `R` compares the TTL as it stands at `R`'s place among the flags.
+        let recache_wins = read.recache.is_some_and(|(r, rank)| {
+            let expiry = shown(&steps, m.expiry, rank);
+            expiry != 0 && expiry < expiry_of(r, now)
+        });
+        let lease = Lease {
+            won: !before.token_sent && (recache_wins || before.stale),
+            ..before
+        };
+        let shown_expiry = shown(&steps, m.expiry, read.ttl_rank);
+        if !lease.won && touched.is_none() {
+            found = Some((cur, lease, shown_expiry));
+            return Ok(Step::Keep(Outcome::Stored));
+        }
+        let bits = m.lease | if lease.won { LEASE_TOKEN_SENT } else { 0 };
+        let made = p.new_item(key, &[view.value(cur)], m.flags, final_expiry, m.cas, bits)?;
+        found = Some((made, lease, shown_expiry));
+        Ok(Step::Put(made, Outcome::Touched))
+    })?;
+    Ok(found.map(|(item, lease, shown_expiry)| MetaRead {
+        guard: Guard {
+            _pin: pin,
+            view,
+            item,
+        },
+        lease,
+        shown_expiry,
+    }))
+}
 
-    /// `ma` (and `incr`/`decr`): the value must be a decimal `u64` (`NonNumeric` otherwise);
-    /// a shorter result is padded with spaces to the old length and keeps the meta state (as
-    /// memcached's in-place update), a longer one is a new item with the state clear.
-    pub fn meta_counter(&self, key: &[u8], count: Count) -> Result<Counted, StoreError> {
-        let view = self.map.view();
-        let mut result = Counted::NotFound;
-        self.update(key, |current| {
-            let now = self.map.now();
-            let touched = touch_at(count.touch, now);
-            let Some(cur) = current else {
-                let Some((exptime, rank)) = count.vivify else {
-                    result = Counted::NotFound;
-                    return Ok(Step::Keep(Outcome::NotFound));
-                };
-                // As `mg`: the new item's expiry starts at 0, `N` and `T` set it in order.
-                let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touched]);
-                let expiry = last(&steps, 0);
-                let cas = self.cas_after(count.cas, 0);
-                let text = count.initial.to_string();
-                let made = self.new_item(key, &[text.as_bytes()], 0, expiry, cas, 0)?;
-                result = Counted::Value {
-                    value: count.initial,
-                    cas,
-                    expiry,
-                    shown_expiry: shown(&steps, 0, count.ttl_rank),
-                    created: true,
-                };
-                return Ok(Step::Put(made, Outcome::Stored));
+/// `md`: `Deleted` (removed, or marked stale with `I`), `NotFound`, or `Exists` when `C`
+/// does not match — compared inside the write loop.
+pub(crate) fn delete<A: Arena>(
+    p: Parts<'_, A>,
+    key: &[u8],
+    delete: Delete,
+) -> Result<Outcome, StoreError> {
+    let view = p.shared().view();
+    p.update(key, |current| {
+        let Some(cur) = current else {
+            return Ok(Step::Keep(Outcome::NotFound));
+        };
+        let m = view.meta(cur);
+        if delete.compare.is_some_and(|c| c != m.cas) {
+            return Ok(Step::Keep(Outcome::Exists));
+        }
+        let Some(touch) = delete.invalidate else {
+            return Ok(Step::Remove(Outcome::Deleted));
+        };
+        // Stale, the token released so the next reader wins, a new CAS, maybe a new TTL.
+        let expiry = touch.map_or(m.expiry, |t| expiry_of(t, p.shared().now()));
+        let bits = (m.lease | LEASE_STALE) & !LEASE_TOKEN_SENT;
+        let cas = p.cas_after(delete.cas, m.cas);
+        let made = p.new_item(key, &[view.value(cur)], m.flags, expiry, cas, bits)?;
+        Ok(Step::Put(made, Outcome::Deleted))
+    })
+}
+
+/// `ma` (and `incr`/`decr`): the value must be a decimal `u64` (`NonNumeric` otherwise);
+/// a shorter result is padded with spaces to the old length and keeps the meta state (as
+/// memcached's in-place update), a longer one is a new item with the state clear.
+pub(crate) fn counter<A: Arena>(
+    p: Parts<'_, A>,
+    key: &[u8],
+    count: Count,
+) -> Result<Counted, StoreError> {
+    let view = p.shared().view();
+    let mut result = Counted::NotFound;
+    p.update(key, |current| {
+        let now = p.shared().now();
+        let touched = touch_at(count.touch, now);
+        let Some(cur) = current else {
+            let Some((exptime, rank)) = count.vivify else {
+                result = Counted::NotFound;
+                return Ok(Step::Keep(Outcome::NotFound));
             };
-            let m = view.meta(cur);
-            if count.compare.is_some_and(|c| c != 0 && c != m.cas) {
-                result = Counted::Exists;
-                return Ok(Step::Keep(Outcome::Exists));
-            }
-            let old = view.value(cur);
-            let number = parse_counter(old).ok_or(StoreError::NonNumeric)?;
-            let value = if count.decrement {
-                number.saturating_sub(count.delta)
-            } else {
-                number.wrapping_add(count.delta)
-            };
-            let mut text = value.to_string().into_bytes();
-            if text.len() < old.len() {
-                text.resize(old.len(), b' ');
-            }
-            let bits = if text.len() == old.len() { m.lease } else { 0 };
-            let steps = timeline(&[touched]);
-            let expiry = last(&steps, m.expiry);
-            let cas = self.cas_after(count.cas, m.cas);
-            let made = self.new_item(key, &[&text], m.flags, expiry, cas, bits)?;
+            // As `mg`: the new item's expiry starts at 0, `N` and `T` set it in order.
+            let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touched]);
+            let expiry = last(&steps, 0);
+            let cas = p.cas_after(count.cas, 0);
+            let text = count.initial.to_string();
+            let made = p.new_item(key, &[text.as_bytes()], 0, expiry, cas, 0)?;
             result = Counted::Value {
-                value,
+                value: count.initial,
                 cas,
                 expiry,
-                shown_expiry: shown(&steps, m.expiry, count.ttl_rank),
-                created: false,
+                shown_expiry: shown(&steps, 0, count.ttl_rank),
+                created: true,
             };
-            Ok(Step::Put(made, Outcome::Stored))
-        })?;
-        Ok(result)
-    }
+            return Ok(Step::Put(made, Outcome::Stored));
+        };
+        let m = view.meta(cur);
+        if count.compare.is_some_and(|c| c != 0 && c != m.cas) {
+            result = Counted::Exists;
+            return Ok(Step::Keep(Outcome::Exists));
+        }
+        let old = view.value(cur);
+        let number = parse_counter(old).ok_or(StoreError::NonNumeric)?;
+        let value = if count.decrement {
+            number.saturating_sub(count.delta)
+        } else {
+            number.wrapping_add(count.delta)
+        };
+        let mut text = value.to_string().into_bytes();
+        if text.len() < old.len() {
+            text.resize(old.len(), b' ');
+        }
+        let bits = if text.len() == old.len() { m.lease } else { 0 };
+        let steps = timeline(&[touched]);
+        let expiry = last(&steps, m.expiry);
+        let cas = p.cas_after(count.cas, m.cas);
+        let made = p.new_item(key, &[&text], m.flags, expiry, cas, bits)?;
+        result = Counted::Value {
+            value,
+            cas,
+            expiry,
+            shown_expiry: shown(&steps, m.expiry, count.ttl_rank),
+            created: false,
+        };
+        Ok(Step::Put(made, Outcome::Stored))
+    })?;
+    Ok(result)
 }
 
 /// `T`'s effect on the expiry: (its rank, the new absolute expiry).

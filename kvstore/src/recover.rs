@@ -6,7 +6,8 @@
 //! reports the block an allocation or free concerned (`InFlight`). What that block *means* —
 //! an item not yet linked, a limbo bag not yet on the slot's list, an item unlinked but not
 //! yet in limbo — only the store knows. Each such step is written, before it happens, into the
-//! slot's record ([`crate::layout::SlotRecord`]), one word per kind of step so that steps that
+//! slot's record ([`crate::layout::SlotRecord`], tags in `layout`, written by `slot::Slot`),
+//! one word per kind of step so that steps that
 //! nest (a snip inside the search of a write whose new item is already logged) never overwrite
 //! each other:
 //!
@@ -35,7 +36,7 @@
 //!   Otherwise it never was, and is freed.
 //! - `FREE_*(x)`: done if the allocator reports `Free(x)`; else, if the entry / link word no
 //!   longer names `x` (`FREE_ITEM`: always), free `x`.
-//! - `TAKE_ENTRY(x)` (a reclaimable limbo item reused for a new item, `Handle::take_spare`):
+//! - `TAKE_ENTRY(x)` (a reclaimable limbo item reused for a new item, `Reclaim::take_spare`):
 //!   if the entry still names `x`, nothing was taken (the limbo keeps it); if the `log` word
 //!   names `ITEM(x)`, that arm decides; else `x` was taken and never written: free it.
 //! - `unlink = x`: if `x` is still reachable, a later search snips and retires it. If not, the
@@ -45,7 +46,7 @@
 //!
 //! # When settling happens
 //! Always while the slot is held, so no new owner's log is taken for the dead one's:
-//! - [`Map::recover_dead`]: the allocator adopts each dead slot and, still holding it, hands its
+//! - [`crate::Map::recover_dead`]: the allocator adopts each dead slot and, still holding it, hands its
 //!   report to a handle of this process, which settles it ([`podkv_alloc::Heap::recover_dead_with`]);
 //!   only then is the slot released. (Settling after the release let a handle that claimed the
 //!   released slot first settle it with no report — its own slot — and leak the block in
@@ -55,37 +56,22 @@
 //!   `create` makes to build a descriptor: it takes the report at once (a report belongs to
 //!   one claim), and once the root names a descriptor — its own, or the one that beat it, in
 //!   which the dead owner may have been writing — a handle on that claim settles the slot
-//!   before it is released ([`Map::settled_at_open`] keeps what it did).
+//!   before it is released ([`crate::Map::settled_at_open`] keeps what it did).
 //!
 //! A slot whose allocator step is unknown (no report) is settled so: allocations are left
 //! alone and frees not redone (a possible leak, never a double free).
 
 use crate::arena::Arena;
-use crate::item::View;
-use crate::list::{Nodes, Probe};
-use crate::map::{Handle, Map};
+use crate::buckets;
+use crate::layout::{
+    ALLOC_BAG, ALLOC_ITEM, ALLOC_SEGMENT, FREE_BAG, FREE_ENTRY, FREE_ITEM, ITEM, MASK_TAG,
+    TAKE_ENTRY,
+};
+use crate::list::MARK;
+use crate::reclaim::{limbo, Reclaim};
+use crate::slot::Slot;
 use podkv_alloc::{InFlight, Offset};
-use std::cmp::Ordering as Order;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Tag bits of a log word (offsets are 8-aligned).
-pub(crate) const MASK_TAG: u64 = 7;
-/// `log`: allocating an item.
-pub(crate) const ALLOC_ITEM: u64 = 1;
-/// `log`: item `x` written, maybe published.
-pub(crate) const ITEM: u64 = 2;
-/// `log`: freeing unpublished item `x`.
-pub(crate) const FREE_ITEM: u64 = 3;
-/// `log`: allocating the segment for the directory entry at the offset.
-pub(crate) const ALLOC_SEGMENT: u64 = 4;
-/// `limbo_log`: allocating a bag.
-pub(crate) const ALLOC_BAG: u64 = 1;
-/// `limbo_log`: freeing limbo entry `x` (its entry word at `limbo_at`).
-pub(crate) const FREE_ENTRY: u64 = 2;
-/// `limbo_log`: freeing bag `b` (the link that named it at `limbo_at`).
-pub(crate) const FREE_BAG: u64 = 3;
-/// `limbo_log`: taking limbo entry `x` (its entry word at `limbo_at`) for a new item.
-pub(crate) const TAKE_ENTRY: u64 = 4;
 
 /// What store recovery did for one dead slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,203 +92,142 @@ pub struct Settled {
     pub in_flight: Option<InFlight>,
 }
 
-/// The nodes of a writer: a [`View`] that logs each snip in the slot's `unlink` word.
-pub(crate) struct Logged<'a> {
-    pub(crate) view: View,
-    pub(crate) unlink: &'a AtomicU64,
+/// Settles the store log of slot `dead` (its allocator step already finished; `in_flight`
+/// is what the allocator reported, `None` when unknown), then releases its announcement
+/// if it still holds the value it had. Only the thread whose CAS takes a log word settles
+/// it. The slot's limbo stays in its record: the slot's next owner frees it. Run by a live
+/// handle's `reclaim` (it pins, and may retire the dead slot's snipped item).
+pub(crate) fn settle<A: Arena>(
+    reclaim: &Reclaim<A>,
+    dead: u32,
+    in_flight: Option<(InFlight, u64)>,
+) -> Settled {
+    let slot = reclaim.slot();
+    // Our own slot, adopted while claiming it: the allocator kept its report for us.
+    let in_flight = match in_flight {
+        None if dead == slot.index => A::adoption(&slot.thread),
+        known => known,
+    };
+    let shared = slot.shared();
+    let record = shared.slot(dead);
+    let announced = record.announce.load(Ordering::Acquire);
+    let _pin = reclaim.pin();
+    // An `Alloc` report names this step's block only if the allocator logged a step
+    // since the snapshot (else it is an earlier, finished allocation).
+    let snapshot = record.alloc_step.load(Ordering::Relaxed);
+    let allocated = match in_flight {
+        Some((InFlight::Alloc(o), step)) if step != snapshot => o.0,
+        _ => 0,
+    };
+    let in_flight = in_flight.map(|(f, _)| f);
+    let mut done = Settled {
+        slot: dead,
+        freed: 0,
+        retired: 0,
+        log: 0,
+        limbo_log: 0,
+        unlink: 0,
+        in_flight,
+    };
+    let view = shared.view();
+    let freed_by_heap = |x: u64| in_flight == Some(InFlight::Free(Offset(x)));
+    let free = |x: u64, done: &mut Settled| {
+        slot.free(x);
+        done.freed += 1;
+    };
+    // The limbo step first: `unlink` below looks at the limbo head.
+    let word = take(&record.limbo_log);
+    done.limbo_log = word;
+    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
+    let from = record.limbo_at.load(Ordering::Relaxed);
+    let item_logged = record.log.load(Ordering::Acquire) == x | ITEM;
+    match tag {
+        ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
+            free(allocated, &mut done)
+        }
+        FREE_ENTRY | FREE_BAG
+            if in_flight.is_some()
+                && !freed_by_heap(x)
+                && view.word(from).load(Ordering::Relaxed) != x =>
+        {
+            free(x, &mut done)
+        }
+        TAKE_ENTRY if !item_logged && view.word(from).load(Ordering::Relaxed) != x => {
+            free(x, &mut done)
+        }
+        _ => {}
+    }
+    let word = take(&record.log);
+    done.log = word;
+    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
+    match tag {
+        ALLOC_ITEM if allocated != 0 => free(allocated, &mut done),
+        ITEM if !published(slot, x) => free(x, &mut done),
+        FREE_ITEM if in_flight.is_some() && !freed_by_heap(x) => free(x, &mut done),
+        ALLOC_SEGMENT if allocated != 0 && view.word(x).load(Ordering::Acquire) != allocated => {
+            free(allocated, &mut done)
+        }
+        _ => {}
+    }
+    let x = take(&record.unlink);
+    done.unlink = x;
+    if x != 0 && !reachable(slot, x) && owes_retire(slot, dead, x) {
+        reclaim.push_limbo(x);
+        done.retired += 1;
+    }
+    // Our own slot (a handle settling what its slot's previous owner left) pins and
+    // unpins it itself.
+    if dead != slot.index && announced & crate::reclaim::epoch::PINNED != 0 {
+        let _ = record
+            .announce
+            .compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+    done
 }
 
-impl Nodes for Logged<'_> {
-    #[inline]
-    fn next(&self, at: u64) -> &AtomicU64 {
-        self.view.word(at)
-    }
-
-    #[inline]
-    fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
-        Nodes::order(&self.view, at, probe)
-    }
-
-    #[inline]
-    fn snipping(&self, at: u64) {
-        self.unlink.store(at, Ordering::Relaxed);
-    }
+/// Whether written item `x` was ever published: marked (removed since) or reachable.
+fn published<A: Arena>(slot: &Slot<A>, x: u64) -> bool {
+    slot.view().word(x).load(Ordering::Acquire) & MARK != 0 || reachable(slot, x)
 }
 
-impl<A: Arena> Handle<A> {
-    /// This handle's logging view of the nodes (see [`Logged`]).
-    #[inline]
-    pub(crate) fn nodes(&self) -> Logged<'_> {
-        Logged {
-            view: self.map.view(),
-            unlink: &self.record().unlink,
-        }
-    }
-
-    /// Snapshots the allocator's step word before an `ALLOC_*` step is logged.
-    #[inline]
-    pub(crate) fn before_alloc(&self) {
-        let step = A::step(&self.thread);
-        self.record().alloc_step.store(step, Ordering::Relaxed);
-    }
-
-    /// Writes this slot's item step.
-    #[inline]
-    pub(crate) fn log(&self, tag: u64, at: u64) {
-        self.record().log.store(at | tag, Ordering::Relaxed);
-    }
-
-    /// Writes this slot's limbo step and where its block is referenced from.
-    #[inline]
-    pub(crate) fn limbo_log(&self, tag: u64, block: u64, from: u64) {
-        let record = self.record();
-        record.limbo_at.store(from, Ordering::Relaxed);
-        record.limbo_log.store(block | tag, Ordering::Relaxed);
-    }
-
-    /// Settles this handle's own slot, adopted from a dead owner when [`crate::map::create`]
-    /// claimed it, with the report the allocator gave that claim; keeps what was settled for
-    /// [`Map::settled_at_open`].
-    pub(crate) fn settle_own(&self, report: (InFlight, u64)) {
-        let done = self.settle(self.slot, Some(report));
-        let _ = self.map.inner.settled_at_open.set(done);
-    }
-
-    /// Settles the store log of slot `dead` (its allocator step already finished; `in_flight`
-    /// is what the allocator reported, `None` when unknown), then releases its announcement
-    /// if it still holds the value it had. Only the thread whose CAS takes a log word settles
-    /// it. The slot's limbo stays in its record: the slot's next owner frees it.
-    pub(crate) fn settle(&self, dead: u32, in_flight: Option<(InFlight, u64)>) -> Settled {
-        // Our own slot, adopted while claiming it: the allocator kept its report for us.
-        let in_flight = match in_flight {
-            None if dead == self.slot => A::adoption(&self.thread),
-            known => known,
-        };
-        let record = self.map.slot(dead);
-        let announced = record.announce.load(Ordering::Acquire);
-        let _pin = self.pin();
-        // An `Alloc` report names this step's block only if the allocator logged a step
-        // since the snapshot (else it is an earlier, finished allocation).
-        let snapshot = record.alloc_step.load(Ordering::Relaxed);
-        let allocated = match in_flight {
-            Some((InFlight::Alloc(o), step)) if step != snapshot => o.0,
-            _ => 0,
-        };
-        let in_flight = in_flight.map(|(f, _)| f);
-        let mut done = Settled {
-            slot: dead,
-            freed: 0,
-            retired: 0,
-            log: 0,
-            limbo_log: 0,
-            unlink: 0,
-            in_flight,
-        };
-        let view = self.map.view();
-        let freed_by_heap = |x: u64| in_flight == Some(InFlight::Free(Offset(x)));
-        let free = |x: u64, done: &mut Settled| {
-            A::free(&self.thread, x);
-            done.freed += 1;
-        };
-        // The limbo step first: `unlink` below looks at the limbo head.
-        let word = take(&record.limbo_log);
-        done.limbo_log = word;
-        let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
-        let from = record.limbo_at.load(Ordering::Relaxed);
-        let item_logged = record.log.load(Ordering::Acquire) == x | ITEM;
-        match tag {
-            ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
-                free(allocated, &mut done)
-            }
-            FREE_ENTRY | FREE_BAG
-                if in_flight.is_some()
-                    && !freed_by_heap(x)
-                    && view.word(from).load(Ordering::Relaxed) != x =>
-            {
-                free(x, &mut done)
-            }
-            TAKE_ENTRY if !item_logged && view.word(from).load(Ordering::Relaxed) != x => {
-                free(x, &mut done)
-            }
-            _ => {}
-        }
-        let word = take(&record.log);
-        done.log = word;
-        let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
-        match tag {
-            ALLOC_ITEM if allocated != 0 => free(allocated, &mut done),
-            ITEM if !self.published(x) => free(x, &mut done),
-            FREE_ITEM if in_flight.is_some() && !freed_by_heap(x) => free(x, &mut done),
-            ALLOC_SEGMENT
-                if allocated != 0 && view.word(x).load(Ordering::Acquire) != allocated =>
-            {
-                free(allocated, &mut done)
-            }
-            _ => {}
-        }
-        let x = take(&record.unlink);
-        done.unlink = x;
-        if x != 0 && !self.reachable(x) && self.owes_retire(dead, x) {
-            self.push_limbo(x);
-            done.retired += 1;
-        }
-        // Our own slot (a handle settling what its slot's previous owner left) pins and
-        // unpins it itself.
-        if dead != self.slot && announced & crate::epoch::PINNED != 0 {
-            let _ =
-                record
-                    .announce
-                    .compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
-        }
-        done
-    }
-
-    /// Whether written item `x` was ever published: marked (removed since) or reachable.
-    fn published(&self, x: u64) -> bool {
-        let view = self.map.view();
-        view.word(x).load(Ordering::Acquire) & crate::list::MARK != 0 || self.reachable(x)
-    }
-
-    /// Whether block `x` (an item) is reachable from its bucket: one walk of the bucket,
-    /// through marked nodes, up to the first node ordered after it.
-    fn reachable(&self, x: u64) -> bool {
-        let view = self.map.view();
-        let order = view.order(x);
-        let key = view.key(x);
-        let mut curr = self
-            .head_for_read(crate::item::hash(key))
-            .load(Ordering::Acquire);
-        while curr != 0 {
-            if curr == x {
-                return true;
-            }
-            if view.order(curr) > order {
-                return false;
-            }
-            curr = view.word(curr).load(Ordering::Acquire) & !crate::list::MARK;
-        }
-        false
-    }
-
-    /// Unlinked item `x` whose snip slot `dead` logged: whether the dead slot (so recovery)
-    /// must retire it — nobody claimed it yet (recovery claims it now for the dead slot), or
-    /// the dead slot claimed it and died before it reached its limbo head bag.
-    fn owes_retire(&self, dead: u32, x: u64) -> bool {
-        let view = self.map.view();
-        if view.claim_retire(x, dead) {
+/// Whether block `x` (an item) is reachable from its bucket: one walk of the bucket,
+/// through marked nodes, up to the first node ordered after it.
+fn reachable<A: Arena>(slot: &Slot<A>, x: u64) -> bool {
+    let view = slot.view();
+    let order = view.order(x);
+    let key = view.key(x);
+    let mut curr =
+        buckets::head_for_read(slot.shared(), crate::item::hash(key)).load(Ordering::Acquire);
+    while curr != 0 {
+        if curr == x {
             return true;
         }
-        if view.retire_claim(x) != dead + 1 {
+        if view.order(curr) > order {
             return false;
         }
-        let head = self.map.slot(dead).limbo.load(Ordering::Relaxed);
-        if head == 0 {
-            return true;
-        }
-        let bag = self.bag(head);
-        let len = bag.len.load(Ordering::Relaxed) as usize;
-        len == 0 || bag.entries[len - 1][0].load(Ordering::Relaxed) != x
+        curr = view.word(curr).load(Ordering::Acquire) & !MARK;
     }
+    false
+}
+
+/// Unlinked item `x` whose snip slot `dead` logged: whether the dead slot (so recovery)
+/// must retire it — nobody claimed it yet (recovery claims it now for the dead slot), or
+/// the dead slot claimed it and died before it reached its limbo head bag.
+fn owes_retire<A: Arena>(slot: &Slot<A>, dead: u32, x: u64) -> bool {
+    let view = slot.view();
+    if view.claim_retire(x, dead) {
+        return true;
+    }
+    if view.retire_claim(x) != dead + 1 {
+        return false;
+    }
+    let head = slot.shared().slot(dead).limbo.load(Ordering::Relaxed);
+    if head == 0 {
+        return true;
+    }
+    let bag = limbo::bag(slot, head);
+    let len = bag.len.load(Ordering::Relaxed) as usize;
+    len == 0 || bag.entries[len - 1][0].load(Ordering::Relaxed) != x
 }
 
 /// Takes a log word (CAS to zero): zero if it was idle or another thread took it.
@@ -317,48 +242,9 @@ fn take(word: &AtomicU64) -> u64 {
     }
 }
 
-impl<A: Arena> Map<A> {
-    /// What opening settled when the slot claimed to create the store had a dead owner: the
-    /// allocator's report of that adoption and what store recovery did with it. `None` when
-    /// this open found the store made or claimed a free slot.
-    pub fn settled_at_open(&self) -> Option<Settled> {
-        self.inner.settled_at_open.get().copied()
-    }
-
-    /// Recovers every thread slot whose owner died: the arena's recovery finishes each one's
-    /// allocator step, then, while the slot is still held, a handle of this process (made at
-    /// the first dead slot) settles the store's log of it ([`crate::recover`]) and releases
-    /// its epoch announcement. Safe to run from any number of live processes at once; returns
-    /// what was settled here.
-    pub fn recover_dead(&self) -> Result<Vec<Settled>, crate::StoreError> {
-        let mut h: Option<Handle<A>> = None;
-        let mut settled = Vec::new();
-        let mut failed = None;
-        self.inner
-            .arena
-            .recover_dead_with(&mut |slot, in_flight, step| {
-                if h.is_none() {
-                    match self.handle_unrecovered() {
-                        Ok(handle) => h = Some(handle),
-                        Err(e) => {
-                            failed.get_or_insert(e);
-                            return;
-                        }
-                    }
-                }
-                if let Some(h) = &h {
-                    settled.push(h.settle(slot, Some((in_flight, step))));
-                }
-            });
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(settled),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use crate::layout::{MASK_TAG, TAKE_ENTRY};
     use crate::{Store, StoreConfig};
     use podkv_alloc::InFlight;
     use std::process::Command;
@@ -387,7 +273,7 @@ mod tests {
         };
         let store = Store::open(path, config(1)).unwrap();
         let h = store.handle().unwrap();
-        let _ = h.allocate(1016).unwrap();
+        let _ = h.parts().allocate(1016).unwrap();
         // SAFETY: plain libc calls; the process ends here.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         unreachable!("SIGKILL ends the process");
@@ -406,15 +292,15 @@ mod tests {
         let value = [b'v'; 100];
         // Two periodic collects: the first advances the epoch past the rewrites, the second
         // finds them reclaimable and keeps them.
-        for _ in 0..3 * crate::map::BATCH_COLLECT {
+        for _ in 0..3 * crate::reclaim::BATCH_COLLECT {
             h.set(b"key", &value, 0, 0).unwrap();
         }
-        assert!(!h.spares.borrow().is_empty(), "rewrites left spares");
+        assert!(!h.reclaim.spares().is_empty(), "rewrites left spares");
         let size = crate::item::SIZE_HEADER + 3 + value.len();
-        let taken = h.allocate(size).unwrap();
+        let taken = h.parts().allocate(size).unwrap();
         assert_eq!(
-            h.map.slot(h.slot).limbo_log.load(Ordering::Relaxed) & super::MASK_TAG,
-            super::TAKE_ENTRY,
+            h.reclaim.slot().record().limbo_log.load(Ordering::Relaxed) & MASK_TAG,
+            TAKE_ENTRY,
             "a spare was taken, not a fresh block"
         );
         let _ = taken;
@@ -455,11 +341,7 @@ mod tests {
         run_child_until_killed("took_spare_child_entry", "PODKV_SPARE_HEAP", &path);
         let settled = store.recover_dead().unwrap();
         assert_eq!(settled.len(), 1, "{settled:?}");
-        assert_eq!(
-            settled[0].limbo_log & super::MASK_TAG,
-            super::TAKE_ENTRY,
-            "{settled:?}"
-        );
+        assert_eq!(settled[0].limbo_log & MASK_TAG, TAKE_ENTRY, "{settled:?}");
         assert_eq!(settled[0].freed, 1, "the taken spare is freed: {settled:?}");
         let h = store.handle().unwrap();
         assert_eq!(h.get(b"key").unwrap().map(|g| g.value().len()), Some(100));

@@ -2,7 +2,7 @@
 //!
 //! A periodic `collect` ([`Reuse::Keep`]) leaves up to [`COUNT_SPARES`] reclaimable items
 //! ([`SIZE_SPARES`] bytes) in the slot's limbo instead of freeing them, and notes them here. A
-//! new item of exactly the same size takes one ([`Handle::take_spare`]) instead of calling the
+//! new item of exactly the same size takes one ([`take`]) instead of calling the
 //! allocator: a rewrite gets a block this thread wrote recently (cache-warm), and the
 //! allocator's work, and the pages it would return to the OS and fault back, are left out.
 //!
@@ -15,8 +15,8 @@
 //! step, `TAKE_ENTRY` (see `recover`).
 
 use crate::arena::Arena;
-use crate::map::Handle;
-use crate::recover;
+use crate::layout::{MASK_TAG, TAKE_ENTRY};
+use crate::slot::Slot;
 use std::sync::atomic::Ordering;
 
 /// Most spares a handle keeps. With several threads the epoch advances in bursts: a peer
@@ -176,54 +176,47 @@ impl Room {
     }
 }
 
-impl<A: Arena> Handle<A> {
-    /// Takes a spare item of exactly `size` bytes out of this slot's limbo for reuse: logs
-    /// `TAKE_ENTRY(node) @ entry`, then zeroes the entry. From then until the new item is
-    /// logged, the log is the only reference: recovery frees the block unless the `log` word
-    /// names it as an item (see `recover`). The spare was reclaimable (retired two epochs
-    /// ago), so no reader can still reach it.
-    pub(crate) fn take_spare(&self, size: usize) -> Option<u64> {
-        let spare = self.spares.borrow_mut().take(size)?;
-        self.count_recycling(|c| c.spares_taken += 1);
-        let entry = self.map.view().word(spare.entry_at);
-        debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
-        self.limbo_log(recover::TAKE_ENTRY, spare.node, spare.entry_at);
-        entry.store(0, Ordering::Relaxed);
-        Some(spare.node)
-    }
+/// Takes a spare item of exactly `size` bytes out of `slot`'s limbo for reuse: logs
+/// `TAKE_ENTRY(node) @ entry`, then zeroes the entry. From then until the new item is
+/// logged, the log is the only reference: recovery frees the block unless the `log` word
+/// names it as an item (see `recover`). The spare was reclaimable (retired two epochs
+/// ago), so no reader can still reach it.
+#[inline]
+pub(crate) fn take<A: Arena>(slot: &Slot<A>, spares: &mut Spares, size: usize) -> Option<u64> {
+    let spare = spares.take(size)?;
+    let entry = slot.view().word(spare.entry_at);
+    debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
+    slot.limbo_log(TAKE_ENTRY, spare.node, spare.entry_at);
+    entry.store(0, Ordering::Relaxed);
+    Some(spare.node)
+}
 
-    /// Starts loading, for writing, the spare a new item of `size` bytes would take, so its
-    /// lines arrive while the write searches its bucket (the copy into it then stalls on
-    /// nothing). Only a hint: it changes no state.
-    #[inline]
-    pub(crate) fn prefetch_spare(&self, size: usize) {
-        let spares = self.spares.borrow();
-        let Some(spare) = spares.peek(size) else {
-            return;
-        };
-        // A plain count of lines: `(0..size).step_by(64)` compiled to about 9 instructions
-        // a line, 150 of a 1 KiB set's (callgrind).
-        let mut line = self.map.view().ptr(spare.node);
-        for _ in 0..size.div_ceil(64) {
-            prefetch_write(line);
-            line = line.wrapping_add(64);
-        }
+/// Starts loading, for writing, the spare a new item of `size` bytes would take, so its
+/// lines arrive while the write searches its bucket (the copy into it then stalls on
+/// nothing). Only a hint: it changes no state.
+#[inline]
+pub(crate) fn prefetch<A: Arena>(slot: &Slot<A>, spares: &Spares, size: usize) {
+    let Some(spare) = spares.peek(size) else {
+        return;
+    };
+    // A plain count of lines: `(0..size).step_by(64)` compiled to about 9 instructions
+    // a line, 150 of a 1 KiB set's (callgrind).
+    let mut line = slot.view().ptr(spare.node);
+    for _ in 0..size.div_ceil(64) {
+        prefetch_write(line);
+        line = line.wrapping_add(64);
     }
+}
 
-    /// After the item `allocate` returned is logged as `ITEM`: ends a spare's `TAKE_ENTRY`.
-    /// The slot's limbo word says whether one is open: every other limbo step ends where it
-    /// starts, so only `take_spare` leaves the word set across `allocate`.
-    #[inline]
-    pub(crate) fn allocated(&self) {
-        let open = self.record().limbo_log.load(Ordering::Relaxed);
-        if open != 0 {
-            debug_assert_eq!(
-                open & recover::MASK_TAG,
-                recover::TAKE_ENTRY,
-                "open limbo step"
-            );
-            self.limbo_log(0, 0, 0);
-        }
+/// After the item a write allocated is logged as `ITEM`: ends a spare's `TAKE_ENTRY`.
+/// The slot's limbo word says whether one is open: every other limbo step ends where it
+/// starts, so only [`take`] leaves the word set across an allocation.
+#[inline]
+pub(crate) fn end_take<A: Arena>(slot: &Slot<A>) {
+    let open = slot.record().limbo_log.load(Ordering::Relaxed);
+    if open != 0 {
+        debug_assert_eq!(open & MASK_TAG, TAKE_ENTRY, "open limbo step");
+        slot.limbo_log(0, 0, 0);
     }
 }
 
@@ -244,7 +237,8 @@ fn prefetch_write(at: *const u8) {
 #[cfg(test)]
 mod tests {
     use crate::item::SIZE_HEADER;
-    use crate::map::{Handle, BATCH_COLLECT};
+    use crate::map::Handle;
+    use crate::reclaim::{limbo, BATCH_COLLECT};
     use crate::{PodArena, Store, StoreConfig};
     use std::sync::atomic::Ordering;
 
@@ -269,8 +263,8 @@ mod tests {
 
     /// The node of the newest entry of `h`'s limbo (the item retired last).
     fn retired_last(h: &Handle<PodArena>) -> u64 {
-        let head = h.record().limbo.load(Ordering::Relaxed);
-        let bag = h.bag(head);
+        let head = h.reclaim.slot().record().limbo.load(Ordering::Relaxed);
+        let bag = limbo::bag(h.reclaim.slot(), head);
         let len = bag.len.load(Ordering::Relaxed) as usize;
         bag.entries[len - 1][0].load(Ordering::Relaxed)
     }
@@ -279,7 +273,7 @@ mod tests {
     fn rewrite_until_spares(h: &Handle<PodArena>) {
         for _ in 0..4 * BATCH_COLLECT {
             h.set(b"k", VALUE, 0, 0).unwrap();
-            if h.spares.borrow().peek(SIZE).is_some() {
+            if h.reclaim.spares().peek(SIZE).is_some() {
                 return;
             }
         }
@@ -294,7 +288,7 @@ mod tests {
         // The collect ran right after the rewrite that retired the newest entry; the epoch
         // moved twice since it was stamped, so every entry was reclaimable.
         let last = retired_last(&h);
-        assert_eq!(h.spares.borrow().peek(SIZE).unwrap().node, last);
+        assert_eq!(h.reclaim.spares().peek(SIZE).unwrap().node, last);
         let taken = h.recycling().spares_taken;
         h.set(b"k", VALUE, 0, 0).unwrap();
         assert_eq!(h.recycling().spares_taken, taken + 1);
@@ -306,16 +300,16 @@ mod tests {
         let (store, _dir) = store();
         let h = store.handle().unwrap();
         rewrite_until_spares(&h);
-        let first_walk = h.spares.borrow().peek(SIZE).unwrap().node;
+        let first_walk = h.reclaim.spares().peek(SIZE).unwrap().node;
         // Rewrite until the next walk (taking the first walk's spares meanwhile): its spares
         // were retired after every one of the first walk's.
-        let walks = h.walks_so_far();
-        while h.walks_so_far() == walks {
+        let walks = h.reclaim.walks_so_far();
+        while h.reclaim.walks_so_far() == walks {
             h.set(b"k", VALUE, 0, 0).unwrap();
         }
         let later = retired_last(&h);
         assert_ne!(later, first_walk);
-        assert_eq!(h.spares.borrow().peek(SIZE).unwrap().node, later);
+        assert_eq!(h.reclaim.spares().peek(SIZE).unwrap().node, later);
     }
 
     #[test]
@@ -327,7 +321,7 @@ mod tests {
         {
             // A peer pinned for a while (as if preempted inside an operation): the epoch
             // stops, the writer's spares run out and its writes go to the allocator.
-            let _pinned = peer.pin();
+            let _pinned = peer.reclaim.pin();
             let before = h.recycling();
             for _ in 0..8 * BATCH_COLLECT {
                 h.set(b"k", VALUE, 0, 0).unwrap();

@@ -1,0 +1,267 @@
+//! [`Reclaim`]: one handle's part in reclamation — its pins, when it collects, what its last
+//! limbo walk decided, and its spares. The words it acts on are its slot's (announcement,
+//! limbo) and the descriptor's epoch; the state here is process-local.
+//!
+//! `Reclaim` holds the handle's [`Slot`] (the other components borrow it from here): a pin
+//! then is one pointer, and a read's guard stays three words, as when the pin named the
+//! handle (one more word cost every `get` 3 instructions in callgrind).
+
+use super::epoch;
+use super::limbo::{self, Epochs};
+use super::spare::{self, Reuse, Room, Spares};
+use crate::arena::Arena;
+use crate::kvmap::Recycling;
+use crate::slot::Slot;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
+
+/// Retirements between two `collect`s. Each reads every slot's announcement (one line per
+/// heap slot, 64 in the benchmark, evicted again by the writes in between): at 64 that was
+/// one D1 miss per set (callgrind); at 256 a quarter, for 256 KiB more of limbo per writer
+/// at 1 KiB items.
+pub(crate) const BATCH_COLLECT: u64 = 256;
+/// Retirements before a collect that found the epoch stuck (unmoved since its last limbo
+/// walk: a peer pinned all along) tries again. A peer preempted while pinned holds the epoch
+/// for its whole time off the CPU; once it unpins, waiting the full `BATCH_COLLECT` again
+/// sent up to 256 more writes to the allocator (remote frees, page faults) with the spares
+/// run dry, which is what a busy machine made of two-thread 50/50 (README, Performance).
+/// A retry costs one pass over the announcements, and only while the epoch is stuck.
+pub(crate) const BATCH_COLLECT_STUCK: u64 = 16;
+/// Times a stuck collect, unpinned, gives up the CPU (`yield_now`) for a preempted peer to
+/// run and unpin, trying the epoch after each. Bounded: a peer pinned for a reason of its
+/// own (a long read, a dead process before recovery) costs a writer at most this many
+/// yields per `BATCH_COLLECT_STUCK` retirements.
+pub(crate) const COUNT_STUCK_YIELDS: u32 = 8;
+/// Every this-many `Keep` walks goes through the whole limbo (see `collect_keeping`).
+const COUNT_WALKS_FULL: u32 = 16;
+/// `collect` attempts when a handle is dropped.
+const COUNT_DROP_COLLECTS: usize = 64;
+
+/// One handle's reclamation state, and the slot it acts for (see the module doc).
+pub(crate) struct Reclaim<A: Arena> {
+    slot: Slot<A>,
+    /// Nesting depth of pins (guards alive).
+    pins: Cell<u32>,
+    /// Nodes retired since the last `collect` (which scans every slot's announcement, so it
+    /// runs once per `BATCH_COLLECT` retirements).
+    retired_since: Cell<u64>,
+    /// The global epoch of this handle's last limbo walk (see `collect_keeping`).
+    walked: Cell<u64>,
+    /// Limbo walks so far (every `COUNT_WALKS_FULL`-th goes through the whole limbo).
+    walks: Cell<u32>,
+    /// Reclaimable items of this slot's limbo kept for reuse, as the last `collect` kept
+    /// them minus those taken since (process-local; see `spare`).
+    spares: RefCell<Spares>,
+    /// How new items were found and how collects fared (see `recycling`).
+    recycled: Cell<Recycling>,
+}
+
+/// An epoch pin: while it lives, no node this thread can reach is freed.
+pub(crate) struct Pin<'h, A: Arena> {
+    reclaim: &'h Reclaim<A>,
+}
+
+impl<A: Arena> Drop for Pin<'_, A> {
+    fn drop(&mut self) {
+        self.reclaim.unpin();
+    }
+}
+
+impl<A: Arena> Reclaim<A> {
+    /// The reclamation state of a handle on `slot`: nothing pinned, retired or kept yet.
+    pub(crate) fn new(slot: Slot<A>) -> Reclaim<A> {
+        Reclaim {
+            slot,
+            pins: Cell::new(0),
+            retired_since: Cell::new(0),
+            walked: Cell::new(0),
+            walks: Cell::new(0),
+            spares: RefCell::default(),
+            recycled: Cell::new(Recycling::default()),
+        }
+    }
+
+    /// The slot this acts for.
+    #[inline]
+    pub(crate) fn slot(&self) -> &Slot<A> {
+        &self.slot
+    }
+
+    /// Pins the slot (announces the epoch) unless it is pinned already.
+    #[inline]
+    pub(crate) fn pin(&self) -> Pin<'_, A> {
+        let depth = self.pins.get();
+        if depth == 0 {
+            let d = self.slot.shared().desc();
+            epoch::pin(&d.epoch.word, &self.slot.record().announce);
+        }
+        self.pins.set(depth + 1);
+        Pin { reclaim: self }
+    }
+
+    #[inline]
+    fn unpin(&self) {
+        let slot = &self.slot;
+        let depth = self.pins.get() - 1;
+        self.pins.set(depth);
+        if depth == 0 {
+            epoch::unpin(&slot.record().announce);
+            if self.retired_since.get() >= BATCH_COLLECT {
+                self.collect_keeping(Reuse::Keep);
+            }
+        }
+    }
+
+    /// Retires a node this thread just snipped: claims the retirement (recovery of a killed
+    /// snipper may race for it, see `recover`), then puts it on the slot's limbo list.
+    pub(crate) fn retire(&self, node: u64) {
+        let slot = &self.slot;
+        if slot.view().claim_retire(node, slot.index) {
+            self.push_limbo(node);
+        }
+        slot.record().unlink.store(0, Ordering::Relaxed);
+    }
+
+    /// Puts an unlinked, claimed node on the slot's limbo list, stamped with the epoch now.
+    pub(crate) fn push_limbo(&self, node: u64) {
+        if limbo::push(&self.slot, node) {
+            self.retired_since.set(self.retired_since.get() + 1);
+        }
+    }
+
+    /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
+    pub(crate) fn collect(&self) {
+        self.collect_keeping(Reuse::FreeAll);
+    }
+
+    /// A handle is going: collects until the limbo is empty, a few tries at most (other
+    /// threads unpin within one operation); what remains waits for the slot's next owner.
+    pub(crate) fn release(&self) {
+        for _ in 0..COUNT_DROP_COLLECTS {
+            self.collect();
+            if limbo::is_empty(&self.slot) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// As [`collect`](Self::collect), but with [`Reuse::Keep`] leaves some reclaimable items
+    /// in limbo as this handle's spares (see `spare`).
+    ///
+    /// A periodic collect whose epoch has not moved since the last walk skips the walk: an
+    /// entry becomes reclaimable only when the epoch advances (entries retired since carry
+    /// the epoch now), so the walk would find what the last one left, and the spares noted
+    /// then are still exact. While a preempted peer holds the epoch back, the limbo grows
+    /// and re-walking it every `BATCH_COLLECT` retirements made the stall quadratic.
+    ///
+    /// Such a stuck collect, if unpinned, first yields the CPU up to [`COUNT_STUCK_YIELDS`]
+    /// times (a peer preempted while pinned may be waiting for it, on a busy machine), trying
+    /// the epoch after each; if it is still stuck, the next collect comes after
+    /// [`BATCH_COLLECT_STUCK`] retirements instead of `BATCH_COLLECT`, so reuse resumes
+    /// soon after the peer unpins.
+    fn collect_keeping(&self, reuse: Reuse) {
+        let slot = &self.slot;
+        self.retired_since.set(0);
+        let mut global = try_advance(slot);
+        if self.pins.get() == 0 {
+            global = try_advance(slot);
+        }
+        if reuse == Reuse::Keep && global == self.walked.get() {
+            global = self.yield_for_epoch(global);
+            if global == self.walked.get() {
+                self.count_recycling(|c| c.stuck_collects += 1);
+                self.retired_since
+                    .set(BATCH_COLLECT.saturating_sub(BATCH_COLLECT_STUCK));
+                return;
+            }
+        }
+        let mut kept = self.spares.borrow_mut();
+        // Entries the last walk decided (reclaimable then) are freed or noted spares already:
+        // a `Keep` walk leaves them and stops at the first bag they fill (stamps only grow
+        // towards the head), except every `COUNT_WALKS_FULL`-th walk, which goes on to free
+        // the old bags whose spares were all taken. A `FreeAll` walk frees them all.
+        let decided = match reuse {
+            Reuse::Keep => self.walked.get(),
+            Reuse::FreeAll => {
+                kept.clear();
+                0
+            }
+        };
+        let walks = self.walks.get().wrapping_add(1);
+        self.walks.set(walks);
+        let full = reuse == Reuse::FreeAll || walks % COUNT_WALKS_FULL == 0;
+        self.walked.set(global);
+        let mut room = Room::for_reuse(reuse, &kept);
+        limbo::walk(slot, Epochs { global, decided }, full, &mut kept, &mut room);
+        // The walk went newest to oldest: the newest spare goes on top (see `Spares`).
+        kept.end_walk();
+    }
+
+    /// For a collect that found the epoch at `stuck`: if unpinned, yields the CPU up to
+    /// [`COUNT_STUCK_YIELDS`] times until an advance succeeds, then tries once more (an entry
+    /// needs two advances); the epoch afterwards. Pinned (an explicit collect inside an
+    /// operation), this thread itself may be what holds the epoch: no yield.
+    #[cold]
+    fn yield_for_epoch(&self, stuck: u64) -> u64 {
+        let slot = &self.slot;
+        if self.pins.get() != 0 {
+            return stuck;
+        }
+        for _ in 0..COUNT_STUCK_YIELDS {
+            std::thread::yield_now();
+            self.count_recycling(|c| c.yields += 1);
+            let global = try_advance(slot);
+            if global != stuck {
+                return try_advance(slot);
+            }
+        }
+        stuck
+    }
+
+    /// A spare of exactly `size` bytes for a new item, taken out of limbo (see
+    /// [`spare::take`]); `None` when there is none.
+    pub(crate) fn take_spare(&self, size: usize) -> Option<u64> {
+        let taken = spare::take(&self.slot, &mut self.spares.borrow_mut(), size)?;
+        self.count_recycling(|c| c.spares_taken += 1);
+        Some(taken)
+    }
+
+    /// Starts loading the spare a new item of `size` bytes would take ([`spare::prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch_spare(&self, size: usize) {
+        spare::prefetch(&self.slot, &self.spares.borrow(), size);
+    }
+
+    /// How this handle's new items were found and how its collects fared.
+    pub(crate) fn recycling(&self) -> Recycling {
+        self.recycled.get()
+    }
+
+    /// Adds to this handle's recycling counts.
+    #[inline]
+    pub(crate) fn count_recycling(&self, change: impl FnOnce(&mut Recycling)) {
+        let mut counts = self.recycled.get();
+        change(&mut counts);
+        self.recycled.set(counts);
+    }
+
+    /// Limbo walks so far.
+    #[cfg(test)]
+    pub(crate) fn walks_so_far(&self) -> u32 {
+        self.walks.get()
+    }
+
+    /// The spares noted now.
+    #[cfg(test)]
+    pub(crate) fn spares(&self) -> std::cell::Ref<'_, Spares> {
+        self.spares.borrow()
+    }
+}
+
+/// One attempt to advance the global epoch; the epoch afterwards.
+fn try_advance<A: Arena>(slot: &Slot<A>) -> u64 {
+    let shared = slot.shared();
+    let slots = (0..shared.arena.slots()).map(|i| &shared.slot(i).announce);
+    epoch::try_advance(&shared.desc().epoch.word, slots)
+}

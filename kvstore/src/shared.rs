@@ -1,0 +1,253 @@
+//! What every handle of one open store shares: the arena, the descriptor's place, the clock.
+//!
+//! [`Shared`] is the store as this process mapped it. It owns opening (find the descriptor
+//! at the root, or [`create`] one and let the root CAS decide), the descriptor's facts
+//! (limits, size, counters) and the rules every reader applies to an item (visibility under
+//! expiry and `flush_all`). It knows no handle: per-thread state lives in the components a
+//! [`crate::Handle`] holds (`slot`, `reclaim`, `buckets`, `writer`).
+
+use crate::arena::{alloc_zeroed, Arena};
+use crate::config::{Clock, Eviction, StoreConfig, Table};
+use crate::item::{self, View, SENTINEL_LINKED};
+use crate::layout::*;
+use crate::StoreError;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// One open store: see the module doc. Held in an `Arc` by the map and by every handle.
+pub(crate) struct Shared<A: Arena> {
+    pub(crate) arena: A,
+    pub(crate) view: View,
+    pub(crate) desc_at: u64,
+    pub(crate) clock: Clock,
+    /// [`Shared::value_max`], set once the descriptor is validated (0 before): fixed for the
+    /// store's life, and computing it asked the heap's geometry on every write.
+    value_max: AtomicUsize,
+}
+
+// SAFETY: `View` is a base address into memory shared on purpose; all shared words are atomics.
+unsafe impl<A: Arena> Send for Shared<A> {}
+// SAFETY: as above.
+unsafe impl<A: Arena> Sync for Shared<A> {}
+
+/// What [`create`] leaves for opening: the descriptor that won the root, and the thread it
+/// claimed, with the allocator's report if that claim adopted a dead owner's slot (the
+/// store's log of that slot is settled once the descriptor is known).
+pub(crate) struct Created<A: Arena> {
+    pub(crate) desc_at: u64,
+    pub(crate) thread: A::Thread,
+    pub(crate) adopted: Option<(podkv_alloc::InFlight, u64)>,
+}
+
+impl<A: Arena> Shared<A> {
+    /// Opens the store in `arena` given the root as this process read it (`seen`): zero
+    /// makes a descriptor and lets the root CAS decide (another process may have installed
+    /// one since). Also returns what `create` claimed, for the caller to settle.
+    pub(crate) fn open(
+        arena: A,
+        config: &StoreConfig,
+        seen: u64,
+    ) -> Result<(Shared<A>, Option<Created<A>>), StoreError> {
+        let view = View::new(arena.base());
+        let mut desc_at = seen;
+        let mut created = None;
+        if desc_at == 0 {
+            let made = create(&arena, view, config)?;
+            desc_at = made.desc_at;
+            created = Some(made);
+        }
+        let shared = Shared {
+            arena,
+            view,
+            desc_at,
+            clock: config.clock.clone(),
+            value_max: AtomicUsize::new(0),
+        };
+        shared.validate_descriptor()?;
+        let value_max = shared.value_max_now();
+        shared.value_max.store(value_max, Ordering::Relaxed);
+        Ok((shared, created))
+    }
+
+    fn validate_descriptor(&self) -> Result<(), StoreError> {
+        let d = self.desc();
+        if d.magic != MAGIC || d.version != VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "root names {:#x}, which is not a podkv store descriptor (version {VERSION})",
+                self.desc_at
+            )));
+        }
+        if d.slots < u64::from(self.arena.slots()) {
+            return Err(StoreError::Corrupt(
+                "fewer slot records than heap slots".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The descriptor.
+    #[inline]
+    pub(crate) fn desc(&self) -> &Descriptor {
+        // SAFETY: `desc_at` was published by the root CAS after its fields were written and is
+        // never freed (INVARIANT: root[0] ≠ 0 ⇒ a live descriptor); its shared words are atomics.
+        unsafe { &*(self.view.ptr(self.desc_at) as *const Descriptor) }
+    }
+
+    /// Offset of slot record `i`.
+    #[inline]
+    pub(crate) fn slot_at(&self, i: u32) -> u64 {
+        self.desc().slots_at + u64::from(i) * std::mem::size_of::<SlotRecord>() as u64
+    }
+
+    /// Slot record `i`.
+    #[inline]
+    pub(crate) fn slot(&self, i: u32) -> &SlotRecord {
+        let at = self.slot_at(i);
+        // SAFETY: `i < slots` (arena slots ≤ descriptor slots, checked at open); the array is
+        // never freed and its words are atomics.
+        unsafe { &*(self.view.ptr(at) as *const SlotRecord) }
+    }
+
+    /// The node view.
+    #[inline]
+    pub(crate) fn view(&self) -> View {
+        self.view
+    }
+
+    /// Now, in Unix seconds.
+    #[inline]
+    pub(crate) fn now(&self) -> u32 {
+        self.clock.now()
+    }
+
+    /// Longest key this store accepts.
+    pub(crate) fn key_max(&self) -> usize {
+        self.desc().key_max as usize
+    }
+
+    /// Longest value this store accepts (and the heap serves today).
+    #[inline]
+    pub(crate) fn value_max(&self) -> usize {
+        self.value_max.load(Ordering::Relaxed)
+    }
+
+    /// [`value_max`](Self::value_max) from the descriptor and the heap.
+    fn value_max_now(&self) -> usize {
+        let block = self.arena.block_max() - item::SIZE_HEADER - self.key_max();
+        (self.desc().value_max as usize).min(block)
+    }
+
+    /// log2 of the bucket count now.
+    #[inline]
+    pub(crate) fn buckets_log2(&self) -> u32 {
+        (self.desc().size.word.load(Ordering::Relaxed) & !FIXED) as u32
+    }
+
+    /// Items linked and their bytes as the shared counters say now (approximate: handles
+    /// publish their deltas in batches).
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        let d = self.desc();
+        let count = d.count.word.load(Ordering::Relaxed) as i64;
+        let used = d.used.word.load(Ordering::Relaxed) as i64;
+        (count.max(0) as u64, used.max(0) as u64)
+    }
+
+    /// Items evicted since the store was made, by every process (the per-slot counters).
+    pub(crate) fn evictions(&self) -> u64 {
+        (0..self.arena.slots())
+            .map(|i| self.slot(i).evictions.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Bytes of items the store may hold (`None`: until the heap is full).
+    pub(crate) fn capacity(&self) -> Option<u64> {
+        Some(self.desc().capacity).filter(|&c| c != 0)
+    }
+
+    /// A key of 1 to `key_max` bytes, or the error a command returns.
+    #[inline]
+    pub(crate) fn check_key(&self, key: &[u8]) -> Result<(), StoreError> {
+        let max = self.key_max();
+        if key.is_empty() || key.len() > max {
+            return Err(StoreError::KeyLength {
+                len: key.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `item` is visible now (not expired, not flushed).
+    #[inline]
+    pub(crate) fn visible(&self, item: u64, now: u32) -> bool {
+        self.visible_when(item, || now)
+    }
+
+    /// As [`visible`](Self::visible), reading the clock only if the answer depends on it (an
+    /// item with an expiry, or a delayed `flush_all` pending): most reads need no clock.
+    #[inline]
+    pub(crate) fn visible_when(&self, item: u64, now: impl Fn() -> u32) -> bool {
+        let m = self.view.meta(item);
+        if m.expiry != 0 && m.expiry <= now() {
+            return false;
+        }
+        let d = self.desc();
+        let oldest_cas = d.oldest_cas.word.load(Ordering::Acquire);
+        if oldest_cas != 0 && m.cas < oldest_cas {
+            return false;
+        }
+        let oldest = d.oldest_live.word.load(Ordering::Acquire);
+        oldest == 0 || u64::from(m.time) > oldest || oldest > u64::from(now())
+    }
+}
+
+/// Makes a descriptor, its slot records and segment 0 (holding bucket 0's sentinel), installs it at
+/// the root; returns whichever descriptor won. If another process's descriptor won, the slot
+/// this claimed may be one its dead owner used in that store: the report of the adoption is
+/// taken at once (it belongs to this claim only) and returned for settling.
+pub(crate) fn create<A: Arena>(
+    arena: &A,
+    view: View,
+    config: &StoreConfig,
+) -> Result<Created<A>, StoreError> {
+    let thread = arena.thread()?;
+    let adopted = A::adoption(&thread);
+    let slots = u64::from(arena.slots());
+    let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
+    let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
+    let seg0 = alloc_zeroed::<A>(&thread, view, SIZE_SEGMENT)?;
+    // Bucket 0's sentinel is the list's head: linked from birth.
+    view.sentinel_state(seg0)
+        .store(item::sentinel_order(0) | SENTINEL_LINKED, Ordering::Relaxed);
+    // SAFETY: a fresh zeroed block of `size_of::<Descriptor>()` bytes, unpublished.
+    let d = unsafe { &mut *(view.ptr(desc_at) as *mut Descriptor) };
+    d.magic = MAGIC;
+    d.version = VERSION;
+    d.key_max = config.key_max as u64;
+    d.value_max = config.value_max as u64;
+    d.capacity = config.capacity.unwrap_or(0);
+    d.evict = u64::from(config.eviction == Eviction::SampledOldest);
+    d.slots_at = slots_at;
+    d.slots = slots;
+    let size = match config.table {
+        Table::Growing => SHIFT_BUCKETS_START,
+        Table::Fixed(n) => FIXED | u64::from(n).min(SHIFT_BUCKETS_MAX),
+    };
+    d.size.word.store(size, Ordering::Relaxed);
+    d.epoch.word.store(2, Ordering::Relaxed);
+    d.directory[0].store(seg0, Ordering::Relaxed);
+    let root: &AtomicU64 = arena.root();
+    let desc_at = match root.compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => desc_at,
+        Err(winner) => {
+            for at in [seg0, slots_at, desc_at] {
+                A::free(&thread, at);
+            }
+            winner
+        }
+    };
+    Ok(Created {
+        desc_at,
+        thread,
+        adopted,
+    })
+}

@@ -1,0 +1,125 @@
+//! One thread's place in the store: the arena slot it claimed, that slot's record in the heap,
+//! and the record's log words, written before each step that recovery must be able to finish
+//! (the tags are in `layout`, the settling `match` in `recover`).
+//!
+//! Every other component of a handle acts *for* a slot and gets it as an argument: `Slot`
+//! holds no state of theirs, only who this thread is and where its record lives.
+
+use crate::arena::{alloc_zeroed, Arena};
+use crate::item::View;
+use crate::layout::SlotRecord;
+use crate::list::{Nodes, Probe};
+use crate::shared::Shared;
+use crate::StoreError;
+use std::cmp::Ordering as Order;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A claimed arena slot and its record (see the module doc). Not `Send`: the arena's thread
+/// handle is the thread's.
+pub(crate) struct Slot<A: Arena> {
+    pub(crate) shared: Arc<Shared<A>>,
+    pub(crate) thread: A::Thread,
+    pub(crate) index: u32,
+    /// Offset of this slot's record (`Shared::slot(index)`): a set reaches it 6–10 times (pin,
+    /// logs, limbo), and each `Shared::slot` re-read the descriptor for the array.
+    record_at: u64,
+}
+
+impl<A: Arena> Slot<A> {
+    /// The slot `thread` holds in the store `shared` (its record not settled yet).
+    pub(crate) fn new(shared: Arc<Shared<A>>, thread: A::Thread) -> Slot<A> {
+        let index = A::slot_index(&thread);
+        let record_at = shared.slot_at(index);
+        Slot {
+            shared,
+            thread,
+            index,
+            record_at,
+        }
+    }
+
+    /// The store this slot is in.
+    #[inline]
+    pub(crate) fn shared(&self) -> &Shared<A> {
+        &self.shared
+    }
+
+    /// The node view.
+    #[inline]
+    pub(crate) fn view(&self) -> View {
+        self.shared.view
+    }
+
+    /// This slot's record.
+    #[inline]
+    pub(crate) fn record(&self) -> &SlotRecord {
+        // SAFETY: as `Shared::slot`: `record_at` is that record's offset, never freed; its
+        // words are atomics.
+        unsafe { &*(self.view().ptr(self.record_at) as *const SlotRecord) }
+    }
+
+    /// This slot's logging view of the nodes (see [`Logged`]).
+    #[inline]
+    pub(crate) fn nodes(&self) -> Logged<'_> {
+        Logged {
+            view: self.view(),
+            unlink: &self.record().unlink,
+        }
+    }
+
+    /// Snapshots the allocator's step word before an `ALLOC_*` step is logged.
+    #[inline]
+    pub(crate) fn before_alloc(&self) {
+        let step = A::step(&self.thread);
+        self.record().alloc_step.store(step, Ordering::Relaxed);
+    }
+
+    /// Writes this slot's item step.
+    #[inline]
+    pub(crate) fn log(&self, tag: u64, at: u64) {
+        self.record().log.store(at | tag, Ordering::Relaxed);
+    }
+
+    /// Writes this slot's limbo step and where its block is referenced from.
+    #[inline]
+    pub(crate) fn limbo_log(&self, tag: u64, block: u64, from: u64) {
+        let record = self.record();
+        record.limbo_at.store(from, Ordering::Relaxed);
+        record.limbo_log.store(block | tag, Ordering::Relaxed);
+    }
+
+    /// A zeroed block of `size` bytes from this slot's allocator (the caller logged the step).
+    pub(crate) fn alloc_zeroed(&self, size: usize) -> Result<u64, StoreError> {
+        alloc_zeroed::<A>(&self.thread, self.view(), size)
+    }
+
+    /// Frees a block through this slot's allocator (the caller logged the step).
+    #[inline]
+    pub(crate) fn free(&self, at: u64) {
+        A::free(&self.thread, at);
+    }
+}
+
+/// The nodes of a writer: a [`View`] that logs each snip in the slot's `unlink` word.
+pub(crate) struct Logged<'a> {
+    pub(crate) view: View,
+    pub(crate) unlink: &'a AtomicU64,
+}
+
+impl Nodes for Logged<'_> {
+    #[inline]
+    fn next(&self, at: u64) -> &AtomicU64 {
+        self.view.word(at)
+    }
+
+    #[inline]
+    fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
+        Nodes::order(&self.view, at, probe)
+    }
+
+    #[inline]
+    fn snipping(&self, at: u64) {
+        self.unlink.store(at, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,299 @@
+//! The write loop every command goes through, and the state a handle's writes keep.
+//!
+//! [`Parts`] is a handle's components borrowed for one command (slot, reclamation, bucket
+//! table, writer). Its [`update`](Parts::update) is the one write loop: search, let the
+//! command's `decide` choose from the visible item, make it so by one CAS; on a lost race,
+//! free what `decide` made and search again. New items come from [`Parts::new_item`], which
+//! takes a spare of the same size, or the allocator (evicting first when the store is at
+//! capacity). [`Writer`] is the state writes keep between commands: the handle's block of
+//! CAS tokens and its count of lost races.
+
+use crate::arena::Arena;
+use crate::buckets::{self, Buckets};
+use crate::command::{Outcome, Step};
+use crate::item::{self, Meta, SIZE_HEADER};
+use crate::layout::{ALLOC_ITEM, FREE_ITEM, ITEM};
+use crate::list::{self, Probe};
+use crate::maintain;
+use crate::reclaim::{Pin, Reclaim};
+use crate::shared::Shared;
+use crate::slot::Slot;
+use crate::StoreError;
+use podkv_alloc::AllocError;
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+
+/// CAS tokens a handle reserves at once.
+pub const BATCH_CAS: u64 = 64;
+
+/// What a handle's writes keep between commands (see the module doc).
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
+    /// This handle's block of CAS tokens: `cas_next..cas_end` (see `cas_after`).
+    cas_next: Cell<u64>,
+    cas_end: Cell<u64>,
+    /// Write-loop passes whose link CAS lost to a concurrent change (see `lost_races`).
+    lost: Cell<u64>,
+}
+
+impl Writer {
+    /// The CAS token a write replacing an item whose token is `floor` (0: none) gives its new
+    /// item: the client's explicit one (meta `E`), else a fresh one above `floor`.
+    ///
+    /// Handles take fresh tokens from blocks of [`BATCH_CAS`] reserved with one `fetch_add`
+    /// (one shared RMW per 64 writes instead of per write), so tokens are unique and increase
+    /// per handle, and across handles only roughly (eviction's write age is approximate
+    /// anyway). A handle takes a new block, which starts past every token handed out so far,
+    /// when its own is used up, when another handle's block is ahead on this key (`floor`: so
+    /// each key's tokens increase, and "older than the item's" (`ms I`) means older), and when
+    /// its block started before the last immediate `flush_all` (`oldest_cas`: no write that
+    /// starts after a flush gets a flushed token; a write racing the flush may, which orders
+    /// it before the flush — as memcached's does).
+    pub(crate) fn cas_after<A: Arena>(
+        &self,
+        shared: &Shared<A>,
+        explicit: Option<u64>,
+        floor: u64,
+    ) -> u64 {
+        if let Some(token) = explicit {
+            return token;
+        }
+        let d = shared.desc();
+        let mut token = self.cas_next.get();
+        if token == self.cas_end.get()
+            || token <= floor
+            || token < d.oldest_cas.word.load(Ordering::Acquire)
+        {
+            token = d.cas.word.fetch_add(BATCH_CAS, Ordering::Relaxed) + 1;
+            self.cas_end.set(token + BATCH_CAS);
+        }
+        self.cas_next.set(token + 1);
+        token
+    }
+
+    /// A token above every token handed out so far (for `flush_all`).
+    pub(crate) fn cas_barrier<A: Arena>(&self, shared: &Shared<A>) -> u64 {
+        shared.desc().cas.word.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Write-loop passes whose insert, replace or delete CAS lost to another writer.
+    pub(crate) fn lost_races(&self) -> u64 {
+        self.lost.get()
+    }
+
+    #[inline]
+    fn count_lost(&self) {
+        self.lost.set(self.lost.get() + 1);
+    }
+}
+
+/// A handle's components, borrowed for one command (see the module doc).
+pub(crate) struct Parts<'h, A: Arena> {
+    pub(crate) reclaim: &'h Reclaim<A>,
+    pub(crate) buckets: &'h Buckets,
+    pub(crate) writer: &'h Writer,
+}
+
+impl<A: Arena> Clone for Parts<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A: Arena> Copy for Parts<'_, A> {}
+
+impl<'h, A: Arena> Parts<'h, A> {
+    /// The handle's slot.
+    #[inline]
+    pub(crate) fn slot(self) -> &'h Slot<A> {
+        self.reclaim.slot()
+    }
+
+    /// The store.
+    #[inline]
+    pub(crate) fn shared(self) -> &'h Shared<A> {
+        self.slot().shared()
+    }
+
+    /// Pins the handle's slot for the pin's life.
+    #[inline]
+    pub(crate) fn pin(self) -> Pin<'h, A> {
+        self.reclaim.pin()
+    }
+
+    /// A fresh CAS token above `floor`, or `explicit` (see [`Writer::cas_after`]).
+    #[inline]
+    pub(crate) fn cas_after(self, explicit: Option<u64>, floor: u64) -> u64 {
+        self.writer.cas_after(self.shared(), explicit, floor)
+    }
+
+    /// Allocates `size` bytes for a new item, evicting to make room as configured: a spare
+    /// of the same size if this handle has one, else from the arena. The caller writes the
+    /// item and logs `ITEM(at)`, then ends a spare's `TAKE_ENTRY` (`spare::end_take`).
+    pub(crate) fn allocate(self, size: usize) -> Result<u64, StoreError> {
+        let (slot, reclaim, buckets) = (self.slot(), self.reclaim, self.buckets);
+        let d = slot.shared().desc();
+        if d.capacity != 0 {
+            maintain::make_room(reclaim, buckets, size as u64)?;
+        }
+        if let Some(at) = reclaim.take_spare(size) {
+            return Ok(at);
+        }
+        reclaim.count_recycling(|c| c.allocations += 1);
+        loop {
+            slot.before_alloc();
+            slot.log(ALLOC_ITEM, 0);
+            let made = A::allocate(&slot.thread, size);
+            if made.is_err() {
+                slot.log(0, 0);
+            }
+            match made {
+                // The caller writes the item and logs `ITEM(at)`.
+                Ok(at) => return Ok(at),
+                Err(AllocError::Unsupported { .. }) => {
+                    return Err(StoreError::TooLarge {
+                        len: size,
+                        max: slot.shared().value_max(),
+                    })
+                }
+                Err(AllocError::OutOfMemory) => {
+                    if d.evict == 0 || !maintain::evict_one(reclaim, buckets) {
+                        return Err(StoreError::OutOfMemory);
+                    }
+                    reclaim.collect();
+                }
+            }
+        }
+    }
+
+    /// Frees a node this thread allocated and never published.
+    pub(crate) fn free_unpublished(self, at: u64) {
+        let slot = self.slot();
+        slot.log(FREE_ITEM, at);
+        slot.free(at);
+        slot.log(0, 0);
+    }
+
+    /// Allocates and writes a new item (`lease`: its meta state bits, see `item`).
+    pub(crate) fn new_item(
+        self,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        expiry: u32,
+        cas: u64,
+        lease: u8,
+    ) -> Result<u64, StoreError> {
+        let order = item::item_order(item::hash(key));
+        self.new_item_ordered(order, key, value, flags, expiry, cas, lease)
+    }
+
+    /// As [`new_item`](Self::new_item), for a writer that already has the key's split
+    /// `order` (the write loop hashed the key to find its bucket: hashing it again and
+    /// reversing the bits cost a set 20–45 instructions).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_item_ordered(
+        self,
+        order: u64,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        expiry: u32,
+        cas: u64,
+        lease: u8,
+    ) -> Result<u64, StoreError> {
+        debug_assert_eq!(order, item::item_order(item::hash(key)));
+        let vlen: usize = value.iter().map(|v| v.len()).sum();
+        let shared = self.shared();
+        let max = shared.value_max();
+        if vlen > max {
+            return Err(StoreError::TooLarge { len: vlen, max });
+        }
+        let at = self.allocate(SIZE_HEADER + key.len() + vlen)?;
+        let meta = Meta {
+            order,
+            cas,
+            expiry,
+            time: shared.now(),
+            flags,
+            lease,
+        };
+        shared.view().write_item(at, &meta, key, value, vlen);
+        self.slot().log(ITEM, at);
+        crate::reclaim::spare::end_take(self.slot());
+        Ok(at)
+    }
+
+    /// The write loop: search, let `decide` choose from the visible item, make it so by one CAS;
+    /// on a lost race, free what `decide` made and search again.
+    pub(crate) fn update(
+        self,
+        key: &[u8],
+        decide: impl FnMut(Option<u64>) -> Result<Step, StoreError>,
+    ) -> Result<Outcome, StoreError> {
+        self.shared().check_key(key)?;
+        self.update_hashed(key, item::hash(key), decide)
+    }
+
+    /// [`update`](Self::update) with the key checked and hashed (`h = item::hash(key)`) by
+    /// the caller, so that `decide` can make its item without hashing the key again.
+    #[inline]
+    pub(crate) fn update_hashed(
+        self,
+        key: &[u8],
+        h: u64,
+        mut decide: impl FnMut(Option<u64>) -> Result<Step, StoreError>,
+    ) -> Result<Outcome, StoreError> {
+        let _pin = self.pin();
+        let (slot, reclaim, buckets) = (self.slot(), self.reclaim, self.buckets);
+        let shared = slot.shared();
+        let view = shared.view();
+        let probe = Probe {
+            order: item::item_order(h),
+            key,
+        };
+        let head = buckets::head_for_write(reclaim, h)?;
+        let nodes = slot.nodes();
+        let mut retire = |n| reclaim.retire(n);
+        loop {
+            let pos = list::find(&nodes, head, &probe, &mut retire);
+            let visible =
+                (pos.found && shared.visible_when(pos.curr, || shared.now())).then_some(pos.curr);
+            match decide(visible)? {
+                Step::Keep(outcome) => return Ok(outcome),
+                Step::Put(new, outcome) => {
+                    let done = if pos.found {
+                        list::try_replace(&view, &pos, new)
+                    } else {
+                        list::try_insert(&view, &pos, new)
+                    };
+                    if !done {
+                        self.writer.count_lost();
+                        self.free_unpublished(new);
+                        continue;
+                    }
+                    slot.log(0, 0); // published: recovery must not look at it again
+                    let size = view.item_size(new) as i64;
+                    if pos.found {
+                        // One update for the replace: +1 − 1 items, new − old bytes.
+                        buckets.account(shared, 0, size - view.item_size(pos.curr) as i64);
+                        list::unlink(&nodes, head, &pos, &probe, &mut retire);
+                    } else {
+                        buckets.account(shared, 1, size);
+                    }
+                    buckets.link_owed(reclaim);
+                    return Ok(outcome);
+                }
+                Step::Remove(outcome) => {
+                    if !list::try_delete(&view, &pos) {
+                        self.writer.count_lost();
+                        continue;
+                    }
+                    buckets.account(shared, -1, -(view.item_size(pos.curr) as i64));
+                    list::unlink(&nodes, head, &pos, &probe, &mut retire);
+                    return Ok(outcome);
+                }
+            }
+        }
+    }
+}
