@@ -17,13 +17,28 @@
 //!
 //! - **Data model**: [`Op`] (the eleven operations), [`Record`] (one line), [`key_hash`].
 //! - **Formats**: [`text`] (CSV: quoting, bad-line policy, line numbers), [`columnar`]
-//!   (Parquet schema, row groups), [`file`] (format by extension, streaming readers/writers).
-//! - **Statistics**: [`stats`] (definitions of every figure), [`cluster`] (the published table,
-//!   embedded and parsed).
-//! - **Synthesis**: [`popularity`] (exact per-key counts fitted to the table), [`generate`].
+//!   (Parquet schema, row groups), [`file`](mod@file) (format by extension, streaming
+//!   readers/writers).
+//! - **Statistics**: [`stats`](mod@stats) (definitions of every figure), [`cluster`] (the
+//!   published table, embedded and parsed).
+//! - **Synthesis**: [`popularity`] (exact per-key counts fitted to the table),
+//!   [`generate`](mod@generate).
 //! - **Replay**: [`request`] (typed commands), [`partition`] (per-key order across workers).
-//! - **Front door**: [`run`] (library calls `convert`, `stats`, `generate`), [`cli`] (clap
-//!   structs and `run_*` for `podkv trace …`).
+//! - **Front door**: [`run`](mod@run) (library calls `convert`, `stats`, `generate`), [`cli`]
+//!   (clap structs and `run_*` for `podkv trace …`).
+//!
+//! # Where a change goes
+//!
+//! - a new column or a change to one line's meaning: [`Record`] (`record.rs`), then the
+//!   formats that carry it ([`text`], [`columnar`]); a new operation: `op.rs` and [`request`];
+//! - a new file format or extension: its module beside [`text`] / [`columnar`], chosen in
+//!   [`file`](mod@file);
+//! - a new statistic: [`stats`](mod@stats) (its definition there), and [`cluster`] if the
+//!   published table has it;
+//! - how synthetic traces are shaped: [`popularity`] (per-key counts),
+//!   [`generate`](mod@generate) (request order, operations, sizes, TTLs, timestamps);
+//! - how replay spreads keys over workers: [`partition`]; how a line becomes a store call:
+//!   [`request`]; a new `podkv trace` flag: [`cli`], with the work in [`run`](mod@run).
 
 pub mod cli;
 pub mod cluster;
