@@ -105,6 +105,7 @@ not_under_loom! {
     pub mod recovery;
     pub mod slab;
     pub mod slabs;
+    mod slots;
     pub mod slot;
     pub mod stress;
     pub mod thread;

@@ -50,7 +50,7 @@
 //! needs the processor to die during that very request.
 //!
 //! # Multi-writer words
-//! Through the hook (`Heap::cas_word`, and `Heap::cas_word_as_process` for a thread without a
+//! Through the hook (`Heap::cas_word`, and `mcas::cas_as_process` for a thread without a
 //! slot): the slab heaps' words, the huge reservation array, the help array of detectable CAS
 //! (each slot's acknowledgement word, `Layout::slot_acks`), and since format 6 the owner words
 //! of the thread slots (`Layout::slot_owners`: claim and adoption by CAS from zero or from a
@@ -95,8 +95,10 @@ use podkv_hw::mcas::{
 use podkv_hw::sync::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// The CAS of `Heap::cas_word_as_process`: on the process line of an `mcas` heap's region,
-/// a CPU CAS in other modes.
+/// The CAS of a thread that holds no slot (or not the one it changes): on the process line of
+/// an `mcas` heap's region, one thread of the process at a time in an `nmp` heap; a CPU CAS in
+/// other modes. Claims of slots and hazard records, and the release of this process's hazard
+/// record, go this way.
 pub(crate) fn cas_as_process(
     mcas: Option<&HeapMcas>,
     word: &AtomicU64,

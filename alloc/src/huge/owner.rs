@@ -255,7 +255,7 @@ pub(crate) fn sweep_released(
         reclaimed += owner.collect();
         crash_point!("huge_sweep.collected");
         heap.unhold(slot);
-        heap.release_slot(slot, heap.shared.me);
+        heap.shared.slots.release(slot, heap.shared.me);
     }
     reclaimed
 }

@@ -299,7 +299,7 @@ impl ThreadHandle {
         if !self.recoverable {
             return;
         }
-        let word = self.heap.slot_ack(u64::from(self.slot_index));
+        let word = self.heap.shared.slots.ack(u64::from(self.slot_index));
         let base = dcas::ack_base(self.ver());
         let mut cur = word.load(Acquire);
         loop {
@@ -990,7 +990,7 @@ impl ThreadHandle {
         self.give_back();
         self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
         self.heap.unhold(self.slot_index);
-        self.heap.release_slot(self.slot_index, self.heap.shared.me);
+        self.heap.shared.slots.release(self.slot_index, self.heap.shared.me);
     }
 }
 
@@ -1011,7 +1011,7 @@ impl Writer for ThreadHandle {
         if !self.recoverable || u64::from(previous.tid) > self.heap.geometry().slots() {
             return;
         }
-        let word = self.heap.slot_ack(u64::from(previous.tid) - 1);
+        let word = self.heap.shared.slots.ack(u64::from(previous.tid) - 1);
         let mut cur = word.load(Acquire);
         while let Some(new) = dcas::acknowledged(cur, previous.ver) {
             match self.cas_word(word, cur, new) {

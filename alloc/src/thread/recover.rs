@@ -385,7 +385,9 @@ impl Adopter<'_> {
     fn acked(&self, ver: u16) -> bool {
         let word = self
             .heap
-            .slot_ack(u64::from(self.slot_index()))
+            .shared
+            .slots
+            .ack(u64::from(self.slot_index()))
             .load(Acquire);
         dcas::is_acked(word, ver)
     }

@@ -37,142 +37,66 @@
 //! Any number of processes may do this at once on a zero-filled file: the CAS picks one
 //! geometry and every other step is idempotent.
 
+mod config;
+mod open;
+
+use open::{install_or_read_geometry, open_huge, refuse_truncated};
+
+pub use config::{default_path, Config};
+
 use crate::backer::Backer;
 pub use crate::class::Kind;
 pub use crate::global::List;
 pub use crate::slabs::SlabHeap;
-use crate::class::{SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
 use crate::global::GlobalLists;
 use crate::slabs::SlabHeaps;
+use crate::slots::Slots;
 use crate::error::HeapError;
 use crate::fault::{self, Registration};
 use crate::file::{HeapFile, Mapping, Words};
 use crate::hazard;
-use crate::huge::{HugeBacking, HugeProcess, HugeView};
-use crate::layout::{
-    FormatProblem, Geometry, Layout, COUNT_GLOBAL_LINES, FORMAT_VERSION, MAGIC, SIZE_GLOBAL_LINE,
-    SIZE_HEADER,
-};
-use crate::mcas::{cas_as_process, HeapMcas};
+use crate::huge::HugeProcess;
+use crate::layout::{Geometry, Layout, COUNT_GLOBAL_LINES, SIZE_GLOBAL_LINE};
+use crate::mcas::HeapMcas;
 use crate::offset::Offset;
-use crate::process::{Liveness, SlotLife};
+use crate::process::SlotLife;
 use crate::slab::SlabDesc;
 use crate::slot::{Owner, Slot, SIZE_SLOT};
 use crate::thread::{Recovered, ThreadHandle};
 use podkv_hw::mcas::McasKind;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Root words in the header, for the layers above (the store keeps its index root here).
 pub const COUNT_ROOTS: usize = 32;
 const OFFSET_ROOTS: u64 = 512;
-/// Header word: non-zero once an opener has backed the huge heap's metadata, so a file cut
-/// short of it is known truncated (zero, as in a fresh heap: not yet backed).
-const OFFSET_HUGE_BACKED: u64 = 256;
-
-/// How to open a heap, and the geometry a fresh heap gets.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Most bytes of small slabs (rounded up to a power of two of 64 KiB slabs).
-    pub small_bytes: u64,
-    /// Most bytes of large slabs (rounded up to a power of two of 512 KiB slabs).
-    pub large_bytes: u64,
-    /// Thread slots (rounded up to a power of two; at most 16384).
-    pub slots: u64,
-    /// Coherence mode of a fresh heap.
-    pub coherence: Coherence,
-    /// Liveness mode of a fresh heap: how a dead slot owner is recognised.
-    pub liveness: Liveness,
-    /// Create the file if it does not exist.
-    pub create: bool,
-    /// Log every step in the recovery words and acknowledge detectable CAS (this process's
-    /// choice, default on). Off only to measure what recoverability costs: a process that
-    /// crashes with it off may leak the slabs it was moving.
-    pub recoverable: bool,
-    /// Address space of a fresh heap's huge heap (rounded up to a power of two, 2 GiB to
-    /// 32 TiB; zero: no huge heap, blocks over 512 KiB are unsupported). 1 TiB by default: one
-    /// reservation sized once for all growth, so no mapping ever moves.
-    pub huge_bytes: u64,
-    /// How this process backs the huge blocks it allocates.
-    pub huge_backing: HugeBacking,
-    /// The mCAS implementation of a fresh `mcas` heap: `flush-cas` (the default) or `nmp`.
-    /// Ignored (left `flush-cas`) in other modes.
-    pub mcas: McasKind,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            small_bytes: 64 << 30,
-            large_bytes: 64 << 30,
-            slots: 1024,
-            coherence: Coherence::Hardware,
-            liveness: Liveness::Process,
-            create: true,
-            recoverable: true,
-            huge_bytes: 1 << 40,
-            huge_backing: HugeBacking::Reserve,
-            mcas: McasKind::FlushCas,
-        }
-    }
-}
-
-impl Config {
-    /// The geometry a fresh heap opened with this configuration gets.
-    pub fn geometry(&self) -> Result<Geometry, HeapError> {
-        let log2 = |n: u64| n.max(1).next_power_of_two().trailing_zeros();
-        let geometry = Geometry {
-            small_slabs_log2: log2(self.small_bytes.div_ceil(1 << SHIFT_SMALL_SLAB)),
-            large_slabs_log2: log2(self.large_bytes.div_ceil(1 << SHIFT_LARGE_SLAB)),
-            slots_log2: log2(self.slots),
-            coherence: self.coherence,
-            liveness: self.liveness,
-            huge_log2: if self.huge_bytes == 0 {
-                0
-            } else {
-                log2(self.huge_bytes)
-            },
-            mcas: if self.coherence == Coherence::Mcas {
-                self.mcas
-            } else {
-                McasKind::FlushCas
-            },
-        };
-        geometry
-            .validate()
-            .map_err(|why| HeapError::Config(why.to_owned()))?;
-        Ok(geometry)
-    }
-}
-
-/// The default heap path for a name: `/dev/shm/podkv-<name>`.
-pub fn default_path(name: &str) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/podkv-{name}"))
-}
 
 pub(crate) struct Shared {
+    // Fields drop in declaration order: everything that reads the mapping or holds the mCAS
+    // hook (whose last holder stops this process's processor) comes before `mapping`.
     /// This heap's place in the SIGSEGV handler's registry: left first, so no handler uses the
     /// huge view below once it goes.
     _fault: Option<Registration>,
     /// Dropped next: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
     /// mapping below still stands.
     pub(crate) huge: Option<HugeProcess>,
+    /// The thread slots (holding the mCAS hook, as `huge` does).
+    pub(crate) slots: Slots,
     /// An `mcas` heap's region and processor: dropped (stopping a processor this process
     /// runs) while the mapping below still stands.
     pub(crate) mcas: Option<Arc<HeapMcas>>,
+    pub(crate) slabs: SlabHeaps,
+    pub(crate) lists: GlobalLists,
     pub(crate) mapping: Mapping,
     pub(crate) geometry: Geometry,
     pub(crate) layout: Layout,
     pub(crate) file: Arc<HeapFile>,
-    pub(crate) slabs: SlabHeaps,
-    pub(crate) lists: GlobalLists,
     /// This process as a slot owner.
     pub(crate) me: Owner,
     pub(crate) recoverable: bool,
-    /// Slots this process holds, whose leases its renewer keeps fresh (lease mode only).
-    pub(crate) held: Mutex<Vec<u32>>,
+    /// Started once this process holds a slot of a lease heap (`Heap::hold`).
     pub(crate) renewer: OnceLock<()>,
     /// The application's hook for slots adopted while claiming (process-local).
     pub(crate) recovery_hook: Mutex<Option<RecoveryHook>>,
@@ -251,6 +175,7 @@ impl Heap {
         let backer = Arc::new(Backer::default());
         let words = Words::of(&mapping);
         let slabs = SlabHeaps::new(&geometry, &layout, words, file.clone(), backer.clone());
+        let slots = Slots::new(&geometry, &layout, words, mcas.clone());
         let lists = GlobalLists::new(file.clone(), backer.clone(), geometry.coherence);
         let heap = Heap {
             shared: Arc::new(Shared {
@@ -265,39 +190,23 @@ impl Heap {
                 lists,
                 me,
                 recoverable: config.recoverable,
-                held: Mutex::new(Vec::new()),
+                slots,
                 renewer: OnceLock::new(),
                 recovery_hook: Mutex::new(None),
                 adoptions: Mutex::new(Vec::new()),
             }),
         };
         if !is_device {
-            let shared = Arc::downgrade(&heap.shared);
-            Backer::start(backer, move |wanted| {
-                if !wanted {
-                    return shared.strong_count() != 0;
-                }
-                let Some(shared) = shared.upgrade() else {
-                    return false;
-                };
-                shared.slabs.back_ahead();
-                shared.lists.back_cold_heads(shared.slabs.all());
-                true
-            });
+            start_backer(&heap.shared, backer);
         }
         Ok(heap)
     }
 
     /// Notes that this process holds slot `i` (lease mode: starts the renewer on first use).
     pub(crate) fn hold(&self, i: u32) {
-        if self.shared.geometry.liveness != Liveness::Lease {
+        if !self.shared.slots.hold(i) {
             return;
         }
-        self.shared
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(i);
         self.shared.renewer.get_or_init(|| {
             let weak = Arc::downgrade(&self.shared);
             std::thread::Builder::new()
@@ -309,13 +218,7 @@ impl Heap {
 
     /// Notes that this process no longer holds slot `i`.
     pub(crate) fn unhold(&self, i: u32) {
-        if self.shared.geometry.liveness == Liveness::Lease {
-            self.shared
-                .held
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|&h| h != i);
-        }
+        self.shared.slots.unhold(i);
     }
 
     /// Recovers every slot whose owner is dead: adopts it, finishes its logged step, runs the
@@ -372,7 +275,7 @@ impl Heap {
 
     /// Keeps the report of a slot adopted while claiming, for its claiming handle.
     pub(crate) fn keep_adoption(&self, recovered: Recovered) {
-        let generation = self.claims_of(recovered.slot);
+        let generation = self.shared.slots.claims_of(recovered.slot);
         let mut kept = self
             .shared
             .adoptions
@@ -384,7 +287,7 @@ impl Heap {
 
     /// Takes the kept report of slot `slot`'s adoption, if it was made by its current claim.
     pub(crate) fn take_adoption(&self, slot: u32) -> Option<Recovered> {
-        let generation = self.claims_of(slot);
+        let generation = self.shared.slots.claims_of(slot);
         let mut kept = self
             .shared
             .adoptions
@@ -398,8 +301,7 @@ impl Heap {
     /// Thread slot `i`'s owner word ([`Owner`] packed, zero: free), in the HWcc region:
     /// read it freely; it changes only by [`Heap::try_claim_slot`] and a handle's release.
     pub fn slot_owner_word(&self, i: u64) -> &AtomicU64 {
-        assert!(i < self.shared.geometry.slots());
-        self.word(self.shared.layout.slot_owners + 8 * i)
+        self.shared.slots.owner_word(i)
     }
 
     /// Thread slot `i`'s owner, if claimed.
@@ -415,50 +317,12 @@ impl Heap {
     /// count bumped. The caller holds the slot from then on: a [`ThreadHandle`] does this
     /// itself; tests use it to plant an owner (a dead process's, say).
     pub fn try_claim_slot(&self, i: u64, from: u64, owner: Owner) -> bool {
-        let word = self.slot_owner_word(i);
-        if word.load(Ordering::Acquire) != from {
-            return false;
-        }
-        let slot = self.slot(i);
-        let coherence = self.shared.geometry.coherence;
-        slot.lease
-            .store(crate::process::lease_until(), Ordering::Release);
-        coherence.write_back((&slot.lease as *const AtomicU64).cast(), 8);
-        if self.cas_word_as_process(word, from, owner.pack()).is_err() {
-            return false;
-        }
-        let (bytes, len) = slot.bytes();
-        coherence.invalidate(bytes, len);
-        // The owner's own word now: a plain increment.
-        let claims = slot.generation.load(Ordering::Relaxed);
-        slot.generation.store(claims + 1, Ordering::Release);
-        true
-    }
-
-    /// Gives slot `i`, held by `owner`, back: writes the slot back (SWcc), then CASes its owner
-    /// word from `owner` to zero on the slot's own line. False if the word no longer names
-    /// `owner` (in lease mode, an adopter judged it dead meanwhile).
-    pub(crate) fn release_slot(&self, i: u32, owner: Owner) -> bool {
-        let (bytes, len) = self.slot(u64::from(i)).bytes();
-        self.shared.geometry.coherence.write_back(bytes, len);
-        let word = self.slot_owner_word(u64::from(i));
-        self.cas_word(i, word, owner.pack(), 0).is_ok()
-    }
-
-    fn claims_of(&self, slot: u32) -> u64 {
-        self.slot(u64::from(slot))
-            .generation
-            .load(Ordering::Acquire)
+        self.shared.slots.try_claim(i, from, owner)
     }
 
     /// Whether slot `i`'s owner is alive, dead, or the slot free.
     pub fn slot_life(&self, i: u64) -> SlotLife {
-        crate::process::life_of(
-            self.slot_owner_word(i),
-            self.slot(i),
-            self.shared.geometry.liveness,
-            self.shared.geometry.coherence,
-        )
+        self.shared.slots.life(i)
     }
 
     /// Claims a thread slot for the calling thread.
@@ -523,25 +387,9 @@ impl Heap {
         self.shared.slabs.get(kind)
     }
 
-    /// Thread slot `i`'s acknowledgement word: the help array of detectable CAS, in the HWcc
-    /// region and changed only through [`Heap::cas_word`] (`ThreadHandle::acknowledge`).
-    pub(crate) fn slot_ack(&self, i: u64) -> &AtomicU64 {
-        assert!(i < self.shared.geometry.slots());
-        // SAFETY: the word lies in the HWcc region, backed at open and mapped for the heap's
-        // lifetime, 8-byte aligned; an AtomicU64 is valid for any bits.
-        unsafe {
-            &*(self.resolve(Offset(self.shared.layout.slot_acks + 8 * i)) as *const AtomicU64)
-        }
-    }
-
     /// Thread slot `i`.
     pub fn slot(&self, i: u64) -> &Slot {
-        assert!(i < self.shared.geometry.slots());
-        // SAFETY: slot `i` lies in the slots region, which is backed at open and mapped for the
-        // heap's lifetime; a slot is plain atomics, valid for any bytes.
-        unsafe {
-            &*(self.resolve(Offset(self.shared.layout.slots + i * SIZE_SLOT as u64)) as *const Slot)
-        }
+        self.shared.slots.slot(i)
     }
 
     /// Slab `slab`'s descriptor in `heap`. The slab must be below the heap's `len`.
@@ -589,18 +437,6 @@ impl Heap {
         }
     }
 
-    /// [`Heap::cas_word`] for a thread that holds no slot (or not the one it changes): on the
-    /// process line of an `nmp` heap, one thread of the process at a time; claims of slots and
-    /// hazard records, and the release of this process's hazard record, go this way.
-    pub(crate) fn cas_word_as_process(
-        &self,
-        word: &AtomicU64,
-        current: u64,
-        new: u64,
-    ) -> Result<u64, u64> {
-        cas_as_process(self.shared.mcas.as_deref(), word, current, new)
-    }
-
     /// The store of [`Heap::cas_word`]'s mechanism: a word no other thread may change
     /// concurrently (by contract of the caller), ordered after every earlier change of it.
     #[inline]
@@ -640,6 +476,23 @@ impl Heap {
     }
 }
 
+/// Opening step 7: starts the backer on `shared`'s slab heaps and cold lists, holding it
+/// weakly so the thread ends once the heap is closed.
+fn start_backer(shared: &Arc<Shared>, backer: Arc<Backer>) {
+    let shared = Arc::downgrade(shared);
+    Backer::start(backer, move |wanted| {
+        if !wanted {
+            return shared.strong_count() != 0;
+        }
+        let Some(shared) = shared.upgrade() else {
+            return false;
+        };
+        shared.slabs.back_ahead();
+        shared.lists.back_cold_heads(shared.slabs.all());
+        true
+    });
+}
+
 /// The lease renewer: every third of a lease, renews the slots this process holds; ends when
 /// the heap is closed.
 fn renew_leases(shared: std::sync::Weak<Shared>) {
@@ -648,186 +501,9 @@ fn renew_leases(shared: std::sync::Weak<Shared>) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let heap = Heap { shared };
-        let until = crate::process::lease_until();
-        let held = heap
-            .shared
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for i in held {
-            let lease = &heap.slot(u64::from(i)).lease;
-            lease.store(until, Ordering::Release);
-            // SWcc: other hosts judge the owner by this line.
-            heap.shared
-                .geometry
-                .coherence
-                .write_back((lease as *const AtomicU64).cast(), 8);
-        }
-        drop(heap);
+        shared.slots.renew_held();
+        drop(shared);
         std::thread::sleep(period);
     }
 }
 
-/// The huge heap's part of opening: back its metadata, claim this process's hazard record and
-/// join the SIGSEGV handler's registry.
-fn open_huge(
-    file: &HeapFile,
-    mapping: &Mapping,
-    geometry: &Geometry,
-    layout: &Layout,
-    config: &Config,
-    me: Owner,
-    mcas: Option<Arc<HeapMcas>>,
-) -> Result<Option<HugeProcess>, HeapError> {
-    if geometry.huge_log2 == 0 {
-        return Ok(None);
-    }
-    file.back(layout.huge_ranges, 8 * crate::layout::COUNT_HUGE_RANGES)?;
-    file.back(layout.huge_hazard, layout.huge_data - layout.huge_hazard)?;
-    // SAFETY: the header is backed and mapped; an AtomicU64 is valid for any bits.
-    let backed = unsafe { &*(mapping.base().add(OFFSET_HUGE_BACKED as usize) as *const AtomicU64) };
-    backed.store(1, Ordering::Release);
-    let view = |record| HugeView::new(mapping.base(), geometry, layout, record, file.fd());
-    let needed = view(0).end_of_allocations();
-    if !file.is_device && file.len()? < needed {
-        return Err(HeapError::Truncated {
-            path: file.path.clone(),
-            len: file.len()?,
-            needed,
-        });
-    }
-    let cas = |word: &AtomicU64, current, new| cas_as_process(mcas.as_deref(), word, current, new);
-    let record = view(0)
-        .hazards()
-        .claim(me, cas)
-        .ok_or(HeapError::NoHazardRecord {
-            count: hazard::COUNT_HAZARD_RECORDS,
-        })?;
-    Ok(Some(HugeProcess::new(
-        view(record),
-        config.huge_backing,
-        me,
-        mcas,
-    )))
-}
-
-fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {
-    let len = file.len()?;
-    if !file.is_device && len < SIZE_HEADER {
-        let mut head = vec![0u8; len as usize];
-        file.read_at(&mut head, 0)?;
-        if head.iter().any(|&b| b != 0) {
-            return Err(HeapError::Truncated {
-                path: file.path.clone(),
-                len,
-                needed: SIZE_HEADER,
-            });
-        }
-        file.back(0, SIZE_HEADER)?;
-    }
-    let word = header_word_cas(file, config)?;
-    Geometry::from_word(word).map_err(|problem| match problem {
-        FormatProblem::Foreign(magic) => HeapError::Foreign {
-            path: file.path.clone(),
-            magic,
-            expected: MAGIC,
-        },
-        FormatProblem::Version(found) => HeapError::Version {
-            path: file.path.clone(),
-            found,
-            expected: FORMAT_VERSION,
-        },
-        FormatProblem::Corrupt(what) => HeapError::Corrupt {
-            path: file.path.clone(),
-            what: what.to_owned(),
-        },
-    })
-}
-
-/// Maps the header page alone and installs the configured format word if it is zero.
-fn header_word_cas(file: &HeapFile, config: &Config) -> Result<u64, HeapError> {
-    let prot = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: a fresh shared mapping of the file's first page, which is backed (checked above).
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            SIZE_HEADER as usize,
-            prot,
-            libc::MAP_SHARED,
-            file.fd(),
-            0,
-        )
-    };
-    if page == libc::MAP_FAILED {
-        return Err(HeapError::Map {
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: the page is mapped, 4 KiB aligned, and an AtomicU64 is valid for any bits.
-    let word = unsafe { &*(page as *const AtomicU64) };
-    let mut found = word.load(Ordering::Acquire);
-    if found == 0 {
-        let fresh = config.geometry()?.to_word();
-        found = match word.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => fresh,
-            Err(other) => other,
-        };
-    }
-    // SAFETY: unmapping the page mapped above; `word` is not used past this point.
-    unsafe { libc::munmap(page, SIZE_HEADER as usize) };
-    Ok(found)
-}
-
-/// Refuses a file shorter than the slabs its header says exist.
-fn refuse_truncated(
-    file: &HeapFile,
-    geometry: &Geometry,
-    layout: &Layout,
-) -> Result<(), HeapError> {
-    let len = file.len()?;
-    let mut needed = 0;
-    for kind in Kind::ALL {
-        let heap = SlabHeap::new(kind, geometry, layout, None);
-        let mut word = [0u8; 8];
-        if file.read_at(&mut word, heap.len_at)? == 8 {
-            let slabs = u64::from(crate::dcas::payload(u64::from_le_bytes(word)));
-            if slabs > heap.max {
-                return Err(HeapError::Corrupt {
-                    path: file.path.clone(),
-                    what: format!(
-                        "{} heap length {slabs} over its maximum {}",
-                        kind.name(),
-                        heap.max
-                    ),
-                });
-            }
-            if slabs > 0 {
-                needed = needed.max(heap.data_at + (slabs << heap.shift));
-            }
-        }
-    }
-    let mut backed = [0u8; 8];
-    if geometry.huge_log2 != 0
-        && file.read_at(&mut backed, OFFSET_HUGE_BACKED)? == 8
-        && u64::from_le_bytes(backed) != 0
-    {
-        needed = needed.max(layout.huge_data);
-    }
-    if !file.is_device && len < needed {
-        return Err(HeapError::Truncated {
-            path: file.path.clone(),
-            len,
-            needed,
-        });
-    }
-    if file.is_device && len < layout.total {
-        return Err(HeapError::Config(format!(
-            "device {} has {len} bytes but the heap's geometry needs {}",
-            file.path.display(),
-            layout.total
-        )));
-    }
-    Ok(())
-}

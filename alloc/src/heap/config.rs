@@ -1,0 +1,91 @@
+//! How to open a heap ([`Config`]), the geometry a fresh heap gets from it, and where a named
+//! heap lives by default.
+
+use crate::class::{SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
+use crate::error::HeapError;
+use crate::huge::HugeBacking;
+use crate::layout::Geometry;
+use crate::process::Liveness;
+use podkv_hw::mcas::McasKind;
+use podkv_hw::Coherence;
+use std::path::PathBuf;
+
+/// How to open a heap, and the geometry a fresh heap gets.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Most bytes of small slabs (rounded up to a power of two of 64 KiB slabs).
+    pub small_bytes: u64,
+    /// Most bytes of large slabs (rounded up to a power of two of 512 KiB slabs).
+    pub large_bytes: u64,
+    /// Thread slots (rounded up to a power of two; at most 16384).
+    pub slots: u64,
+    /// Coherence mode of a fresh heap.
+    pub coherence: Coherence,
+    /// Liveness mode of a fresh heap: how a dead slot owner is recognised.
+    pub liveness: Liveness,
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// Log every step in the recovery words and acknowledge detectable CAS (this process's
+    /// choice, default on). Off only to measure what recoverability costs: a process that
+    /// crashes with it off may leak the slabs it was moving.
+    pub recoverable: bool,
+    /// Address space of a fresh heap's huge heap (rounded up to a power of two, 2 GiB to
+    /// 32 TiB; zero: no huge heap, blocks over 512 KiB are unsupported). 1 TiB by default: one
+    /// reservation sized once for all growth, so no mapping ever moves.
+    pub huge_bytes: u64,
+    /// How this process backs the huge blocks it allocates.
+    pub huge_backing: HugeBacking,
+    /// The mCAS implementation of a fresh `mcas` heap: `flush-cas` (the default) or `nmp`.
+    /// Ignored (left `flush-cas`) in other modes.
+    pub mcas: McasKind,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            small_bytes: 64 << 30,
+            large_bytes: 64 << 30,
+            slots: 1024,
+            coherence: Coherence::Hardware,
+            liveness: Liveness::Process,
+            create: true,
+            recoverable: true,
+            huge_bytes: 1 << 40,
+            huge_backing: HugeBacking::Reserve,
+            mcas: McasKind::FlushCas,
+        }
+    }
+}
+
+impl Config {
+    /// The geometry a fresh heap opened with this configuration gets.
+    pub fn geometry(&self) -> Result<Geometry, HeapError> {
+        let log2 = |n: u64| n.max(1).next_power_of_two().trailing_zeros();
+        let geometry = Geometry {
+            small_slabs_log2: log2(self.small_bytes.div_ceil(1 << SHIFT_SMALL_SLAB)),
+            large_slabs_log2: log2(self.large_bytes.div_ceil(1 << SHIFT_LARGE_SLAB)),
+            slots_log2: log2(self.slots),
+            coherence: self.coherence,
+            liveness: self.liveness,
+            huge_log2: if self.huge_bytes == 0 {
+                0
+            } else {
+                log2(self.huge_bytes)
+            },
+            mcas: if self.coherence == Coherence::Mcas {
+                self.mcas
+            } else {
+                McasKind::FlushCas
+            },
+        };
+        geometry
+            .validate()
+            .map_err(|why| HeapError::Config(why.to_owned()))?;
+        Ok(geometry)
+    }
+}
+
+/// The default heap path for a name: `/dev/shm/podkv-<name>`.
+pub fn default_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/podkv-{name}"))
+}
