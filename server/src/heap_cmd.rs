@@ -1,8 +1,8 @@
 //! `podkv heap create|info|check PATH`: make a heap, show its geometry and statistics, and
 //! verify every metadata invariant.
 
-use crate::bench::human_bytes;
 use podkv_alloc::{Config, Heap, HeapReport, Kind};
+use podkv_harness::helpers::{human_bytes, parse_bytes};
 use std::path::PathBuf;
 
 /// The `podkv heap` subcommands.
@@ -123,30 +123,6 @@ pub struct GeometryArgs {
     /// Address space of the huge heap (blocks over 512 KiB), 2GiB to 16TiB; 0: none.
     #[arg(long, default_value = "1TiB", value_parser = parse_bytes)]
     pub huge_bytes: u64,
-}
-
-/// Parses a byte count with an optional binary unit: `4096`, `64KiB`, `2g`, `1TiB`.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a byte count (try 4096, 64KiB, 2GiB)"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => {
-            return Err(format!(
-                "unknown unit `{other}` in `{text}` (use KiB, MiB, GiB, TiB)"
-            ))
-        }
-    };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 /// Runs a `podkv heap` subcommand.
@@ -519,19 +495,4 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
         "heaps": heaps,
         "problems": report.problems,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn byte_counts_parse_with_units_and_refuse_garbage() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
-        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
-        assert!(parse_bytes("lots").is_err());
-        assert!(parse_bytes("3 parsecs").is_err());
-        assert!(parse_bytes("99999999999TiB").is_err());
-    }
 }

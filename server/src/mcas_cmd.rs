@@ -5,6 +5,7 @@
 //! handles signals and prints.
 
 use anyhow::{anyhow, bail};
+use podkv_harness::helpers::median;
 use podkv_hw::mcas::processor::{Stopped, TAKEOVER_AFTER};
 use podkv_hw::mcas::{
     ensure_processor, Liveness, Mcas, McasKind, NmpOptions, Processor, Region, RegionFile, Start,
@@ -294,12 +295,6 @@ fn worker(
     Ok((start.elapsed(), won))
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
-}
-
 fn report(args: &BenchMcasArgs, runs: &[Vec<Vec<f64>>]) -> anyhow::Result<()> {
     println!(
         "mcas bench: {} CAS/thread, median of {} runs, nmp processor: {:?}, evict: {}",
@@ -315,8 +310,8 @@ fn report(args: &BenchMcasArgs, runs: &[Vec<Vec<f64>>]) -> anyhow::Result<()> {
     let cpu = args.kinds.iter().position(|&k| k == BenchKind::Cpu);
     for (case, &(name, threads)) in CASES.iter().enumerate() {
         for (k, kind) in args.kinds.iter().enumerate() {
-            let ns = median(&runs[case][k]);
-            let ratio = cpu.map(|c| ns / median(&runs[case][c]));
+            let ns = median(&mut runs[case][k].clone());
+            let ratio = cpu.map(|c| ns / median(&mut runs[case][c].clone()));
             let shown = ratio.map_or("-".to_string(), |r| format!("{r:.1}"));
             println!("{name:<12} {threads:>7} {kind:<10} {ns:>10.1} {shown:>9}");
             if let Some(path) = &args.json {

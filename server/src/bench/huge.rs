@@ -13,12 +13,12 @@
 //! Every configuration is one `podkv bench threadtest|xmalloc` run ([`super::run_records`]):
 //! the runner's launcher, `podkv run-worker` processes sharing the heap, pinned workers,
 //! shared-memory start line, progress bar, PSS, faults and HWcc, one timed loop per pattern
-//! ([`super::workload`]), records through [`crate::runner::report::append_ndjson`]. A
+//! ([`super::workload`]), records through [`podkv_harness::helpers::append_ndjson`]. A
 //! baseline run still going after `--timeout` seconds is stopped by the runner's stop word
 //! (its blocks are all freed), its record says `timed_out`, and the summary says so.
 
 use super::{AllocatorName, Backing, BenchArgs, Kind};
-use crate::heap_cmd::parse_bytes;
+use podkv_harness::helpers::{human_bytes, median, parse_bytes};
 use std::path::PathBuf;
 
 /// Flags of `podkv bench huge`.
@@ -158,7 +158,7 @@ fn run_one(
         processes,
         threads,
         allocator,
-        ops_per_sec: (!timed_out).then(|| super::metrics::median(&mut ops)),
+        ops_per_sec: (!timed_out).then(|| median(&mut ops)),
         pss_bytes: records.iter().map(|r| r.pss_bytes).max().unwrap_or(0),
     })
 }
@@ -166,7 +166,7 @@ fn run_one(
 fn print_summary(args: &HugeArgs, rows: &[Row]) {
     println!(
         "\nbench huge: size={} ops={} batch={} repeats={} backing={:?} (median ops/s; podkv/mimalloc ratio)",
-        super::human_bytes(args.size),
+        human_bytes(args.size),
         args.ops,
         args.batch,
         args.repeat,
@@ -201,7 +201,7 @@ fn print_summary(args: &HugeArgs, rows: &[Row]) {
             row.ops_per_sec
                 .map_or("timed out".into(), |ops| format!("{ops:.0}")),
             ratio,
-            super::human_bytes(row.pss_bytes)
+            human_bytes(row.pss_bytes)
         );
     }
 }

@@ -33,23 +33,12 @@ pub fn git_commit() -> &'static str {
     option_env!("PODKV_GIT_COMMIT").unwrap_or("unknown")
 }
 
-/// The median of `values` (upper median for even counts); 0 for none.
-pub fn median(values: &mut [f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn pss_of_a_live_process_is_positive_and_median_is_the_middle() {
+    fn pss_of_a_live_process_is_positive() {
         assert!(pss_bytes() > 0);
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut []), 0.0);
     }
 }

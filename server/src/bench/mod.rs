@@ -14,7 +14,7 @@
 //! done) to the last worker's finish; the table reports the median over `--repeat` runs and
 //! each allocator's ratio to mimalloc from the same invocation. `--duration` ends a run
 //! early through the runner's stop word (its record says `timed_out`); records are appended
-//! by [`crate::runner::report::append_ndjson`], as the runner's own.
+//! by [`podkv_harness::helpers::append_ndjson`], as the runner's own.
 
 pub mod alloc;
 pub mod huge;
@@ -29,6 +29,7 @@ use crate::runner::worker::ProcessReport;
 use crate::runner::{self, Job, RunSpec};
 use alloc::BenchAlloc;
 use podkv_alloc::{Config, Heap};
+use podkv_harness::helpers::{human_bytes, median};
 use podkv_hw::Coherence;
 pub use process::BenchJob;
 use ring::Ring;
@@ -117,7 +118,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub heap: Option<PathBuf>,
     /// Most bytes of each of podkv's small and large slab heaps (address space reserved).
-    #[arg(long, default_value = "64GiB", value_parser = crate::heap_cmd::parse_bytes)]
+    #[arg(long, default_value = "64GiB", value_parser = podkv_harness::helpers::parse_bytes)]
     pub heap_bytes: u64,
     /// Runs per allocator; the table shows the median.
     #[arg(long, default_value_t = 3)]
@@ -149,7 +150,7 @@ pub struct BenchArgs {
     pub mcas_impl: podkv_hw::mcas::McasKind,
     /// Address space of podkv's huge heap (blocks over 512 KiB); 0: none (e.g. under valgrind,
     /// which cannot reserve a terabyte).
-    #[arg(long, default_value = "1TiB", value_parser = crate::heap_cmd::parse_bytes)]
+    #[arg(long, default_value = "1TiB", value_parser = podkv_harness::helpers::parse_bytes)]
     pub huge_bytes: u64,
 }
 
@@ -233,7 +234,7 @@ pub fn run_records(kind: Kind, args: &BenchArgs) -> anyhow::Result<Vec<Record>> 
                 if record.timed_out { " (timed out)" } else { "" }
             );
             if let Some(path) = &args.json {
-                runner::report::append_ndjson(path, &record)?;
+                podkv_harness::helpers::append_ndjson(path, &record)?;
             }
             records.push(record);
         }
@@ -460,7 +461,7 @@ fn print_table(args: &BenchArgs, records: &[Record]) {
             .filter(|r| r.allocator == name)
             .map(|r| r.ops_per_sec)
             .collect();
-        metrics::median(&mut v)
+        median(&mut v)
     };
     let base = median_of("mimalloc");
     for &allocator in &args.allocator {
@@ -501,21 +502,5 @@ fn print_table(args: &BenchArgs, records: &[Record]) {
             "recoverable podkv runs at {:.1}% of non-recoverable podkv",
             100.0 * on / off
         );
-    }
-}
-
-/// Bytes in binary units, for tables.
-pub fn human_bytes(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < units.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", units[unit])
     }
 }

@@ -2,10 +2,10 @@
 
 use super::worker::ProcessReport;
 use super::{merge, RunSpec};
-use crate::bench::{human_bytes, metrics};
+use crate::bench::metrics;
+use podkv_harness::helpers::{append_ndjson, human_bytes};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -194,16 +194,4 @@ impl RunRecord {
     pub fn append_json(&self, path: &Path) -> anyhow::Result<()> {
         append_ndjson(path, self)
     }
-}
-
-/// Appends `record` to `path` as one line of JSON: the one NDJSON writer of the runner and
-/// of `podkv bench`.
-pub fn append_ndjson(path: &Path, record: &impl Serialize) -> anyhow::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-    writeln!(file, "{}", serde_json::to_string(record)?)?;
-    Ok(())
 }

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use podkv_store::{Crawler, Store, StoreConfig};
 
-use crate::heap_cmd::parse_bytes;
 use crate::protocol::ProtocolLimits;
+use podkv_harness::helpers::parse_bytes;
 use stats::Counters;
 
 /// How often each process's expiry crawler walks the store.
