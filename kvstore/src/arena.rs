@@ -10,8 +10,8 @@
 use crate::item::View;
 use crate::StoreError;
 use podkv_alloc::{AllocError, Heap, InFlight, Offset, ThreadHandle};
+use podkv_hw::sync::mapped::{AtomicBool, AtomicU64, Ordering};
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Memory for the index: blocks, per-thread slots and one root word.

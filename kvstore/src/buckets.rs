@@ -30,8 +30,8 @@ use crate::reclaim::Reclaim;
 use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::StoreError;
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The table doubles when items exceed `buckets >> SHIFT_LOAD` (load factor ≤ 1/2): a lookup
 /// then passes ~0.2 other items of its bucket on average instead of ~0.4, each a cache and

@@ -15,8 +15,8 @@ use crate::item::{self, View};
 use crate::layout::*;
 use crate::list::MARK;
 use crate::shared::Shared;
+use podkv_hw::sync::mapped::Ordering;
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 
 /// What a walk of the store found.
 #[derive(Clone, Debug, Default, serde::Serialize)]

@@ -1,6 +1,6 @@
 //! Store configuration and the clock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 

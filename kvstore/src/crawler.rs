@@ -2,7 +2,7 @@
 //! stopped (or dropped). Started by `Map::spawn_crawler`, which gives it the pass to run.
 
 use crate::maintain::CrawlReport;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use podkv_hw::sync::mapped::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -34,7 +34,7 @@
 //! claimer that dies only slows its bucket down (slot recovery may finish the link).
 
 use crate::list::{Nodes, Probe};
-use podkv_hw::sync::AtomicU64;
+use podkv_hw::sync::mapped::{AtomicU32, AtomicU64, Ordering};
 use std::cmp::Ordering as Order;
 
 /// Bytes of item header before the key.
@@ -170,7 +170,7 @@ impl View {
     /// The node's split order (a sentinel's state flags masked off).
     #[inline]
     pub fn order(self, at: u64) -> u64 {
-        let raw = self.word(at + 8).load(std::sync::atomic::Ordering::Relaxed);
+        let raw = self.word(at + 8).load(Ordering::Relaxed);
         if raw & 1 == 0 {
             raw & !(SENTINEL_CLAIMED | SENTINEL_LINKED)
         } else {
@@ -192,10 +192,10 @@ impl View {
 
     /// The claim word of item `at` (see [`View::claim_retire`]).
     #[inline]
-    fn claim_word<'a>(self, at: u64) -> &'a std::sync::atomic::AtomicU32 {
+    fn claim_word<'a>(self, at: u64) -> &'a AtomicU32 {
         // SAFETY: the `u32` at 44 of a pinned item, 4-aligned; only ever accessed atomically
         // after publication (written zero by `write_item` before).
-        unsafe { &*(self.ptr(at + 44) as *const std::sync::atomic::AtomicU32) }
+        unsafe { &*(self.ptr(at + 44) as *const AtomicU32) }
     }
 
     /// Claims, for `slot`, the right to retire the unlinked item `at` (CAS of its claim word
@@ -204,20 +204,14 @@ impl View {
     #[inline]
     pub fn claim_retire(self, at: u64, slot: u32) -> bool {
         self.claim_word(at)
-            .compare_exchange(
-                0,
-                slot + 1,
-                std::sync::atomic::Ordering::AcqRel,
-                std::sync::atomic::Ordering::Relaxed,
-            )
+            .compare_exchange(0, slot + 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 
     /// Who claimed item `at`'s retirement: `slot + 1`, or zero.
     #[inline]
     pub fn retire_claim(self, at: u64) -> u32 {
-        self.claim_word(at)
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.claim_word(at).load(Ordering::Acquire)
     }
 
     /// An item's CAS token (one field of [`meta`](Self::meta), for a write that needs only it).

@@ -8,7 +8,7 @@
 //! Bucket `b`'s sentinel is slot `b % COUNT_SEGMENT` of segment `b / COUNT_SEGMENT`; it is all
 //! zero until a writer links it into the one split-ordered list (see `item`, # Sentinels).
 
-use std::sync::atomic::AtomicU64;
+use podkv_hw::sync::mapped::AtomicU64;
 
 /// "podkvST1": the descriptor's magic.
 pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;

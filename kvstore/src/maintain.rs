@@ -18,7 +18,7 @@ use crate::layout::COUNT_SEGMENT;
 use crate::list::{self, Probe, MARK};
 use crate::reclaim::Reclaim;
 use crate::StoreError;
-use std::sync::atomic::{AtomicU64, Ordering};
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 
 /// Items examined per eviction.
 pub const COUNT_SAMPLE: usize = 8;

@@ -25,9 +25,9 @@ use crate::slot::Slot;
 use crate::writer::{Parts, Writer};
 use crate::StoreError;
 use podkv_alloc::Heap;
+use podkv_hw::sync::mapped::Ordering;
 use podkv_hw::Coherence;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -31,7 +31,7 @@ use crate::list::{self, Probe};
 use crate::reclaim::Pin;
 use crate::writer::Parts;
 use crate::StoreError;
-use std::sync::atomic::Ordering;
+use podkv_hw::sync::mapped::Ordering;
 
 pub use crate::command::{
     expiry_of, parse_counter, Mode, Outcome, StoreExtra, SECONDS_RELATIVE_MAX,

@@ -71,7 +71,7 @@ use crate::list::MARK;
 use crate::reclaim::{limbo, Reclaim};
 use crate::slot::Slot;
 use podkv_alloc::{InFlight, Offset};
-use std::sync::atomic::{AtomicU64, Ordering};
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 
 /// What store recovery did for one dead slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,8 +247,8 @@ mod tests {
     use crate::layout::{MASK_TAG, TAKE_ENTRY};
     use crate::{Store, StoreConfig};
     use podkv_alloc::InFlight;
+    use podkv_hw::sync::mapped::Ordering;
     use std::process::Command;
-    use std::sync::atomic::Ordering;
 
     /// A small heap of `slots` thread slots (one: whoever claims after the child dies adopts
     /// the child's slot; recovery needs a second, for the recovering handle).

@@ -11,7 +11,7 @@ use crate::config::{Clock, Eviction, StoreConfig, Table};
 use crate::item::{self, View, SENTINEL_LINKED};
 use crate::layout::*;
 use crate::StoreError;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use podkv_hw::sync::mapped::{AtomicU64, AtomicUsize, Ordering};
 
 /// One open store: see the module doc. Held in an `Arc` by the map and by every handle.
 pub(crate) struct Shared<A: Arena> {

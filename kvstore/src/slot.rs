@@ -11,8 +11,8 @@ use crate::layout::SlotRecord;
 use crate::list::{Nodes, Probe};
 use crate::shared::Shared;
 use crate::StoreError;
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 use std::cmp::Ordering as Order;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A claimed arena slot and its record (see the module doc). Not `Send`: the arena's thread

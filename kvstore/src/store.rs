@@ -7,8 +7,8 @@ use crate::config::StoreConfig;
 use crate::map::{Handle, Map};
 use crate::StoreError;
 use podkv_alloc::{Config, Heap};
+use podkv_hw::sync::mapped::Ordering;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 pub use crate::check::CheckReport;
 pub use crate::crawler::Crawler;

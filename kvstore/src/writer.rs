@@ -20,8 +20,8 @@ use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::StoreError;
 use podkv_alloc::AllocError;
+use podkv_hw::sync::mapped::Ordering;
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
 
 /// CAS tokens a handle reserves at once.
 pub const BATCH_CAS: u64 = 64;

@@ -13,7 +13,7 @@ use super::spare::{Room, Spare, Spares};
 use crate::arena::Arena;
 use crate::layout::{Bag, Stamp, ALLOC_BAG, COUNT_BAG, FREE_BAG, FREE_ENTRY, SIZE_BAG};
 use crate::slot::Slot;
-use std::sync::atomic::Ordering;
+use podkv_hw::sync::mapped::Ordering;
 
 /// The bag at `at`, in `slot`'s limbo.
 #[inline]

@@ -12,8 +12,8 @@ use super::spare::{self, Reuse, Room, Spares};
 use crate::arena::Arena;
 use crate::kvmap::Recycling;
 use crate::slot::Slot;
+use podkv_hw::sync::mapped::Ordering;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::Ordering;
 
 /// Retirements between two `collect`s. Each reads every slot's announcement (one line per
 /// heap slot, 64 in the benchmark, evicted again by the writes in between): at 64 that was

@@ -17,7 +17,7 @@
 use crate::arena::Arena;
 use crate::layout::{MASK_TAG, TAKE_ENTRY};
 use crate::slot::Slot;
-use std::sync::atomic::Ordering;
+use podkv_hw::sync::mapped::Ordering;
 
 /// Most spares a handle keeps. With several threads the epoch advances in bursts: a peer
 /// preempted while pinned holds it for its whole time off the CPU (a scheduler slice, ~4 ms),
@@ -240,7 +240,7 @@ mod tests {
     use crate::map::Handle;
     use crate::reclaim::{limbo, BATCH_COLLECT};
     use crate::{PodArena, Store, StoreConfig};
-    use std::sync::atomic::Ordering;
+    use podkv_hw::sync::mapped::Ordering;
 
     const VALUE: &[u8] = &[b'v'; 960];
     /// The size of an item of key `k` and `VALUE`.
