@@ -284,7 +284,7 @@ impl<A: Arena> Walk<'_, A> {
         }
         for i in 0..len {
             let node = self.view.word(bag + 16 + i * 16).load(Ordering::Relaxed);
-            // Zero: an entry freed already (`Handle::free_reclaimable` never moves entries).
+            // Zero: an entry freed already (`reclaim::limbo` never moves entries).
             if node != 0 && self.block(node, &format!("slot {slot} limbo entry")) {
                 self.report.limbo_entries += 1;
             }

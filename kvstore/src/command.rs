@@ -1,6 +1,6 @@
 //! What commands say and what they reply: the request and outcome types of memcached's classic
 //! commands (`memcached`) and meta commands (`meta`), the one decision type of the write loop
-//! ([`Step`]), and the rules both read the same way (expiry, counter values). Plain data: no
+//! (`Step`), and the rules both read the same way (expiry, counter values). Plain data: no
 //! store access, so both command modules build on it without reaching into each other.
 
 use crate::item::{LEASE_STALE, LEASE_TOKEN_SENT};

@@ -240,7 +240,7 @@ impl View {
         let len = unsafe { (self.ptr(at + 40) as *const u16).read() } as usize;
         // SAFETY: the key's bytes follow the header inside the item's block (layout above),
         // immutable after publication; the caller's pin outlives the slice ('a is bounded by
-        // the guard that pins, see `store::Guard`).
+        // the guard that pins, see `memcached::Guard`).
         unsafe { std::slice::from_raw_parts(self.ptr(at + SIZE_HEADER as u64), len) }
     }
 

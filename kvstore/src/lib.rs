@@ -5,16 +5,42 @@
 //! split-ordered Harris–Michael list of items (48-byte header + key + value, one block each)
 //! threads all buckets. Every insert, replace and delete is one CAS on a link; lookups only
 //! load. Retired items wait in per-slot limbo bags in the heap until the global epoch has moved
-//! two steps past them. memcached 1.6 semantics sit on one write loop (`Handle::update`).
+//! two steps past them. memcached 1.6 semantics sit on one write loop (`Parts::update`).
 //!
-//! # Reading order
-//! - [`list`]: the link protocol (loom-checked in `tests/loom.rs`);
-//! - [`epoch`]: pinning and advancing (loom-checked);
-//! - `item`, `layout`: what lives in the heap;
-//! - `map`: the table, growth, pins, limbo;
-//! - `memcached`: commands; `meta`: the meta commands' state (recache tokens, stale items);
-//!   `maintain`: eviction and the expiry crawler; `check`: the walker;
-//! - `store`: [`Store`] / [`StoreHandle`] / [`Guard`]; `kvmap` + `baseline`: the driver trait.
+//! A [`Map`] (= [`Store`] in the pod heap) is the open store: `shared::Shared` (arena,
+//! descriptor, clock). A [`Handle`] is one thread's seat, made of owned components, each with
+//! its state and API in its own module; a command borrows them as one `writer::Parts`:
+//! - `reclaim::Reclaim` — the thread's `slot::Slot` (arena slot, heap record, log words),
+//!   its pins, collect schedule and spares;
+//! - `buckets::Buckets` — growth debt, batched item/byte counters, eviction's sampling seed;
+//! - `writer::Writer` — the CAS-token block and the lost-race count.
+//!
+//! # Who owns what (bottom up; no module imports one above it)
+//! - leaves: [`error`], [`config`], [`layout`] (heap structures, log tags), [`item`] (item
+//!   layout, `View`), [`list`] (link protocol), [`command`] (request/reply types, expiry and
+//!   counter rules), [`kvmap`] (the driver trait), [`arena`] (pod heap or mimalloc);
+//! - `shared`: opening, `create`, descriptor facts, visibility; `slot`: the claimed slot;
+//! - [`reclaim`]: [`epoch`] (the rule), `limbo` (the heap list and its walk), `spare`,
+//!   `reclaimer` (`Reclaim`);
+//! - `buckets`: sentinels, lazy linking, growth; [`maintain`]: capacity, eviction, crawl;
+//! - `writer`: new items (spare or allocator) and the write loop;
+//! - [`recover`]: settling a dead slot's log; [`memcached`], [`meta`]: the commands;
+//! - [`map`]: `Map` and `Handle` (thin); [`store`], `crawler`, [`check`], [`baseline`].
+//!
+//! # Where a change goes
+//! - **Reclamation**: when a node may be freed — [`epoch`]; when a handle collects, and
+//!   spares — `reclaim::reclaimer`, `reclaim::spare`; how limbo sits in the heap —
+//!   `reclaim::limbo` with its layout in [`layout`] and its crash steps in [`recover`].
+//! - **Recovery**: a new logged step — its tag in [`layout`], the write in the component
+//!   that takes the step (via `Slot::log` / `Slot::limbo_log`), its arm in
+//!   `recover::settle` and the table at the top of [`recover`].
+//! - **A meta command's store semantics**: the options and results in [`command`], the
+//!   decision (what `decide` returns to the write loop) in [`meta`]; an item state bit in
+//!   [`item`]. The wire format is the server's, not here.
+//! - **A classic command**: [`memcached`]; the write loop itself (search, CAS, retry,
+//!   accounting): `writer`; item allocation and eviction: `writer` and [`maintain`].
+//! - **The table** (buckets, growth, linking): `buckets`; the heap format of anything:
+//!   [`layout`] / [`item`], with a new `VERSION`.
 //!
 //! # Example
 //! ```no_run

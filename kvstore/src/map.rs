@@ -2,11 +2,11 @@
 //! seat at it). Both are thin: the work is in the components they hold and the command
 //! modules they call.
 //!
-//! - `Map` holds the [`Shared`] store (arena, descriptor, clock) and opens it;
-//! - `Handle` holds its [`Reclaim`] (its thread's [`Slot`] — arena slot, heap record, logs —
-//!   and its pins, limbo schedule and spares), its [`Buckets`] part (growth debt, batched
-//!   counters, sampling seed) and its [`Writer`] (CAS tokens, lost races); a command borrows
-//!   them as one [`Parts`] and runs in `memcached`, `meta` or `maintain`.
+//! - `Map` holds the `Shared` store (arena, descriptor, clock) and opens it;
+//! - `Handle` holds its `Reclaim` (its thread's `Slot` — arena slot, heap record, logs —
+//!   and its pins, limbo schedule and spares), its `Buckets` part (growth debt, batched
+//!   counters, sampling seed) and its `Writer` (CAS tokens, lost races); a command borrows
+//!   them as one `Parts` and runs in `memcached`, `meta` or `maintain`.
 
 use crate::arena::{Arena, LocalArena, PodArena};
 use crate::buckets::Buckets;

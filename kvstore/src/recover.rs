@@ -64,8 +64,8 @@
 use crate::arena::Arena;
 use crate::buckets;
 use crate::layout::{
-    ALLOC_BAG, ALLOC_ITEM, ALLOC_SEGMENT, FREE_BAG, FREE_ENTRY, FREE_ITEM, ITEM, MASK_TAG,
-    TAKE_ENTRY,
+    SlotRecord, ALLOC_BAG, ALLOC_ITEM, ALLOC_SEGMENT, FREE_BAG, FREE_ENTRY, FREE_ITEM, ITEM,
+    MASK_TAG, TAKE_ENTRY,
 };
 use crate::list::MARK;
 use crate::reclaim::{limbo, Reclaim};
@@ -129,46 +129,9 @@ pub(crate) fn settle<A: Arena>(
         unlink: 0,
         in_flight,
     };
-    let view = shared.view();
-    let freed_by_heap = |x: u64| in_flight == Some(InFlight::Free(Offset(x)));
-    let free = |x: u64, done: &mut Settled| {
-        slot.free(x);
-        done.freed += 1;
-    };
     // The limbo step first: `unlink` below looks at the limbo head.
-    let word = take(&record.limbo_log);
-    done.limbo_log = word;
-    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
-    let from = record.limbo_at.load(Ordering::Relaxed);
-    let item_logged = record.log.load(Ordering::Acquire) == x | ITEM;
-    match tag {
-        ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
-            free(allocated, &mut done)
-        }
-        FREE_ENTRY | FREE_BAG
-            if in_flight.is_some()
-                && !freed_by_heap(x)
-                && view.word(from).load(Ordering::Relaxed) != x =>
-        {
-            free(x, &mut done)
-        }
-        TAKE_ENTRY if !item_logged && view.word(from).load(Ordering::Relaxed) != x => {
-            free(x, &mut done)
-        }
-        _ => {}
-    }
-    let word = take(&record.log);
-    done.log = word;
-    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
-    match tag {
-        ALLOC_ITEM if allocated != 0 => free(allocated, &mut done),
-        ITEM if !published(slot, x) => free(x, &mut done),
-        FREE_ITEM if in_flight.is_some() && !freed_by_heap(x) => free(x, &mut done),
-        ALLOC_SEGMENT if allocated != 0 && view.word(x).load(Ordering::Acquire) != allocated => {
-            free(allocated, &mut done)
-        }
-        _ => {}
-    }
+    settle_limbo_step(slot, record, allocated, &mut done);
+    settle_item_step(slot, record, allocated, &mut done);
     let x = take(&record.unlink);
     done.unlink = x;
     if x != 0 && !reachable(slot, x) && owes_retire(slot, dead, x) {
@@ -183,6 +146,72 @@ pub(crate) fn settle<A: Arena>(
             .compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
     done
+}
+
+/// The `limbo_log` arm of [`settle`]: takes the word and frees the block its step left
+/// referenced by nothing (`allocated`: the block an `Alloc` report names for this step).
+fn settle_limbo_step<A: Arena>(
+    slot: &Slot<A>,
+    record: &SlotRecord,
+    allocated: u64,
+    done: &mut Settled,
+) {
+    let word = take(&record.limbo_log);
+    done.limbo_log = word;
+    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
+    let view = slot.view();
+    let from = record.limbo_at.load(Ordering::Relaxed);
+    let item_logged = record.log.load(Ordering::Acquire) == x | ITEM;
+    match tag {
+        ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
+            free(slot, allocated, done)
+        }
+        FREE_ENTRY | FREE_BAG
+            if done.in_flight.is_some()
+                && !freed_by_heap(done, x)
+                && view.word(from).load(Ordering::Relaxed) != x =>
+        {
+            free(slot, x, done)
+        }
+        TAKE_ENTRY if !item_logged && view.word(from).load(Ordering::Relaxed) != x => {
+            free(slot, x, done)
+        }
+        _ => {}
+    }
+}
+
+/// The `log` arm of [`settle`]: takes the word and frees the item or segment block its step
+/// left referenced by nothing.
+fn settle_item_step<A: Arena>(
+    slot: &Slot<A>,
+    record: &SlotRecord,
+    allocated: u64,
+    done: &mut Settled,
+) {
+    let word = take(&record.log);
+    done.log = word;
+    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
+    let view = slot.view();
+    match tag {
+        ALLOC_ITEM if allocated != 0 => free(slot, allocated, done),
+        ITEM if !published(slot, x) => free(slot, x, done),
+        FREE_ITEM if done.in_flight.is_some() && !freed_by_heap(done, x) => free(slot, x, done),
+        ALLOC_SEGMENT if allocated != 0 && view.word(x).load(Ordering::Acquire) != allocated => {
+            free(slot, allocated, done)
+        }
+        _ => {}
+    }
+}
+
+/// Whether the allocator reported freeing `x` itself (its step was that free).
+fn freed_by_heap(done: &Settled, x: u64) -> bool {
+    done.in_flight == Some(InFlight::Free(Offset(x)))
+}
+
+/// Frees `x`, which recovery found referenced by nothing, and counts it.
+fn free<A: Arena>(slot: &Slot<A>, x: u64, done: &mut Settled) {
+    slot.free(x);
+    done.freed += 1;
 }
 
 /// Whether written item `x` was ever published: marked (removed since) or reachable.

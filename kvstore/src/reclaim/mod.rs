@@ -7,7 +7,7 @@
 //!   `retire` and walked by `collect`, every step logged for `recover`;
 //! - `spare`: reclaimable items a handle keeps in limbo and reuses in place for new items of
 //!   the same size;
-//! - `reclaimer`: [`Reclaim`], a handle's pins, its collect schedule (every `BATCH_COLLECT`
+//! - `reclaimer`: `Reclaim`, a handle's pins, its collect schedule (every `BATCH_COLLECT`
 //!   retirements, sooner while the epoch is stuck) and its spares.
 //!
 //! A change to *when* nodes are freed goes in `epoch` (the rule) or `reclaimer` (the
