@@ -111,6 +111,31 @@ pub(crate) fn cas_as_process(
     }
 }
 
+/// The one way a multi-writer word changes by CAS, on behalf of thread slot `client`
+/// (`Heap::cas_word`): memory-side CAS in an `mcas` heap, CPU CAS otherwise.
+#[inline]
+pub(crate) fn cas_word(
+    mcas: Option<&HeapMcas>,
+    client: u32,
+    word: &AtomicU64,
+    current: u64,
+    new: u64,
+) -> Result<u64, u64> {
+    match mcas {
+        Some(mcas) => mcas.cas(client, word, current, new),
+        None => crate::dcas::cpu_cas(word, current, new),
+    }
+}
+
+/// The store of [`cas_word`]'s mechanism (`Heap::store_word`).
+#[inline]
+pub(crate) fn store_word(mcas: Option<&HeapMcas>, client: u32, word: &AtomicU64, value: u64) {
+    match mcas {
+        Some(mcas) => mcas.store(client, word, value),
+        None => crate::dcas::cpu_store(word, value),
+    }
+}
+
 /// Bytes into the header of the process lines' borrow words (`COUNT_PROCESS_LINES` of them).
 pub(crate) const OFFSET_PROCESS_LINES: u64 = 1024;
 

@@ -21,6 +21,8 @@
 //!   of the slot's unsized list), `after_free` (33: the step continues the free of the block
 //!   in the slot's `aux` word), a count (34..41), `warm` (41: the warm global list).
 
+use crate::offset::Offset;
+
 const SHIFT_OP: u32 = 59;
 const SHIFT_VER: u32 = 42;
 const MASK_PAYLOAD: u64 = (1 << SHIFT_VER) - 1;
@@ -221,6 +223,18 @@ impl SlabStep {
             warm: (p >> 41) & 1 != 0,
         }
     }
+}
+
+/// What the dead slot was doing with a block when it died, as the application sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlight {
+    /// No allocation or free was under way.
+    None,
+    /// The block was taken for an allocation that may not have reached the application: if
+    /// the application holds no record of it, it should free it.
+    Alloc(Offset),
+    /// A free of the block was under way; recovery finished it (the block is free).
+    Free(Offset),
 }
 
 #[cfg(test)]

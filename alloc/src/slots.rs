@@ -107,12 +107,7 @@ impl Slots {
         let (bytes, len) = self.slot(u64::from(i)).bytes();
         self.coherence.write_back(bytes, len);
         let word = self.owner_word(u64::from(i));
-        let (current, new) = (owner.pack(), 0);
-        match &self.mcas {
-            Some(mcas) => mcas.cas(i, word, current, new),
-            None => crate::dcas::cpu_cas(word, current, new),
-        }
-        .is_ok()
+        crate::mcas::cas_word(self.mcas.as_deref(), i, word, owner.pack(), 0).is_ok()
     }
 
     /// How many times slot `i` has been claimed (its `generation`).

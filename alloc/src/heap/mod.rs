@@ -51,11 +51,11 @@ pub use crate::slabs::SlabHeap;
 use crate::global::GlobalLists;
 use crate::slabs::SlabHeaps;
 use crate::slots::Slots;
-use crate::error::HeapError;
+use crate::error::{HeapError, ResolveError};
 use crate::fault::{self, Registration};
 use crate::file::{HeapFile, Mapping, Words};
 use crate::hazard;
-use crate::huge::HugeProcess;
+use crate::huge::{Found, HugeBacking, HugeHeap, HugeReport, HugeView};
 use crate::layout::{Geometry, Layout, COUNT_GLOBAL_LINES, SIZE_GLOBAL_LINE};
 use crate::mcas::HeapMcas;
 use crate::offset::Offset;
@@ -81,7 +81,7 @@ pub(crate) struct Shared {
     _fault: Option<Registration>,
     /// Dropped next: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
     /// mapping below still stands.
-    pub(crate) huge: Option<HugeProcess>,
+    pub(crate) huge: Option<HugeHeap>,
     /// The thread slots (holding the mCAS hook, as `huge` does).
     pub(crate) slots: Slots,
     /// An `mcas` heap's region and processor: dropped (stopping a processor this process
@@ -133,7 +133,7 @@ impl Heap {
     /// in an `nmp` heap maybe an mCAS processor) and how they stop.
     pub fn open(path: impl AsRef<Path>, config: &Config) -> Result<Heap, HeapError> {
         let path = path.as_ref();
-        let file = HeapFile::open(path, config.create)?;
+        let file = Arc::new(HeapFile::open(path, config.create)?);
         let geometry = install_or_read_geometry(&file, config)?;
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
@@ -145,8 +145,8 @@ impl Heap {
         let mcas = if geometry.coherence == Coherence::Mcas {
             // SAFETY: the mapping covers `0..huge_data` with the header, the HWcc globals, the
             // slots' and hazard records' words and the mCAS lines backed (above; remote words
-            // are backed before `len` names their slabs), and `Shared` drops `mcas` (and
-            // `huge`, which holds the other reference) before `mapping`.
+            // are backed before `len` names their slabs), and `Shared` drops `mcas` (and `huge`
+            // and `slots`, which hold the other references) before `mapping`.
             Some(Arc::new(unsafe {
                 HeapMcas::open(mapping.base(), &geometry, &layout)?
             }))
@@ -171,7 +171,6 @@ impl Heap {
             None => None,
         };
         let is_device = file.is_device;
-        let file = Arc::new(file);
         let backer = Arc::new(Backer::default());
         let words = Words::of(&mapping);
         let slabs = SlabHeaps::new(&geometry, &layout, words, file.clone(), backer.clone());
@@ -407,6 +406,69 @@ impl Heap {
         heap.len()
     }
 
+    pub(crate) fn huge_view(&self) -> Option<&HugeView> {
+        self.shared.huge.as_ref().map(|h| &h.view)
+    }
+
+    /// Unmaps every huge allocation this process has mapped that was freed since, withdrawing
+    /// its hazard offsets so its owner can reclaim it, then sweeps a few released slots
+    /// (`huge/owner.rs`). Huge allocations and frees do this themselves; a process that only
+    /// reads huge blocks calls it now and then. Returns allocations reclaimed by the sweep.
+    pub fn collect_huge(&self) -> usize {
+        let Some(huge) = &self.shared.huge else {
+            return 0;
+        };
+        huge.collect(&self.shared.slots, &|slot| self.hold(slot))
+    }
+
+    /// Changes how this process backs the huge blocks it allocates from now on (no effect on a
+    /// heap without a huge heap).
+    pub fn set_huge_backing(&self, backing: HugeBacking) {
+        if let Some(huge) = &self.shared.huge {
+            huge.set_backing(backing);
+        }
+    }
+
+    /// The live or freed huge allocation starting at `offset`: its slot, descriptor and length.
+    pub fn huge_allocation(&self, offset: Offset) -> Option<Found> {
+        self.shared.huge.as_ref()?.allocation(offset)
+    }
+
+    /// This process's address of `[offset, offset + len)`, checked: for offsets that came from
+    /// outside the process (a file, a socket, another process's bug). The range must lie inside
+    /// one grown slab of the small or large heap or inside one live huge allocation, which is
+    /// mapped here if it is not yet. Anything else is an error, never a wild mapping.
+    pub fn resolve_checked(&self, offset: Offset, len: u64) -> Result<*mut u8, ResolveError> {
+        let refuse = ResolveError {
+            offset: offset.0,
+            len,
+        };
+        let end = offset.0.checked_add(len.max(1)).ok_or(refuse)?;
+        for kind in Kind::ALL {
+            let heap = self.slab_heap(kind);
+            if let Some((slab, in_slab)) = heap.slab_of(offset.0) {
+                let fits = in_slab + (end - offset.0) <= heap.slab_bytes();
+                return if fits && slab < heap.len() {
+                    Ok(self.resolve(offset))
+                } else {
+                    Err(refuse)
+                };
+            }
+        }
+        let view = self.huge_view().ok_or(refuse)?;
+        view.map_checked(offset.0, end).ok_or(refuse)?;
+        Ok(self.resolve(offset))
+    }
+
+    /// Checks the huge heap, appending one line per violated invariant to `problems`.
+    pub fn check_huge(&self, problems: &mut Vec<String>) -> HugeReport {
+        let Some(view) = self.huge_view() else {
+            return HugeReport::default();
+        };
+        let released = |slot: u32| self.slot_life(u64::from(slot)) == SlotLife::Free;
+        HugeReport::check(view, &self.shared.geometry, released, problems)
+    }
+
     /// The mCAS implementation of an `mcas` heap (`None` in other modes).
     pub fn mcas_kind(&self) -> Option<McasKind> {
         self.shared.mcas.as_deref().map(HeapMcas::kind)
@@ -431,20 +493,14 @@ impl Heap {
         current: u64,
         new: u64,
     ) -> Result<u64, u64> {
-        match &self.shared.mcas {
-            Some(mcas) => mcas.cas(client, word, current, new),
-            None => crate::dcas::cpu_cas(word, current, new),
-        }
+        crate::mcas::cas_word(self.shared.mcas.as_deref(), client, word, current, new)
     }
 
     /// The store of [`Heap::cas_word`]'s mechanism: a word no other thread may change
     /// concurrently (by contract of the caller), ordered after every earlier change of it.
     #[inline]
     pub(crate) fn store_word(&self, client: u32, word: &AtomicU64, value: u64) {
-        match &self.shared.mcas {
-            Some(mcas) => mcas.store(client, word, value),
-            None => crate::dcas::cpu_store(word, value),
-        }
+        crate::mcas::store_word(self.shared.mcas.as_deref(), client, word, value);
     }
 
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus

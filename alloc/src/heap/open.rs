@@ -6,7 +6,7 @@ use super::config::Config;
 use crate::error::HeapError;
 use crate::file::{HeapFile, Mapping};
 use crate::hazard;
-use crate::huge::{HugeProcess, HugeView};
+use crate::huge::{HugeHeap, HugeView};
 use crate::layout::{FormatProblem, Geometry, Layout, FORMAT_VERSION, MAGIC, SIZE_HEADER};
 use crate::mcas::{cas_as_process, HeapMcas};
 use crate::slabs::SlabHeap;
@@ -22,14 +22,14 @@ const OFFSET_HUGE_BACKED: u64 = 256;
 /// The huge heap's part of opening: back its metadata, claim this process's hazard record and
 /// join the SIGSEGV handler's registry.
 pub(super) fn open_huge(
-    file: &HeapFile,
+    file: &Arc<HeapFile>,
     mapping: &Mapping,
     geometry: &Geometry,
     layout: &Layout,
     config: &Config,
     me: Owner,
     mcas: Option<Arc<HeapMcas>>,
-) -> Result<Option<HugeProcess>, HeapError> {
+) -> Result<Option<HugeHeap>, HeapError> {
     if geometry.huge_log2 == 0 {
         return Ok(None);
     }
@@ -54,11 +54,12 @@ pub(super) fn open_huge(
         .ok_or(HeapError::NoHazardRecord {
             count: hazard::COUNT_HAZARD_RECORDS,
         })?;
-    Ok(Some(HugeProcess::new(
+    Ok(Some(HugeHeap::new(
         view(record),
         config.huge_backing,
         me,
         mcas,
+        file.clone(),
     )))
 }
 

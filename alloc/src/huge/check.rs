@@ -13,10 +13,10 @@
 
 use super::{HugeStep, HugeView, RunWord, ALIGN_HUGE, DESC_EMPTY, DESC_FREED, DESC_LIVE};
 use crate::hazard::COUNT_HAZARDS;
-use crate::heap::Heap;
+use crate::layout::Geometry;
 use podkv_hw::sync::Ordering::Acquire;
 
-/// What the huge heap holds, as [`Heap::check`] saw it.
+/// What the huge heap holds, as [`crate::Heap::check`] saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HugeReport {
     /// Whether the heap has a huge heap at all.
@@ -51,23 +51,26 @@ pub struct HugeReport {
     pub mapped_here_bytes: u64,
 }
 
-impl Heap {
-    /// Checks the huge heap, appending one line per violated invariant to `problems`.
-    pub fn check_huge(&self, problems: &mut Vec<String>) -> HugeReport {
-        let Some(view) = self.huge_view() else {
-            return HugeReport::default();
-        };
+impl HugeReport {
+    /// Checks the huge heap through `view`, appending one line per violated invariant to
+    /// `problems`; `released(slot)` says whether a slot is free now (`Heap::check_huge`).
+    pub(crate) fn check(
+        view: &HugeView,
+        geometry: &Geometry,
+        released: impl Fn(u32) -> bool,
+        problems: &mut Vec<String>,
+    ) -> HugeReport {
         let mut report = HugeReport {
             enabled: true,
-            reserved_bytes: self.geometry().huge_bytes(),
+            reserved_bytes: geometry.huge_bytes(),
             range_bytes: view.range_bytes(),
             ..HugeReport::default()
         };
         check_ranges(view, &mut report, problems);
-        for slot in 0..self.geometry().slots() as u32 {
+        for slot in 0..geometry.slots() as u32 {
             let freed = report.freed;
             check_slot(view, slot, &mut report, problems);
-            if self.slot_life(u64::from(slot)) == crate::process::SlotLife::Free {
+            if released(slot) {
                 report.freed_in_released += report.freed - freed;
             }
         }

@@ -30,6 +30,7 @@ use crate::error::{AllocError, HeapError};
 use crate::global::List;
 use crate::heap::Heap;
 use crate::slabs::SlabHeap;
+use crate::huge::{HugeOwner, HugeStep, HugeThread};
 use crate::offset::Offset;
 use crate::pending::{Pending, COUNT_MAX};
 use crate::process::SlotLife;
@@ -47,7 +48,8 @@ use std::marker::PhantomData;
 
 mod recover;
 use recover::Adopter;
-pub use recover::{InFlight, Recovered};
+pub use crate::recovery::InFlight;
+pub use recover::Recovered;
 
 /// One thread's claim on a heap: its thread slot. Not `Send`: a slot belongs to one thread.
 /// Dropping it gives every slab back (empty ones to the global list with their pages released,
@@ -215,17 +217,58 @@ impl ThreadHandle {
         self.heap.take_adoption(self.slot_index)
     }
 
-    /// Logs a huge block's allocation or free in the recovery word, as the slab heaps log
-    /// theirs, for [`InFlight`] reports: `Alloc(offset)` once the place is chosen (reported
-    /// only if this slot's descriptor of it went live), `Free(offset)` once it is freed.
-    pub(crate) fn log_huge_block(&self, op: Op, offset: u64) {
-        self.log_block(op, offset);
+    /// This slot as the owner of its huge state (`None`: the heap has no huge heap).
+    fn huge(&self) -> Option<HugeOwner<'_>> {
+        let shared = &self.heap.shared;
+        let huge = shared.huge.as_ref()?;
+        Some(huge.owner(&shared.slots, self.slot_index))
     }
 
-    /// Logs that a huge allocation started and names no block yet (so the recovery word no
-    /// longer names this slot's previous allocation, which the application holds).
-    pub(crate) fn log_huge_start(&self) {
-        self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
+    /// Allocates a huge block (`huge/owner.rs`).
+    #[cold]
+    fn allocate_huge(&self, layout: Layout) -> Result<Offset, AllocError> {
+        match self.huge() {
+            Some(huge) => huge.allocate(layout, self),
+            None => Err(AllocError::Unsupported {
+                size: layout.size(),
+                align: layout.align(),
+            }),
+        }
+    }
+
+    /// Frees a huge block, from any thread of any process (`huge/owner.rs`).
+    #[cold]
+    fn free_huge(&self, offset: Offset) {
+        let Some(huge) = self.huge() else {
+            panic!("podkv: free of {offset}, which lies in no slab of the heap");
+        };
+        huge.free(offset, self);
+    }
+
+    /// This slot's housekeeping, as every huge allocation and free does it: unmap what this
+    /// process mapped and was freed since, reclaim this slot's freed allocations that no
+    /// process maps any more, give back runs left empty, then sweep a few released slots
+    /// (`huge/owner.rs`). Returns allocations reclaimed.
+    pub fn collect_huge(&self) -> usize {
+        let shared = &self.heap.shared;
+        let Some(huge) = &shared.huge else {
+            return 0;
+        };
+        huge.view.unmap_freed();
+        let mine = huge.owner(&shared.slots, self.slot_index).collect();
+        mine + huge.collect(&shared.slots, &|slot| self.heap.hold(slot))
+    }
+
+    /// Finishes or undoes the huge step this slot's log word names, as after a crash of the
+    /// slot's previous owner (`huge/owner.rs`): returns the step and the block it leaves in
+    /// flight.
+    pub(crate) fn recover_huge_in_flight(&self) -> Option<(HugeStep, InFlight)> {
+        self.huge()?.recover()
+    }
+
+    /// As `recover_huge_in_flight`, the step only.
+    pub fn recover_huge(&self) -> Option<HugeStep> {
+        self.recover_huge_in_flight().map(|(step, _)| step)
     }
 
     /// The heap this handle allocates from.
@@ -1031,6 +1074,20 @@ impl Writer for ThreadHandle {
     #[inline]
     fn store_word(&self, word: &AtomicU64, value: u64) {
         self.heap.store_word(self.slot_index, word, value);
+    }
+}
+
+impl HugeThread for ThreadHandle {
+    fn log_huge_start(&self) {
+        self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
+    }
+
+    fn log_huge_block(&self, op: Op, offset: u64) {
+        self.log_block(op, offset);
+    }
+
+    fn collect_huge(&self) -> usize {
+        ThreadHandle::collect_huge(self)
     }
 }
 

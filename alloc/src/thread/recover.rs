@@ -29,7 +29,7 @@ use crate::global::List;
 use crate::slabs::SlabHeap;
 use crate::offset::Offset;
 use crate::pending::Pending;
-use crate::recovery::{Op, Rec, SlabStep};
+use crate::recovery::{InFlight, Op, Rec, SlabStep};
 use crate::remote;
 use crate::slab::State;
 use podkv_hw::sync::{
@@ -38,18 +38,6 @@ use podkv_hw::sync::{
 };
 use std::ops::Deref;
 use std::time::{Duration, Instant};
-
-/// What the dead slot was doing with a block when it died, as the application sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InFlight {
-    /// No allocation or free was under way.
-    None,
-    /// The block was taken for an allocation that may not have reached the application: if
-    /// the application holds no record of it, it should free it.
-    Alloc(Offset),
-    /// A free of the block was under way; recovery finished it (the block is free).
-    Free(Offset),
-}
 
 /// What recovering one slot did.
 #[derive(Clone, Copy, Debug)]
