@@ -22,7 +22,6 @@ unsafe impl Allocator for ThreadHandle {
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _layout: Layout) {
         let offset = self
-            .heap()
             .offset_of(ptr.as_ptr())
             .expect("pointer from this heap");
         self.free(offset);

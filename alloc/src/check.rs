@@ -18,7 +18,8 @@
 
 use crate::class::Kind;
 use crate::global::List;
-use crate::heap::{Heap, SlabHeap};
+use crate::shared::Shared;
+use crate::slabs::SlabHeap;
 use crate::pending::Pending;
 use crate::process::SlotLife;
 use crate::recovery::Rec;
@@ -117,27 +118,25 @@ enum Place {
 }
 
 struct Walk<'h> {
-    heap: &'h Heap,
+    shared: &'h Shared,
     report: HeapReport,
     /// Per slab heap: remote frees pending per slab, over all slots.
     pending: [BTreeMap<u32, u32>; 2],
 }
 
-impl Heap {
-    /// Walks all metadata, checks every invariant and gathers statistics.
-    pub fn check(&self) -> HeapReport {
+impl HeapReport {
+    /// Walks all of `shared`'s slab metadata into `report` (whose heap-wide numbers the caller
+    /// fills: `Heap::check`), checking every invariant and gathering statistics.
+    pub(crate) fn walk(shared: &Shared, report: HeapReport) -> HeapReport {
         let mut walk = Walk {
-            heap: self,
-            report: HeapReport::default(),
+            shared,
+            report,
             pending: [BTreeMap::new(), BTreeMap::new()],
         };
-        walk.report.hwcc_bytes = self.hwcc_bytes();
-        walk.report.file_bytes = self.file_allocated_bytes().unwrap_or(0);
         let places = walk.lists();
         for kind in Kind::ALL {
             walk.slabs(kind, &places[kind as usize]);
         }
-        walk.report.huge = self.check_huge(&mut walk.report.problems);
         walk.report
     }
 }
@@ -151,13 +150,13 @@ impl Walk<'_> {
     fn lists(&mut self) -> [BTreeMap<u32, Place>; 2] {
         let mut places = [BTreeMap::new(), BTreeMap::new()];
         for kind in Kind::ALL {
-            let heap = *self.heap.slab_heap(kind);
-            let len = self.heap.len(&heap);
-            let lists = &self.heap.shared.lists;
+            let heap = *self.shared.slabs.get(kind);
+            let len = heap.len();
+            let lists = &self.shared.lists;
             for head in List::ORDER.map(|list| lists.head(&heap, list)) {
                 let next_of = |s: u32| {
                     if s < len {
-                        self.heap.desc(&heap, s).next()
+                        heap.desc(s).next()
                     } else {
                         0
                     }
@@ -167,12 +166,12 @@ impl Walk<'_> {
                 }
             }
         }
-        for i in 0..self.heap.geometry().slots() {
-            let slot = self.heap.slot(i);
-            let owner = self.heap.slot_owner_word(i).load(Acquire);
+        for i in 0..self.shared.geometry.slots() {
+            let slot = self.shared.slots.slot(i);
+            let owner = self.shared.slots.owner_word(i).load(Acquire);
             let pid = owner_pid(owner);
             if pid != 0 {
-                let alive = !matches!(self.heap.slot_life(i), SlotLife::Dead(_));
+                let alive = !matches!(self.shared.slots.life(i), SlotLife::Dead(_));
                 self.report.claimed_slots.push(SlotStats {
                     index: i,
                     pid,
@@ -190,7 +189,7 @@ impl Walk<'_> {
 
     /// A slot's pending remote frees; a released slot has none (its release flushed them).
     fn slot_pending(&mut self, i: u64, claimed: bool) {
-        let Some(batch) = Pending::unpack(self.heap.slot(i).pending.load(Acquire)) else {
+        let Some(batch) = Pending::unpack(self.shared.slots.slot(i).pending.load(Acquire)) else {
             return;
         };
         if !claimed {
@@ -207,8 +206,8 @@ impl Walk<'_> {
     }
 
     fn slot_lists(&mut self, places: &mut BTreeMap<u32, Place>, kind: Kind, i: u64, claimed: bool) {
-        let heap = *self.heap.slab_heap(kind);
-        let lists = &self.heap.slot(i).lists[kind as usize];
+        let heap = *self.shared.slabs.get(kind);
+        let lists = &self.shared.slots.slot(i).lists[kind as usize];
         let unsized_word = lists.unsized_list.load(Relaxed);
         let (mut link, count) = (unsized_word as u32, (unsized_word >> 32) as u32);
         let mut seen = 0;
@@ -217,7 +216,7 @@ impl Walk<'_> {
                 break;
             }
             seen += 1;
-            link = self.heap.desc(&heap, link - 1).next();
+            link = heap.desc(link - 1).next();
         }
         if seen != count || link != 0 {
             self.problem(format!(
@@ -233,7 +232,7 @@ impl Walk<'_> {
                 if !self.place(places, &heap, link - 1, Place::Sized(i, class)) {
                     break;
                 }
-                let desc = self.heap.desc(&heap, link - 1);
+                let desc = heap.desc(link - 1);
                 if desc.prev() != prev {
                     self.problem(format!(
                         "{} slab {} has prev link {} but follows {prev}",
@@ -269,7 +268,7 @@ impl Walk<'_> {
         slab: u32,
         at: Place,
     ) -> bool {
-        let len = self.heap.len(heap);
+        let len = heap.len();
         if slab >= len {
             self.problem(format!(
                 "{} slab {slab} on a list is beyond the heap's {len} slabs",
@@ -288,8 +287,8 @@ impl Walk<'_> {
     }
 
     fn slabs(&mut self, kind: Kind, places: &BTreeMap<u32, Place>) {
-        let heap = *self.heap.slab_heap(kind);
-        let len = self.heap.len(&heap);
+        let heap = *self.shared.slabs.get(kind);
+        let len = heap.len();
         let stats = &mut self.report.heaps[kind as usize];
         stats.len = u64::from(len);
         stats.max = heap.max;
@@ -299,9 +298,9 @@ impl Walk<'_> {
     }
 
     fn slab(&mut self, heap: &SlabHeap, slab: u32, place: Option<Place>) {
-        let desc = self.heap.desc(heap, slab);
+        let desc = heap.desc(slab);
         let meta = desc.meta();
-        let remote_word = self.heap.remote(heap, slab).load(Acquire);
+        let remote_word = heap.remote(slab).load(Acquire);
         let count = remote::count(remote_word);
         let detached = remote::is_detached(remote_word);
         let bits = desc.count_bits();
@@ -375,7 +374,7 @@ impl Walk<'_> {
             return false;
         }
         let capacity = heap.classes.count[usize::from(meta.class)];
-        let desc = self.heap.desc(heap, slab);
+        let desc = heap.desc(slab);
         let stray = desc_bits_beyond(desc, capacity);
         free <= capacity && count >= free && count <= capacity && !detached && !stray
     }

@@ -103,6 +103,7 @@ not_under_loom! {
     pub mod pending;
     pub mod process;
     pub mod recovery;
+    mod shared;
     pub mod slab;
     pub mod slabs;
     mod slots;

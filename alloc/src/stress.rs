@@ -73,8 +73,8 @@ fn node(t: &ThreadHandle, off: Offset) -> &[AtomicU64; 3] {
     unsafe { &*(t.resolve(off) as *const [AtomicU64; 3]) }
 }
 
-fn push(t: &ThreadHandle, off: Offset) {
-    let head = stack(t.heap());
+fn push(heap: &Heap, t: &ThreadHandle, off: Offset) {
+    let head = stack(heap);
     let mut cur = head.load(Ordering::Acquire);
     loop {
         node(t, off)[0].store(cur & MASK_OFFSET, Ordering::Relaxed);
@@ -86,8 +86,8 @@ fn push(t: &ThreadHandle, off: Offset) {
     }
 }
 
-fn pop(t: &ThreadHandle) -> Option<Offset> {
-    let head = stack(t.heap());
+fn pop(heap: &Heap, t: &ThreadHandle) -> Option<Offset> {
+    let head = stack(heap);
     let mut cur = head.load(Ordering::Acquire);
     loop {
         let off = cur & MASK_OFFSET;
@@ -166,14 +166,14 @@ pub fn worker(heap: &Heap, seed: u64, ops: u64) -> StressReport {
                 report.allocated += 1;
                 fill(&t, off, size, rng.next_u64());
                 if rng.below(10) < 8 {
-                    push(&t, off);
+                    push(heap, &t, off);
                     report.handed += 1;
                 } else {
                     own.push((off, size));
                 }
             }
             5..=7 => {
-                if let Some(off) = pop(&t) {
+                if let Some(off) = pop(heap, &t) {
                     report.corrupt += u64::from(!verify_and_free(&t, off));
                     report.freed_from_stack += 1;
                 }
@@ -198,7 +198,7 @@ pub fn worker(heap: &Heap, seed: u64, ops: u64) -> StressReport {
 pub fn drain(heap: &Heap) -> (u64, u64) {
     let t = heap.thread().expect("a free thread slot");
     let (mut freed, mut corrupt) = (0, 0);
-    while let Some(off) = pop(&t) {
+    while let Some(off) = pop(heap, &t) {
         corrupt += u64::from(!verify_and_free(&t, off));
         freed += 1;
     }

@@ -117,7 +117,7 @@ impl Arena for PodArena {
 
     #[inline]
     fn step(thread: &ThreadHandle) -> u64 {
-        let slot = thread.heap().slot(u64::from(thread.slot_index()));
+        let slot = thread.slot();
         slot.recovery.load(Ordering::Relaxed)
     }
 }

@@ -45,6 +45,7 @@ use open::{install_or_read_geometry, open_huge, refuse_truncated};
 pub use config::{default_path, Config};
 
 use crate::backer::Backer;
+use crate::check::HeapReport;
 pub use crate::class::Kind;
 pub use crate::global::List;
 pub use crate::slabs::SlabHeap;
@@ -52,70 +53,35 @@ use crate::global::GlobalLists;
 use crate::slabs::SlabHeaps;
 use crate::slots::Slots;
 use crate::error::{HeapError, ResolveError};
-use crate::fault::{self, Registration};
+use crate::fault;
 use crate::file::{HeapFile, Mapping, Words};
 use crate::hazard;
-use crate::huge::{Found, HugeBacking, HugeHeap, HugeReport, HugeView};
+use crate::huge::{Found, HugeBacking, HugeReport, HugeView};
 use crate::layout::{Geometry, Layout, COUNT_GLOBAL_LINES, SIZE_GLOBAL_LINE};
 use crate::mcas::HeapMcas;
 use crate::offset::Offset;
 use crate::process::SlotLife;
 use crate::slab::SlabDesc;
 use crate::slot::{Owner, Slot, SIZE_SLOT};
-use crate::thread::{Recovered, ThreadHandle};
+use crate::shared::Shared;
+use crate::thread::{Adoptions, Recovered, ThreadHandle};
+pub use crate::thread::RecoveryHook;
 use podkv_hw::mcas::McasKind;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Root words in the header, for the layers above (the store keeps its index root here).
 pub const COUNT_ROOTS: usize = 32;
 const OFFSET_ROOTS: u64 = 512;
-
-pub(crate) struct Shared {
-    // Fields drop in declaration order: everything that reads the mapping or holds the mCAS
-    // hook (whose last holder stops this process's processor) comes before `mapping`.
-    /// This heap's place in the SIGSEGV handler's registry: left first, so no handler uses the
-    /// huge view below once it goes.
-    _fault: Option<Registration>,
-    /// Dropped next: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
-    /// mapping below still stands.
-    pub(crate) huge: Option<HugeHeap>,
-    /// The thread slots (holding the mCAS hook, as `huge` does).
-    pub(crate) slots: Slots,
-    /// An `mcas` heap's region and processor: dropped (stopping a processor this process
-    /// runs) while the mapping below still stands.
-    pub(crate) mcas: Option<Arc<HeapMcas>>,
-    pub(crate) slabs: SlabHeaps,
-    pub(crate) lists: GlobalLists,
-    pub(crate) mapping: Mapping,
-    pub(crate) geometry: Geometry,
-    pub(crate) layout: Layout,
-    pub(crate) file: Arc<HeapFile>,
-    /// This process as a slot owner.
-    pub(crate) me: Owner,
-    pub(crate) recoverable: bool,
-    /// Started once this process holds a slot of a lease heap (`Heap::hold`).
-    pub(crate) renewer: OnceLock<()>,
-    /// The application's hook for slots adopted while claiming (process-local).
-    pub(crate) recovery_hook: Mutex<Option<RecoveryHook>>,
-    /// Reports of slots this process's threads adopted while claiming, with the slot's claim
-    /// generation then, until the claiming handle takes them (one per slot at most; a report
-    /// of an earlier claim of the slot is never handed out; process-local).
-    pub(crate) adoptions: Mutex<Vec<(u64, Recovered)>>,
-}
-
-/// What the application runs for a slot recovered from a dead owner, while the adopting
-/// handle (the first argument) still holds the slot: typically it settles the block the
-/// report names as in flight ([`crate::InFlight`]) against its own records.
-pub type RecoveryHook = Arc<dyn Fn(&ThreadHandle, &Recovered) + Send + Sync>;
 
 /// An open heap: cheap to clone, shared by every thread of the process. Each allocating thread
 /// takes a [`ThreadHandle`] with [`Heap::thread`].
 #[derive(Clone)]
 pub struct Heap {
     pub(crate) shared: Arc<Shared>,
+    adoptions: Arc<Adoptions>,
 }
 
 impl std::fmt::Debug for Heap {
@@ -177,6 +143,7 @@ impl Heap {
         let slots = Slots::new(&geometry, &layout, words, mcas.clone());
         let lists = GlobalLists::new(file.clone(), backer.clone(), geometry.coherence);
         let heap = Heap {
+            adoptions: Arc::default(),
             shared: Arc::new(Shared {
                 _fault: fault,
                 huge,
@@ -191,33 +158,12 @@ impl Heap {
                 recoverable: config.recoverable,
                 slots,
                 renewer: OnceLock::new(),
-                recovery_hook: Mutex::new(None),
-                adoptions: Mutex::new(Vec::new()),
             }),
         };
         if !is_device {
-            start_backer(&heap.shared, backer);
+            crate::shared::start_backer(&heap.shared, backer);
         }
         Ok(heap)
-    }
-
-    /// Notes that this process holds slot `i` (lease mode: starts the renewer on first use).
-    pub(crate) fn hold(&self, i: u32) {
-        if !self.shared.slots.hold(i) {
-            return;
-        }
-        self.shared.renewer.get_or_init(|| {
-            let weak = Arc::downgrade(&self.shared);
-            std::thread::Builder::new()
-                .name("podkv-lease".into())
-                .spawn(move || renew_leases(weak))
-                .expect("podkv: cannot start the lease renewer thread");
-        });
-    }
-
-    /// Notes that this process no longer holds slot `i`.
-    pub(crate) fn unhold(&self, i: u32) {
-        self.shared.slots.unhold(i);
     }
 
     /// Recovers every slot whose owner is dead: adopts it, finishes its logged step, runs the
@@ -225,7 +171,7 @@ impl Heap {
     /// releases it. Live threads are never waited for; a slot another thread adopts first is
     /// skipped. Returns what was done, per slot.
     pub fn recover_dead(&self) -> Vec<Recovered> {
-        let hook = self.recovery_hook();
+        let hook = self.adoptions.hook();
         self.recover_dead_with(|handle, recovered| {
             if let Some(hook) = &hook {
                 hook(handle, recovered);
@@ -244,7 +190,7 @@ impl Heap {
         let mut done = Vec::new();
         for i in 0..self.shared.geometry.slots() {
             if let SlotLife::Dead(word) = self.slot_life(i) {
-                if let Some(handle) = ThreadHandle::adopt(self, i, word) {
+                if let Some(handle) = ThreadHandle::adopt(&self.shared, &self.adoptions, i, word) {
                     done.push(handle.recover_with(&mut settle));
                 }
             }
@@ -257,44 +203,7 @@ impl Heap {
     /// by [`Heap::recover_dead`], while the adopter holds the slot. The hook must not keep
     /// this `Heap` alive (hold a weak reference), or the heap is never closed.
     pub fn set_recovery_hook(&self, hook: Option<RecoveryHook>) {
-        *self
-            .shared
-            .recovery_hook
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = hook;
-    }
-
-    pub(crate) fn recovery_hook(&self) -> Option<RecoveryHook> {
-        self.shared
-            .recovery_hook
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Keeps the report of a slot adopted while claiming, for its claiming handle.
-    pub(crate) fn keep_adoption(&self, recovered: Recovered) {
-        let generation = self.shared.slots.claims_of(recovered.slot);
-        let mut kept = self
-            .shared
-            .adoptions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        kept.retain(|(_, r)| r.slot != recovered.slot);
-        kept.push((generation, recovered));
-    }
-
-    /// Takes the kept report of slot `slot`'s adoption, if it was made by its current claim.
-    pub(crate) fn take_adoption(&self, slot: u32) -> Option<Recovered> {
-        let generation = self.shared.slots.claims_of(slot);
-        let mut kept = self
-            .shared
-            .adoptions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let at = kept.iter().position(|(_, r)| r.slot == slot)?;
-        let (made, recovered) = kept.swap_remove(at);
-        (made == generation).then_some(recovered)
+        self.adoptions.set_hook(hook);
     }
 
     /// Thread slot `i`'s owner word ([`Owner`] packed, zero: free), in the HWcc region:
@@ -326,20 +235,18 @@ impl Heap {
 
     /// Claims a thread slot for the calling thread.
     pub fn thread(&self) -> Result<ThreadHandle, HeapError> {
-        ThreadHandle::claim(self.clone())
+        ThreadHandle::claim(self.shared.clone(), self.adoptions.clone())
     }
 
     /// This process's address of `offset`. The offset must lie inside the heap.
     #[inline]
     pub fn resolve(&self, offset: Offset) -> *mut u8 {
-        debug_assert!(offset.0 < self.shared.layout.total);
-        self.shared.mapping.base().wrapping_add(offset.0 as usize)
+        self.shared.resolve(offset)
     }
 
     /// The offset of an address in this process's mapping, if it lies in the heap.
     pub fn offset_of(&self, ptr: *const u8) -> Option<Offset> {
-        let rel = (ptr as usize).wrapping_sub(self.shared.mapping.base() as usize);
-        (rel < self.shared.mapping.len()).then_some(Offset(rel as u64))
+        self.shared.offset_of(ptr)
     }
 
     /// Root word `i` of the header (for the layers above; zero in a fresh heap).
@@ -407,7 +314,7 @@ impl Heap {
     }
 
     pub(crate) fn huge_view(&self) -> Option<&HugeView> {
-        self.shared.huge.as_ref().map(|h| &h.view)
+        self.shared.huge_view()
     }
 
     /// Unmaps every huge allocation this process has mapped that was freed since, withdrawing
@@ -418,7 +325,7 @@ impl Heap {
         let Some(huge) = &self.shared.huge else {
             return 0;
         };
-        huge.collect(&self.shared.slots, &|slot| self.hold(slot))
+        huge.collect(&self.shared.slots, &|slot| self.shared.hold(slot))
     }
 
     /// Changes how this process backs the huge blocks it allocates from now on (no effect on a
@@ -460,6 +367,18 @@ impl Heap {
         Ok(self.resolve(offset))
     }
 
+    /// Walks all metadata, checks every invariant and gathers statistics (`check.rs`).
+    pub fn check(&self) -> HeapReport {
+        let report = HeapReport {
+            hwcc_bytes: self.hwcc_bytes(),
+            file_bytes: self.file_allocated_bytes().unwrap_or(0),
+            ..HeapReport::default()
+        };
+        let mut report = HeapReport::walk(&self.shared, report);
+        report.huge = self.check_huge(&mut report.problems);
+        report
+    }
+
     /// Checks the huge heap, appending one line per violated invariant to `problems`.
     pub fn check_huge(&self, problems: &mut Vec<String>) -> HugeReport {
         let Some(view) = self.huge_view() else {
@@ -478,29 +397,6 @@ impl Heap {
     /// `mcas` heap's region; zero in other modes, where no change goes through mCAS.
     pub fn mcas_ops(&self) -> u64 {
         self.shared.mcas.as_deref().map_or(0, HeapMcas::ops)
-    }
-
-    /// The one way a multi-writer word (global list heads, heap lengths, remote words, the
-    /// huge reservation array, the slots' acknowledgement and owner words, the hazard records'
-    /// owner words) changes by CAS, on behalf of thread slot `client`: memory-side
-    /// CAS in an `mcas` heap, CPU CAS otherwise (hardware coherent there). Replaces `word` by
-    /// `new` if it holds `current`: `Ok(current)`, or `Err(seen)`.
-    #[inline]
-    pub(crate) fn cas_word(
-        &self,
-        client: u32,
-        word: &AtomicU64,
-        current: u64,
-        new: u64,
-    ) -> Result<u64, u64> {
-        crate::mcas::cas_word(self.shared.mcas.as_deref(), client, word, current, new)
-    }
-
-    /// The store of [`Heap::cas_word`]'s mechanism: a word no other thread may change
-    /// concurrently (by contract of the caller), ordered after every earlier change of it.
-    #[inline]
-    pub(crate) fn store_word(&self, client: u32, word: &AtomicU64, value: u64) {
-        crate::mcas::store_word(self.shared.mcas.as_deref(), client, word, value);
     }
 
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
@@ -529,37 +425,6 @@ impl Heap {
         // SAFETY: callers pass offsets of 8-byte-aligned words in backed metadata (header,
         // globals, remote words below `len`); AtomicU64 is valid for any bits.
         unsafe { &*(self.resolve(Offset(offset)) as *const AtomicU64) }
-    }
-}
-
-/// Opening step 7: starts the backer on `shared`'s slab heaps and cold lists, holding it
-/// weakly so the thread ends once the heap is closed.
-fn start_backer(shared: &Arc<Shared>, backer: Arc<Backer>) {
-    let shared = Arc::downgrade(shared);
-    Backer::start(backer, move |wanted| {
-        if !wanted {
-            return shared.strong_count() != 0;
-        }
-        let Some(shared) = shared.upgrade() else {
-            return false;
-        };
-        shared.slabs.back_ahead();
-        shared.lists.back_cold_heads(shared.slabs.all());
-        true
-    });
-}
-
-/// The lease renewer: every third of a lease, renews the slots this process holds; ends when
-/// the heap is closed.
-fn renew_leases(shared: std::sync::Weak<Shared>) {
-    let period = crate::process::LEASE / 3;
-    loop {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        shared.slots.renew_held();
-        drop(shared);
-        std::thread::sleep(period);
     }
 }
 

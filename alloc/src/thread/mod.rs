@@ -28,7 +28,7 @@ use crate::crash_point;
 use crate::dcas::{self, Tag, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::global::List;
-use crate::heap::Heap;
+use crate::shared::Shared;
 use crate::slabs::SlabHeap;
 use crate::huge::{HugeOwner, HugeStep, HugeThread};
 use crate::offset::Offset;
@@ -45,8 +45,12 @@ use podkv_hw::sync::{
 use std::alloc::Layout;
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
+mod adopt;
 mod recover;
+pub(crate) use adopt::Adoptions;
+pub use adopt::RecoveryHook;
 use recover::Adopter;
 pub use crate::recovery::InFlight;
 pub use recover::Recovered;
@@ -55,7 +59,10 @@ pub use recover::Recovered;
 /// Dropping it gives every slab back (empty ones to the global list with their pages released,
 /// partly used ones disowned) and releases the slot.
 pub struct ThreadHandle {
-    heap: Heap,
+    /// The heap's state in this process, which this handle keeps open.
+    shared: Arc<Shared>,
+    /// This process's recovery hook and adoption reports.
+    adoptions: Arc<Adoptions>,
     base: *mut u8,
     slot: *const Slot,
     slot_index: u32,
@@ -121,17 +128,20 @@ impl Current {
 
 impl ThreadHandle {
     /// Claims a free slot, or adopts a dead one (recovering it first).
-    pub(crate) fn claim(heap: Heap) -> Result<ThreadHandle, HeapError> {
-        let count = heap.geometry().slots();
-        let me = heap.shared.me;
+    pub(crate) fn claim(
+        shared: Arc<Shared>,
+        adoptions: Arc<Adoptions>,
+    ) -> Result<ThreadHandle, HeapError> {
+        let count = shared.geometry.slots();
+        let me = shared.me;
         let first = thread_hash() % count;
         for i in (first..count).chain(0..first) {
-            match heap.slot_life(i) {
-                SlotLife::Free if heap.try_claim_slot(i, 0, me) => {
-                    return Ok(ThreadHandle::new(heap, i));
+            match shared.slots.life(i) {
+                SlotLife::Free if shared.slots.try_claim(i, 0, me) => {
+                    return Ok(ThreadHandle::new(shared, adoptions, i));
                 }
-                SlotLife::Dead(word) if heap.try_claim_slot(i, word, me) => {
-                    let handle = ThreadHandle::new(heap, i);
+                SlotLife::Dead(word) if shared.slots.try_claim(i, word, me) => {
+                    let handle = ThreadHandle::new(shared, adoptions, i);
                     handle.recover();
                     return Ok(handle);
                 }
@@ -143,26 +153,33 @@ impl ThreadHandle {
 
     /// Adopts slot `i` if its owner is dead (owner word `word`): `None` if another thread
     /// changed the slot first.
-    pub(crate) fn adopt(heap: &Heap, i: u64, word: u64) -> Option<ThreadHandle> {
-        heap.try_claim_slot(i, word, heap.shared.me)
-            .then(|| ThreadHandle::new(heap.clone(), i))
+    pub(crate) fn adopt(
+        shared: &Arc<Shared>,
+        adoptions: &Arc<Adoptions>,
+        i: u64,
+        word: u64,
+    ) -> Option<ThreadHandle> {
+        shared
+            .slots
+            .try_claim(i, word, shared.me)
+            .then(|| ThreadHandle::new(shared.clone(), adoptions.clone(), i))
     }
 
-    fn new(heap: Heap, i: u64) -> ThreadHandle {
-        let small = *heap.slab_heap(Kind::Small);
-        let slot = heap.slot(i) as *const Slot;
-        let recoverable = heap.shared.recoverable;
-        // SAFETY: the slot is mapped while `heap` lives.
+    fn new(shared: Arc<Shared>, adoptions: Arc<Adoptions>, i: u64) -> ThreadHandle {
+        let small = *shared.slabs.get(Kind::Small);
+        let slot = shared.slots.slot(i) as *const Slot;
+        let recoverable = shared.recoverable;
+        // SAFETY: the slot is mapped while `shared` lives.
         let last = Rec(unsafe { &*slot }.recovery.load(Acquire));
         let sink = Box::new(AtomicU64::new(0));
         let empty = Current::none(&sink);
-        heap.hold(i as u32);
+        shared.hold(i as u32);
         let handle = ThreadHandle {
-            base: heap.resolve(Offset(0)),
+            base: shared.resolve(Offset(0)),
             slot,
             slot_index: i as u32,
             me: i as u32 + 1,
-            small_descs: heap.resolve(Offset(small.desc_at)).cast(),
+            small_descs: shared.resolve(Offset(small.desc_at)).cast(),
             small_data_at: small.data_at,
             small_data_len: small.max << small.shift,
             meta_sized: Meta::pack(i as u32 + 1, 0, State::Sized),
@@ -177,8 +194,9 @@ impl ThreadHandle {
             ver_bits: Cell::new(0),
             current: std::array::from_fn(|_| Cell::new(empty)),
             after_free: Cell::new(false),
-            coherence: heap.geometry().coherence,
-            heap,
+            coherence: shared.geometry.coherence,
+            shared,
+            adoptions,
             _not_send: PhantomData,
         };
         // Versions continue from the slot's last one, so words a previous owner of this
@@ -192,13 +210,13 @@ impl ThreadHandle {
     /// Recovers this slot, just adopted while claiming it: the registered recovery hook sees
     /// the report, and the claiming handle keeps it ([`ThreadHandle::take_adoption`]).
     pub(crate) fn recover(&self) -> Recovered {
-        let hook = self.heap.recovery_hook();
+        let hook = self.adoptions.hook();
         let recovered = self.recover_with(&mut |handle, recovered| {
             if let Some(hook) = &hook {
                 hook(handle, recovered);
             }
         });
-        self.heap.keep_adoption(recovered);
+        self.adoptions.keep(&self.shared.slots, recovered);
         recovered
     }
 
@@ -214,12 +232,12 @@ impl ThreadHandle {
     /// What recovery reported when this handle adopted its slot from a dead owner while
     /// claiming it (taken once; `None` for a slot that was free).
     pub fn take_adoption(&self) -> Option<Recovered> {
-        self.heap.take_adoption(self.slot_index)
+        self.adoptions.take(&self.shared.slots, self.slot_index)
     }
 
     /// This slot as the owner of its huge state (`None`: the heap has no huge heap).
     fn huge(&self) -> Option<HugeOwner<'_>> {
-        let shared = &self.heap.shared;
+        let shared = &self.shared;
         let huge = shared.huge.as_ref()?;
         Some(huge.owner(&shared.slots, self.slot_index))
     }
@@ -250,13 +268,13 @@ impl ThreadHandle {
     /// process maps any more, give back runs left empty, then sweep a few released slots
     /// (`huge/owner.rs`). Returns allocations reclaimed.
     pub fn collect_huge(&self) -> usize {
-        let shared = &self.heap.shared;
+        let shared = &self.shared;
         let Some(huge) = &shared.huge else {
             return 0;
         };
         huge.view.unmap_freed();
         let mine = huge.owner(&shared.slots, self.slot_index).collect();
-        mine + huge.collect(&shared.slots, &|slot| self.heap.hold(slot))
+        mine + huge.collect(&shared.slots, &|slot| shared.hold(slot))
     }
 
     /// Finishes or undoes the huge step this slot's log word names, as after a crash of the
@@ -271,9 +289,9 @@ impl ThreadHandle {
         self.recover_huge_in_flight().map(|(step, _)| step)
     }
 
-    /// The heap this handle allocates from.
-    pub fn heap(&self) -> &Heap {
-        &self.heap
+    /// The offset of an address in this process's mapping of the heap, if it lies in it.
+    pub fn offset_of(&self, ptr: *const u8) -> Option<Offset> {
+        self.shared.offset_of(ptr)
     }
 
     /// The thread slot this handle holds.
@@ -287,9 +305,10 @@ impl ThreadHandle {
         self.base.wrapping_add(offset.0 as usize)
     }
 
+    /// The thread slot this handle holds.
     #[inline]
-    fn slot(&self) -> &Slot {
-        // SAFETY: the slot lies in the backed slots region, mapped while `self.heap` lives.
+    pub fn slot(&self) -> &Slot {
+        // SAFETY: the slot lies in the backed slots region, mapped while `self.shared` lives.
         unsafe { &*self.slot }
     }
 
@@ -342,7 +361,7 @@ impl ThreadHandle {
         if !self.recoverable {
             return;
         }
-        let word = self.heap.shared.slots.ack(u64::from(self.slot_index));
+        let word = self.shared.slots.ack(u64::from(self.slot_index));
         let base = dcas::ack_base(self.ver());
         let mut cur = word.load(Acquire);
         loop {
@@ -550,7 +569,7 @@ impl ThreadHandle {
         let Some(batch) = Pending::unpack(pending.load(Relaxed)) else {
             return;
         };
-        let heap = *self.heap.slab_heap(batch.kind);
+        let heap = *self.shared.slabs.get(batch.kind);
         self.next_ver();
         self.log_step(Op::Flush, &heap, batch.slab, 0, |_| {});
         crash_point!("flush.logged");
@@ -580,10 +599,8 @@ impl ThreadHandle {
     #[cold]
     #[inline(never)]
     fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset, filled: usize) {
-        let heap = *self.heap.slab_heap(kind);
-        if self
-            .heap
-            .desc(&heap, slab)
+        let heap = *self.shared.slabs.get(kind);
+        if heap.desc(slab)
             .is_empty_near(heap.classes.count[class], filled)
         {
             self.enter_free(offset.0);
@@ -600,8 +617,8 @@ impl ThreadHandle {
             size: layout.size(),
             align,
         };
-        let small = *self.heap.slab_heap(Kind::Small);
-        let large = *self.heap.slab_heap(Kind::Large);
+        let small = *self.shared.slabs.get(Kind::Small);
+        let large = *self.shared.slabs.get(Kind::Large);
         let (heap, class) = match (
             small.classes.class_for(size, align),
             large.classes.class_for(size, align),
@@ -654,7 +671,7 @@ impl ThreadHandle {
     #[cold]
     #[inline(never)]
     fn free_generic(&self, offset: Offset) {
-        if self.heap.huge_view().is_some_and(|h| h.contains(offset.0)) {
+        if self.shared.huge_view().is_some_and(|h| h.contains(offset.0)) {
             return self.free_huge(offset);
         }
         let (heap, slab, in_slab) = self.locate(offset);
@@ -681,7 +698,7 @@ impl ThreadHandle {
 
     fn locate(&self, offset: Offset) -> (SlabHeap, u32, u64) {
         for kind in Kind::ALL {
-            let heap = *self.heap.slab_heap(kind);
+            let heap = *self.shared.slabs.get(kind);
             if let Some((slab, in_slab)) = heap.slab_of(offset.0) {
                 if slab < heap.len() {
                     return (heap, slab, in_slab);
@@ -838,7 +855,7 @@ impl ThreadHandle {
                     crash_point!("push_global.popped");
                 }
             }
-            if self.heap.shared.lists.push(heap, slab, list, self) {
+            if self.shared.lists.push(heap, slab, list, self) {
                 crash_point!("push_global.pushed");
                 return;
             }
@@ -854,7 +871,7 @@ impl ThreadHandle {
         if head != 0 {
             return Ok((head - 1, true));
         }
-        let lists = &self.heap.shared.lists;
+        let lists = &self.shared.lists;
         for list in List::ORDER {
             self.next_ver();
             let log = |slab: u32| {
@@ -873,7 +890,7 @@ impl ThreadHandle {
             }
         }
         self.next_ver();
-        let grown = self.heap.shared.slabs.grow(heap, heap.batch_grow, self, |from, count| {
+        let grown = self.shared.slabs.grow(heap, heap.batch_grow, self, |from, count| {
             self.log_step(Op::Grow, heap, from, 0, |s| s.count = count as u8);
             crash_point!("grow.logged");
         })?;
@@ -906,7 +923,7 @@ impl ThreadHandle {
     }
 
     fn write_back(&self, desc: &SlabDesc) {
-        let coherence = self.heap.geometry().coherence;
+        let coherence = self.shared.geometry.coherence;
         coherence.write_back(
             (desc as *const SlabDesc).cast(),
             std::mem::size_of::<SlabDesc>(),
@@ -988,7 +1005,7 @@ impl ThreadHandle {
     fn give_back(&self) {
         self.flush_remote_frees();
         for kind in Kind::ALL {
-            let heap = *self.heap.slab_heap(kind);
+            let heap = *self.shared.slabs.get(kind);
             for class in 0..heap.classes.len {
                 loop {
                     let (head, _) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
@@ -1032,8 +1049,8 @@ impl ThreadHandle {
     fn release(&self) {
         self.give_back();
         self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
-        self.heap.unhold(self.slot_index);
-        self.heap.shared.slots.release(self.slot_index, self.heap.shared.me);
+        self.shared.slots.unhold(self.slot_index);
+        self.shared.slots.release(self.slot_index, self.shared.me);
     }
 }
 
@@ -1051,10 +1068,10 @@ impl Writer for ThreadHandle {
     /// heap's hook, so by mCAS in an `mcas` heap. Lock-free: a CAS fails only when another
     /// acknowledger or the owner's window move changed the word.
     fn acknowledge(&self, previous: Tag) {
-        if !self.recoverable || u64::from(previous.tid) > self.heap.geometry().slots() {
+        if !self.recoverable || u64::from(previous.tid) > self.shared.geometry.slots() {
             return;
         }
-        let word = self.heap.shared.slots.ack(u64::from(previous.tid) - 1);
+        let word = self.shared.slots.ack(u64::from(previous.tid) - 1);
         let mut cur = word.load(Acquire);
         while let Some(new) = dcas::acknowledged(cur, previous.ver) {
             match self.cas_word(word, cur, new) {
@@ -1067,13 +1084,13 @@ impl Writer for ThreadHandle {
     /// The heap's one hook ([`Heap::cas_word`]): CPU CAS, or memory-side CAS in an `mcas` heap.
     #[inline]
     fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        self.heap.cas_word(self.slot_index, word, current, new)
+        self.shared.cas_word(self.slot_index, word, current, new)
     }
 
     /// The heap's one hook ([`Heap::store_word`]).
     #[inline]
     fn store_word(&self, word: &AtomicU64, value: u64) {
-        self.heap.store_word(self.slot_index, word, value);
+        self.shared.store_word(self.slot_index, word, value);
     }
 }
 

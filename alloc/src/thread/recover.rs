@@ -112,9 +112,7 @@ impl Adopter<'_> {
             return InFlight::None;
         };
         let step = rec.step();
-        let heap = *self
-            .heap
-            .slab_heap(if step.large { Kind::Large } else { Kind::Small });
+        let heap = *self.shared.slabs.get(if step.large { Kind::Large } else { Kind::Small });
         let (slab, class) = (step.slab, usize::from(step.class));
         // Steps re-logged below continue the same free, so a recoverer that dies in turn still
         // reports it (the offset stays in `aux`).
@@ -185,7 +183,7 @@ impl Adopter<'_> {
     /// A pop off a global list that took effect leaves the slab in hand; its pages may be
     /// released (cold list): back to the cold list.
     fn finish_pop_global(&self, heap: &SlabHeap, slab: u32, warm: bool, ver: u16) -> InFlight {
-        let head = self.heap.shared.lists.head(heap, List::of(warm));
+        let head = self.shared.lists.head(heap, List::of(warm));
         let w = head.load(Acquire);
         let popped = self.mine(head, ver) && dcas::payload(w) != slab + 1 || self.acked(ver);
         if popped {
@@ -247,7 +245,7 @@ impl Adopter<'_> {
 
     /// `unsized_to_free`: a slab neither pushed nor still on the unsized list is in hand.
     fn finish_push_global(&self, heap: &SlabHeap, slab: u32, step: SlabStep, ver: u16) {
-        let head = self.heap.shared.lists.head(heap, List::of(step.warm));
+        let head = self.shared.lists.head(heap, List::of(step.warm));
         let pushed =
             self.mine(head, ver) && dcas::payload(head.load(Acquire)) == slab + 1 || self.acked(ver);
         let still_listed = step.from_list && self.unsized_head(heap) == slab + 1;
@@ -280,7 +278,7 @@ impl Adopter<'_> {
     /// An allocation was logged: if the block's bit is clear it was taken (a huge block: if
     /// this slot's descriptor of it is live).
     fn finish_alloc(&self, offset: Offset) -> InFlight {
-        if let Some(view) = self.heap.huge_view().filter(|v| v.contains(offset.0)) {
+        if let Some(view) = self.shared.huge_view().filter(|v| v.contains(offset.0)) {
             let live = view.find(offset.0, true, &[crate::huge::DESC_LIVE]);
             return match live {
                 Some(found) if found.slot == self.slot_index => InFlight::Alloc(offset),
@@ -304,7 +302,7 @@ impl Adopter<'_> {
     /// A local free was logged: set the bit if it is not yet, and reattach a detached slab.
     /// (A huge block's free is logged here only once its descriptor is freed.)
     fn finish_free(&self, offset: Offset) -> InFlight {
-        if self.heap.huge_view().is_some_and(|v| v.contains(offset.0)) {
+        if self.shared.huge_view().is_some_and(|v| v.contains(offset.0)) {
             return InFlight::Free(offset);
         }
         let Some((heap, slab, block)) = self.find_block(offset) else {
@@ -371,10 +369,7 @@ impl Adopter<'_> {
     /// Whether this slot's acknowledgement word records `ver` now. Read after the target:
     /// whoever replaced the target acknowledged before it did.
     fn acked(&self, ver: u16) -> bool {
-        let word = self
-            .heap
-            .shared
-            .slots
+        let word = self.shared.slots
             .ack(u64::from(self.slot_index()))
             .load(Acquire);
         dcas::is_acked(word, ver)
@@ -383,7 +378,7 @@ impl Adopter<'_> {
     /// The grown slab a block offset lies in.
     fn find_slab(&self, offset: Offset) -> Option<(SlabHeap, u32)> {
         Kind::ALL.iter().find_map(|&kind| {
-            let heap = *self.heap.slab_heap(kind);
+            let heap = *self.shared.slabs.get(kind);
             let (slab, _) = heap.slab_of(offset.0)?;
             (slab < heap.len()).then_some((heap, slab))
         })
@@ -423,7 +418,7 @@ impl Adopter<'_> {
     /// forward links (which every transition keeps valid).
     fn repair_lists(&self) {
         for kind in Kind::ALL {
-            let heap = *self.heap.slab_heap(kind);
+            let heap = *self.shared.slabs.get(kind);
             let len = heap.len();
             let lists = self.lists(kind);
             for class in 0..heap.classes.len {
