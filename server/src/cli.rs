@@ -1,11 +1,11 @@
 //! The `podkv` command line.
 
-use crate::bench::{self, BenchArgs};
 use crate::heap_cmd::{self, HeapCommand};
 use crate::mcas_cmd;
 use crate::pod::{self, PodCommand};
-use crate::runner::{self, cli as run_cli};
 use crate::store_cmd::{self, StoreCommand};
+use podkv_harness::bench::{self, BenchArgs};
+use podkv_harness::runner::{self, cli as run_cli};
 use std::path::PathBuf;
 
 /// podkv: a key-value store for a CXL pod — several hosts (or processes) sharing one memory.

@@ -65,7 +65,7 @@ pub enum HeapCommand {
     /// Kill worker processes with SIGKILL at random moments while they allocate, free and hand
     /// blocks to each other; after each kill recover, restart, and prove nothing leaked, was
     /// lost or freed twice, and that the living never stalled.
-    Chaos(crate::chaos::ChaosArgs),
+    Chaos(podkv_harness::chaos::ChaosArgs),
     /// One process of `podkv heap chaos` (started by it).
     #[command(hide = true)]
     ChaosWorker {
@@ -159,14 +159,14 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
         }
         HeapCommand::Check { path, expect_empty } => check(path, *expect_empty),
         HeapCommand::Recover { path } => recover(path),
-        HeapCommand::Chaos(args) => crate::chaos::run(args),
+        HeapCommand::Chaos(args) => podkv_harness::chaos::run(args),
         HeapCommand::ChaosWorker {
             path,
             worker,
             workers,
             seed,
             floor,
-        } => crate::chaos::worker(path, *worker, *workers, *seed, *floor),
+        } => podkv_harness::chaos::worker(path, *worker, *workers, *seed, *floor),
         HeapCommand::Stress {
             path,
             processes,

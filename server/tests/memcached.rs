@@ -1,7 +1,7 @@
 //! The memcached client against a real memcached on 127.0.0.1 (skipped, loudly, when the
 //! `memcached` binary is not installed: `apt-get install -y memcached`).
 
-use podkv::runner::memcached::{Client, Reply, Request};
+use podkv_harness::runner::memcached::{Client, Reply, Request};
 use podkv_traces::Command;
 use std::net::TcpStream;
 use std::process::{Child, Stdio};

@@ -6,7 +6,7 @@
 mod pod_support;
 
 use pod_support::{client, free_ports, get, is_running, run, set, text, Pod};
-use podkv::runner::memcached::Reply;
+use podkv_harness::runner::memcached::Reply;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,8 +129,9 @@ fn a_killed_member_is_restarted_while_the_other_keeps_answering() {
         );
         let back = pod.status()["members"][0]["restarts"].as_u64() == Some(1);
         if back {
-            if let Ok(Some(v)) = podkv::runner::memcached::Client::connect(&[addrs[0].clone()])
-                .and_then(|mut c| get(&mut c, b"before"))
+            if let Ok(Some(v)) =
+                podkv_harness::runner::memcached::Client::connect(&[addrs[0].clone()])
+                    .and_then(|mut c| get(&mut c, b"before"))
             {
                 break (killed.elapsed(), v);
             }

@@ -7,7 +7,7 @@
 mod pod_support;
 
 use pod_support::{client, free_ports, get, set, text, Pod};
-use podkv::runner::memcached::Reply;
+use podkv_harness::runner::memcached::Reply;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use podkv::runner::memcached::{Client, Reply, Request};
+use podkv_harness::runner::memcached::{Client, Reply, Request};
 use podkv_traces::Command as Op;
 use serde_json::Value;
 use std::net::TcpListener;

@@ -1,13 +1,37 @@
 //! A run's results: one [`RunRecord`], printed as a table and appended as one NDJSON line.
 
-use super::worker::ProcessReport;
-use super::{merge, RunSpec};
-use crate::bench::metrics;
-use podkv_harness::helpers::{append_ndjson, human_bytes};
+use super::metrics::{Tally, TallyWire};
+use super::spec::{Job, RunSpec};
+use crate::helpers::{append_ndjson, human_bytes};
+use crate::process_stats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+
+/// What one process measured in the timed phase.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcessReport {
+    /// The process's index.
+    pub process: usize,
+    /// Its workers' merged measurements.
+    pub tally: TallyWire,
+    /// Its proportional set size at the end of the timed phase.
+    pub pss_bytes: u64,
+    /// Its minor page faults during the timed phase.
+    pub page_faults: u64,
+    /// The target's HWcc bytes, for heap targets.
+    pub hwcc_bytes: Option<u64>,
+}
+
+/// Merges the reports of all processes.
+pub fn merge(spec: &RunSpec, reports: &[ProcessReport]) -> anyhow::Result<Tally> {
+    let mut tally = Tally::new(spec.job.kind_names().len());
+    for r in reports {
+        tally.merge(&r.tally.decode()?);
+    }
+    Ok(tally)
+}
 
 /// Latency and outcomes of one operation kind.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -111,9 +135,9 @@ impl RunRecord {
         let ops = tally.total();
         let seconds = (tally.elapsed_ns_max.max(1)) as f64 / 1e9;
         let phase = match &spec.job {
-            super::Job::Ycsb(j) => j.phases().last().map_or("run", |p| p.as_str()),
-            super::Job::Replay { .. } => "replay",
-            super::Job::Bench(_) => "run",
+            Job::Ycsb(j) => j.phases().last().map_or("run", |p| p.as_str()),
+            Job::Replay { .. } => "replay",
+            Job::Bench(_) => "run",
         };
         Ok(RunRecord {
             kind: spec.job.kind().into(),
@@ -137,7 +161,7 @@ impl RunRecord {
             per_op,
             cpu_ns_per_op: tally.cpu_ns_sum as f64 / ops.max(1) as f64,
             wall_seconds: wall.as_secs_f64(),
-            git_commit: metrics::git_commit().into(),
+            git_commit: process_stats::git_commit().into(),
         })
     }
 

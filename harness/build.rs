@@ -1,4 +1,4 @@
-//! Records the git commit a binary is built from, for benchmark records.
+//! Records the git commit the harness is built from, for benchmark records.
 fn main() {
     let commit = std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])

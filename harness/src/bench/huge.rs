@@ -13,12 +13,13 @@
 //! Every configuration is one `podkv bench threadtest|xmalloc` run ([`super::run_records`]):
 //! the runner's launcher, `podkv run-worker` processes sharing the heap, pinned workers,
 //! shared-memory start line, progress bar, PSS, faults and HWcc, one timed loop per pattern
-//! ([`super::workload`]), records through [`podkv_harness::helpers::append_ndjson`]. A
+//! ([`super::workload`]), records through [`crate::helpers::append_ndjson`]. A
 //! baseline run still going after `--timeout` seconds is stopped by the runner's stop word
 //! (its blocks are all freed), its record says `timed_out`, and the summary says so.
 
-use super::{AllocatorName, Backing, BenchArgs, Kind};
-use podkv_harness::helpers::{human_bytes, median, parse_bytes};
+use super::job::{AllocatorName, Backing, Kind};
+use super::BenchArgs;
+use crate::helpers::{human_bytes, median, parse_bytes};
 use std::path::PathBuf;
 
 /// Flags of `podkv bench huge`.

@@ -6,32 +6,18 @@
 //! [`super::control`]). Only the last phase is timed.
 
 use super::control::{Control, COUNT_OPS_PER_PROGRESS};
-use super::metrics::{ticks, Recorder, Tally, TallyWire};
+use super::cpus::{allowed_cpus, pin_to};
+use super::metrics::{ticks, Recorder, Tally};
+use super::report::ProcessReport;
 use super::source::{Source, TraceShare, Values};
-use super::target::kv::KvTarget;
-use super::target::store::StoreTarget;
-use super::target::{null::NullTarget, Outcome, Session, Target, TargetSpec};
-use super::{Job, RunSpec};
-use crate::bench::metrics;
+use super::spec::{Job, RunSpec};
+use super::targets::kv::KvTarget;
+use super::targets::store::StoreTarget;
+use super::targets::{null::NullTarget, Outcome, Session, Target, TargetSpec};
+use crate::process_stats;
 use podkv_traces::Partitioner;
-use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
-
-/// What one process measured in the timed phase.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ProcessReport {
-    /// The process's index.
-    pub process: usize,
-    /// Its workers' merged measurements.
-    pub tally: TallyWire,
-    /// Its proportional set size at the end of the timed phase.
-    pub pss_bytes: u64,
-    /// Its minor page faults during the timed phase.
-    pub page_faults: u64,
-    /// The target's HWcc bytes, for heap targets.
-    pub hwcc_bytes: Option<u64>,
-}
 
 /// Runs process `process` of `spec`; any failure also raises `failed` in the control block.
 pub fn run_process(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<ProcessReport> {
@@ -153,7 +139,7 @@ fn run_threads<T: Target, S: Source + Send>(
             .collect();
         let faults = ctl
             .wait_for(&ctl.go[timed], 1)
-            .map(|()| metrics::minor_faults());
+            .map(|()| process_stats::minor_faults());
         let tallies: Vec<anyhow::Result<Tally>> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
@@ -167,8 +153,8 @@ fn run_threads<T: Target, S: Source + Send>(
     Ok(ProcessReport {
         process,
         tally: tally.to_wire(),
-        pss_bytes: metrics::pss_bytes(),
-        page_faults: metrics::minor_faults().saturating_sub(faults?),
+        pss_bytes: process_stats::pss_bytes(),
+        page_faults: process_stats::minor_faults().saturating_sub(faults?),
         hwcc_bytes: target.hwcc_bytes(),
     })
 }
@@ -228,39 +214,4 @@ fn run_source<S: Source, X: Session>(
     ctl.progress[w].store(done, Ordering::Relaxed);
     source.finish()?;
     Ok(recorder)
-}
-
-/// The CPUs this process may run on.
-pub(crate) fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: `cpu_set_t` is plain data; sched_getaffinity fills it or fails.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out pointer of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-    if rc != 0 {
-        return Vec::new();
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `cpu` is below CPU_SETSIZE.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect()
-}
-
-/// Pins the calling thread to `cpu` (best effort: a refusal leaves it unpinned).
-pub(crate) fn pin_to(cpu: usize) {
-    // SAFETY: `cpu_set_t` is plain data.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` comes from `allowed_cpus`, so it is below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu set of the size passed.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn this_process_may_run_somewhere() {
-        assert!(!allowed_cpus().is_empty());
-    }
 }

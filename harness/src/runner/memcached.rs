@@ -8,7 +8,7 @@
 //! (keep it to a few hundred small requests): requests are all written before any reply
 //! is read.
 
-use super::target::{Outcome, Session, Target};
+use super::targets::{Outcome, Session, Target};
 use anyhow::Context;
 use podkv_traces::{key_hash, Command};
 use std::collections::HashMap;

@@ -15,6 +15,7 @@
 //! Each parameter becomes `--name value` (`trace` is `podkv replay`'s positional
 //! argument). Dimensions vary in alphabetical order of their names, the last fastest.
 
+use super::cli;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -120,13 +121,31 @@ pub fn run(path: &Path, list_only: bool) -> anyhow::Result<()> {
         if list_only {
             continue;
         }
-        let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(
+        let run = <SuiteRun as clap::Parser>::try_parse_from(
             std::iter::once("podkv".to_owned()).chain(argv.iter().cloned()),
         )
         .map_err(|e| anyhow::anyhow!("run {} of {}: {e}", i + 1, path.display()))?;
-        crate::cli::run(cli)?;
+        match run.command {
+            SuiteCommand::Ycsb(c) => cli::ycsb(&c)?,
+            SuiteCommand::Replay(c) => cli::replay(&c)?,
+        }
     }
     Ok(())
+}
+
+/// One point of a suite as a `podkv` command line: the two commands a suite runs, parsed
+/// with the same flags as `podkv ycsb` and `podkv replay`.
+#[derive(clap::Parser, Debug)]
+#[command(name = "podkv")]
+struct SuiteRun {
+    #[command(subcommand)]
+    command: SuiteCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum SuiteCommand {
+    Ycsb(cli::YcsbCommand),
+    Replay(cli::ReplayCommand),
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@
 //! PNG renders text with a TrueType font found on the system (DejaVu Sans, or the file
 //! named by `PODKV_FONT`).
 
+use crate::helpers::median;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use podkv_harness::helpers::median;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -14,84 +14,30 @@
 //! done) to the last worker's finish; the table reports the median over `--repeat` runs and
 //! each allocator's ratio to mimalloc from the same invocation. `--duration` ends a run
 //! early through the runner's stop word (its record says `timed_out`); records are appended
-//! by [`podkv_harness::helpers::append_ndjson`], as the runner's own.
+//! by [`crate::helpers::append_ndjson`], as the runner's own.
 
 pub mod alloc;
 pub mod huge;
-pub mod metrics;
+pub mod job;
 pub mod process;
 pub mod ring;
 pub mod workload;
 
+use crate::helpers::{human_bytes, median};
+use crate::process_stats;
+use crate::runner;
 use crate::runner::control::COUNT_WORKERS_MAX;
-use crate::runner::target::TargetSpec;
-use crate::runner::worker::ProcessReport;
-use crate::runner::{self, Job, RunSpec};
+use crate::runner::report::ProcessReport;
+use crate::runner::spec::{Job, RunSpec};
+use crate::runner::targets::TargetSpec;
 use alloc::BenchAlloc;
+pub use job::{AllocatorName, Backing, BenchJob, Kind};
 use podkv_alloc::{Config, Heap};
-use podkv_harness::helpers::{human_bytes, median};
 use podkv_hw::Coherence;
-pub use process::BenchJob;
 use ring::Ring;
-use serde::{Deserialize, Serialize};
 use std::alloc::Layout;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Which microbenchmark.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-pub enum Kind {
-    /// Batches of fixed-size allocations then frees, thread-local (Hoard's threadtest).
-    Threadtest,
-    /// Producer/consumer hand-over in a ring of workers: every free is remote.
-    Xmalloc,
-}
-
-impl Kind {
-    /// `threadtest` or `xmalloc`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Threadtest => "threadtest",
-            Kind::Xmalloc => "xmalloc",
-        }
-    }
-}
-
-/// An allocator to measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-pub enum AllocatorName {
-    /// The pod heap (shared memory; may span processes).
-    Podkv,
-    /// The pod heap with recovery logging and CAS acknowledgement off, to measure what
-    /// recoverability costs (one process only).
-    PodkvNonrecoverable,
-    /// The pod heap in `limited` coherence mode (SWcc protocol on descriptors), to measure
-    /// what the mode costs against `podkv` in one run (one process only).
-    PodkvLimited,
-    /// mimalloc, linked in (process-local).
-    Mimalloc,
-    /// The system allocator (process-local).
-    System,
-}
-
-impl AllocatorName {
-    /// Whether workers of several processes can share it (only the pod heap's memory is
-    /// shared; `podkv-nonrecoverable` and `podkv-limited` are one-process comparisons).
-    pub fn spans_processes(self) -> bool {
-        self == AllocatorName::Podkv
-    }
-
-    /// The name in flags and results.
-    pub fn name(self) -> &'static str {
-        match self {
-            AllocatorName::Podkv => "podkv",
-            AllocatorName::PodkvNonrecoverable => "podkv-nonrecoverable",
-            AllocatorName::PodkvLimited => "podkv-limited",
-            AllocatorName::Mimalloc => "mimalloc",
-            AllocatorName::System => "system",
-        }
-    }
-}
 
 /// Flags shared by `podkv bench threadtest` and `podkv bench xmalloc`.
 #[derive(clap::Args, Clone, Debug)]
@@ -118,7 +64,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub heap: Option<PathBuf>,
     /// Most bytes of each of podkv's small and large slab heaps (address space reserved).
-    #[arg(long, default_value = "64GiB", value_parser = podkv_harness::helpers::parse_bytes)]
+    #[arg(long, default_value = "64GiB", value_parser = crate::helpers::parse_bytes)]
     pub heap_bytes: u64,
     /// Runs per allocator; the table shows the median.
     #[arg(long, default_value_t = 3)]
@@ -150,26 +96,8 @@ pub struct BenchArgs {
     pub mcas_impl: podkv_hw::mcas::McasKind,
     /// Address space of podkv's huge heap (blocks over 512 KiB); 0: none (e.g. under valgrind,
     /// which cannot reserve a terabyte).
-    #[arg(long, default_value = "1TiB", value_parser = podkv_harness::helpers::parse_bytes)]
+    #[arg(long, default_value = "1TiB", value_parser = crate::helpers::parse_bytes)]
     pub huge_bytes: u64,
-}
-
-/// How podkv backs huge blocks (`podkv_alloc::HugeBacking`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-pub enum Backing {
-    /// Every page at allocation.
-    Reserve,
-    /// Only the pages touched.
-    Sparse,
-}
-
-impl Backing {
-    fn to_alloc(self) -> podkv_alloc::HugeBacking {
-        match self {
-            Backing::Reserve => podkv_alloc::HugeBacking::Reserve,
-            Backing::Sparse => podkv_alloc::HugeBacking::Sparse,
-        }
-    }
 }
 
 /// One measured run.
@@ -234,7 +162,7 @@ pub fn run_records(kind: Kind, args: &BenchArgs) -> anyhow::Result<Vec<Record>> 
                 if record.timed_out { " (timed out)" } else { "" }
             );
             if let Some(path) = &args.json {
-                podkv_harness::helpers::append_ndjson(path, &record)?;
+                crate::helpers::append_ndjson(path, &record)?;
             }
             records.push(record);
         }
@@ -332,7 +260,7 @@ fn run_once(
             AllocatorName::PodkvLimited => Some(Coherence::Limited.name()),
             AllocatorName::Mimalloc | AllocatorName::System => None,
         },
-        git_commit: metrics::git_commit(),
+        git_commit: process_stats::git_commit(),
     })
 }
 

@@ -10,7 +10,7 @@
 //! Each request's command runs as recorded, with `value_size` ASCII zeros as its value
 //! (zeros so that `incr`/`decr` find a number).
 
-use super::target::{Outcome, Session};
+use super::targets::{Outcome, Session};
 use podkv_traces::{Command, Request};
 use podkv_ycsb::{Op, OpKind, OpStream};
 

@@ -18,44 +18,20 @@
 //! runs.
 
 use super::alloc::BenchAlloc;
+use super::job::{BenchJob, Kind};
 use super::ring::{self, Ring};
-use super::{metrics, workload, AllocatorName, Backing, Kind};
+use super::workload;
+use crate::process_stats;
 use crate::runner::control::Control;
+use crate::runner::cpus::{allowed_cpus, pin_to};
 use crate::runner::metrics::{thread_cpu_ns, Tally};
-use crate::runner::worker::{allowed_cpus, pin_to, ProcessReport};
-use crate::runner::RunSpec;
+use crate::runner::report::ProcessReport;
+use crate::runner::spec::RunSpec;
 use anyhow::Context;
 use podkv_alloc::{Config, Heap, Offset};
-use serde::{Deserialize, Serialize};
 use std::alloc::Layout;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// A benchmark run as the runner sends it to worker processes.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BenchJob {
-    /// threadtest or xmalloc.
-    pub kind: Kind,
-    /// The allocator measured.
-    pub allocator: AllocatorName,
-    /// Bytes per allocation.
-    pub size: usize,
-    /// Allocations per worker (a multiple of `batch` for threadtest).
-    pub ops_per_worker: u64,
-    /// Allocations of all workers.
-    pub ops: u64,
-    /// threadtest round / xmalloc hand-over batch.
-    pub batch: usize,
-    /// xmalloc: most blocks a producer keeps in its ring (0: the whole ring).
-    pub window: usize,
-    /// podkv: how every process backs huge blocks.
-    pub huge_backing: Backing,
-    /// podkv: the heap file every worker process opens.
-    pub heap: Option<PathBuf>,
-    /// podkv: worker `w`'s output ring, as an offset in the heap.
-    pub rings: Vec<u64>,
-}
 
 /// `podkv run-worker` for a benchmark: opens the shared heap and runs this process's
 /// workers. Only podkv spans processes (validated by the launcher).
@@ -110,7 +86,7 @@ pub fn run_process<A: BenchAlloc, F: Fn() -> A + Sync>(
 ) -> anyhow::Result<ProcessReport> {
     let threads = spec.threads;
     let cpus = allowed_cpus();
-    let faults_before = metrics::minor_faults();
+    let faults_before = process_stats::minor_faults();
     let finished = AtomicU64::new(0);
     let measured = AtomicU64::new(0);
     let memory = (AtomicU64::new(0), AtomicU64::new(0));
@@ -133,8 +109,10 @@ pub fn run_process<A: BenchAlloc, F: Fn() -> A + Sync>(
                     exit.finish();
                     if t == 0 {
                         wait_until(finished, threads as u64);
-                        memory.0.store(metrics::pss_bytes(), Ordering::Release);
-                        let faults = metrics::minor_faults().saturating_sub(faults_before);
+                        memory
+                            .0
+                            .store(process_stats::pss_bytes(), Ordering::Release);
+                        let faults = process_stats::minor_faults().saturating_sub(faults_before);
                         memory.1.store(faults, Ordering::Release);
                         measured.store(1, Ordering::Release);
                     }

@@ -1,6 +1,7 @@
 //! The runner's subcommands: `podkv ycsb`, `podkv replay`, `podkv suite`, `podkv plot`.
 
-use super::{launch, Job, RunArgs, RunSpec, YcsbJob};
+use super::launch;
+use super::spec::{Job, RunArgs, RunSpec, YcsbJob};
 use std::path::PathBuf;
 
 /// `podkv ycsb`: generate a YCSB workload and run it (or only generate it, `--dry-run`).
@@ -93,7 +94,7 @@ fn with_temp_heap(
     f: impl FnOnce() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let temp = match &spec.target {
-        super::target::TargetSpec::Embedded { heap } if made_up => Some(heap.clone()),
+        super::targets::TargetSpec::Embedded { heap } if made_up => Some(heap.clone()),
         _ => None,
     };
     let result = f();

@@ -1,0 +1,243 @@
+//! What a run executes, as the launcher hands it to every worker process (as JSON): the
+//! job (a YCSB workload, a trace replay or an allocator benchmark), the target, and how many
+//! processes × threads run it.
+
+use super::control::COUNT_WORKERS_MAX;
+use super::source;
+use super::targets::TargetSpec;
+use crate::bench::job::BenchJob;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Runner flags shared by `podkv ycsb` and `podkv replay`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// What to run against: `embedded` (the podkv store in a pod heap), `mimalloc` (the
+    /// same index in process-local memory), `dashmap`, `null` (nothing: measures the
+    /// runner), or `memcached://HOST:PORT[,HOST:PORT...]`.
+    #[arg(long, default_value = "embedded", value_name = "TARGET")]
+    pub target: String,
+    /// Heap file of `--target embedded` [default: a fresh file under /dev/shm, removed
+    /// afterwards].
+    #[arg(long, value_name = "PATH")]
+    pub heap: Option<PathBuf>,
+    /// Worker processes (the runner re-executes podkv); only targets that can be shared
+    /// (embedded, memcached, null) allow more than one.
+    #[arg(long, default_value_t = 1, value_name = "P")]
+    pub processes: usize,
+    /// End the timed phase after this many seconds, even if operations remain.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Do not pin worker threads to CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Append one NDJSON record of the run to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// A YCSB job as sent to worker processes (the `podkv ycsb` flags that shape operations).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct YcsbJob {
+    /// `--workload`.
+    pub workload: Option<String>,
+    /// `-P`.
+    pub property_files: Vec<PathBuf>,
+    /// `-p`.
+    pub properties: Vec<String>,
+    /// `--records`.
+    pub records: Option<u64>,
+    /// `--ops`.
+    pub ops: Option<u64>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--phase`: `load`, `run` or `both`.
+    pub phase: String,
+}
+
+impl YcsbJob {
+    /// The job of `podkv ycsb` flags.
+    pub fn from_args(a: &podkv_ycsb::YcsbArgs) -> Self {
+        let phase = match a.phase {
+            podkv_ycsb::PhaseArg::Load => "load",
+            podkv_ycsb::PhaseArg::Run => "run",
+            podkv_ycsb::PhaseArg::Both => "both",
+        };
+        Self {
+            workload: a.workload.clone(),
+            property_files: a.property_files.clone(),
+            properties: a.properties.clone(),
+            records: a.records,
+            ops: a.ops,
+            seed: a.seed,
+            phase: phase.into(),
+        }
+    }
+
+    /// Back to `podkv ycsb` flags (threads and dumping aside).
+    pub fn args(&self) -> podkv_ycsb::YcsbArgs {
+        podkv_ycsb::YcsbArgs {
+            workload: self.workload.clone(),
+            property_files: self.property_files.clone(),
+            properties: self.properties.clone(),
+            records: self.records,
+            ops: self.ops,
+            seed: self.seed,
+            phase: self.phase_arg(),
+            threads: 1,
+            dry_run: false,
+            dump_ops: None,
+        }
+    }
+
+    fn phase_arg(&self) -> podkv_ycsb::PhaseArg {
+        match self.phase.as_str() {
+            "load" => podkv_ycsb::PhaseArg::Load,
+            "run" => podkv_ycsb::PhaseArg::Run,
+            _ => podkv_ycsb::PhaseArg::Both,
+        }
+    }
+
+    /// The phases, in order.
+    pub fn phases(&self) -> Vec<podkv_ycsb::Phase> {
+        self.phase_arg().phases().to_vec()
+    }
+}
+
+/// What a run executes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Job {
+    /// A YCSB workload.
+    Ycsb(YcsbJob),
+    /// A trace replay.
+    Replay {
+        /// The trace file (CSV, .zst or Parquet).
+        trace: PathBuf,
+    },
+    /// An allocator benchmark (`podkv bench threadtest|xmalloc`); its target is `null`:
+    /// the job names the allocator it drives.
+    Bench(BenchJob),
+}
+
+/// The one "kind" of a benchmark's operations: an allocation with its free.
+const NAMES_BENCH: [&str; 1] = ["alloc"];
+
+impl Job {
+    /// Names of the operation kinds, indexed as the sources report them.
+    pub fn kind_names(&self) -> &'static [&'static str] {
+        match self {
+            Job::Ycsb(_) => &source::NAMES_YCSB,
+            Job::Replay { .. } => &podkv_traces::Op::NAMES,
+            Job::Bench(_) => &NAMES_BENCH,
+        }
+    }
+
+    /// Number of phases (the last is timed).
+    pub fn phase_count(&self) -> usize {
+        match self {
+            Job::Ycsb(j) => j.phases().len(),
+            Job::Replay { .. } | Job::Bench(_) => 1,
+        }
+    }
+
+    /// `ycsb`, `replay`, or the benchmark (`threadtest`, `xmalloc`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Job::Ycsb(_) => "ycsb",
+            Job::Replay { .. } => "replay",
+            Job::Bench(b) => b.kind.name(),
+        }
+    }
+
+    /// The workload's name in results: the YCSB workload, or the trace's file name.
+    pub fn workload_name(&self) -> String {
+        match self {
+            Job::Ycsb(j) => j.workload.clone().unwrap_or_else(|| "core".into()),
+            Job::Replay { trace } => trace.file_name().map_or_else(
+                || trace.display().to_string(),
+                |n| n.to_string_lossy().into(),
+            ),
+            Job::Bench(b) => b.allocator.name().into(),
+        }
+    }
+
+    /// Operations the timed phase will run, when known in advance.
+    pub fn expected_ops(&self) -> anyhow::Result<Option<u64>> {
+        Ok(match self {
+            Job::Ycsb(j) => {
+                let w = j.args().workload()?;
+                Some(match j.phases().last() {
+                    Some(podkv_ycsb::Phase::Load) => w.load_count,
+                    _ => w.operation_count,
+                })
+            }
+            Job::Replay { .. } => None,
+            Job::Bench(b) => Some(b.ops),
+        })
+    }
+}
+
+/// Everything a run needs; sent to worker processes as JSON.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// What to run.
+    pub job: Job,
+    /// Against what.
+    pub target: TargetSpec,
+    /// Worker processes.
+    pub processes: usize,
+    /// Threads per process.
+    pub threads: usize,
+    /// `--duration`.
+    pub duration: Option<f64>,
+    /// Pin threads to CPUs.
+    pub pin: bool,
+}
+
+impl RunSpec {
+    /// The spec of a command line.
+    pub fn new(job: Job, args: &RunArgs, threads: usize) -> anyhow::Result<Self> {
+        let spec = Self {
+            job,
+            target: TargetSpec::parse(&args.target, args.heap.clone())?,
+            processes: args.processes,
+            threads,
+            duration: args.duration,
+            pin: !args.no_pin,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Workers in all.
+    pub fn workers(&self) -> usize {
+        self.processes * self.threads
+    }
+
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.processes >= 1 && self.threads >= 1,
+            "--processes and --threads must be at least 1"
+        );
+        anyhow::ensure!(
+            self.workers() <= COUNT_WORKERS_MAX,
+            "at most {COUNT_WORKERS_MAX} workers (processes × threads)"
+        );
+        anyhow::ensure!(
+            self.processes == 1 || self.target.spans_processes(),
+            "target {} lives in process-local memory: it cannot run with --processes > 1",
+            self.target.name()
+        );
+        if let Job::Bench(b) = &self.job {
+            anyhow::ensure!(
+                self.processes == 1 || b.allocator.spans_processes(),
+                "{} lives in process-local memory: it cannot run with --processes > 1",
+                b.allocator.name()
+            );
+        }
+        if let Some(d) = self.duration {
+            anyhow::ensure!(d > 0.0 && d.is_finite(), "--duration must be positive");
+        }
+        Ok(())
+    }
+}
