@@ -63,8 +63,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_conns: u64,
     /// Largest value in bytes (memcached's -I); larger stores answer `SERVER_ERROR object too
-    /// large for cache`. Until the heap's huge allocations land, values over about 512 KiB
-    /// are refused the same way whatever this says.
+    /// large for cache`. A heap created without a huge heap (`--huge-bytes 0`) also refuses
+    /// values over its largest block, about 512 KiB, whatever this says.
     #[arg(long, value_name = "BYTES", default_value = "1MiB", value_parser = parse_bytes)]
     pub max_item_size: u64,
     /// Close a connection idle this many seconds (0: never), as memcached's idle_timeout.
