@@ -174,9 +174,44 @@ const fn small_lut() -> [u8; SIZE_SMALL_MAX / 8 + 1] {
     lut
 }
 
+/// Whether a small block's offset in its slab, times its class's reciprocal (`scaled`), was
+/// a block's first byte. With `recip = (2^32 + d) / size`, `d < size`, and an offset
+/// `q * size + r` under `2^SHIFT_SMALL_SLAB` (2^16), the low 32 bits are
+/// `q * d + r * (2^32 + d) / size`: under `2^SHIFT_SMALL_SLAB` when `r` is 0 (`q * d` is at
+/// most the offset), at least `2^32 / SIZE_SMALL_MAX = 2^22` otherwise. One compare instead
+/// of a multiply back. The bound holds while `size * (2^SHIFT_SMALL_SLAB + size) <= 2^32`
+/// for the largest size (then `q * d` also never carries into the block index), which the
+/// assertion checks; `tests::block_start_test_is_exact_for_every_small_class_and_offset`
+/// tries every offset of every class.
+#[cfg(not(podkv_loom))] // the thread fast paths' helper; loom builds have none
+#[inline]
+pub(crate) fn is_block_start(scaled: u64) -> bool {
+    const _: () = assert!(
+        (SIZE_SMALL_MAX as u64) * ((1 << SHIFT_SMALL_SLAB) + SIZE_SMALL_MAX as u64) <= 1 << 32
+    );
+    (scaled as u32) < 1 << SHIFT_SMALL_SLAB
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(not(podkv_loom))]
+    fn block_start_test_is_exact_for_every_small_class_and_offset() {
+        for (class, &recip) in SMALL_RECIP.iter().enumerate().take(SMALL.len) {
+            let size = u64::from(SMALL.size[class]);
+            for in_slab in 0..1u64 << SHIFT_SMALL_SLAB {
+                let scaled = in_slab * recip;
+                assert_eq!(
+                    is_block_start(scaled),
+                    in_slab % size == 0,
+                    "class {class} ({size} B), offset {in_slab}"
+                );
+                assert_eq!(scaled >> 32, in_slab / size);
+            }
+        }
+    }
 
     fn all() -> [&'static Classes; 2] {
         [&SMALL, &LARGE]

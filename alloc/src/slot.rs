@@ -117,3 +117,15 @@ const _: () = assert!(
     std::mem::offset_of!(Slot, recovery) == 64,
     "the lease has its own line"
 );
+
+/// A list word's two ends (head and tail, or head and count).
+#[inline]
+pub(crate) fn unpack_ends(word: u64) -> (u32, u32) {
+    (word as u32, (word >> 32) as u32)
+}
+
+/// Packs a list word's two ends.
+#[inline]
+pub(crate) fn pack_ends(low: u32, high: u32) -> u64 {
+    u64::from(low) | u64::from(high) << 32
+}

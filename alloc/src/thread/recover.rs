@@ -22,7 +22,8 @@
 //! handle ([`ThreadHandle::take_adoption`]). Huge blocks are reported like the others: the huge
 //! log (`huge/owner.rs`) names an allocation made live but not returned, or a free under way.
 
-use super::{pack_ends, unpack_ends, ThreadHandle};
+use super::ThreadHandle;
+use crate::slot::{pack_ends, unpack_ends};
 use crate::class::Kind;
 use crate::dcas;
 use crate::global::List;
@@ -139,7 +140,7 @@ impl Adopter<'_> {
                 let placed = op == Op::ToUnsized && self.in_sized(&heap, class, slab)
                     || self.unsized_head(&heap) == slab + 1;
                 if !placed {
-                    self.took_slab(&heap, slab);
+                    self.slabs().took_slab(&heap, slab);
                 }
                 self.freed(step)
             }
@@ -175,7 +176,7 @@ impl Adopter<'_> {
         let listed =
             self.in_sized(heap, class, slab) || from_list && self.unsized_head(heap) == slab + 1;
         if !listed {
-            self.took_slab(heap, slab);
+            self.slabs().took_slab(heap, slab);
         }
         InFlight::None
     }
@@ -189,7 +190,7 @@ impl Adopter<'_> {
         if popped {
             heap.desc(slab)
                 .set_meta(self.me, 0, State::Unsized);
-            self.push_global(heap, slab, false);
+            self.slabs().push_global(heap, slab, false);
         }
         InFlight::None
     }
@@ -202,9 +203,9 @@ impl Adopter<'_> {
             || self.acked(ver);
         if grown && count > 0 {
             if count >= 2 && self.unsized_head(heap) != slab + 2 {
-                self.place_grown(heap, slab..slab + count);
+                self.slabs().place_grown(heap, slab..slab + count);
             }
-            self.took_slab(heap, slab);
+            self.slabs().took_slab(heap, slab);
         }
         InFlight::None
     }
@@ -215,7 +216,7 @@ impl Adopter<'_> {
         let word = heap.remote(slab);
         if self.took(word, ver) {
             if self.mine(word, ver) && remote::count(word.load(Relaxed)) == 0 {
-                self.took_slab(heap, slab);
+                self.slabs().took_slab(heap, slab);
             }
         } else if !self.in_sized(heap, class, slab) {
             self.next_ver();
@@ -223,7 +224,7 @@ impl Adopter<'_> {
             heap.desc(slab)
                 .set_meta(self.me, class as u8, State::Detached);
             if remote::detach(word, self.0) == 0 {
-                self.took_slab(heap, slab);
+                self.slabs().took_slab(heap, slab);
             }
         }
         InFlight::None
@@ -239,7 +240,7 @@ impl Adopter<'_> {
         heap.desc(slab)
             .set_meta(self.me, class as u8, State::Sized);
         if !self.in_sized(heap, class, slab) {
-            self.sized_push_back(heap, class, slab);
+            self.slabs().sized_push_back(heap, class, slab);
         }
     }
 
@@ -250,7 +251,7 @@ impl Adopter<'_> {
             self.mine(head, ver) && dcas::payload(head.load(Acquire)) == slab + 1 || self.acked(ver);
         let still_listed = step.from_list && self.unsized_head(heap) == slab + 1;
         if !pushed && !still_listed {
-            self.push_global(heap, slab, false);
+            self.slabs().push_global(heap, slab, false);
         }
     }
 
@@ -260,7 +261,7 @@ impl Adopter<'_> {
         let word = heap.remote(slab);
         if self.took(word, ver) {
             if self.mine(word, ver) && dcas::payload(word.load(Relaxed)) == 0 {
-                self.took_slab(heap, slab);
+                self.slabs().took_slab(heap, slab);
             }
         } else if !self.in_sized(heap, class, slab) {
             self.next_ver();
@@ -269,7 +270,7 @@ impl Adopter<'_> {
             let free = desc.count_free(heap.classes.count[class]);
             desc.set_meta(0, class as u8, State::Disowned);
             if remote::disown(word, free, self.0) == remote::Disown::Empty {
-                self.took_slab(heap, slab);
+                self.slabs().took_slab(heap, slab);
             }
         }
         InFlight::None
@@ -322,7 +323,7 @@ impl Adopter<'_> {
         }
         if meta.state == Some(State::Detached) {
             self.enter_free(offset.0);
-            self.detached_to_sized(&heap, usize::from(meta.class), slab);
+            self.slabs().detached_to_sized(&heap, usize::from(meta.class), slab);
         }
         InFlight::Free(offset)
     }
@@ -336,7 +337,7 @@ impl Adopter<'_> {
         };
         let batch = Pending::unpack(self.slot().pending.load(Acquire));
         if batch.is_none_or(|b| b.ver != rec.ver()) {
-            self.remote_free_block(heap.kind, slab, offset);
+            self.slabs().remote_free_block(heap.kind, slab, offset);
         }
         InFlight::Free(offset)
     }
@@ -349,7 +350,7 @@ impl Adopter<'_> {
             self.slot().pending.store(0, Release);
             // Overwritten means not taken: a slab the CAS emptied has no other writer.
             if self.wrote(w, rec.ver()) && remote::took_slab(dcas::payload(w)) {
-                self.took_slab(heap, slab);
+                self.slabs().took_slab(heap, slab);
             }
         } else {
             self.flush_remote_frees();
