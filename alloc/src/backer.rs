@@ -43,8 +43,8 @@
 //! slabs released in a burst of frees stay released.
 
 use crate::class::Kind;
-use podkv_hw::sync::{AtomicU64, Ordering};
-use std::sync::atomic::AtomicBool;
+// Process-local state shared with a real OS thread: std's atomics in every build.
+use podkv_hw::sync::mapped::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 

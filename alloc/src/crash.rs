@@ -85,7 +85,7 @@ macro_rules! crash_point {
 
 #[cfg(feature = "crash-points")]
 mod armed {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use podkv_hw::sync::mapped::{AtomicU64, Ordering};
     use std::sync::OnceLock;
 
     static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();

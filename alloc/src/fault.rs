@@ -22,7 +22,7 @@
 
 use crate::huge::HugeView;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use podkv_hw::sync::mapped::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Once, OnceLock};
 
 /// Heaps one process may have open at once with a huge heap.

@@ -16,7 +16,7 @@ use crate::heap::Heap;
 use crate::offset::Offset;
 use crate::thread::ThreadHandle;
 use std::alloc::Layout;
-use std::sync::atomic::{AtomicU64, Ordering};
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 
 /// The header root word holding the stack's head.
 pub const ROOT_STACK: usize = 31;

@@ -67,7 +67,7 @@ use crate::slot::Owner;
 use crate::slots::Slots;
 pub(crate) use owner::HugeOwner;
 use podkv_hw::sync::AtomicU64;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use podkv_hw::sync::mapped::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// What a huge step needs from the thread holding the slot it runs for.
@@ -90,7 +90,7 @@ pub(crate) trait HugeThread {
 pub(crate) struct HugeHeap {
     pub(crate) view: HugeView,
     /// `HugeBacking as u64`: this process's choice, changeable while open.
-    backing: std::sync::atomic::AtomicU64,
+    backing: podkv_hw::sync::mapped::AtomicU64,
     /// Where this process's next sweep of released slots starts (`owner.rs`).
     sweep_cursor: AtomicUsize,
     /// This process as the record's owner.
@@ -113,7 +113,7 @@ impl HugeHeap {
     ) -> HugeHeap {
         HugeHeap {
             view,
-            backing: std::sync::atomic::AtomicU64::new(backing as u64),
+            backing: podkv_hw::sync::mapped::AtomicU64::new(backing as u64),
             sweep_cursor: AtomicUsize::new(0),
             me,
             mcas,

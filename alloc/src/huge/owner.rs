@@ -392,7 +392,7 @@ pub(super) fn sweep_released(huge: &HugeHeap, slots: &Slots, hold: &dyn Fn(u32))
     if slots_with_runs.is_empty() {
         return 0;
     }
-    let start = cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % slots_with_runs.len();
+    let start = cursor.fetch_add(1, Ordering::Relaxed) % slots_with_runs.len();
     let (mut claimed, mut reclaimed) = (0, 0);
     for &slot in slots_with_runs[start..]
         .iter()
