@@ -75,7 +75,7 @@ pub struct SlotStats {
     pub step: String,
 }
 
-/// What [`Heap::check`] found.
+/// What [`crate::Heap::check`] found.
 #[derive(Clone, Debug, Default)]
 pub struct HeapReport {
     /// Small (`[0]`) and large (`[1]`) heap statistics.

@@ -4,7 +4,7 @@
 //! change by single detectable CAS ([`crate::free_list`]); a slab on them is owned by nobody.
 //!
 //! # Sharing
-//! - head words: HWcc, changed only by [`GlobalLists::push`] and [`GlobalLists::pop`] (CAS
+//! - head words: HWcc, changed only by `GlobalLists::push` and `GlobalLists::pop` (CAS
 //!   through the caller's [`Writer`]).
 //! - a listed slab's descriptor links and depth: written by the pusher, which owns the slab
 //!   until its CAS, and written back before it (SWcc); read fresh by poppers.

@@ -23,27 +23,34 @@
 //!   freed block is reclaimed once no process's hazard record names it ([`hazard`]).
 //!
 //! # Who owns what
+//! Layered bottom to top; each module names only modules below it (no import circles).
+//!
 //! | module | owns |
 //! | --- | --- |
 //! | [`layout`] | the file format: header word, [`layout::Geometry`], where each region lies, `FORMAT_VERSION` |
 //! | [`class`] | size classes and [`Kind`] (small or large slab heap) |
 //! | [`slab`], [`slot`] | the shared records: a slab's descriptor and states, a thread slot's words |
 //! | [`dcas`], [`remote`], [`free_list`], [`pending`] | the lock-free protocols on shared words |
-//! | [`recovery`] | the recovery word: [`recovery::Rec`], one step per [`recovery::Op`] |
-//! | [`heap`] | opening a heap (its steps, and its background threads), the slab heaps' placement, growth, the global lists, the slot table |
-//! | [`thread`] | one thread's slot: the fast paths, the slab transitions, and (`thread/recover.rs`) the recovery of an adopted slot |
-//! | [`huge`] | the huge heap: reservation array, per-slot descriptors and log, mapping and reclaim |
+//! | [`recovery`] | the recovery word: [`recovery::Rec`], one step per [`recovery::Op`], and [`InFlight`] |
+//! | [`file`](mod@file), [`process`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; an `mcas` heap's region and CAS hook; the backer thread |
+//! | [`slabs`] | component `SlabHeaps`: each [`SlabHeap`](heap::SlabHeap)'s placement, descriptors, remote words, `len` and growth |
+//! | [`global`] | component `GlobalLists`: the warm and cold global free lists ([`heap::List`]) |
+//! | `slots` | component `Slots`: the thread-slot table — claim, release, liveness, leases |
+//! | [`huge`] | component `HugeHeap` (this process's part: view, hazard record, sweep) and `HugeOwner` (a slot's part: allocate, free, reclaim, recover) |
 //! | [`hazard`], [`fault`] | hazard offsets of mapped huge blocks; the process-global SIGSEGV handler |
-//! | [`file`](mod@file), [`process`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; an `mcas` heap's region; backing ahead |
-//! | [`check`], [`crash`], [`stress`] | the heap checker, the named crash points, the stress drivers |
+//! | `shared` | `Shared`: the components, the mapping, the mCAS hook — what a [`Heap`] and its handles hold; starts the backer and the lease renewer |
+//! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook |
+//! | [`heap`] | [`Heap`]: opening (its steps, `heap/open.rs`, [`Config`]), the public API over the components |
+//! | [`check`], [`crash`], [`stress`], [`api`] | the heap checker, the named crash points, the stress drivers, `allocator_api2` |
 //!
 //! # Where a change goes
 //! - **A slab transition** (a new state move, a change to when a slab is detached, kept or
-//!   released): its `a_to_b` method in [`thread`], its [`recovery::Op`] and the arm that
-//!   finishes it in `thread/recover.rs`, its crash points in [`crash`], and the states' table in
-//!   [`slab`].
-//! - **Huge blocks**: [`huge`] (the slot's steps in `huge/owner.rs`, the view every process maps
-//!   through in `huge/mod.rs`), hazard rules in [`hazard`], fault-time mapping in [`fault`].
+//!   released): its `a_to_b` method in `thread/transition.rs`, its [`recovery::Op`] and the
+//!   arm that finishes it in `thread/recover.rs`, its crash points in [`crash`], and the
+//!   states' table in [`slab`]. Global lists in [`global`], growth in [`slabs`].
+//! - **Huge blocks**: [`huge`] (a slot's steps in `huge/owner.rs`, the view every process maps
+//!   through in `huge/view.rs`, the records in `huge/desc.rs`), hazard rules in [`hazard`],
+//!   fault-time mapping in [`fault`].
 //! - **Recovery**: the step's arm in `thread/recover.rs` (slab heaps) or `huge/owner.rs` (huge
 //!   heap); never a heap scan. A new word in a shared record changes [`layout`]'s
 //!   `FORMAT_VERSION`.
@@ -57,8 +64,8 @@
 //!
 //! # Reading order
 //! [`layout`] → [`class`] → [`slab`] and [`remote`] → [`dcas`] → [`free_list`] → [`slot`] →
-//! [`heap`] → [`thread`] → [`recovery`] (and `thread/recover.rs`) → [`huge`], [`hazard`],
-//! [`fault`] → [`check`].
+//! [`slabs`], [`global`], `slots` → [`heap`] → [`thread`] (and `thread/transition.rs`) →
+//! [`recovery`] (and `thread/recover.rs`) → [`huge`], [`hazard`], [`fault`] → [`check`].
 //!
 //! # Partial failure
 //! Every step is logged in the slot's recovery word before it is done, and every CAS on a

@@ -50,7 +50,7 @@
 //! needs the processor to die during that very request.
 //!
 //! # Multi-writer words
-//! Through the hook (`Heap::cas_word`, and `mcas::cas_as_process` for a thread without a
+//! Through the hook (`Shared::cas_word`, and `mcas::cas_as_process` for a thread without a
 //! slot): the slab heaps' words, the huge reservation array, the help array of detectable CAS
 //! (each slot's acknowledgement word, `Layout::slot_acks`), and since format 6 the owner words
 //! of the thread slots (`Layout::slot_owners`: claim and adoption by CAS from zero or from a
@@ -112,7 +112,7 @@ pub(crate) fn cas_as_process(
 }
 
 /// The one way a multi-writer word changes by CAS, on behalf of thread slot `client`
-/// (`Heap::cas_word`): memory-side CAS in an `mcas` heap, CPU CAS otherwise.
+/// (`Shared::cas_word`): memory-side CAS in an `mcas` heap, CPU CAS otherwise.
 #[inline]
 pub(crate) fn cas_word(
     mcas: Option<&HeapMcas>,
@@ -127,7 +127,7 @@ pub(crate) fn cas_word(
     }
 }
 
-/// The store of [`cas_word`]'s mechanism (`Heap::store_word`).
+/// The store of [`cas_word`]'s mechanism (`Shared::store_word`).
 #[inline]
 pub(crate) fn store_word(mcas: Option<&HeapMcas>, client: u32, word: &AtomicU64, value: u64) {
     match mcas {

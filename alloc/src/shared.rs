@@ -42,7 +42,7 @@ pub(crate) struct Shared {
     /// This process as a slot owner.
     pub(crate) me: Owner,
     pub(crate) recoverable: bool,
-    /// Started once this process holds a slot of a lease heap (`Heap::hold`).
+    /// Started once this process holds a slot of a lease heap (`Shared::hold`).
     pub(crate) renewer: OnceLock<()>,
 }
 

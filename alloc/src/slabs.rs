@@ -1,5 +1,5 @@
 //! The two slab heaps (CXLALLOC §3.1): where each one's HWcc words, descriptors and slabs lie
-//! ([`SlabHeap`]), and their growth ([`SlabHeaps`]).
+//! ([`SlabHeap`]), and their growth (`SlabHeaps`).
 //!
 //! # Growth
 //! A slab heap only grows: by CAS on its HWcc `len` word (detectable, [`crate::dcas`]) after

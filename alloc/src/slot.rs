@@ -7,7 +7,7 @@
 //! # The owner word (in the HWcc region since format 6)
 //! Who holds slot `i` is not in the slot: it is word `i` of `Layout::slot_owners`, a
 //! multi-writer word, so it lives among the mCAS targets and changes only through the heap's
-//! one hook (`Heap::try_claim_slot`, `Heap::release_slot`): host id (bits 48..64), the
+//! one hook (`Slots::try_claim`, `Slots::release`): host id (bits 48..64), the
 //! process's start time in clock ticks since boot (low 24 bits, bits 24..48) and its pid
 //! (bits 0..24); zero when free. One word, so a claim, an adoption and a liveness check each
 //! see one consistent owner, and a reused pid (other start time) is another owner. CAS from

@@ -1,5 +1,6 @@
-//! The heap: open (or create) a heap file, map it, and the operations shared by every thread
-//! handle: growth, the global free lists, and the slab heaps' metadata.
+//! The heap: open (or create) a heap file, map it, and the public API over its components
+//! (`Shared`: slab heaps, global lists, thread slots, huge heap), which every thread handle
+//! shares.
 //!
 //! # Opening, with no coordinator (constitution rule 3)
 //! 1. open the file (creating it, mode 0600, if asked); refuse read-only files;
@@ -20,7 +21,7 @@
 //!    once the last `Heap` clone is dropped it sees that within `PERIOD_IDLE` (200 ms) and ends.
 //!
 //! One more thread starts later, not at open: in a lease heap (`Liveness::Lease`), the first
-//! slot this process claims starts the **lease renewer** (`Heap::hold`), which renews the
+//! slot this process claims starts the **lease renewer** (`Shared::hold`), which renews the
 //! leases of the slots the process holds every third of a lease and ends, as the backer does,
 //! within a period of the heap's last clone being dropped.
 //!

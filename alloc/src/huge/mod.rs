@@ -38,7 +38,7 @@
 //! and large blocks: a huge allocation logs `Alloc(offset)` there once its place is chosen
 //! (reported only if this slot's descriptor of it went live), a free logs `Free(offset)` once
 //! the descriptor is freed.
-//! [`ThreadHandle::recover_huge`] is the recovery, one `match`, idempotent given the word (run
+//! [`crate::ThreadHandle::recover_huge`] is the recovery, one `match`, idempotent given the word (run
 //! by every adoption of a dead slot, `recover.rs`): a claim is undone for ranges of the logged
 //! run that hold this slot's word but no descriptor; an allocation whose descriptor never went
 //! live has its pages punched out and the descriptor emptied, one that went live is reported
@@ -156,13 +156,13 @@ impl HugeHeap {
         owner::sweep_released(self, slots, hold)
     }
 
-    /// The heap's CAS hook (`Heap::cas_word`) on behalf of slot `client`.
+    /// The heap's CAS hook (`Shared::cas_word`) on behalf of slot `client`.
     #[inline]
     fn cas_word(&self, client: u32, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
         crate::mcas::cas_word(self.mcas.as_deref(), client, word, current, new)
     }
 
-    /// The heap's store hook (`Heap::store_word`) on behalf of slot `client`.
+    /// The heap's store hook (`Shared::store_word`) on behalf of slot `client`.
     #[inline]
     fn store_word(&self, client: u32, word: &AtomicU64, value: u64) {
         crate::mcas::store_word(self.mcas.as_deref(), client, word, value);

@@ -18,7 +18,7 @@
 //! takes a fresh version first and the CAS is detectable ([`crate::dcas`]). The writes of each
 //! transition are ordered so that a slot's lists, read forward from their heads, are valid at
 //! every instant, and `crash_point!`s mark every window between them. `recover.rs` finishes
-//! whatever step a dead slot was in (its [`Adopter`] is this handle, seen by the adopter).
+//! whatever step a dead slot was in (its `Adopter` is this handle, seen by the adopter).
 
 use crate::class::{
     Kind, SHIFT_SMALL_SLAB, SIZE_SMALL_MAX, SMALL_BY_WORDS, SMALL_COUNT,
@@ -550,13 +550,13 @@ impl Writer for ThreadHandle {
         }
     }
 
-    /// The heap's one hook ([`Heap::cas_word`]): CPU CAS, or memory-side CAS in an `mcas` heap.
+    /// The heap's one hook (`Shared::cas_word`): CPU CAS, or memory-side CAS in an `mcas` heap.
     #[inline]
     fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
         self.shared.cas_word(self.slot_index, word, current, new)
     }
 
-    /// The heap's one hook ([`Heap::store_word`]).
+    /// The heap's one hook (`Shared::store_word`).
     #[inline]
     fn store_word(&self, word: &AtomicU64, value: u64) {
         self.shared.store_word(self.slot_index, word, value);
