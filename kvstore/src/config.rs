@@ -12,8 +12,9 @@ pub struct StoreConfig {
     pub heap: podkv_alloc::Config,
     /// Longest key in bytes (memcached: 250).
     pub key_max: usize,
-    /// Longest value in bytes (memcached: 1 MiB). Values over what the heap serves today
-    /// (about 512 KiB until the huge heap lands) fail with `TooLarge`.
+    /// Longest value in bytes (memcached: 1 MiB). A heap without a huge heap
+    /// (`huge_bytes: 0`) also refuses values over its largest block (about 512 KiB) with
+    /// `TooLarge`.
     pub value_max: usize,
     /// Bytes of items (header + key + value) the store may hold; `None`: until the heap is
     /// full.

@@ -113,3 +113,8 @@ pub use {
     recover::Settled,
     store::{check_path, CheckReport, Crawler, LocalStore, Store, StoreHandle, SERVED_COHERENCE},
 };
+
+/// The README's examples, compiled as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
