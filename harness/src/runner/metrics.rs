@@ -62,9 +62,8 @@ struct Buckets {
 
 impl Buckets {
     fn new() -> Self {
-        let len = 2 * COUNT_SUB_BUCKETS_HALF + COUNT_BUCKETS * COUNT_SUB_BUCKETS_HALF;
         Self {
-            counts: vec![0; len].into_boxed_slice(),
+            counts: vec![0; COUNT_INDEXES].into_boxed_slice(),
         }
     }
 
@@ -97,13 +96,29 @@ impl Buckets {
 
     /// The same counts as an hdrhistogram.
     fn to_histogram(&self) -> Histogram<u64> {
-        let mut h = new_histogram();
-        for (i, &n) in self.counts.iter().enumerate().filter(|(_, &n)| n > 0) {
-            h.record_n(Self::value_at(i), n)
-                .expect("auto-resizing histograms take any value");
-        }
-        h
+        histogram_of(&self.counts)
     }
+}
+
+/// Entries of one histogram in [`Buckets`]' layout (hdrhistogram's, 2 significant digits).
+pub(crate) const COUNT_INDEXES: usize =
+    2 * COUNT_SUB_BUCKETS_HALF + COUNT_BUCKETS * COUNT_SUB_BUCKETS_HALF;
+
+/// The index of `value` in [`Buckets`]' layout, for counts kept outside a [`Recorder`] (such
+/// as `podkv heap chaos`'s, in shared memory); values over [`TICKS_MAX`] count as it.
+#[inline(always)]
+pub(crate) fn index_of(value: u64) -> usize {
+    Buckets::index(value)
+}
+
+/// An hdrhistogram of counts kept in [`Buckets`]' layout (`counts[i]` values at index `i`).
+pub(crate) fn histogram_of(counts: &[u64]) -> Histogram<u64> {
+    let mut h = new_histogram();
+    for (i, &n) in counts.iter().enumerate().filter(|(_, &n)| n > 0) {
+        h.record_n(Buckets::value_at(i), n)
+            .expect("auto-resizing histograms take any value");
+    }
+    h
 }
 
 /// One worker's measurements of one timed phase.
