@@ -1,7 +1,7 @@
 //! `podkv pod down`: ask the monitor to stop the pod, or clean up after a monitor that died.
 
-use super::cmd::TIMEOUT_MONITOR;
 use super::error::PodError;
+use super::monitor::TIMEOUT_MONITOR;
 use super::net::{self, Mode};
 use super::signals;
 use super::state::{MemberState, PodState, StateDir};

@@ -11,10 +11,12 @@
 //! - [`state`]: the state file and pidfiles in the state directory, stale state;
 //! - [`shard`]: beyond one pod — a nutcracker (twemproxy) pool with one server per pod;
 //! - [`signals`]: the monitor's stop flag (the only process-global state);
-//! - [`cmd`]: the command line; [`up`], [`status`], [`down`]: the subcommands.
+//! - [`cmd`]: the command line, [`args`]: its shared flags; [`up`], [`status`], [`down`]: the
+//!   subcommands.
 //!
 //! The launcher knows members only by the `podkv serve` command line, never by its internals.
 
+pub mod args;
 pub mod cmd;
 pub mod down;
 pub mod error;

@@ -27,6 +27,9 @@ use super::state::{now_ms, Phase, PodState, Proc, StateDir};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+/// How long `pod down` waits for the monitor, and `pod up --detach` for the pod.
+pub(super) const TIMEOUT_MONITOR: Duration = Duration::from_secs(60);
+
 const INTERVAL_POLL: Duration = Duration::from_millis(50);
 /// Polls while a member starts, so a restart is counted as soon as it listens.
 const INTERVAL_STARTING: Duration = Duration::from_millis(5);

@@ -29,6 +29,16 @@ pub enum Mode {
     Netns,
 }
 
+impl Mode {
+    /// The mode as the pod's messages name it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Mode::Loopback => "loopback",
+            Mode::Netns => "netns",
+        }
+    }
+}
+
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NetChoice {

@@ -63,6 +63,17 @@ pub enum Phase {
     Stopping,
 }
 
+impl Phase {
+    /// The phase as `podkv pod status` shows it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Up => "up",
+            Phase::Stopping => "stopping",
+        }
+    }
+}
+
 /// One member: a server process playing one host.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemberState {
@@ -145,6 +156,36 @@ pub struct StateDir {
 }
 
 impl StateDir {
+    /// Refuses to start over a pod that is up, or over stale state.
+    pub(super) fn refuse_existing(&self, name: &str) -> Result<(), PodError> {
+        match self.load()? {
+            None => Ok(()),
+            Some(s) if s.monitor.is_alive() => Err(PodError::AlreadyUp {
+                name: name.into(),
+                pid: s.monitor.pid,
+            }),
+            Some(s) => Err(PodError::Stale {
+                name: name.into(),
+                down: self.down_command(name),
+                dir: self.dir.clone(),
+                pid: s.monitor.pid,
+            }),
+        }
+    }
+
+    /// The `podkv pod down` that cleans up pod `name` in `dir`.
+    pub(super) fn down_command(&self, name: &str) -> String {
+        match self.dir.parent() {
+            Some(root) if root != default_root() => {
+                format!(
+                    "podkv pod down --name {name} --state-dir {}",
+                    root.display()
+                )
+            }
+            _ => format!("podkv pod down --name {name}"),
+        }
+    }
+
     /// The directory of pod `name` under `root`.
     pub fn new(root: &Path, name: &str) -> StateDir {
         StateDir {

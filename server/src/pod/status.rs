@@ -1,6 +1,5 @@
 //! `podkv pod status`: the pod as its state file says, with liveness checked now.
 
-use super::cmd::{down_command, mode_name, phase_name};
 use super::error::PodError;
 use super::net::Mode;
 use super::state::{now_ms, MemberState, Phase, PodState, StateDir};
@@ -83,7 +82,7 @@ pub(super) fn status(dir: &StateDir, name: &str, json: bool) -> anyhow::Result<(
     if view.stale {
         return Err(PodError::Stale {
             name: name.into(),
-            down: down_command(dir, name),
+            down: dir.down_command(name),
             dir: dir.dir.clone(),
             pid: state.monitor.pid,
         }
@@ -99,9 +98,9 @@ fn print_status(view: &StatusView<'_>) {
         if view.stale {
             "STALE"
         } else {
-            phase_name(view.phase)
+            view.phase.name()
         },
-        mode_name(view.mode),
+        view.mode.name(),
         view.monitor_pid,
         if view.stale { " (gone)" } else { "" },
         duration(view.uptime_s),

@@ -1,10 +1,10 @@
 //! `podkv pod up`: check for an existing pod, choose the network mode, create or open the
 //! heap, give each member an address, then run the monitor here or in a detached process.
 
-use super::cmd::{down_command, mode_name, refuse_existing, PodArgs, UpArgs, TIMEOUT_MONITOR};
+use super::args::{PodArgs, UpArgs};
 use super::error::PodError;
 use super::member::Program;
-use super::monitor::Monitor;
+use super::monitor::{Monitor, TIMEOUT_MONITOR};
 use super::net::{self, Mode};
 use super::signals;
 use super::state::{now_ms, MemberState, Phase, PodState, Proc, StateDir};
@@ -27,7 +27,7 @@ fn open_heap(path: &Path) -> Result<bool, PodError> {
 pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
     let name = &args.pod.name;
     let dir = args.pod.dir()?;
-    refuse_existing(&dir, name)?;
+    dir.refuse_existing(name)?;
     let (mode, why) = net::choose(args.net)?;
     eprintln!("pod {name}: each member gets {why}");
     let heap = args
@@ -52,7 +52,7 @@ pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
     print_up(monitor.state());
     eprintln!(
         "pod {name}: monitoring; Ctrl-C or `{}` stops the pod",
-        down_command(&dir, name)
+        dir.down_command(name)
     );
     monitor.run()?;
     eprintln!("pod {name}: down");
@@ -117,7 +117,7 @@ fn print_up(state: &PodState) {
         "pod {}: up, {} members ({}), heap {}, monitor pid {}",
         state.name,
         state.members.len(),
-        mode_name(state.mode),
+        state.mode.name(),
         state.heap.display(),
         state.monitor.pid
     );
