@@ -33,14 +33,8 @@ use crate::protocol::storage::{
     Storage, StoreOutcome,
 };
 
-use super::stats::{Counter, Counters};
-use super::Shared;
+use super::stats::{Counter, Counters, Shared, MEMCACHED_COMPATIBLE};
 use std::sync::Arc;
-
-/// The memcached release whose protocol podkv speaks; `version` answers
-/// `<MEMCACHED_COMPATIBLE>-podkv-<version>` so clients that gate features on the version (as
-/// libmemcached's `memccapable` does) treat podkv as that memcached.
-pub const MEMCACHED_COMPATIBLE: &str = "1.6.18";
 
 /// Bytes of item header the store adds to key and value (`me size=`).
 const SIZE_ITEM_HEADER: u64 = 48;

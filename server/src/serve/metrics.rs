@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::Shared;
+use super::stats::Shared;
 
 /// Largest request head read.
 const SIZE_HEAD_MAX: usize = 8 * 1024;

@@ -11,7 +11,8 @@
 //!
 //! - [`backend`]: [`Backend`](backend::Backend), the protocol's `Storage` over one
 //!   `StoreHandle`; the parser never touches the store, the store never sees wire bytes.
-//! - [`stats`]: per-worker counters (single writer each), `stats` groups and Prometheus text.
+//! - [`stats`]: [`Shared`], what every worker of a process shares; per-worker counters
+//!   (single writer each), `stats` groups and Prometheus text.
 //! - [`worker`]: threads, the accept loop, connections, idle timeout.
 //! - [`metrics`]: a minimal HTTP responder for `--metrics`.
 //!
@@ -26,7 +27,7 @@ pub mod worker;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +36,7 @@ use podkv_store::{Crawler, Store, StoreConfig};
 use crate::protocol::ProtocolLimits;
 use podkv_harness::helpers::parse_bytes;
 use stats::Counters;
+pub use stats::Shared;
 
 /// How often each process's expiry crawler walks the store.
 const SECONDS_CRAWL: u64 = 10;
@@ -130,49 +132,6 @@ pub struct Settings {
     pub limits: ProtocolLimits,
     /// SO_REUSEPORT.
     pub reuseport: bool,
-}
-
-/// What every worker of one process shares.
-pub struct Shared {
-    /// The store.
-    pub store: Store,
-    /// Settings in force.
-    pub settings: Settings,
-    /// Per-worker counters, index = worker.
-    pub workers: Vec<Arc<Counters>>,
-    /// Open client connections.
-    pub curr_conns: AtomicU64,
-    /// Connections accepted since start.
-    pub total_conns: AtomicU64,
-    /// Connections refused for `--max-conns`.
-    pub rejected_conns: AtomicU64,
-    /// Connections closed by the idle timeout.
-    pub idle_kicks: AtomicU64,
-    /// Counter values at the last `stats reset`.
-    pub baseline: stats::Baseline,
-    /// When the server started.
-    pub started: Instant,
-    /// Unix second of start.
-    pub started_unix: u64,
-}
-
-impl Shared {
-    /// Counts a connection that opened; whether it is within `--max-conns`.
-    pub fn admit(&self) -> bool {
-        let prev = self.curr_conns.fetch_add(1, Ordering::Relaxed);
-        if prev >= self.settings.max_conns {
-            self.curr_conns.fetch_sub(1, Ordering::Relaxed);
-            self.rejected_conns.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        self.total_conns.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
-    /// Counts a connection that closed.
-    pub fn leave(&self) {
-        self.curr_conns.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// Runs `podkv serve` until SIGTERM/SIGINT.

@@ -1,4 +1,6 @@
-//! Statistics: per-worker counters, the `stats` groups, and the same as Prometheus text.
+//! Statistics: what every worker of a process shares ([`Shared`]: the store, the settings,
+//! connection counts and per-worker counters), the `stats` groups, and the same as
+//! Prometheus text.
 //!
 //! # Counters
 //! Each worker owns one [`Counters`] (its own cache lines) and is its only writer, so a bump is
@@ -19,7 +21,58 @@ use std::sync::Mutex;
 
 use crate::protocol::storage::StatLines;
 
-use super::{heap_capacity, Shared};
+use super::{heap_capacity, Settings};
+use podkv_store::Store;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The memcached release whose protocol podkv speaks; `version` answers
+/// `<MEMCACHED_COMPATIBLE>-podkv-<version>` so clients that gate features on the version (as
+/// libmemcached's `memccapable` does) treat podkv as that memcached.
+pub const MEMCACHED_COMPATIBLE: &str = "1.6.18";
+
+/// What every worker of one process shares.
+pub struct Shared {
+    /// The store.
+    pub store: Store,
+    /// Settings in force.
+    pub settings: Settings,
+    /// Per-worker counters, index = worker.
+    pub workers: Vec<Arc<Counters>>,
+    /// Open client connections.
+    pub curr_conns: AtomicU64,
+    /// Connections accepted since start.
+    pub total_conns: AtomicU64,
+    /// Connections refused for `--max-conns`.
+    pub rejected_conns: AtomicU64,
+    /// Connections closed by the idle timeout.
+    pub idle_kicks: AtomicU64,
+    /// Counter values at the last `stats reset`.
+    pub baseline: Baseline,
+    /// When the server started.
+    pub started: Instant,
+    /// Unix second of start.
+    pub started_unix: u64,
+}
+
+impl Shared {
+    /// Counts a connection that opened; whether it is within `--max-conns`.
+    pub fn admit(&self) -> bool {
+        let prev = self.curr_conns.fetch_add(1, Ordering::Relaxed);
+        if prev >= self.settings.max_conns {
+            self.curr_conns.fetch_sub(1, Ordering::Relaxed);
+            self.rejected_conns.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.total_conns.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Counts a connection that closed.
+    pub fn leave(&self) {
+        self.curr_conns.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// One counter of a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,7 +249,7 @@ impl Shared {
             "version",
             format!(
                 "{}-podkv-{}",
-                super::backend::MEMCACHED_COMPATIBLE,
+                MEMCACHED_COMPATIBLE,
                 env!("CARGO_PKG_VERSION")
             ),
         );

@@ -24,7 +24,8 @@ use crate::protocol::{Flow, MemcacheCodec};
 
 use super::backend::Backend;
 use super::stats::Counter;
-use super::{metrics, ServeError, Shared};
+use super::stats::Shared;
+use super::{metrics, ServeError};
 
 /// Bytes the read buffer keeps free before each read (memcached's read buffer is 16 KiB).
 const SIZE_READ_CHUNK: usize = 16 * 1024;
