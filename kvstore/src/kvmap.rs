@@ -1,8 +1,8 @@
 //! The one interface drivers use: [`KvMap`] (a shared map) and [`KvHandle`] (one thread's view).
 //!
 //! Three maps implement it so a workload runs unchanged against each and ratios come from one
-//! run: [`crate::Store`] (the pod-heap store), [`crate::LocalStore`] (the same index over
-//! process-local memory from mimalloc; evaluation only) and [`crate::DashBaseline`] (a
+//! run: [`crate::Store`] (the pod-heap store), `LocalStore` (the same index over
+//! process-local memory from mimalloc; evaluation only) and `DashBaseline` (a
 //! `dashmap`; evaluation only).
 //!
 //! # Contract

@@ -18,14 +18,16 @@
 //! # Who owns what (bottom up; no module imports one above it)
 //! - leaves: [`error`], [`config`], [`layout`] (heap structures, log tags), [`item`] (item
 //!   layout, `View`), [`list`] (link protocol), [`command`] (request/reply types, expiry and
-//!   counter rules), [`kvmap`] (the driver trait), [`arena`] (pod heap or mimalloc);
+//!   counter rules), [`kvmap`] (the driver trait), [`arena`] (the pod heap);
 //! - `shared`: opening, `create`, descriptor facts, visibility; `slot`: the claimed slot;
 //! - [`reclaim`]: [`epoch`] (the rule), `limbo` (the heap list and its walk), `spare`,
 //!   `reclaimer` (`Reclaim`);
 //! - `buckets`: sentinels, lazy linking, growth; [`maintain`]: capacity, eviction, crawl;
 //! - `writer`: new items (spare or allocator) and the write loop;
 //! - [`recover`]: settling a dead slot's log; [`memcached`], [`meta`]: the commands;
-//! - [`map`]: `Map` and `Handle` (thin); [`store`], `crawler`, [`check`], [`baseline`].
+//! - [`map`]: `Map` and `Handle` (thin); [`store`], `crawler`, [`check`]; `driven`: the
+//!   store behind [`kvmap`]; with feature `baselines`, `local_arena` (the same index over
+//!   mimalloc) and `baseline` (dashmap), for the drivers' comparisons only.
 //!
 //! # Where a change goes
 //! - **Reclamation**: when a node may be freed — [`epoch`]; when a handle collects, and
@@ -63,7 +65,7 @@ pub use reclaim::epoch;
 
 #[cfg(not(podkv_loom))]
 pub mod arena;
-#[cfg(not(podkv_loom))]
+#[cfg(all(not(podkv_loom), feature = "baselines"))]
 pub mod baseline;
 #[cfg(not(podkv_loom))]
 mod buckets;
@@ -76,9 +78,13 @@ pub mod config;
 #[cfg(not(podkv_loom))]
 mod crawler;
 #[cfg(not(podkv_loom))]
+mod driven;
+#[cfg(not(podkv_loom))]
 pub mod item;
 #[cfg(not(podkv_loom))]
 pub mod layout;
+#[cfg(all(not(podkv_loom), feature = "baselines"))]
+pub mod local_arena;
 #[cfg(not(podkv_loom))]
 pub mod maintain;
 #[cfg(not(podkv_loom))]
@@ -102,8 +108,7 @@ pub use error::StoreError;
 pub use kvmap::{KvHandle, KvMap, Recycling};
 #[cfg(not(podkv_loom))]
 pub use {
-    arena::{Arena, LocalArena, PodArena},
-    baseline::{DashBaseline, DashHandle},
+    arena::{Arena, PodArena},
     check::StoreReport,
     config::{Clock, Eviction, StoreConfig, Table},
     maintain::CrawlReport,
@@ -111,7 +116,14 @@ pub use {
     memcached::{expiry_of, parse_counter, Guard, Mode, Outcome, StoreExtra},
     meta::{Count, Counted, Delete, Lease, MetaRead, Rank, Read},
     recover::Settled,
-    store::{check_path, CheckReport, Crawler, LocalStore, Store, StoreHandle, SERVED_COHERENCE},
+    store::{check_path, CheckReport, Crawler, Store, StoreHandle, SERVED_COHERENCE},
+};
+/// The evaluation baselines: the same index over mimalloc, and dashmap.
+#[cfg(all(not(podkv_loom), feature = "baselines"))]
+pub use {
+    baseline::{DashBaseline, DashHandle},
+    local_arena::LocalArena,
+    store::LocalStore,
 };
 
 /// The README's examples, compiled as doctests so they cannot go stale.

@@ -8,13 +8,15 @@
 //!   counters, sampling seed) and its `Writer` (CAS tokens, lost races); a command borrows
 //!   them as one `Parts` and runs in `memcached`, `meta` or `maintain`.
 
-use crate::arena::{Arena, LocalArena, PodArena};
+use crate::arena::{Arena, PodArena};
 use crate::buckets::Buckets;
 use crate::check::{self, CheckReport, StoreReport};
 use crate::command::{Count, Counted, Delete, Mode, Outcome, Read, StoreExtra};
 use crate::config::StoreConfig;
 use crate::crawler::Crawler;
 use crate::kvmap::Recycling;
+#[cfg(feature = "baselines")]
+use crate::local_arena::LocalArena;
 use crate::maintain::{self, CrawlReport};
 use crate::memcached::{self, Guard};
 use crate::meta::{self, MetaRead};
@@ -250,6 +252,7 @@ impl Map<PodArena> {
     }
 }
 
+#[cfg(feature = "baselines")]
 impl Map<LocalArena> {
     /// A fresh index in process memory (mimalloc).
     pub fn new_local(config: &StoreConfig) -> Result<Map<LocalArena>, StoreError> {

@@ -1,9 +1,11 @@
-//! The embedding API's names: [`Store`] in the pod heap, [`LocalStore`] in process memory,
+//! The embedding API's names: [`Store`] in the pod heap, `LocalStore` in process memory,
 //! their handles, and the check behind `podkv store check|stats`. The types themselves are
 //! `map`'s ([`Map`], [`Handle`]).
 
-use crate::arena::{LocalArena, PodArena};
+use crate::arena::PodArena;
 use crate::config::StoreConfig;
+#[cfg(feature = "baselines")]
+use crate::local_arena::LocalArena;
 use crate::map::{Handle, Map};
 use crate::StoreError;
 use podkv_alloc::{Config, Heap};
@@ -18,7 +20,9 @@ pub use crate::map::SERVED_COHERENCE;
 pub type Store = Map<PodArena>;
 /// One thread's handle on a [`Store`].
 pub type StoreHandle = Handle<PodArena>;
-/// The same index over process-local memory from mimalloc (evaluation only).
+/// The same index over process-local memory from mimalloc (feature `baselines`; evaluation
+/// only).
+#[cfg(feature = "baselines")]
 pub type LocalStore = Map<LocalArena>;
 
 /// Opens an existing store read-only in spirit (no creation) and checks it.

@@ -5,7 +5,7 @@
 //! between), and bytes of heap per item. Do not use the tests as benchmarks; use this:
 //!
 //! ```text
-//! cargo run -p podkv-store --release --example mix -- [KEYS] [OPS_PER_THREAD]
+//! cargo run -p podkv-store --release --features baselines --example mix -- [KEYS] [OPS_PER_THREAD]
 //! ```
 //!
 //! # How a row is measured
