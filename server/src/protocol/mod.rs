@@ -9,6 +9,8 @@
 //! - [`request`]: one type per command, plus the [`Request`] enum; no bytes of the store.
 //! - [`text`]: the classic text protocol — tokenizer, parse, compose, byte-literal tests.
 //! - [`meta`]: the meta protocol (`mg ms md ma mn me`) — flags, parse, compose.
+//! - [`parsed`]: what parsing a line yields for both: [`parsed::Parsed`], every error line.
+//! - `tests_text`, `tests_meta`: their byte-literal tests.
 //! - [`storage`]: the [`Storage`] trait, one method per command, with typed outcomes.
 //! - [`codec`]: a `tokio_util` codec: yields [`Frame`]s, enforces [`ProtocolLimits`].
 //! - [`dispatch`]: executes a [`Frame`] against a [`Storage`], honouring `noreply` and `q`.
@@ -67,6 +69,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod meta;
 pub mod numeric;
+pub mod parsed;
 pub mod request;
 pub mod storage;
 pub mod text;
@@ -76,7 +79,11 @@ mod model;
 #[cfg(test)]
 mod tests_conversation;
 #[cfg(test)]
+mod tests_meta;
+#[cfg(test)]
 mod tests_proptest;
+#[cfg(test)]
+mod tests_text;
 
 pub use codec::{Frame, MemcacheCodec};
 pub use dispatch::{dispatch, Flow};
