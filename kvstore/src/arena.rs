@@ -33,6 +33,14 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn root(&self) -> &AtomicU64;
     /// Largest block this arena serves today.
     fn block_max(&self) -> usize;
+    /// Where a block of `size` bytes comes from: its region and its size class (eviction
+    /// frees room where a failed allocation needs it). One class by default.
+    fn block_class(&self, _size: usize) -> BlockClass {
+        BlockClass {
+            region: 0,
+            block: 0,
+        }
+    }
     /// The map's name in reports (`KvMap::name`).
     const NAME: &'static str;
     /// Recovers every slot whose owner died (finishing its allocator step) and calls
@@ -51,6 +59,17 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn step(_thread: &Self::Thread) -> u64 {
         0
     }
+}
+
+/// The region and size class a block comes from: blocks of one class share slabs, so freeing
+/// one makes room for another; a block of another class in the same region makes room only
+/// once its whole slab is free; a block of another region never does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockClass {
+    /// The region (pod heap: 0 small, 1 large, 2 huge).
+    pub region: u8,
+    /// The class's block size (0 where the arena has no classes).
+    pub block: u32,
 }
 
 /// The pod heap, shared by processes.
@@ -103,6 +122,23 @@ impl Arena for PodArena {
     fn block_max(&self) -> usize {
         // Blocks past the large heap's come from the huge heap, up to its size.
         (self.heap.geometry().huge_bytes().min(u64::from(u32::MAX)) as usize).max(512 * 1024)
+    }
+
+    fn block_class(&self, size: usize) -> BlockClass {
+        use podkv_alloc::class::{Kind, SIZE_LARGE_MAX, SIZE_SMALL_MAX};
+        let (region, kind) = match size {
+            s if s <= SIZE_SMALL_MAX => (0, Kind::Small),
+            s if s <= SIZE_LARGE_MAX => (1, Kind::Large),
+            _ => {
+                return BlockClass {
+                    region: 2,
+                    block: 0,
+                }
+            }
+        };
+        let classes = self.heap.slab_heap(kind).classes;
+        let block = classes.class_for(size, 8).map_or(0, |c| classes.size[c]);
+        BlockClass { region, block }
     }
 
     fn recover_dead_with(&self, settle: &mut dyn FnMut(u32, InFlight, u64)) {

@@ -10,6 +10,13 @@
 //! so this is approximate FIFO by last write (Redis-style sampling, without an access clock).
 //! Hot keys that are rewritten stay young; read-only hot keys can be evicted, the price of
 //! read-only lookups.
+//!
+//! # Eviction where the item needs room
+//! An item lives in the heap region of its size (small, large or huge), in a block of its
+//! size class. A write whose allocation fails (its region is full, whatever the others hold)
+//! evicts by the same policy among the items of that region only, those of its exact size
+//! first, then those of its class ([`evict_for`]), and the write loop retries once the
+//! victims are reclaimed (`writer`: `Parts::room_after_oom`).
 
 use crate::arena::Arena;
 use crate::buckets::{self, Buckets};
@@ -24,6 +31,9 @@ use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 pub const COUNT_SAMPLE: usize = 8;
 /// Buckets visited per eviction at most.
 const COUNT_SAMPLE_BUCKETS: usize = 8;
+/// Buckets visited per eviction for room at most: more than [`COUNT_SAMPLE_BUCKETS`], as
+/// most items sampled may belong to another region and not count towards the sample.
+const COUNT_SAMPLE_BUCKETS_ROOM: usize = 64;
 
 /// What one crawl did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -61,17 +71,66 @@ pub(crate) fn make_room<A: Arena>(
 /// invisible one is a reclaimed expiry, as memcached counts them.
 pub(crate) fn evict_one<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> bool {
     let _pin = reclaim.pin();
-    let slot = reclaim.slot();
-    let shared = slot.shared();
+    let victim = sample_oldest(reclaim, buckets, COUNT_SAMPLE_BUCKETS, |_| Some(0));
+    victim.is_some_and(|v| remove_victim(reclaim, buckets, v))
+}
+
+/// Evicts one item whose block makes room where a new item of `size` bytes needs it, after
+/// its allocation failed: by the sampled-oldest policy among the items of the same region,
+/// those of exactly `size` first (the evicting handle reuses the block as a spare, whoever
+/// allocated it), then those of the same size class (the block goes back to its slab),
+/// then any of the region (its slab may empty and take the new class) — memcached's
+/// per-class tail eviction, by sampling. Items of other regions are never taken: they free
+/// nothing where the write needs it. Whether it removed one.
+#[cold]
+pub(crate) fn evict_for<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, size: usize) -> bool {
+    let _pin = reclaim.pin();
+    let shared = reclaim.slot().shared();
+    let (arena, view) = (&shared.arena, shared.view());
+    let want = arena.block_class(size);
+    let rank = |at: u64| {
+        let len = view.item_size(at);
+        let class = arena.block_class(len);
+        match () {
+            _ if class.region != want.region => None,
+            _ if len == size => Some(0),
+            _ if class == want => Some(1),
+            _ => Some(2),
+        }
+    };
+    let victim = sample_oldest(reclaim, buckets, COUNT_SAMPLE_BUCKETS_ROOM, rank);
+    victim.is_some_and(|v| remove_victim(reclaim, buckets, v))
+}
+
+/// A sampled item to remove: whether it was visible, and where it is.
+#[derive(Clone, Copy)]
+struct Victim {
+    visible: bool,
+    at: u64,
+}
+
+/// Samples up to [`COUNT_SAMPLE`] items that `rank` admits, from at most `buckets_max` random
+/// buckets, and picks an invisible one if any, else the best-ranked, oldest-written one
+/// (smallest rank, then smallest CAS token). The caller is pinned.
+fn sample_oldest<A: Arena>(
+    reclaim: &Reclaim<A>,
+    buckets: &Buckets,
+    buckets_max: usize,
+    rank: impl Fn(u64) -> Option<u8>,
+) -> Option<Victim> {
+    let shared = reclaim.slot().shared();
     let now = shared.now();
     let view = shared.view();
-    let mut best: Option<(bool, u64, u64)> = None; // (visible, cas, item)
+    let mut best: Option<(bool, u8, u64, u64)> = None; // (visible, rank, cas, item)
     let mut seen = 0;
-    for _ in 0..COUNT_SAMPLE_BUCKETS {
+    for _ in 0..buckets_max {
         let head = buckets.sample(shared);
         walk_bucket(view, head, |at| {
-            let candidate = (shared.visible(at, now), view.meta(at).cas, at);
-            if best.is_none_or(|b| (candidate.0, candidate.1) < (b.0, b.1)) {
+            let Some(rank) = rank(at) else {
+                return true;
+            };
+            let candidate = (shared.visible(at, now), rank, view.meta(at).cas, at);
+            if best.is_none_or(|b| (candidate.0, candidate.1, candidate.2) < (b.0, b.1, b.2)) {
                 best = Some(candidate);
             }
             seen += 1;
@@ -81,12 +140,14 @@ pub(crate) fn evict_one<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> bo
             break;
         }
     }
-    let Some((visible, _, at)) = best else {
-        return false;
-    };
-    let removed = remove_exact(reclaim, buckets, at);
-    if removed && visible {
-        let counter = &slot.record().evictions;
+    best.map(|(visible, _, _, at)| Victim { visible, at })
+}
+
+/// Removes a sampled victim, counting a visible one as an eviction; whether this call did.
+fn remove_victim<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, victim: Victim) -> bool {
+    let removed = remove_exact(reclaim, buckets, victim.at);
+    if removed && victim.visible {
+        let counter = &reclaim.slot().record().evictions;
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
     removed

@@ -15,6 +15,7 @@ use crate::item::{self, Meta, SIZE_HEADER};
 use crate::layout::{ALLOC_ITEM, FREE_ITEM, ITEM};
 use crate::list::{self, Probe};
 use crate::maintain;
+use crate::reclaim::epoch;
 use crate::reclaim::{Pin, Reclaim};
 use crate::shared::Shared;
 use crate::slot::Slot;
@@ -22,9 +23,31 @@ use crate::StoreError;
 use podkv_alloc::AllocError;
 use podkv_hw::sync::mapped::Ordering;
 use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 /// CAS tokens a handle reserves at once.
 pub const BATCH_CAS: u64 = 64;
+/// Items one write evicts for room at most before it fails with out-of-memory (each is one
+/// round: evict, reclaim, retry; see `Parts::room_after_oom`).
+const COUNT_ROOM_VICTIMS: u32 = 64;
+/// How long a write for room waits, yielding, for its victim to become reclaimable: a peer
+/// pinned and preempted holds the epoch for its time off the CPU (a scheduler slice, or
+/// tens of them on a loaded machine: 20 ms failed two test writers at a load of 11 on two
+/// cores); a peer pinned for good (a stopped process not yet recovered) must not hold the
+/// write forever.
+const TIME_ROOM_WAIT: Duration = Duration::from_millis(100);
+
+/// One write's rounds of eviction for room (see `Parts::room_after_oom`).
+#[derive(Debug, Default)]
+struct Room {
+    /// Items evicted so far.
+    victims: u32,
+    /// The global epoch just after the last victim was retired: it is reclaimable once the
+    /// epoch is two past.
+    victim_epoch: Option<u64>,
+    /// When the write began waiting for its last victim to become reclaimable.
+    waiting_since: Option<Instant>,
+}
 
 /// What a handle's writes keep between commands (see the module doc).
 #[derive(Debug, Default)]
@@ -34,6 +57,9 @@ pub(crate) struct Writer {
     cas_end: Cell<u64>,
     /// Write-loop passes whose link CAS lost to a concurrent change (see `lost_races`).
     lost: Cell<u64>,
+    /// Bytes of the last new item the allocator had no room for, until the write loop makes
+    /// room for it (0: none; see `Parts::room_after_oom`).
+    short: Cell<usize>,
 }
 
 impl Writer {
@@ -129,7 +155,9 @@ impl<'h, A: Arena> Parts<'h, A> {
 
     /// Allocates `size` bytes for a new item, evicting to make room as configured: a spare
     /// of the same size if this handle has one, else from the arena. The caller writes the
-    /// item and logs `ITEM(at)`, then ends a spare's `TAKE_ENTRY` (`spare::end_take`).
+    /// item and logs `ITEM(at)`, then ends a spare's `TAKE_ENTRY` (`spare::end_take`). When
+    /// the arena has no room (the item's region is full), the error goes back to the write
+    /// loop, which makes room unpinned and retries ([`room_after_oom`](Self::room_after_oom)).
     pub(crate) fn allocate(self, size: usize) -> Result<u64, StoreError> {
         let (slot, reclaim, buckets) = (self.slot(), self.reclaim, self.buckets);
         let d = slot.shared().desc();
@@ -140,28 +168,23 @@ impl<'h, A: Arena> Parts<'h, A> {
             return Ok(at);
         }
         reclaim.count_recycling(|c| c.allocations += 1);
-        loop {
-            slot.before_alloc();
-            slot.log(ALLOC_ITEM, 0);
-            let made = A::allocate(&slot.thread, size);
-            if made.is_err() {
-                slot.log(0, 0);
-            }
-            match made {
-                // The caller writes the item and logs `ITEM(at)`.
-                Ok(at) => return Ok(at),
-                Err(AllocError::Unsupported { .. }) => {
-                    return Err(StoreError::TooLarge {
-                        len: size,
-                        max: slot.shared().value_max(),
-                    })
-                }
-                Err(AllocError::OutOfMemory) => {
-                    if d.evict == 0 || !maintain::evict_one(reclaim, buckets) {
-                        return Err(StoreError::OutOfMemory);
-                    }
-                    reclaim.collect();
-                }
+        slot.before_alloc();
+        slot.log(ALLOC_ITEM, 0);
+        let made = A::allocate(&slot.thread, size);
+        if made.is_err() {
+            slot.log(0, 0);
+        }
+        match made {
+            // The caller writes the item and logs `ITEM(at)`.
+            Ok(at) => Ok(at),
+            Err(AllocError::Unsupported { .. }) => Err(StoreError::TooLarge {
+                len: size,
+                max: slot.shared().value_max(),
+            }),
+            Err(AllocError::OutOfMemory) => {
+                // Room is made unpinned, by the write loop (`room_after_oom`).
+                self.writer.short.set(size);
+                Err(StoreError::OutOfMemory)
             }
         }
     }
@@ -237,12 +260,77 @@ impl<'h, A: Arena> Parts<'h, A> {
 
     /// [`update`](Self::update) with the key checked and hashed (`h = item::hash(key)`) by
     /// the caller, so that `decide` can make its item without hashing the key again.
+    ///
+    /// A full heap is not an error here while eviction can make room: when `decide`'s new
+    /// item found no room in its region, the write evicts where it needs room and runs the
+    /// loop again (see [`room_after_oom`](Self::room_after_oom)).
     #[inline]
     pub(crate) fn update_hashed(
         self,
         key: &[u8],
         h: u64,
         mut decide: impl FnMut(Option<u64>) -> Result<Step, StoreError>,
+    ) -> Result<Outcome, StoreError> {
+        let mut room = Room::default();
+        loop {
+            match self.update_pinned(key, h, &mut decide) {
+                Err(StoreError::OutOfMemory) if self.room_after_oom(&mut room) => continue,
+                done => return done,
+            }
+        }
+    }
+
+    /// After a write found no room for its new item (`Writer::short` says its size): evicts
+    /// one item where it needs room ([`maintain::evict_for`]), then collects — unpinned, the
+    /// epoch can move the two steps that make the victim reclaimable, and the victim becomes
+    /// a spare of this handle (or goes back to its slab). While the last victim is not yet
+    /// reclaimable (a peer pinned, maybe preempted), a round only collects, which yields to
+    /// the peer, instead of evicting more. Whether to run the write again: not when eviction
+    /// is off, the failure was not a new item's, nothing could be evicted, or the bounds of
+    /// [`Room`] are reached (then the client gets out-of-memory). Every fourth victim's
+    /// collect frees all this handle's spares, so that blocks kept for other sizes go back
+    /// to their slabs.
+    #[cold]
+    #[inline(never)]
+    fn room_after_oom(self, room: &mut Room) -> bool {
+        let size = self.writer.short.replace(0);
+        let (reclaim, buckets) = (self.reclaim, self.buckets);
+        let d = self.shared().desc();
+        if size == 0 || d.evict == 0 {
+            return false;
+        }
+        let waiting = room
+            .victim_epoch
+            .is_some_and(|e| !epoch::is_reclaimable(e, d.epoch.word.load(Ordering::Acquire)));
+        if waiting {
+            let started = *room.waiting_since.get_or_insert_with(Instant::now);
+            if reclaim.is_pinned() || started.elapsed() > TIME_ROOM_WAIT {
+                return false;
+            }
+            reclaim.collect_spares();
+            return true;
+        }
+        room.waiting_since = None;
+        if room.victims >= COUNT_ROOM_VICTIMS || !maintain::evict_for(reclaim, buckets, size) {
+            return false;
+        }
+        room.victims += 1;
+        room.victim_epoch = Some(d.epoch.word.load(Ordering::Acquire));
+        if room.victims % 4 == 0 {
+            reclaim.collect();
+        } else {
+            reclaim.collect_spares();
+        }
+        true
+    }
+
+    /// One run of the write loop, pinned (see [`update`](Self::update)).
+    #[inline]
+    fn update_pinned(
+        self,
+        key: &[u8],
+        h: u64,
+        decide: &mut impl FnMut(Option<u64>) -> Result<Step, StoreError>,
     ) -> Result<Outcome, StoreError> {
         let _pin = self.pin();
         let (slot, reclaim, buckets) = (self.slot(), self.reclaim, self.buckets);

@@ -129,6 +129,18 @@ impl<A: Arena> Reclaim<A> {
         }
     }
 
+    /// Whether the slot is pinned now (a guard is alive).
+    #[inline]
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.pins.get() != 0
+    }
+
+    /// A collect that keeps spares, as the periodic one (a write that made room for its
+    /// item reuses its victim's block as a spare).
+    pub(crate) fn collect_spares(&self) {
+        self.collect_keeping(Reuse::Keep);
+    }
+
     /// Tries to advance the epoch and frees every limbo entry old enough; drops empty bags.
     pub(crate) fn collect(&self) {
         self.collect_keeping(Reuse::FreeAll);
