@@ -18,6 +18,8 @@
 //! - [`mcas`]: memory-side CAS for pods without coherence: one contract ([`mcas::Mcas`]) and
 //!   its implementations (`flush-cas`, the software near-memory processor `nmp`, `device`),
 //!   chosen by [`mcas::McasKind`].
+//! - [`topology`]: the machine's NUMA nodes from sysfs (a CPU-less node is how a CXL expander
+//!   appears) and the [`topology::Placement`] policy a heap mapping is bound with (`mbind`).
 //!
 //! Facts flow one way: `sync` and `persist` are leaves, `swcc` sits on `persist`, `coherence`
 //! on `swcc`, and `mcas` on `persist` and `sync`. `hw` knows nothing of heaps: callers pass
@@ -30,12 +32,14 @@
 //! - how a write-back or invalidation is done, batched or counted: [`swcc`];
 //! - whether a mode needs SWcc or mCAS, a new mode, its header bits or name: [`coherence`];
 //! - a new mCAS implementation: a file under `mcas/` and an arm of `McasKind` and `Mcas` in
-//!   `mcas/mod.rs`; the NMP's wire protocol: `mcas/nmp.rs` (client) and `mcas/processor.rs`.
+//!   `mcas/mod.rs`; the NMP's wire protocol: `mcas/nmp.rs` (client) and `mcas/processor.rs`;
+//! - how nodes are discovered, or a new memory policy: [`topology`].
 
 pub mod coherence;
 pub mod mcas;
 pub mod persist;
 pub mod swcc;
 pub mod sync;
+pub mod topology;
 
 pub use coherence::Coherence;
