@@ -388,29 +388,8 @@ fn print_stats(report: &HeapReport) {
             String::new()
         }
     );
-    let h = &report.huge;
-    if h.enabled {
-        println!(
-            "huge blocks {} live ({}), {} freed ({}), {} of them awaiting unmap by a process, {} in released slots (reclaimed by the next sweep once unmapped)",
-            h.live,
-            human_bytes(h.live_bytes),
-            h.freed,
-            human_bytes(h.freed_bytes),
-            h.awaiting_unmap,
-            h.freed_in_released
-        );
-        println!(
-            "huge space  {} of {} ranges claimed in {} runs ({} of {} address space)",
-            h.ranges_claimed,
-            podkv_alloc::layout::COUNT_HUGE_RANGES,
-            h.runs,
-            human_bytes(h.ranges_claimed * h.range_bytes),
-            human_bytes(h.reserved_bytes)
-        );
-        println!(
-            "mappers     {} process(es) hold hazard records, this one included ({} left by dead processes)",
-            h.processes, h.dead_records
-        );
+    if report.huge.enabled {
+        print_huge(report);
     }
     println!("threads     {} slot(s) claimed", report.claimed_slots.len());
     for slot in report.claimed_slots.iter().filter(|s| !s.alive) {
@@ -447,6 +426,32 @@ fn print_stats(report: &HeapReport) {
             report.problems.len()
         );
     }
+}
+
+/// The huge heap's blocks, address space and mappers.
+fn print_huge(report: &HeapReport) {
+    let h = &report.huge;
+    println!(
+        "huge blocks {} live ({}), {} freed ({}), {} of them awaiting unmap by a process, {} in released slots (reclaimed by the next sweep once unmapped)",
+        h.live,
+        human_bytes(h.live_bytes),
+        h.freed,
+        human_bytes(h.freed_bytes),
+        h.awaiting_unmap,
+        h.freed_in_released
+    );
+    println!(
+        "huge space  {} of {} ranges claimed in {} runs ({} of {} address space)",
+        h.ranges_claimed,
+        podkv_alloc::layout::COUNT_HUGE_RANGES,
+        h.runs,
+        human_bytes(h.ranges_claimed * h.range_bytes),
+        human_bytes(h.reserved_bytes)
+    );
+    println!(
+        "mappers     {} process(es) hold hazard records, this one included ({} left by dead processes)",
+        h.processes, h.dead_records
+    );
 }
 
 fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {

@@ -2,7 +2,7 @@
 //! its statistics, recover the thread slots of killed processes. The logic lives in
 //! `podkv_store` (`check_path`, `Store::recover_dead`); this file only prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The `podkv store` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -33,92 +33,101 @@ pub enum StoreCommand {
 /// Runs a `podkv store` subcommand.
 pub fn run(command: &StoreCommand) -> anyhow::Result<()> {
     match command {
-        StoreCommand::Check { path } => {
-            let report = podkv_store::check_path(path)?;
-            for problem in &report.problems {
-                eprintln!("problem: {problem}");
-            }
-            anyhow::ensure!(
-                report.is_valid(),
-                "{}: {} problems",
-                path.display(),
-                report.problems.len()
-            );
-            println!(
-                "{}: ok — {} items, {} limbo entries, {} heap blocks all accounted for",
-                path.display(),
-                report.store.items,
-                report.store.limbo_entries,
-                report.heap_live_blocks
-            );
-            Ok(())
-        }
-        StoreCommand::Recover { path } => {
-            let heap = podkv_alloc::Heap::open(
-                path,
-                &podkv_alloc::Config {
-                    create: false,
-                    ..podkv_alloc::Config::default()
-                },
-            )?;
-            anyhow::ensure!(
-                heap.root(0).load(std::sync::atomic::Ordering::Acquire) != 0,
-                "{}: the heap holds no store",
-                path.display()
-            );
-            let store = podkv_store::Store::open_heap(heap, &podkv_store::StoreConfig::default())?;
-            let start = std::time::Instant::now();
-            let settled = store.recover_dead()?;
-            let took = start.elapsed();
-            for s in &settled {
-                println!(
-                    "slot {}: {} blocks freed, {} items retired, allocator: {:?}",
-                    s.slot, s.freed, s.retired, s.in_flight
-                );
-            }
-            println!(
-                "{}: {} dead slots recovered in {took:?}",
-                path.display(),
-                settled.len()
-            );
-            Ok(())
-        }
-        StoreCommand::Stats { path, json } => {
-            let report = podkv_store::check_path(path)?;
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-                return Ok(());
-            }
-            let s = &report.store;
-            println!("items           {}", s.items);
-            println!(
-                "item bytes      {} (payload {})",
-                s.item_bytes, s.payload_bytes
-            );
-            println!(
-                "buckets         2^{} ({} sentinels, {} segments)",
-                s.buckets_log2, s.sentinels, s.segments
-            );
-            println!(
-                "limbo           {} entries in {} bags",
-                s.limbo_entries, s.bags
-            );
-            println!("epoch           {}", s.epoch);
-            println!(
-                "capacity        {}",
-                if s.capacity == 0 {
-                    "unlimited".into()
-                } else {
-                    s.capacity.to_string()
-                }
-            );
-            println!(
-                "heap live       {} bytes in {} blocks",
-                report.heap_live_bytes, report.heap_live_blocks
-            );
-            println!("heap bytes/item {:.1}", report.heap_bytes_per_item());
-            println!("valid           {}", report.is_valid());
-            Ok(())
-        }
+        StoreCommand::Check { path } => check(path),
+        StoreCommand::Recover { path } => recover(path),
+        StoreCommand::Stats { path, json } => stats(path, *json),
     }
+}
+
+/// `podkv store check`: the store's walker over the heap; an error if it found problems.
+fn check(path: &Path) -> anyhow::Result<()> {
+    let report = podkv_store::check_path(path)?;
+    for problem in &report.problems {
+        eprintln!("problem: {problem}");
+    }
+    anyhow::ensure!(
+        report.is_valid(),
+        "{}: {} problems",
+        path.display(),
+        report.problems.len()
+    );
+    println!(
+        "{}: ok — {} items, {} limbo entries, {} heap blocks all accounted for",
+        path.display(),
+        report.store.items,
+        report.store.limbo_entries,
+        report.heap_live_blocks
+    );
+    Ok(())
+}
+
+/// `podkv store recover`: settles every dead slot of the store on the heap.
+fn recover(path: &Path) -> anyhow::Result<()> {
+    let heap = podkv_alloc::Heap::open(
+        path,
+        &podkv_alloc::Config {
+            create: false,
+            ..podkv_alloc::Config::default()
+        },
+    )?;
+    anyhow::ensure!(
+        heap.root(0).load(std::sync::atomic::Ordering::Acquire) != 0,
+        "{}: the heap holds no store",
+        path.display()
+    );
+    let store = podkv_store::Store::open_heap(heap, &podkv_store::StoreConfig::default())?;
+    let start = std::time::Instant::now();
+    let settled = store.recover_dead()?;
+    let took = start.elapsed();
+    for s in &settled {
+        println!(
+            "slot {}: {} blocks freed, {} items retired, allocator: {:?}",
+            s.slot, s.freed, s.retired, s.in_flight
+        );
+    }
+    println!(
+        "{}: {} dead slots recovered in {took:?}",
+        path.display(),
+        settled.len()
+    );
+    Ok(())
+}
+
+/// `podkv store stats`: the store's statistics, as a table or JSON.
+fn stats(path: &Path, json: bool) -> anyhow::Result<()> {
+    let report = podkv_store::check_path(path)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let s = &report.store;
+    println!("items           {}", s.items);
+    println!(
+        "item bytes      {} (payload {})",
+        s.item_bytes, s.payload_bytes
+    );
+    println!(
+        "buckets         2^{} ({} sentinels, {} segments)",
+        s.buckets_log2, s.sentinels, s.segments
+    );
+    println!(
+        "limbo           {} entries in {} bags",
+        s.limbo_entries, s.bags
+    );
+    println!("epoch           {}", s.epoch);
+    println!(
+        "capacity        {}",
+        if s.capacity == 0 {
+            "unlimited".into()
+        } else {
+            s.capacity.to_string()
+        }
+    );
+    println!(
+        "heap live       {} bytes in {} blocks",
+        report.heap_live_bytes, report.heap_live_blocks
+    );
+    println!("heap bytes/item {:.1}", report.heap_bytes_per_item());
+    println!("valid           {}", report.is_valid());
+    Ok(())
 }
