@@ -25,8 +25,8 @@ pub(crate) struct Shared {
     /// This heap's place in the SIGSEGV handler's registry: left first, so no handler uses the
     /// huge view below once it goes.
     pub(crate) _fault: Option<Registration>,
-    /// Dropped next: dropped (leaving the SIGSEGV registry, unmapping huge blocks) while the
-    /// mapping below still stands.
+    /// This process's part of the huge heap: dropped next (unmapping huge blocks, giving its
+    /// hazard record back) while the mapping below still stands.
     pub(crate) huge: Option<HugeHeap>,
     /// The thread slots (holding the mCAS hook, as `huge` does).
     pub(crate) slots: Slots,
