@@ -326,13 +326,13 @@ impl Mapping {
 /// copy of the mapping's base (plain number, so its holders stay `Send` and `Sync`). Valid
 /// while the heap's [`Mapping`] stands, which outlives every component holding one.
 #[derive(Clone, Copy, Debug)]
-pub struct Words {
+pub(crate) struct Words {
     base: usize,
 }
 
 impl Words {
     /// The words of `mapping`.
-    pub fn of(mapping: &Mapping) -> Words {
+    pub(crate) fn of(mapping: &Mapping) -> Words {
         Words {
             base: mapping.base() as usize,
         }
@@ -340,14 +340,14 @@ impl Words {
 
     /// This process's address of `offset`.
     #[inline]
-    pub fn at(&self, offset: u64) -> *mut u8 {
+    pub(crate) fn at(&self, offset: u64) -> *mut u8 {
         (self.base as *mut u8).wrapping_add(offset as usize)
     }
 
     /// The 8-byte word at `offset`. Callers pass offsets of 8-byte-aligned words in backed
     /// metadata (header, HWcc globals, remote words below `len`, slot words).
     #[inline]
-    pub fn word(&self, offset: u64) -> &AtomicU64 {
+    pub(crate) fn word(&self, offset: u64) -> &AtomicU64 {
         // SAFETY: the caller's contract above: the word is mapped (for as long as the mapping,
         // which outlives `self`'s holder), backed and aligned; AtomicU64 is valid for any bits.
         unsafe { &*(self.at(offset) as *const AtomicU64) }

@@ -23,7 +23,8 @@ use std::sync::Arc;
 const OFFSET_BACKED_AHEAD: u64 = 264;
 
 /// Where one slab heap's metadata and data lie (offsets from the heap's start), and this
-/// process's view of them.
+/// process's view of them (read inside the crate, while the heap that made it is open; the
+/// public way in is `Heap::desc`, `Heap::remote`, `Heap::len`).
 #[derive(Clone, Copy, Debug)]
 pub struct SlabHeap {
     /// Which heap.
@@ -143,7 +144,7 @@ impl SlabHeap {
 
     /// Slab `slab`'s descriptor. The slab must be below `len`.
     #[inline]
-    pub fn desc(&self, slab: u32) -> &SlabDesc {
+    pub(crate) fn desc(&self, slab: u32) -> &SlabDesc {
         let at = self.words().at(self.desc_at + u64::from(slab) * SIZE_DESC as u64);
         // SAFETY: descriptors of slabs below `len` are backed (the grower backs them before
         // publishing `len`) and mapped while the heap is; a descriptor is plain atomics, valid
@@ -153,20 +154,19 @@ impl SlabHeap {
 
     /// Slab `slab`'s remote-free word (HWcc).
     #[inline]
-    pub fn remote(&self, slab: u32) -> &AtomicU64 {
+    pub(crate) fn remote(&self, slab: u32) -> &AtomicU64 {
         self.words().word(self.remote_at + 8 * u64::from(slab))
     }
 
     /// Slabs this heap has grown to (HWcc `len`, a detectable word).
     #[inline]
-    #[allow(clippy::len_without_is_empty)] // the paper's `len` word; no slab heap is "empty"
-    pub fn len(&self) -> u32 {
+    pub(crate) fn len(&self) -> u32 {
         dcas::payload(self.len_word().load(Ordering::Acquire))
     }
 
     /// The length word (HWcc).
     #[inline]
-    pub fn len_word(&self) -> &AtomicU64 {
+    pub(crate) fn len_word(&self) -> &AtomicU64 {
         self.words().word(self.len_at)
     }
 

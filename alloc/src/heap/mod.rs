@@ -300,18 +300,18 @@ impl Heap {
     }
 
     /// Slab `slab`'s descriptor in `heap`. The slab must be below the heap's `len`.
-    pub fn desc<'h>(&self, heap: &'h SlabHeap, slab: u32) -> &'h SlabDesc {
-        heap.desc(slab)
+    pub fn desc(&self, heap: &SlabHeap, slab: u32) -> &SlabDesc {
+        self.slab_heap(heap.kind).desc(slab)
     }
 
     /// Slab `slab`'s remote-free word in `heap` (HWcc).
-    pub fn remote<'h>(&self, heap: &'h SlabHeap, slab: u32) -> &'h AtomicU64 {
-        heap.remote(slab)
+    pub fn remote(&self, heap: &SlabHeap, slab: u32) -> &AtomicU64 {
+        self.slab_heap(heap.kind).remote(slab)
     }
 
     /// Slabs `heap` has grown to (HWcc `len`, a detectable word).
     pub fn len(&self, heap: &SlabHeap) -> u32 {
-        heap.len()
+        self.slab_heap(heap.kind).len()
     }
 
     pub(crate) fn huge_view(&self) -> Option<&HugeView> {

@@ -549,7 +549,7 @@ impl SlabOwner<'_> {
         let scaled = in_slab * SMALL_RECIP[class];
         let exact = is_block_start(scaled) && scaled >> 32 < u64::from(SMALL_COUNT[class]);
         if !live || !exact {
-            return self.free_generic(offset);
+            return self.0.free_generic(offset);
         }
         self.remote_free_block(Kind::Small, slab, offset);
     }
