@@ -286,9 +286,11 @@ fn settle(heap: &Heap, record: &Record, point: &str) -> Result<(), String> {
         return Err(format!("{point}: no dead slot found"));
     }
     for r in &recovered {
-        // Its CPU time is real work, and within its wall time (the clocks are read a little
-        // apart, so allow a few µs).
-        let slack = std::time::Duration::from_micros(50);
+        // Its CPU time is real work, and within its wall time. The two clocks are read apart
+        // and the thread CPU clock is charged by the scheduler, which on a loaded VM has put
+        // up to ~90 µs more CPU than wall time on a recovery; allow 2 ms so only a clock
+        // that counts something else fails.
+        let slack = std::time::Duration::from_millis(2);
         if r.took_cpu.is_zero() || r.took_cpu > r.took + slack {
             return Err(format!(
                 "{point}: recovery took {:?} of CPU time in {:?}",
