@@ -9,7 +9,7 @@
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots);
 //! - [`bench`]: `podkv bench threadtest|xmalloc|huge` (allocator microbenchmarks on the
-//!   runner's processes);
+//!   runner's processes) and `podkv bench mcas` (nanoseconds per mCAS);
 //! - [`chaos`]: `podkv heap chaos` (kill -9 rounds on a shared heap, each checked).
 
 pub mod bench;

@@ -84,7 +84,7 @@ pub enum BenchCommand {
     Xmalloc(BenchArgs),
     /// Nanoseconds per CAS: plain CPU CAS against the mCAS kinds (flush-cas, nmp), alone and
     /// with two threads on one word. Example: `podkv bench mcas --repeat 5`.
-    Mcas(mcas_cmd::BenchMcasArgs),
+    Mcas(bench::mcas::BenchMcasArgs),
     /// Huge blocks (1 GiB by default): threadtest and xmalloc over processes × threads, podkv
     /// mapping one file region per block, against mimalloc and the system allocator.
     Huge(bench::huge::HugeArgs),
@@ -103,7 +103,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Xmalloc(args)) => {
             bench::run(bench::Kind::Xmalloc, &args).map(drop)
         }
-        Command::Bench(BenchCommand::Mcas(args)) => mcas_cmd::run_bench(&args),
+        Command::Bench(BenchCommand::Mcas(args)) => bench::mcas::run(&args),
         Command::McasNmp(args) => mcas_cmd::run_nmp(&args),
         Command::Bench(BenchCommand::Huge(args)) => bench::huge::run(&args),
         Command::Ycsb(c) => run_cli::ycsb(&c),

@@ -7,7 +7,7 @@
 //! - [`heap_cmd`]: `podkv heap create|info|check`;
 //! - [`store_cmd`]: `podkv store check|stats` (the store's walker, `podkv_store::check_path`);
 //! - [`pod`]: `podkv pod up|status|down` (the pod launcher and monitor);
-//! - [`mcas_cmd`]: `podkv mcas-nmp` (the software mCAS processor) and `podkv bench mcas`;
+//! - [`mcas_cmd`]: `podkv mcas-nmp` (the software mCAS processor);
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
 //! - [`serve`]: `podkv serve`, the memcached-protocol server on the shared store.
 

@@ -5,7 +5,9 @@
 //! - [`workload`]: the two loops; [`alloc`]: the allocators behind one trait;
 //!   [`ring`]: xmalloc's hand-over queue;
 //! - [`process`]: one process of a run — pinned worker threads at the runner's start line,
-//!   the timed loops, PSS and faults;
+//!   the timed loops, PSS and faults; [`job`]: the run's job as the runner carries it;
+//! - [`huge`]: `podkv bench huge`, the same over huge blocks; [`mcas`]: `podkv bench mcas`,
+//!   nanoseconds per mCAS (threads of its own, no allocator);
 //! - this file: arguments, one run per (repeat, allocator) launched by the shared runner
 //!   ([`crate::runner::launch_processes`]: `podkv run-worker` processes, shared-memory
 //!   barriers, progress bar), the table and NDJSON records.
@@ -19,6 +21,7 @@
 pub mod alloc;
 pub mod huge;
 pub mod job;
+pub mod mcas;
 pub mod process;
 pub mod ring;
 pub mod workload;
