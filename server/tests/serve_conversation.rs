@@ -331,6 +331,8 @@ fn stats_report_memcached_fields_and_the_heap() {
         "podkv_heap_bytes",
         "podkv_hwcc_bytes",
         "podkv_thread_slots_in_use",
+        "podkv_limit_small_bytes",
+        "podkv_limit_large_bytes",
     ] {
         assert!(
             stats.contains(&format!("STAT {field} ")),

@@ -56,8 +56,15 @@ pub struct ServeArgs {
     /// Worker threads, each with its own runtime and thread slot [default: the cores].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
-    /// Bytes of items the store may hold before it evicts (e.g. 64MiB); only the process that
-    /// creates the store sets it [default: the heap's capacity].
+    /// Bytes of items (48-byte header + key + value), all regions together, the store may
+    /// hold before a write evicts (e.g. 64MiB); only the process that creates the store sets
+    /// it [default: the heap's capacity]. Each item also lives in the heap region of its size
+    /// — up to 1 KiB the small region (`heap create --small-bytes`), up to 512 KiB the large
+    /// one (`--large-bytes`), beyond the huge one — and a write whose region is full evicts
+    /// items of that region (its size and class first) and stores: so 4 KiB values can fill
+    /// the large region only. `stats` shows limit_maxbytes (this, or both slab regions'
+    /// size if less or unset) and each region's size (podkv_limit_small_bytes,
+    /// podkv_limit_large_bytes).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub memory: Option<u64>,
     /// Most client connections at once; one more is answered `ERROR Too many open
@@ -167,7 +174,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         heap: args.heap.clone(),
         listen,
         threads,
-        limit_maxbytes: store.capacity().unwrap_or_else(|| heap_capacity(&store)),
+        limit_maxbytes: limit_maxbytes(&store),
         max_conns: args.max_conns,
         idle_timeout: args.idle_timeout,
         limits: ProtocolLimits {
@@ -212,14 +219,24 @@ fn open_store(args: &ServeArgs) -> Result<Store, ServeError> {
 
 /// Bytes of slabs the heap can grow to (both slab heaps' most slabs times their slab size).
 pub fn heap_capacity(store: &Store) -> u64 {
-    let heap = store.heap();
     podkv_alloc::Kind::ALL
         .iter()
-        .map(|&kind| {
-            let slabs = heap.slab_heap(kind);
-            slabs.max * slabs.slab_bytes()
-        })
+        .map(|&kind| region_capacity(store, kind))
         .sum()
+}
+
+/// Bytes of slabs one slab heap (region) can grow to: what the items of its sizes can hold
+/// at most, whatever `--memory` says (a write whose region is full evicts there).
+pub fn region_capacity(store: &Store, kind: podkv_alloc::Kind) -> u64 {
+    let slabs = store.heap().slab_heap(kind);
+    slabs.max * slabs.slab_bytes()
+}
+
+/// `limit_maxbytes`: the store's `--memory`, or the slab regions' capacity if that is less
+/// or none was given (a limit the regions cannot hold is not one).
+pub fn limit_maxbytes(store: &Store) -> u64 {
+    let regions = heap_capacity(store);
+    store.capacity().map_or(regions, |c| c.min(regions))
 }
 
 /// The first address `text` resolves to.

@@ -21,7 +21,7 @@ use std::sync::Mutex;
 
 use crate::protocol::storage::StatLines;
 
-use super::{heap_capacity, Settings};
+use super::{heap_capacity, region_capacity, Settings};
 use podkv_store::Store;
 use std::sync::Arc;
 use std::time::Instant;
@@ -301,6 +301,10 @@ impl Shared {
         pids.sort_unstable();
         pids.dedup();
         lines.push("podkv_heap_capacity", heap_capacity(&self.store));
+        for kind in podkv_alloc::Kind::ALL {
+            let name = format!("podkv_limit_{}_bytes", kind.name());
+            lines.push(&name, region_capacity(&self.store, kind));
+        }
         lines.push("podkv_heap_bytes", heap.file_allocated_bytes().unwrap_or(0));
         lines.push("podkv_hwcc_bytes", heap.hwcc_bytes());
         lines.push("podkv_thread_slots", slots);
