@@ -8,7 +8,7 @@
 //!   build's commit);
 //! - [`runner`]: the shared workload runner behind `podkv ycsb`, `podkv replay`, `podkv suite`
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots);
-//! - [`bench`]: `podkv bench threadtest|xmalloc|huge` (allocator microbenchmarks on the
+//! - [`bench`](mod@bench): `podkv bench threadtest|xmalloc|huge` (allocator microbenchmarks on the
 //!   runner's processes) and `podkv bench mcas` (nanoseconds per mCAS);
 //! - [`chaos`]: `podkv heap chaos` (kill -9 rounds on a shared heap, each checked).
 

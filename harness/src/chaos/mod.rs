@@ -1,13 +1,14 @@
 //! `podkv heap chaos`: several processes allocate, free and hand blocks to each other on one
 //! heap while one of them is killed with SIGKILL at a random moment, round after round; after
-//! each kill the dead process's slots are recovered (by [`Heap::recover_dead`]), the killed
-//! worker is restarted, and the whole heap is checked against the application's own record.
+//! each kill the dead process's slots are recovered (by
+//! [`podkv_alloc::Heap::recover_dead`]), the killed worker is restarted, and the whole heap is
+//! checked against the application's own record.
 //!
 //! # Map
-//! - [`record`]: the application's record, a file every chaos process maps;
-//! - [`coordinator`]: the rounds — kill and control windows, settling, checking, restarts;
-//! - [`worker`]: one worker process, its operations and their timing;
-//! - [`report`]: what the run found, read from the record's histograms as hdrhistograms.
+//! - `record`: the application's record, a file every chaos process maps;
+//! - `coordinator`: the rounds — kill and control windows, settling, checking, restarts;
+//! - `worker`: one worker process, its operations and their timing;
+//! - `report`: what the run found, read from the record's histograms as hdrhistograms.
 //!
 //! # The application's record (a file beside the heap, `<heap>.chaos`)
 //! - a table of records, each `offset | owner << 48 | state << 56` or zero: a block some worker
