@@ -11,7 +11,7 @@
 //!
 //! Sizes: a [`Key`] is at most [`KEY_CAPACITY`] bytes, inline; generating one operation
 //! costs about 40-110 ns in a release build, a third of it libm's `pow` for zipfian
-//! workloads (`examples/gen_cost.rs`; the runner's figures are in `podkv::runner`, # Cost).
+//! workloads (`examples/gen_cost.rs`; the runner's figures are in `podkv_harness::runner`, # Cost).
 //!
 //! # Reading order
 //!

@@ -25,82 +25,13 @@
 //!
 //! # Cost
 //! The runner's own cost per operation is what a run against `--target null` reports as
-//! `cpu_ns_per_op` (CPU time of the timed loops / ops): `podkv suite
-//! scripts/runner-cost.toml` runs every shipped workload that way (one thread, 10 M
-//! records, 10 M ops). It is generation plus bookkeeping:
-//! - two time-stamp-counter reads around every operation: plain `rdtsc`, no `rdtscp` or
-//!   `lfence` (~10 ns each on this VM, measured alone). Unfenced reads may drift a few
-//!   cycles into the neighbouring instructions, which is noise at the resolution of the
-//!   histograms (2 significant digits); every operation still gets its latency recorded,
-//!   into a flat, hdrhistogram-shaped array ([`metrics`]);
-//! - generation, inlined whole into the timed loop: the operation is built in place in its
-//!   stream and lent to the loop (`OpStream::next_ref`); key names from a 4-digit table
-//!   after two divisions by 10^8, 8-byte keys computed in one word; FNV-64 rounds over
-//!   zero octets folded into one multiply;
-//! - the zipfian tail `floor(n * pow(x, alpha))` from `podkv_ycsb::generator::Power`: a
-//!   table of `c^alpha` and a binomial series, libm deciding only when the result lies
-//!   within `2^-42` (relative) of an integer: libm's answer always, at ~9 ns instead of
-//!   ~30 (measured alone);
-//! - a one-thread process's insert counters without locked instructions
-//!   (`podkv_ycsb::generator::Takers::One`): the same numbers.
-//!
-//! Values cost nothing here: the loop slices a buffer of ASCII zeros (no RNG draws, and the
-//! op dump holds no values), so there is no value stream to make cheaper.
-//!
-//! Instructions per operation in the timed loop, the stable metric on this shared VM
-//! (`valgrind --tool=callgrind --toggle-collect='*run_source*' podkv ycsb --workload W
-//! --target null --records 1000000 --ops 200000 --phase run --no-pin`, Ir / ops), before
-//! session 3 → before session 4 → before session 5 → now: a 750 → 527 → 402 → 399, b 738
-//! → 516 → 390 → 388, c 736 → 514 → 389 → 386, d 696 → 482 → 371 → 367, e 789 → 567 →
-//! 436 → 433, f 752 → 529 → 405 → 402, load 445 → 335 → 303 → 286, cxlalloc-a 582 → 475
-//! → 361 → 355, cxlalloc-d 565 → 466 → 345 → 341.
-//!
-//! ## Where the time goes
-//! The VM has no hardware counters (`perf stat -e cycles` says "not supported"), but
-//! `perf record -e cpu-clock` samples where time is spent (`perf annotate` of
-//! `run_source`, workload a): the zipfian's `Power` ~22%, the two `rdtsc` ~17% (most of
-//! it charged to the instruction after the second), key digits ~13%, the draw of `u`
-//! and the op chooser ~8%, FNV ~5%, the histogram ~4%, ChaCha8's block function ~5%.
-//! A zipfian operation is one long chain of dependent steps (`u`, `x`, the table load,
-//! the series, the floor, FNV, the reduction, FNV, the digits), and the reorder window
-//! (224 entries on this Cascade Lake) holds about half of an operation's ~400
-//! instructions, so operations overlap little: shortening the chain pays, not only
-//! dropping instructions. Taking `n *
-//! c^alpha` while the series is evaluated (one multiply off the chain) gained ~3%; a lone
-//! taker's in-order acknowledgement moving `limit` without the window's flag took 17
-//! instructions off every insert.
-//! Tried and not kept: digits by SWAR arithmetic instead of the 40 KB table (+47
-//! instructions an operation and slower: the table's loads are independent and hide in
-//! the window); `n / 10^16` beside `n / 10^8` in the key split; a `[0.75, 1)` power table
-//! with one series term fewer (half the table, a multiply-add off the chain): each
-//! within the noise (under 0.5%).
-//!
-//! ## Measuring it
-//! Single runs swing by 20–60% with the machine, and the swing is not the workload's:
-//! back-to-back runs of a, c and d slow down together for seconds at a time and recover
-//! together; pinned, at `SCHED_FIFO` and without address randomisation (`chrt -f 10
-//! setarch -R`), 300 of 314 runs of d over 75 s lay in 76.3–77.2 ns and the rest
-//! (85–108) in two bursts while another tenant's rustc ran; runs with address
-//! randomisation spread the same way; a spinner at FIFO priority on the other CPU (an
-//! integer multiply chain, `pause`, or a 64 MiB memory walk) moved nothing. (Workload
-//! d's growing zeta costs one libm `pow` per insert: 9 instructions an operation on
-//! average, not the 25 ns of its slow runs, which were such bursts.) So the suite runs
-//! 10 M operations per workload (~1 s each) and its figure is the median of five or more
-//! suites; `chrt -f 10` (root) keeps the worker from being preempted on its CPU.
-//!
-//! Session 5, binaries before and after, eleven suites each, interleaved, `podkv suite
-//! scripts/runner-cost.toml` (six plain, five under `chrt -f 10`; load average 2.2–4.9,
-//! other engineers building; minimum, then median, before → after): a 89 → 86 (103 → 98),
-//! b 82 → 81 (88 → 85), c 81 → 79 (96 → 91), d 78 → 78 (103 → 99), e 89 → 87 (118 →
-//! 101), f 87 → 87 (109 → 94), load 49 → 47 (71 → 56), cxlalloc-a 92 → 90 (125 → 97),
-//! cxlalloc-d 72 → 71 (84 → 90). The medians at that load are the machine's; the
-//! minimums are what quiet stretches give (single runs there, `chrt -f 10 setarch -R`,
-//! min of 7, before → after: a 87.2 → 84.6, f 87.5 → 84.8, d 76.6 → 74.5, cxlalloc-a
-//! 91.1 → 88.9). Every workload is under 100 ns; b, c, d, load and cxlalloc-d are under
-//! 85, a at it, e and f ~2 ns over, cxlalloc-a ~5 over (its chooser picks among three
-//! kinds at random, and its key chooser redraws ~1.2 times a read). The streams are
-//! pinned by `ycsb/tests/op_digest.rs`, and `power`'s and `zipfian`'s tests compare
-//! every shortcut with libm.
+//! `cpu_ns_per_op` (CPU time of the timed loops / ops); `podkv suite scripts/runner-cost.toml`
+//! runs every shipped workload that way. It is generation plus bookkeeping: two unfenced
+//! time-stamp-counter reads per operation into a flat, hdrhistogram-shaped array
+//! ([`metrics`]), and the generators inlined whole into the timed loop, operations built in
+//! place and lent to it (`OpStream::next_ref`). Instructions per operation (callgrind with
+//! `--toggle-collect='*run_source*'`) are the stable measure on a shared VM; the history of
+//! both is in `docs/history/2026-11-25-runner-cost.md`.
 
 pub mod cli;
 pub mod control;
