@@ -27,7 +27,8 @@
 //! - [`recover`]: settling a dead slot's log; [`memcached`], [`meta`]: the commands;
 //! - [`map`]: `Map` and `Handle` (thin); [`store`], `crawler`, [`check`]; `driven`: the
 //!   store behind [`kvmap`]; with feature `baselines`, `local_arena` (the same index over
-//!   mimalloc) and `baseline` (dashmap), for the drivers' comparisons only.
+//!   mimalloc) and `baseline` (dashmap), for the drivers' comparisons only;
+//! - [`transfer`]: dump and load (the stream across format changes).
 //!
 //! # Where a change goes
 //! - **Reclamation**: when a node may be freed — [`epoch`]; when a handle collects, and
@@ -101,6 +102,8 @@ mod shared;
 mod slot;
 #[cfg(not(podkv_loom))]
 pub mod store;
+#[cfg(not(podkv_loom))]
+pub mod transfer;
 #[cfg(not(podkv_loom))]
 mod writer;
 

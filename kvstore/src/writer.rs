@@ -113,6 +113,12 @@ impl Writer {
     }
 }
 
+/// Raises the store's token counter to at least `token`, so no later write hands out a token
+/// that items written with explicit tokens (a load) already hold.
+pub(crate) fn raise_cas<A: Arena>(shared: &Shared<A>, token: u64) {
+    shared.desc().cas.word.fetch_max(token, Ordering::AcqRel);
+}
+
 /// A handle's components, borrowed for one command (see the module doc).
 pub(crate) struct Parts<'h, A: Arena> {
     pub(crate) reclaim: &'h Reclaim<A>,
