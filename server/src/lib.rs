@@ -6,6 +6,7 @@
 //! - [`cli`]: the command line (clap), one variant per subcommand;
 //! - [`heap_cmd`]: `podkv heap create|info|check`;
 //! - [`store_cmd`]: `podkv store check|stats` (the store's walker, `podkv_store::check_path`);
+//! - [`transfer_cmd`]: `podkv store dump|load` (the stream is `podkv_store::transfer`'s);
 //! - [`pod`]: `podkv pod up|status|down` (the pod launcher and monitor);
 //! - [`mcas_cmd`]: `podkv mcas-nmp` (the software mCAS processor);
 //! - [`protocol`]: the memcached text and meta protocol (request types, parse/compose, codec);
@@ -18,3 +19,4 @@ pub mod pod;
 pub mod protocol;
 pub mod serve;
 pub mod store_cmd;
+pub mod transfer_cmd;

@@ -1,12 +1,21 @@
 //! `podkv store check|stats|recover PATH`: prove a store's heap accounts for every block, show
 //! its statistics, recover the thread slots of killed processes. The logic lives in
-//! `podkv_store` (`check_path`, `Store::recover_dead`); this file only prints.
+//! `podkv_store` (`check_path`, `Store::recover_dead`); this file only prints. `dump` and `load`
+//! are `transfer_cmd`'s.
 
+use crate::transfer_cmd::{self, DumpArgs, LoadArgs};
 use std::path::{Path, PathBuf};
 
 /// The `podkv store` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum StoreCommand {
+    /// Write every live item (key, flags, expiry, CAS token, meta state, value) to standard
+    /// output as a versioned stream, to load into a heap of another format or geometry.
+    /// Safe while servers use the heap.
+    Dump(DumpArgs),
+    /// Store the items of a dump read from standard input; a truncated or foreign stream is
+    /// refused before anything is written.
+    Load(LoadArgs),
     /// Walk the index and every limbo list; fail naming each leak, double reference or
     /// broken invariant (run on a quiescent heap).
     Check {
@@ -33,6 +42,8 @@ pub enum StoreCommand {
 /// Runs a `podkv store` subcommand.
 pub fn run(command: &StoreCommand) -> anyhow::Result<()> {
     match command {
+        StoreCommand::Dump(args) => transfer_cmd::dump(args),
+        StoreCommand::Load(args) => transfer_cmd::load(args),
         StoreCommand::Check { path } => check(path),
         StoreCommand::Recover { path } => recover(path),
         StoreCommand::Stats { path, json } => stats(path, *json),
