@@ -106,6 +106,25 @@ pub enum HeapError {
         /// Heaps one process may have open with a huge heap.
         count: usize,
     },
+    /// The heap's placement names a node that is not online here, or the kernel refused it.
+    #[error("cannot place heap {}: {source}", path.display())]
+    Placement {
+        /// The heap file.
+        path: PathBuf,
+        /// Why the placement was refused.
+        source: podkv_hw::topology::PlacementError,
+    },
+    /// A placement other than the default asked of a DAX device, whose pages are the device's.
+    #[error("heap {} is a DAX device: its memory is the device's, so it takes no placement (drop `{placement}`)", path.display())]
+    DaxPlacement {
+        /// The device.
+        path: PathBuf,
+        /// The placement refused.
+        placement: podkv_hw::topology::Placement,
+    },
+    /// This machine's NUMA nodes could not be read.
+    #[error("cannot read the NUMA topology: {0}")]
+    Topology(#[from] podkv_hw::topology::TopologyError),
     /// A configuration no heap can have.
     #[error("invalid heap configuration: {0}")]
     Config(String),

@@ -2,7 +2,13 @@
 //!
 //! # Regions, in file (and reservation) order
 //! ```text
-//! 0            header       4 KiB   format word, backed-ahead words, roots  (heap.rs)
+//! 0            header       4 KiB   words at byte offsets:
+//!                            0 format word (geometry, version)              (layout.rs)
+//!                            8 placement word (zero: default policy)        (heap/place.rs)
+//!                            256 huge metadata backed                       (heap/open.rs)
+//!                            264, 272 small, large backed-ahead             (slabs.rs)
+//!                            512 root words (COUNT_ROOTS)                   (heap/)
+//!                            1024 mCAS process lines' borrow words          (mcas.rs)
 //! hwcc         HWcc         globals: len, cold and warm free list heads    (one line each)
 //!                            per slab heap,
 //!                            then one 8 B remote-free word per slab         (remote.rs)

@@ -7,6 +7,7 @@ use crate::huge::HugeBacking;
 use crate::layout::Geometry;
 use crate::process::Liveness;
 use podkv_hw::mcas::McasKind;
+use podkv_hw::topology::Placement;
 use podkv_hw::Coherence;
 use std::path::PathBuf;
 
@@ -38,6 +39,10 @@ pub struct Config {
     /// The mCAS implementation of a fresh `mcas` heap: `flush-cas` (the default) or `nmp`.
     /// Ignored (left `flush-cas`) in other modes.
     pub mcas: McasKind,
+    /// The memory policy of a fresh heap's pages (`local`, `node=N`, `interleave=N,M`,
+    /// `preferred=N`; default: the kernel's). Recorded in the header, so every process that
+    /// opens the heap applies the file's policy, not its own configuration's.
+    pub placement: Placement,
 }
 
 impl Default for Config {
@@ -53,6 +58,7 @@ impl Default for Config {
             huge_bytes: 1 << 40,
             huge_backing: HugeBacking::Reserve,
             mcas: McasKind::FlushCas,
+            placement: Placement::Default,
         }
     }
 }

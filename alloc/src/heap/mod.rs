@@ -6,10 +6,15 @@
 //! 1. open the file (creating it, mode 0600, if asked); refuse read-only files;
 //! 2. back the header page; if the format word is zero the file is a fresh heap: install the
 //!    configured geometry with one CAS (0 → word). Every opener then decodes the same word;
-//! 3. refuse foreign, other-version and truncated files;
+//!    Before that CAS it claims the header's placement word (`place.rs`); a configured
+//!    placement (`Config::placement`) naming a node not online here, or asked of a device, is
+//!    refused before the file is created, and a fresh file's header page gets it before it is
+//!    backed;
+//! 3. refuse foreign, other-version and truncated files, and a recorded placement this process
+//!    cannot apply;
 //! 4. reserve the whole heap's address space (sized once for all growth: the slab heaps'
-//!    maxima plus the huge heap, 1 TiB by default) and map the file over everything but the
-//!    huge data range (`file.rs`);
+//!    maxima plus the huge heap, 1 TiB by default), map the file over everything but the
+//!    huge data range (`file.rs`) and apply the recorded placement to that mapping;
 //! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
 //!    hazard record (by CAS on its owner word through the heap's hook) and join the SIGSEGV
 //!    handler's registry (`huge/`, `fault.rs`).
@@ -40,6 +45,7 @@
 
 mod config;
 mod open;
+mod place;
 
 use open::{install_or_read_geometry, open_huge, refuse_truncated};
 
@@ -69,6 +75,7 @@ use crate::thread::{Adoptions, Recovered, ThreadHandle};
 pub use crate::thread::RecoveryHook;
 use podkv_hw::mcas::McasKind;
 use podkv_hw::sync::{AtomicU64, Ordering};
+use podkv_hw::topology::Placement;
 use podkv_hw::Coherence;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -100,15 +107,18 @@ impl Heap {
     /// in an `nmp` heap maybe an mCAS processor) and how they stop.
     pub fn open(path: impl AsRef<Path>, config: &Config) -> Result<Heap, HeapError> {
         let path = path.as_ref();
+        place::refuse_configured(path, config)?;
         let file = Arc::new(HeapFile::open(path, config.create)?);
-        let geometry = install_or_read_geometry(&file, config)?;
+        let (geometry, placement) = install_or_read_geometry(&file, config)?;
+        place::refuse_recorded(&file, &placement)?;
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
+        let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
+        place::apply_to_mapping(&file, &mapping, layout.huge_data, &placement)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
         file.back(layout.slot_acks, layout.hwcc_end - layout.slot_acks)?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
         file.back(layout.mcas, layout.mcas_bytes)?;
-        let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
         let mcas = if geometry.coherence == Coherence::Mcas {
             // SAFETY: the mapping covers `0..huge_data` with the header, the HWcc globals, the
             // slots' and hazard records' words and the mCAS lines backed (above; remote words
@@ -254,6 +264,17 @@ impl Heap {
     pub fn root(&self, i: usize) -> &AtomicU64 {
         assert!(i < COUNT_ROOTS, "root {i} out of range");
         self.word(OFFSET_ROOTS + 8 * i as u64)
+    }
+
+    /// The memory policy the heap's header records, which this process applied to its mapping.
+    pub fn placement(&self) -> Placement {
+        // SAFETY: the header is mapped and backed while `shared` stands; an AtomicU64 is valid
+        // for any bits.
+        let word = unsafe {
+            &*(self.shared.mapping.base().add(place::OFFSET_PLACEMENT as usize) as *const AtomicU64)
+        };
+        Placement::from_word(word.load(Ordering::Acquire) & !place::FLAG_CLAIMED)
+            .unwrap_or_default()
     }
 
     /// The heap's geometry.

@@ -1,8 +1,9 @@
 //! The opening steps' parts that read or claim before the heap is mapped whole (the module
 //! `heap`'s "Opening" section): the format word, refusing foreign, truncated and too-small
-//! files, and the huge heap's metadata and hazard record.
+//! files, the placement word's claim, and the huge heap's metadata and hazard record.
 
 use super::config::Config;
+use super::place;
 use crate::error::HeapError;
 use crate::file::{HeapFile, Mapping};
 use crate::hazard;
@@ -13,6 +14,7 @@ use crate::slabs::SlabHeap;
 use crate::class::Kind;
 use crate::slot::Owner;
 use podkv_hw::sync::{AtomicU64, Ordering};
+use podkv_hw::topology::Placement;
 use std::sync::Arc;
 
 /// Header word: non-zero once an opener has backed the huge heap's metadata, so a file cut
@@ -63,9 +65,15 @@ pub(super) fn open_huge(
     )))
 }
 
-pub(super) fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Result<Geometry, HeapError> {
+/// Installs (on a fresh heap) or reads the header's format word and placement word: the
+/// geometry and the placement every opener of this file uses.
+pub(super) fn install_or_read_geometry(
+    file: &HeapFile,
+    config: &Config,
+) -> Result<(Geometry, Placement), HeapError> {
     let len = file.len()?;
-    if !file.is_device && len < SIZE_HEADER {
+    let fresh = !file.is_device && len < SIZE_HEADER;
+    if fresh {
         let mut head = vec![0u8; len as usize];
         file.read_at(&mut head, 0)?;
         if head.iter().any(|&b| b != 0) {
@@ -75,10 +83,9 @@ pub(super) fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Resu
                 needed: SIZE_HEADER,
             });
         }
-        file.back(0, SIZE_HEADER)?;
     }
-    let word = header_word_cas(file, config)?;
-    Geometry::from_word(word).map_err(|problem| match problem {
+    let (word, placement) = header_words(file, config, fresh)?;
+    let geometry = Geometry::from_word(word).map_err(|problem| match problem {
         FormatProblem::Foreign(magic) => HeapError::Foreign {
             path: file.path.clone(),
             magic,
@@ -93,41 +100,82 @@ pub(super) fn install_or_read_geometry(file: &HeapFile, config: &Config) -> Resu
             path: file.path.clone(),
             what: what.to_owned(),
         },
-    })
+    })?;
+    Ok((geometry, place::decode(file, placement)?))
 }
 
-/// Maps the header page alone and installs the configured format word if it is zero.
-fn header_word_cas(file: &HeapFile, config: &Config) -> Result<u64, HeapError> {
-    let prot = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: a fresh shared mapping of the file's first page, which is backed (checked above).
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            SIZE_HEADER as usize,
-            prot,
-            libc::MAP_SHARED,
-            file.fd(),
-            0,
-        )
-    };
-    if page == libc::MAP_FAILED {
-        return Err(HeapError::Map {
-            source: std::io::Error::last_os_error(),
-        });
+/// The header page mapped alone, unmapped on drop.
+struct HeaderPage(*mut libc::c_void);
+
+impl HeaderPage {
+    fn map(file: &HeapFile) -> Result<HeaderPage, HeapError> {
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh shared mapping of the file's first page; nothing is touched until
+        // the page is backed.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SIZE_HEADER as usize,
+                prot,
+                libc::MAP_SHARED,
+                file.fd(),
+                0,
+            )
+        };
+        if page == libc::MAP_FAILED {
+            return Err(HeapError::Map {
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(HeaderPage(page))
     }
-    // SAFETY: the page is mapped, 4 KiB aligned, and an AtomicU64 is valid for any bits.
-    let word = unsafe { &*(page as *const AtomicU64) };
+
+    /// The header word at `offset`.
+    ///
+    /// # Safety
+    /// The page is backed.
+    unsafe fn word(&self, offset: u64) -> &AtomicU64 {
+        // SAFETY: the page is mapped and backed (the caller's contract), `offset` is an
+        // 8-byte aligned header offset, and an AtomicU64 is valid for any bits.
+        unsafe { &*(self.0.add(offset as usize) as *const AtomicU64) }
+    }
+}
+
+impl Drop for HeaderPage {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped in `map`; no word borrowed from it outlives `self`.
+        unsafe { libc::munmap(self.0, SIZE_HEADER as usize) };
+    }
+}
+
+/// Maps the header page alone and, if the format word is zero, claims the placement word and
+/// then installs the configured format word (the order the placement word's map in `place.rs`
+/// relies on). A `fresh` file has no header yet: the configured placement is applied to the
+/// page before it is backed, so the creator backs nothing outside its placement.
+fn header_words(file: &HeapFile, config: &Config, fresh: bool) -> Result<(u64, u64), HeapError> {
+    let page = HeaderPage::map(file)?;
+    if fresh {
+        place::apply(file, page.0.cast(), SIZE_HEADER, &config.placement)?;
+        file.back(0, SIZE_HEADER)?;
+    }
+    // SAFETY: the header page is backed: by a former opener, or just above.
+    let (word, placement) = unsafe { (page.word(0), page.word(place::OFFSET_PLACEMENT)) };
     let mut found = word.load(Ordering::Acquire);
     if found == 0 {
         let fresh = config.geometry()?.to_word();
+        // A lost claim means a racing creator's placement stands, as its format word may.
+        let _ = placement.compare_exchange(
+            0,
+            place::claim_word(config),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         found = match word.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => fresh,
             Err(other) => other,
         };
     }
-    // SAFETY: unmapping the page mapped above; `word` is not used past this point.
-    unsafe { libc::munmap(page, SIZE_HEADER as usize) };
-    Ok(found)
+    Ok((found, placement.load(Ordering::Acquire)))
 }
 
 /// Refuses a file shorter than the slabs its header says exist.
