@@ -28,7 +28,8 @@ pub enum Command {
     /// Create, inspect and verify pod heap files.
     #[command(subcommand)]
     Heap(HeapCommand),
-    /// Verify a store (no leak, no double reference) and show its statistics.
+    /// Verify a store (no leak, no double reference), show its statistics, recover dead
+    /// slots, and dump or load its items (across format changes).
     #[command(subcommand)]
     Store(StoreCommand),
     /// Run a pod on this machine: N member servers on one heap, watched and restarted.

@@ -20,7 +20,7 @@ pub struct DumpArgs {
 pub struct LoadArgs {
     /// Heap file to load into: an existing heap (e.g. made by `podkv heap create` with any
     /// geometry) or a new file, created with the default geometry. Keys already in the store
-    /// are replaced.
+    /// are replaced. The whole stream is read into memory and checked before the first write.
     pub path: PathBuf,
 }
 

@@ -38,6 +38,8 @@
 //! keeping its flags, expiry, CAS token and meta state. A store that fills up mid-load (its
 //! capacity with eviction on evicts, as any write does) or another failure stops the load
 //! with the items so far loaded, each whole: the store stays consistent (`store check`).
+//! The price of checking first: the loader holds the whole stream in memory (`podkv store
+//! load` reads standard input to its end), about the size of the items it carries.
 //!
 //! CAS tokens are kept whatever the heap's geometry: a token lives in the item's header, and
 //! the load raises the store's token counter past the largest one loaded, so later writes
