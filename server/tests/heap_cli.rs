@@ -206,7 +206,14 @@ fn recover_releases_the_slots_of_a_killed_process() {
         ])
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Kill it once both threads hold their slots (on a loaded machine the second may start
+    // well after the first), then a little later, inside their work.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !text(&podkv(&["heap", "info", heap])).contains("threads     2 slot(s) claimed") {
+        assert!(std::time::Instant::now() < deadline, "the worker's threads never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
     worker.kill().unwrap();
     worker.wait().unwrap();
     let out = podkv(&["heap", "info", heap]);
