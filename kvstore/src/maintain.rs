@@ -15,7 +15,7 @@
 //! An item lives in the heap region of its size (small, large or huge), in a block of its
 //! size class. A write whose allocation fails (its region is full, whatever the others hold)
 //! evicts by the same policy among the items of that region only, those of its exact size
-//! first, then those of its class ([`evict_for`]), and the write loop retries once the
+//! first, then those of its class (`evict_for`), and the write loop retries once the
 //! victims are reclaimed (`writer`: `Parts::room_after_oom`).
 
 use crate::arena::Arena;

@@ -33,7 +33,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The index over arena `A`: [`crate::Store`] in the pod heap, [`crate::LocalStore`] in
+/// The index over arena `A`: [`crate::Store`] in the pod heap, `LocalStore` (feature `baselines`) in
 /// process memory. Cheap to clone (an `Arc`).
 pub struct Map<A: Arena> {
     pub(crate) inner: Arc<Shared<A>>,
