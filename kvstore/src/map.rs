@@ -33,8 +33,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The index over arena `A`: [`crate::Store`] in the pod heap, `LocalStore` (feature `baselines`) in
-/// process memory. Cheap to clone (an `Arc`).
+/// The index over arena `A`: [`crate::Store`] in the pod heap, `LocalStore` (feature
+/// `baselines`) in process memory. Cheap to clone (an `Arc`).
 pub struct Map<A: Arena> {
     pub(crate) inner: Arc<Shared<A>>,
     /// What opening settled for a slot `create` adopted (see [`Map::settled_at_open`]).

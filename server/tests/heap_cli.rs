@@ -210,7 +210,10 @@ fn recover_releases_the_slots_of_a_killed_process() {
     // well after the first), then a little later, inside their work.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !text(&podkv(&["heap", "info", heap])).contains("threads     2 slot(s) claimed") {
-        assert!(std::time::Instant::now() < deadline, "the worker's threads never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker's threads never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(100));
