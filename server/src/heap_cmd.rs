@@ -3,6 +3,7 @@
 
 use podkv_alloc::{Config, Heap, HeapReport, Kind};
 use podkv_harness::helpers::{human_bytes, parse_bytes};
+use podkv_hw::topology::{Placement, Topology};
 use std::path::PathBuf;
 
 /// The `podkv heap` subcommands.
@@ -14,8 +15,15 @@ pub enum HeapCommand {
         path: PathBuf,
         #[command(flatten)]
         geometry: GeometryArgs,
+        /// Where the heap's pages live: `local`, `node=N` (bind), `interleave=N,M` or
+        /// `preferred=N` (NUMA nodes, `podkv heap info` lists them; a CXL expander is a
+        /// CPU-less node). Recorded in the heap, so every process that opens it applies it;
+        /// refused for a DAX device, whose memory is the device's. Default: the kernel's.
+        #[arg(long)]
+        place: Option<Placement>,
     },
-    /// Print a heap's geometry, regions and statistics.
+    /// Print a heap's geometry, regions and statistics, the heap's placement and the
+    /// machine's NUMA nodes.
     Info {
         /// Heap file.
         path: PathBuf,
@@ -128,7 +136,11 @@ pub struct GeometryArgs {
 /// Runs a `podkv heap` subcommand.
 pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
     match command {
-        HeapCommand::Create { path, geometry } => {
+        HeapCommand::Create {
+            path,
+            geometry,
+            place,
+        } => {
             let config = Config {
                 small_bytes: geometry.small_bytes,
                 large_bytes: geometry.large_bytes,
@@ -137,6 +149,7 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
                 coherence: geometry.coherence,
                 huge_bytes: geometry.huge_bytes,
                 mcas: geometry.mcas_impl,
+                placement: place.clone().unwrap_or_default(),
                 ..Config::default()
             };
             let heap = Heap::open(path, &config)?;
@@ -153,6 +166,7 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
                 );
             } else {
                 print_geometry(&heap);
+                print_nodes();
                 print_stats(&report);
             }
             Ok(())
@@ -331,6 +345,7 @@ fn print_geometry(heap: &Heap) {
         );
     }
     println!("liveness    {}", g.liveness.name());
+    println!("placement   {}", heap.placement());
     println!("slots       {}", g.slots());
     for kind in Kind::ALL {
         let h = heap.slab_heap(kind);
@@ -365,6 +380,62 @@ fn print_geometry(heap: &Heap) {
         human_bytes(heap.file_len().unwrap_or(0)),
         human_bytes(heap.file_allocated_bytes().unwrap_or(0))
     );
+}
+
+/// This machine's NUMA nodes, one line each (a placement names them).
+fn print_nodes() {
+    match Topology::discover() {
+        Ok(topology) => {
+            for node in &topology.nodes {
+                println!(
+                    "node {:<6} {} memory, cpus {}{}",
+                    node.id,
+                    human_bytes(node.memory_bytes),
+                    cpu_list(&node.cpus),
+                    if node.is_cpu_less() {
+                        " (CPU-less)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+        Err(e) => println!("nodes       unknown: {e}"),
+    }
+}
+
+/// `0-3,8` for CPUs 0, 1, 2, 3 and 8; `none` for no CPU.
+fn cpu_list(cpus: &[u32]) -> String {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &cpu in cpus {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == cpu => *end = cpu,
+            _ => runs.push((cpu, cpu)),
+        }
+    }
+    if runs.is_empty() {
+        return "none".to_owned();
+    }
+    let run = |&(a, b): &(u32, u32)| {
+        if a == b {
+            a.to_string()
+        } else {
+            format!("{a}-{b}")
+        }
+    };
+    runs.iter().map(run).collect::<Vec<_>>().join(",")
+}
+
+/// This machine's NUMA nodes for `heap info --json` (empty if sysfs cannot be read).
+fn nodes_json() -> serde_json::Value {
+    let nodes = Topology::discover().map(|t| t.nodes).unwrap_or_default();
+    nodes
+        .iter()
+        .map(|n| {
+            serde_json::json!({"id": n.id, "cpus": n.cpus, "memory_bytes": n.memory_bytes,
+                "cpu_less": n.is_cpu_less(), "distances": n.distances})
+        })
+        .collect()
 }
 
 fn print_stats(report: &HeapReport) {
@@ -473,6 +544,8 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
         "coherence": heap.geometry().coherence.name(),
         "mcas_impl": heap.mcas_kind().map(|kind| kind.name()),
         "liveness": heap.geometry().liveness.name(),
+        "placement": heap.placement().to_string(),
+        "nodes": nodes_json(),
         "dead_slots": report.claimed_slots.iter().filter(|s| !s.alive).map(|s| serde_json::json!({"slot": s.index, "pid": s.pid, "step": s.step})).collect::<Vec<_>>(),
         "slots": heap.geometry().slots(),
         "claimed_slots": report.claimed_slots.len(),

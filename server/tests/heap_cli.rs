@@ -238,3 +238,46 @@ fn recover_releases_the_slots_of_a_killed_process() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains("note: slot"), "{}", text(&out));
 }
+
+/// Issue 25: `--place` records the heap's placement, which `heap info` shows beside the
+/// machine's NUMA nodes (table and JSON); a node that is not online is refused in one line and
+/// creates nothing.
+#[test]
+fn create_with_a_placement_then_info_shows_it_and_the_nodes() {
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    for place in ["node=0", "interleave=0"] {
+        let heap = dir.path().join(place.replace('=', "-"));
+        let heap = heap.to_str().unwrap();
+        create(heap, "1GiB", &["--place", place]);
+        let out = podkv(&["heap", "info", heap]);
+        let info = text(&out);
+        assert!(out.status.success(), "{info}");
+        assert!(info.contains(&format!("placement   {place}\n")), "{info}");
+        assert!(
+            info.lines()
+                .any(|l| l.starts_with("node 0 ") && l.contains("cpus 0")),
+            "{info}"
+        );
+        let out = podkv(&["heap", "info", heap, "--json"]);
+        let info: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("info --json is JSON");
+        assert_eq!(info["placement"], place);
+        assert_eq!(info["nodes"][0]["id"], 0, "{info}");
+        assert_eq!(info["nodes"][0]["cpu_less"], false, "{info}");
+    }
+    let absent = dir.path().join("absent");
+    let out = podkv(&[
+        "heap",
+        "create",
+        absent.to_str().unwrap(),
+        "--place",
+        "node=7",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("node 7 is not online"), "{err}");
+    assert!(!absent.exists(), "a refused placement created the heap");
+}
