@@ -16,6 +16,14 @@
 //! - [`worker`]: threads, the accept loop, connections, idle timeout.
 //! - [`metrics`]: a minimal HTTP responder for `--metrics`.
 //!
+//! # Output
+//!
+//! Once it listens, `podkv serve` writes one plain line on stderr, `podkv serve: listening on
+//! ADDR (heap PATH, pid N)` (see [`worker`]): the pod monitor, the tests and scripts wait for
+//! it, so it is part of the command line's contract and no `RUST_LOG` setting hides it.
+//! Everything else it says (stopping, accept and connection errors) is a `tracing` event,
+//! filtered by `RUST_LOG` (the binary's default shows podkv's `info` events).
+//!
 //! Several processes may serve one heap: each opens the store (they agree on one root) and
 //! holds one thread slot per worker plus one for the expiry crawler. With `--reuseport` they
 //! may also share one address (`SO_REUSEPORT`: the kernel spreads connections).

@@ -36,7 +36,7 @@ const REPLY_TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
 /// How often a worker publishes its batched item counts.
 const SECONDS_PUBLISH: u64 = 1;
 
-/// Starts the workers, prints the ready line, waits for a signal, stops everything.
+/// Starts the workers, says the ready line ([`say_ready`]), waits for a signal, stops everything.
 pub fn run(
     main_rt: &tokio::runtime::Runtime,
     shared: Arc<Shared>,
@@ -86,12 +86,7 @@ pub fn run(
         Signals::install()
     };
     let outcome = started.and(signals).map(|signals| {
-        eprintln!(
-            "podkv serve: listening on {} (heap {}, pid {})",
-            shared.settings.listen,
-            shared.settings.heap.display(),
-            std::process::id()
-        );
+        say_ready(&shared);
         main_rt.block_on(wait_for_signal(signals, shared.clone(), metrics_listener));
     });
     let _ = stop_tx.send(true);
@@ -99,9 +94,25 @@ pub fn run(
         let _ = join.join();
     }
     if outcome.is_ok() {
-        eprintln!("podkv serve: stopped");
+        tracing::info!(pid = std::process::id(), "stopped");
     }
     outcome
+}
+
+/// The ready line, `podkv serve: listening on ADDR (heap PATH, pid N)`: `podkv serve`'s
+/// command-line contract, read by the pod monitor (a member is up once its log has this line
+/// with its own pid), by tests and by scripts. It is written plainly, not as a `tracing`
+/// event, so that no `RUST_LOG` can hide it or change its shape.
+fn say_ready(shared: &Shared) {
+    let line = format!(
+        "podkv serve: listening on {} (heap {}, pid {})\n",
+        shared.settings.listen,
+        shared.settings.heap.display(),
+        std::process::id()
+    );
+    // One write of the whole line, so it never interleaves with a log event; a closed stderr
+    // leaves nobody to tell.
+    let _ = io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Binds the listening socket (SO_REUSEADDR always, SO_REUSEPORT when asked). Call it inside
@@ -239,7 +250,7 @@ async fn accept_loop(
             Ok((stream, _)) => stream,
             Err(e) => {
                 // EMFILE and friends: memcached backs off and retries too.
-                eprintln!("podkv serve: accept: {e}");
+                tracing::warn!(error = %e, "accept failed; retrying");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -294,7 +305,7 @@ async fn publish_loop(backend: Rc<Backend>) {
 fn log_connection_error(e: &io::Error) {
     use io::ErrorKind::*;
     if !matches!(e.kind(), ConnectionReset | BrokenPipe | UnexpectedEof) {
-        eprintln!("podkv serve: connection: {e}");
+        tracing::warn!(error = %e, "connection failed");
     }
 }
 
