@@ -425,3 +425,121 @@ fn one_network_namespace_per_member_when_root() {
         "bridge removed"
     );
 }
+
+/// Brings `pod` up (one member, `RUST_LOG` as given or unset), kills its member with SIGKILL,
+/// waits for the restart and returns (the killed pid, `pod up`'s stderr, the monitor's log).
+fn kill_one_and_read_logs(pod: &Pod, rust_log: Option<&str>) -> (u64, String, String) {
+    let heap = pod.heap.display().to_string();
+    let mut up = pod_support::podkv();
+    up.env_remove("RUST_LOG")
+        .args(["pod", "up"])
+        .args(pod.args())
+        .args([
+            "--detach", "--hosts", "1", "--net", "loopback", "--heap", &heap,
+        ])
+        .args([
+            "--base-port",
+            &free_ports(1).to_string(),
+            "--",
+            "--threads",
+            "1",
+        ]);
+    if let Some(filter) = rust_log {
+        up.env("RUST_LOG", filter);
+    }
+    let out = up.output().unwrap();
+    assert!(out.status.success(), "pod up failed:\n{}", text(&out));
+    let victim = pids(pod)[0];
+    // SAFETY: kill has no memory preconditions; `victim` is the member of the test's pod.
+    assert_eq!(unsafe { libc::kill(victim as i32, libc::SIGKILL) }, 0);
+    wait_for(pod, 0, |m| m["restarts"] == 1 && m["alive"] == true);
+    // The monitor counts the restart in the state file just before it logs it.
+    std::thread::sleep(Duration::from_millis(200));
+    let log = std::fs::read_to_string(pod.dir().join("monitor.log")).unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    (victim, said, log)
+}
+
+/// The one line of `log` with `event` and all of `fields` (`name=value`), if any.
+fn event<'a>(log: &'a str, event: &str, fields: &[&str]) -> Option<&'a str> {
+    log.lines().find(|l| {
+        l.contains(event)
+            && fields.iter().all(|f| {
+                l.split_whitespace()
+                    .any(|word| word == *f || (f.ends_with('=') && word.starts_with(f)))
+            })
+    })
+}
+
+#[test]
+fn the_monitor_logs_exit_recovery_and_restart_under_rust_log() {
+    let pod = Pod::new();
+    let (victim, up_said, log) = kill_one_and_read_logs(&pod, None);
+    let pid = format!("pid={victim}");
+    assert!(
+        up_said.contains(" INFO ") && up_said.contains("loopback ports"),
+        "pod up says what it does at info by default:\n{up_said}"
+    );
+    for (name, fields) in [
+        ("member started", vec!["member=0", pid.as_str()]),
+        (
+            "member exited",
+            vec!["member=0", pid.as_str(), "how=signal:"],
+        ),
+        ("member restarted", vec!["member=0", "restart=1", "pid="]),
+    ] {
+        assert!(
+            event(&log, name, &fields).is_some(),
+            "no `{name}` event with {fields:?}:\n{log}"
+        );
+    }
+    let owner = format!("owner.pid={victim}");
+    let recovered: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("slot recovered") && l.contains(&owner))
+        .collect();
+    assert!(
+        !recovered.is_empty(),
+        "each slot of the killed member is recovered, one event each:\n{log}"
+    );
+    for line in &recovered {
+        assert!(
+            event(
+                line,
+                "slot recovered",
+                &["member=0", "slot=", "owner.host=", "us="]
+            )
+            .is_some(),
+            "slot, owner and µs: {line}"
+        );
+    }
+    let exited = log.find("member exited").unwrap();
+    let restarted = log.find("member restarted").unwrap();
+    let first_recovery = log.find(recovered[0]).unwrap();
+    assert!(
+        exited < first_recovery && first_recovery < restarted,
+        "exit, recovery, restart in order:\n{log}"
+    );
+    let down = pod.pod("down", &[]);
+    assert!(down.status.success(), "{}", text(&down));
+
+    let quiet = pod.sibling();
+    let (victim, up_said, log) = kill_one_and_read_logs(&quiet, Some("warn"));
+    assert!(
+        !up_said.contains(" INFO ") && !log.contains(" INFO "),
+        "RUST_LOG=warn silences the info events:\n{up_said}\n{log}"
+    );
+    assert!(
+        event(&log, "member exited", &[&format!("pid={victim}")]).is_some(),
+        "an exit is a warning, still shown:\n{log}"
+    );
+    let member_log = std::fs::read_to_string(quiet.dir().join("member-0.log")).unwrap();
+    assert_eq!(
+        member_log
+            .lines()
+            .filter(|l| l.starts_with("podkv serve: listening on "))
+            .count(),
+        2,
+        "the ready line is not a log event: no filter hides it:\n{member_log}"
+    );
+}

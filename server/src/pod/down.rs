@@ -15,6 +15,7 @@ pub(super) fn down(dir: &StateDir, name: &str, purge: bool) -> anyhow::Result<()
         }
         .into());
     };
+    let _pod = tracing::info_span!("pod", name = %name).entered();
     if state.monitor.is_alive() {
         signals::send(state.monitor.pid, libc::SIGTERM);
         let deadline = Instant::now() + TIMEOUT_MONITOR;
@@ -28,8 +29,8 @@ pub(super) fn down(dir: &StateDir, name: &str, purge: bool) -> anyhow::Result<()
             TIMEOUT_MONITOR.as_secs()
         );
     } else {
-        eprintln!(
-            "pod {name}: monitor pid {} is gone (stale state); stopping members directly",
+        tracing::warn!(
+            "monitor pid {} is gone (stale state); stopping members directly",
             state.monitor.pid
         );
     }
@@ -63,15 +64,12 @@ fn clean_stale(dir: &StateDir, state: &PodState) {
         std::thread::sleep(Duration::from_millis(20));
     }
     for m in alive.iter().filter(|m| m.proc.is_alive()) {
-        eprintln!(
-            "pod {}: member pid {} ignored SIGTERM; killing it",
-            state.name, m.proc.pid
-        );
+        tracing::warn!(pid = m.proc.pid, "a member ignored SIGTERM; killing it");
         signals::send(m.proc.pid, libc::SIGKILL);
     }
     if state.mode == Mode::Netns {
         for left in net::teardown(&state.name, state.members.len()) {
-            eprintln!("pod {}: {left}", state.name);
+            tracing::warn!("{left}");
         }
     }
     dir.remove_state();

@@ -13,6 +13,12 @@
 //!   after a back-off that doubles up to `BACKOFF_MAX`, so a member that cannot run does not
 //!   spin the machine (and never delays watching the others).
 //!
+//! # Log
+//! One `tracing` event for each member start (`member started`), exit (`member exited`, a
+//! warning), restart (`member restarted`, listening `ms_since_exit` after the exit was noticed)
+//! and each thread slot recovered (`slot recovered`: slot, owner pid and host, µs); the pod's
+//! name is in the surrounding span, set by the command that runs the monitor.
+//!
 //! # Stopping
 //! SIGTERM or SIGINT sets the stop flag ([`signals`]); the monitor then sends SIGTERM to each
 //! member, waits up to `TIMEOUT_STOP`, kills what is left, removes the namespaces and the
@@ -21,7 +27,7 @@
 use super::error::PodError;
 use super::member::{self, Program, Spawned};
 use super::net::{self, Mode};
-use super::recover::recover_member;
+use super::recover::{recover_member, Recovery};
 use super::signals;
 use super::state::{now_ms, Phase, PodState, Proc, StateDir};
 use std::process::Child;
@@ -103,7 +109,11 @@ impl Monitor {
         for i in 0..self.slots.len() {
             let m = &self.state.members[i];
             match member::start(&self.program, &self.state.heap, m, &self.dir) {
-                Ok(child) => self.running(i, child)?,
+                Ok(child) => {
+                    self.running(i, child)?;
+                    let m = &self.state.members[i];
+                    tracing::info!(member = i, pid = m.proc.pid, addr = %m.addr, "member started");
+                }
                 Err(e) => {
                     self.stop();
                     return Err(e);
@@ -185,18 +195,20 @@ impl Monitor {
 
     fn running_to_waiting(&mut self, i: usize, how: String) {
         let m = &mut self.state.members[i];
-        eprintln!(
-            "pod {}: member {i} (pid {}, {}) exited: {how}",
-            self.state.name, m.proc.pid, m.addr
-        );
+        tracing::warn!(member = i, pid = m.proc.pid, addr = %m.addr, how = %how, "member exited");
         m.last_exit = Some(how);
         self.slots[i].noticed_at = Some(Instant::now());
         let pid = m.proc.pid;
         let recovery = match recover_member(&self.state.heap, pid) {
-            Ok(r) => r.to_string(),
-            Err(e) => format!("recovery of pid {pid} failed: {e}"),
+            Ok(r) => {
+                log_recovery(i, &r);
+                r.to_string()
+            }
+            Err(e) => {
+                tracing::error!(member = i, pid, error = %e, "recovery failed");
+                format!("recovery of pid {pid} failed: {e}")
+            }
         };
-        eprintln!("pod {}: member {i} recovered: {recovery}", self.state.name);
         self.state.members[i].last_recovery = Some(recovery);
     }
 
@@ -221,9 +233,12 @@ impl Monitor {
         self.state.members[i].restarts += 1;
         self.running(i, child)?;
         let m = &self.state.members[i];
-        eprintln!(
-            "pod {}: member {i} restarted (pid {}, restart {}) and listening {took} ms after its exit was noticed",
-            self.state.name, m.proc.pid, m.restarts
+        tracing::info!(
+            member = i,
+            pid = m.proc.pid,
+            restart = m.restarts,
+            ms_since_exit = took as u64,
+            "member restarted"
         );
         Ok(())
     }
@@ -231,11 +246,7 @@ impl Monitor {
     fn starting_failed(&mut self, i: usize, why: String) -> Life {
         let slot = &mut self.slots[i];
         let e = member::failed(&self.state.members[i], &self.dir, why);
-        eprintln!(
-            "pod {}: {e}; retrying in {} ms",
-            self.state.name,
-            slot.backoff.as_millis()
-        );
+        tracing::warn!("{e}; retrying in {} ms", slot.backoff.as_millis());
         let at = Instant::now() + slot.backoff;
         slot.backoff = (slot.backoff * 2).min(BACKOFF_MAX);
         Life::Waiting { at }
@@ -261,10 +272,9 @@ impl Monitor {
                 std::thread::sleep(Duration::from_millis(20));
             }
             if matches!(child.try_wait(), Ok(None)) {
-                eprintln!(
-                    "pod {}: a member (pid {}) ignored SIGTERM for {} s; killing it",
-                    self.state.name,
-                    child.id(),
+                tracing::warn!(
+                    pid = child.id(),
+                    "a member ignored SIGTERM for {} s; killing it",
                     TIMEOUT_STOP.as_secs()
                 );
                 let _ = child.kill();
@@ -274,10 +284,27 @@ impl Monitor {
         }
         if self.state.mode == Mode::Netns {
             for left in net::teardown(&self.state.name, self.state.members.len()) {
-                eprintln!("pod {}: {left}", self.state.name);
+                tracing::warn!("{left}");
             }
         }
         self.dir.remove_state();
+    }
+}
+
+/// One event per slot recovered for member `i`, and a warning if any stayed claimed.
+fn log_recovery(i: usize, r: &Recovery) {
+    for s in &r.each {
+        tracing::info!(
+            member = i,
+            slot = s.slot,
+            owner.pid = s.owner.pid,
+            owner.host = s.owner.host,
+            us = s.took.as_micros() as u64,
+            "slot recovered"
+        );
+    }
+    if r.recovered < r.slots.len() {
+        tracing::warn!(member = i, "{r}");
     }
 }
 

@@ -7,9 +7,10 @@
 
 use super::error::PodError;
 use podkv_alloc::process::SlotLife;
-use podkv_alloc::slot::owner_pid;
+use podkv_alloc::slot::{owner_pid, Owner};
 use podkv_alloc::{Config, Heap};
 use std::path::Path;
+use std::time::Duration;
 
 /// What recovering one dead member did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +21,19 @@ pub struct Recovery {
     pub slots: Vec<u64>,
     /// How many of them were recovered and freed for reuse.
     pub recovered: usize,
+    /// Each slot recovered, as the allocator reported it.
+    pub each: Vec<SlotRecovery>,
+}
+
+/// One dead slot recovered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRecovery {
+    /// The slot.
+    pub slot: u64,
+    /// Who held it when it died.
+    pub owner: Owner,
+    /// How long the allocator took to recover it, wall clock.
+    pub took: Duration,
 }
 
 impl std::fmt::Display for Recovery {
@@ -32,10 +46,7 @@ impl std::fmt::Display for Recovery {
             self.recovered
         )?;
         if self.recovered < self.slots.len() {
-            write!(
-                f,
-                " (the rest stay claimed until Heap::recover_dead exists)"
-            )?;
+            write!(f, " (another process adopted the rest first)")?;
         }
         Ok(())
     }
@@ -49,25 +60,35 @@ pub fn recover_member(heap_path: &Path, pid: u32) -> Result<Recovery, PodError> 
         ..Config::default()
     };
     let heap = Heap::open(heap_path, &config)?;
-    let slots = dead_slots(&heap, pid);
-    let recovered = heap
+    let dead = dead_slots(&heap, pid);
+    let each: Vec<SlotRecovery> = heap
         .recover_dead()
         .iter()
-        .filter(|r| slots.contains(&u64::from(r.slot)))
-        .count();
+        .filter_map(|r| {
+            let slot = u64::from(r.slot);
+            let (_, owner) = dead.iter().find(|(s, _)| *s == slot)?;
+            Some(SlotRecovery {
+                slot,
+                owner: *owner,
+                took: r.took,
+            })
+        })
+        .collect();
     Ok(Recovery {
         pid,
-        slots,
-        recovered,
+        slots: dead.iter().map(|(slot, _)| *slot).collect(),
+        recovered: each.len(),
+        each,
     })
 }
 
-/// The slots `pid` holds while no process with that pid and the slot's start time runs.
-fn dead_slots(heap: &Heap, pid: u32) -> Vec<u64> {
+/// The slots `pid` holds while no process with that pid and the slot's start time runs, each
+/// with its owner.
+fn dead_slots(heap: &Heap, pid: u32) -> Vec<(u64, Owner)> {
     (0..heap.geometry().slots())
-        .filter(|&i| match heap.slot_life(i) {
-            SlotLife::Dead(word) => owner_pid(word) == pid,
-            _ => false,
+        .filter_map(|i| match heap.slot_life(i) {
+            SlotLife::Dead(word) if owner_pid(word) == pid => Some((i, Owner::unpack(word)?)),
+            _ => None,
         })
         .collect()
 }
@@ -102,6 +123,9 @@ mod tests {
         let report = recover_member(&path, dead_pid).unwrap();
         assert_eq!(report.slots, vec![dead_slot]);
         assert_eq!(report.recovered, 1, "recovered and released");
+        assert_eq!(report.each.len(), 1);
+        assert_eq!(report.each[0].slot, dead_slot);
+        assert_eq!(report.each[0].owner.pid, dead_pid);
         assert!(matches!(heap.slot_life(dead_slot), SlotLife::Free));
         let me = recover_member(&path, std::process::id()).unwrap();
         assert!(me.slots.is_empty(), "a live process's slots are not dead");

@@ -101,13 +101,13 @@ pub fn run(args: &ShardArgs, root: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(root)?;
     std::fs::write(&config, &yaml)
         .map_err(PodError::io(format!("writing {}", config.display())))?;
-    eprintln!("pod shard: wrote {}", config.display());
+    tracing::info!("pod shard: wrote {}", config.display());
     if !args.run {
         print!("{yaml}");
         return Ok(());
     }
     let log = config.with_extension("log");
-    eprintln!(
+    tracing::info!(
         "pod shard: running nutcracker on {} over {} pods (log {})",
         args.listen,
         shards.len(),

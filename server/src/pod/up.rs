@@ -26,17 +26,18 @@ fn open_heap(path: &Path) -> Result<bool, PodError> {
 
 pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
     let name = &args.pod.name;
+    let _pod = tracing::info_span!("pod", name = %name).entered();
     let dir = args.pod.dir()?;
     dir.refuse_existing(name)?;
     let (mode, why) = net::choose(args.net)?;
-    eprintln!("pod {name}: each member gets {why}");
+    tracing::info!("each member gets {why}");
     let heap = args
         .heap
         .clone()
         .unwrap_or_else(|| podkv_alloc::default_path(&format!("pod-{name}")));
     let existed = open_heap(&heap)?;
-    eprintln!(
-        "pod {name}: heap {} ({})",
+    tracing::info!(
+        "heap {} ({})",
         heap.display(),
         if existed { "opened" } else { "created" }
     );
@@ -50,12 +51,12 @@ pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
     let mut monitor = Monitor::new(dir.clone(), state, program);
     monitor.start_all()?;
     print_up(monitor.state());
-    eprintln!(
-        "pod {name}: monitoring; Ctrl-C or `{}` stops the pod",
+    tracing::info!(
+        "monitoring; Ctrl-C or `{}` stops the pod",
         dir.down_command(name)
     );
     monitor.run()?;
-    eprintln!("pod {name}: down");
+    tracing::info!("down");
     Ok(())
 }
 
@@ -183,11 +184,12 @@ pub(super) fn monitor_detached(dir: &StateDir) -> anyhow::Result<()> {
     let Some(state) = dir.load()? else {
         anyhow::bail!("no pod state in {}", dir.dir.display());
     };
+    let _pod = tracing::info_span!("pod", name = %state.name).entered();
     signals::install();
     let mut monitor = Monitor::new(dir.clone(), state.clone(), program(&state.serve_args)?);
     monitor.start_all()?;
-    eprintln!("pod {}: up; monitor pid {}", state.name, std::process::id());
+    tracing::info!(pid = std::process::id(), "up; monitoring");
     monitor.run()?;
-    eprintln!("pod {}: down", state.name);
+    tracing::info!("down");
     Ok(())
 }
