@@ -16,8 +16,8 @@ use super::request::{
     TooLarge, TooLargeOrigin,
 };
 use super::storage::{
-    MetaArithmeticOptions, MetaArithmeticOutcome, MetaDeleteOptions, MetaDeleteOutcome,
-    MetaGetOptions, MetaSetOptions, Storage, StoreOutcome,
+    MetaArithmeticOutcome, MetaDeleteOptions, MetaDeleteOutcome, MetaGetOptions, MetaSetOptions,
+    Storage, StoreOutcome,
 };
 use super::text::{self, ErrorReply};
 
@@ -241,17 +241,7 @@ fn meta_delete<S: Storage + ?Sized>(storage: &S, md: &MetaDelete, out: &mut Byte
 
 /// `ma`.
 fn meta_arithmetic<S: Storage + ?Sized>(storage: &S, ma: &MetaArithmetic, out: &mut BytesMut) {
-    let options = MetaArithmeticOptions {
-        mode: ma.mode,
-        delta: ma.delta,
-        initial: ma.initial,
-        vivify: ma.vivify,
-        touch: ma.touch,
-        cas: ma.cas,
-        new_cas: ma.new_cas,
-        order: ma.order,
-    };
-    let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, options) {
+    let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, ma.count) {
         MetaArithmeticOutcome::Value { created: false, .. } if ma.quiet => return,
         MetaArithmeticOutcome::Value {
             value, cas, ttl, ..

@@ -17,15 +17,16 @@
 use std::fmt::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use podkv_store::{Count, Lease, Rank};
 
 use super::base64;
 use super::numeric::{parse_i32, parse_u32, parse_u64};
 use super::parsed::{DataHeader, ErrorReply, Parsed};
 use super::request::{
-    ArithmeticMode, Exptime, GetOrder, MetaArithmetic, MetaDebug, MetaDelete, MetaGet, MetaKey,
-    MetaSet, Request, ReturnFlag, SetMode,
+    ranked, Exptime, GetOrder, MetaArithmetic, MetaDebug, MetaDelete, MetaGet, MetaKey, MetaSet,
+    Request, ReturnFlag, SetMode,
 };
-use super::storage::{Item, ItemDebug, Lease, StoreOutcome};
+use super::storage::{Item, ItemDebug, StoreOutcome};
 use super::ProtocolLimits;
 
 /// memcached's `MFLAG_MAX_OPT_LENGTH`: at most this many tokens, counting its end marker.
@@ -354,9 +355,9 @@ fn parse_arithmetic(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         Err(ErrorReply::OPAQUE_TOO_LONG) => return Parsed::Error(ErrorReply::OPAQUE_TOO_LONG),
         Err(_) => return Parsed::Error(ErrorReply::INVALID_OR_DUPLICATE_FLAG),
     };
-    let mode = match of.mode {
-        None | Some(b'I' | b'+') => ArithmeticMode::Increment,
-        Some(b'D' | b'-') => ArithmeticMode::Decrement,
+    let decrement = match of.mode {
+        None | Some(b'I' | b'+') => false,
+        Some(b'D' | b'-') => true,
         Some(_) => return Parsed::Error(ErrorReply::MA_MODE),
     };
     let returns = of.returns_only(|r| {
@@ -365,19 +366,22 @@ fn parse_arithmetic(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
             ReturnFlag::Opaque(_) | ReturnFlag::Key | ReturnFlag::Cas | ReturnFlag::Ttl
         )
     });
+    let count = Count {
+        decrement,
+        delta: of.delta,
+        compare: of.cas,
+        touch: ranked(of.touch, of.order.touch),
+        vivify: ranked(of.vivify, of.order.vivify),
+        initial: of.initial,
+        ttl_rank: Rank(of.order.ttl),
+        cas: of.new_cas,
+    };
     Parsed::Request(Request::MetaArithmetic(MetaArithmetic {
         key: of.meta_key(),
-        mode,
-        delta: of.delta,
-        initial: of.initial,
-        vivify: of.vivify,
-        touch: of.touch,
-        cas: of.cas,
-        new_cas: of.new_cas,
+        count,
         value: of.value,
         quiet: of.quiet,
         returns,
-        order: of.order,
     }))
 }
 

@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
+use podkv_store::Count;
 
 use super::numeric::parse_u64;
 use super::request::{ArithmeticMode, Deadline, Exptime, GetOrder, SetMode};
 use super::storage::{
-    DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOptions, MetaArithmeticOutcome,
-    MetaDeleteOptions, MetaDeleteOutcome, MetaGetOptions, MetaItem, MetaSetOptions, StatLines,
-    Storage, StoreOutcome,
+    DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOutcome, MetaDeleteOptions,
+    MetaDeleteOutcome, MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
 };
 
 /// Bytes memcached adds to key and value for an item header (used only for `me size=`).
@@ -238,6 +238,11 @@ impl State {
     }
 }
 
+/// The exptime the store's commands carry as sent (the parser read it as an `i32`).
+fn exptime(seconds: i64) -> Exptime {
+    Exptime(seconds as i32)
+}
+
 /// Expiry changes `(rank, deadline)` in flag order.
 fn timeline(changes: &[Option<(u8, Deadline)>]) -> Vec<(u8, Deadline)> {
     let mut steps: Vec<(u8, Deadline)> = changes.iter().flatten().copied().collect();
@@ -414,6 +419,7 @@ impl Storage for ModelStorage {
             item.ttl = state.ttl(shown(&steps, Deadline::Never, order.ttl));
             let lease = Lease {
                 won: true,
+                created: true,
                 ..Lease::default()
             };
             return Some(MetaItem { item, lease });
@@ -429,6 +435,7 @@ impl Storage for ModelStorage {
             won: !entry.token_sent && (recache_wins || entry.stale),
             token_sent: entry.token_sent,
             stale: entry.stale,
+            created: false,
         };
         entry.token_sent |= lease.won;
         entry.deadline = shown(&steps, before, GetOrder::ABSENT);
@@ -493,15 +500,20 @@ impl Storage for ModelStorage {
         MetaDeleteOutcome::Deleted
     }
 
-    fn meta_arithmetic(&self, key: &[u8], o: MetaArithmeticOptions) -> MetaArithmeticOutcome {
+    fn meta_arithmetic(&self, key: &[u8], o: Count) -> MetaArithmeticOutcome {
         let mut state = self.lock();
         let now = state.now;
-        let touch = o.touch.map(|t| (o.order.touch, t.deadline(now)));
-        match state.delta(key, o.mode, o.delta, o.cas) {
+        let touch = o.touch.map(|(t, rank)| (rank.0, exptime(t).deadline(now)));
+        let mode = if o.decrement {
+            ArithmeticMode::Decrement
+        } else {
+            ArithmeticMode::Increment
+        };
+        match state.delta(key, mode, o.delta, o.compare) {
             Ok((value, cas, before)) => {
                 let steps = timeline(&[touch]);
                 let entry = state.live(key);
-                let cas = match (entry, o.new_cas) {
+                let cas = match (entry, o.cas) {
                     (Some(entry), explicit) => {
                         entry.deadline = shown(&steps, before, GetOrder::ABSENT);
                         entry.cas = explicit.unwrap_or(cas);
@@ -512,19 +524,20 @@ impl Storage for ModelStorage {
                 MetaArithmeticOutcome::Value {
                     value,
                     cas,
-                    ttl: state.ttl(shown(&steps, before, o.order.ttl)),
+                    ttl: state.ttl(shown(&steps, before, o.ttl_rank.0)),
                     created: false,
                 }
             }
             Err(DeltaError::NotFound) => match o.vivify {
                 None => MetaArithmeticOutcome::NotFound,
-                Some(exptime) => {
+                Some((vivify, rank)) => {
+                    let vivify = exptime(vivify);
                     // The new item's expiry starts at "never"; `N` and `T` set it in order.
-                    let steps = timeline(&[Some((o.order.vivify, exptime.deadline(now))), touch]);
+                    let steps = timeline(&[Some((rank.0, vivify.deadline(now))), touch]);
                     let value = Bytes::from(o.initial.to_string());
                     let key = Bytes::copy_from_slice(key);
                     let StoreOutcome::Stored(cas) =
-                        state.insert(key.clone(), 0, exptime, value, o.new_cas)
+                        state.insert(key.clone(), 0, vivify, value, o.cas)
                     else {
                         return MetaArithmeticOutcome::NotStored;
                     };
@@ -534,7 +547,7 @@ impl Storage for ModelStorage {
                     MetaArithmeticOutcome::Value {
                         value: o.initial,
                         cas,
-                        ttl: state.ttl(shown(&steps, Deadline::Never, o.order.ttl)),
+                        ttl: state.ttl(shown(&steps, Deadline::Never, o.ttl_rank.0)),
                         created: true,
                     }
                 }

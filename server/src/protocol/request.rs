@@ -13,6 +13,7 @@
 //! [`ProtocolLimits`](super::ProtocolLimits).
 
 use bytes::Bytes;
+use podkv_store::{Count, Rank};
 
 /// Seconds after which memcached reads an expiration time as a Unix time (30 days).
 pub const SECS_RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
@@ -311,6 +312,13 @@ impl Default for GetOrder {
     }
 }
 
+/// An exptime as the store's commands take it: the seconds as sent, with the flag's place
+/// among the flags.
+#[inline]
+pub fn ranked(exptime: Option<Exptime>, rank: u8) -> Option<(i64, Rank)> {
+    exptime.map(|e| (i64::from(e.0), Rank(rank)))
+}
+
 /// The `M` mode of `ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SetMode {
@@ -382,33 +390,20 @@ pub enum ArithmeticMode {
     Decrement,
 }
 
-/// `ma <key> <flags>*`.
+/// `ma <key> <flags>*`: the store's [`Count`] as parsed, and what shapes the reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaArithmetic {
     /// The key.
     pub key: MetaKey,
-    /// Increment or decrement.
-    pub mode: ArithmeticMode,
-    /// `D<delta>` (default 1).
-    pub delta: u64,
-    /// `J<initial>` (default 0): the value an `N` miss creates.
-    pub initial: u64,
-    /// `N<exptime>`: create on miss.
-    pub vivify: Option<Exptime>,
-    /// `T<exptime>`: new TTL on success.
-    pub touch: Option<Exptime>,
-    /// `C<cas>`: apply only if the CAS matches (0 = no check, as memcached).
-    pub cas: Option<u64>,
-    /// `E<cas>`: CAS unique to give the result.
-    pub new_cas: Option<u64>,
+    /// What the store does: `MI`/`MD`, `D<delta>` (default 1), `J<initial>` (default 0),
+    /// `N`, `T`, `C`, `E`, and where `T`, `N` and `t` stand among the flags.
+    pub count: Count,
     /// `v`: reply `VA` with the number.
     pub value: bool,
     /// `q`: hide success.
     pub quiet: bool,
     /// Reply flags in request order (`c`, `t`, `O`, `k`).
     pub returns: Vec<ReturnFlag>,
-    /// Where `T`, `N` and `t` stand among the flags (as for `mg`; `recache` unused).
-    pub order: GetOrder,
 }
 
 /// `me <key> [b]`.

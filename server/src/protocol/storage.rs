@@ -4,7 +4,8 @@
 //! - [`Item`]: what a read returns (value, flags, CAS, TTL, access facts).
 //! - Text commands: `get` … `flush_all`, `stats`, `version`, `verbosity`.
 //! - Meta commands: `meta_get`, `meta_set`, `meta_delete`, `meta_arithmetic`, `meta_debug`,
-//!   with their option structs and outcomes.
+//!   with their option structs and outcomes (`ma` takes the store's [`Count`], `mg`'s hit
+//!   the store's [`Lease`]).
 //!
 //! The store implements this trait; [`dispatch`](super::dispatch) calls it and turns outcomes
 //! into memcached's reply bytes. All methods take `&self`: the store is shared by every
@@ -12,8 +13,13 @@
 //! reference model (`protocol::model::ModelStorage`) follows them and is the executable spec.
 
 use bytes::Bytes;
+use podkv_store::Count;
 
-use super::request::{ArithmeticMode, Exptime, GetOrder, SetMode};
+use super::request::{Exptime, GetOrder, SetMode};
+
+/// The recache-token state memcached reports after `mg` flags (`W`, `Z`, `X`): the store's
+/// own, so an `mg` hit carries what the store decided unchanged.
+pub use podkv_store::Lease;
 
 /// An item as a read sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,17 +102,6 @@ pub struct MetaGetOptions {
     pub order: GetOrder,
 }
 
-/// The recache-token state memcached reports after `mg` flags (`W`, `Z`, `X`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Lease {
-    /// `W`: this client won the token and should recache.
-    pub won: bool,
-    /// `Z`: a token was already handed out to another client.
-    pub token_sent: bool,
-    /// `X`: the item is stale (invalidated by `md I` or `ms I`).
-    pub stale: bool,
-}
-
 /// An `mg` hit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaItem {
@@ -163,27 +158,6 @@ pub enum MetaDeleteOutcome {
     Exists,
     /// `SERVER_ERROR out of memory` (no room for an `I` copy even after eviction).
     OutOfMemory,
-}
-
-/// Options of `ma`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MetaArithmeticOptions {
-    /// Increment or decrement.
-    pub mode: ArithmeticMode,
-    /// The amount.
-    pub delta: u64,
-    /// The value an `N` miss creates.
-    pub initial: u64,
-    /// `N`: create on miss with this expiration.
-    pub vivify: Option<Exptime>,
-    /// `T`: new expiration on success.
-    pub touch: Option<Exptime>,
-    /// `C`: apply only if the CAS matches; `Some(0)` means no check, as in memcached.
-    pub cas: Option<u64>,
-    /// `E`: CAS unique to give the result.
-    pub new_cas: Option<u64>,
-    /// Where `T`, `N` and `t` stand among the flags; the outcome's `ttl` is as `t` prints it.
-    pub order: GetOrder,
 }
 
 /// Outcome of `ma`.
@@ -291,8 +265,8 @@ pub trait Storage {
     fn meta_set(&self, options: MetaSetOptions) -> StoreOutcome;
     /// `md`.
     fn meta_delete(&self, key: &[u8], options: MetaDeleteOptions) -> MetaDeleteOutcome;
-    /// `ma`.
-    fn meta_arithmetic(&self, key: &[u8], options: MetaArithmeticOptions) -> MetaArithmeticOutcome;
+    /// `ma`: the outcome's `ttl` is as `t` prints it, at `t`'s place among the flags.
+    fn meta_arithmetic(&self, key: &[u8], count: Count) -> MetaArithmeticOutcome;
     /// `me`: debug facts about an item, `None` on a miss (`EN`).
     fn meta_debug(&self, key: &[u8]) -> Option<ItemDebug>;
 }

@@ -178,15 +178,15 @@ fn md_and_ma() {
         panic!("not ma");
     };
     assert_eq!(
-        (ma.mode, ma.delta, ma.initial),
-        (ArithmeticMode::Decrement, 5, 10)
+        (ma.count.decrement, ma.count.delta, ma.count.initial),
+        (true, 5, 10)
     );
-    assert_eq!(ma.vivify, Some(Exptime(0)));
+    assert_eq!(ma.count.vivify.map(|(exptime, _)| exptime), Some(0));
     assert_eq!(ma.returns, vec![ReturnFlag::Ttl, ReturnFlag::Cas]);
     let Parsed::Request(Request::MetaArithmetic(ma)) = parse(b"ma n") else {
         panic!()
     };
-    assert_eq!((ma.mode, ma.delta), (ArithmeticMode::Increment, 1));
+    assert_eq!((ma.count.decrement, ma.count.delta), (false, 1));
     assert_eq!(parse(b"ma n MX"), Parsed::Error(ErrorReply::MA_MODE));
     assert_eq!(
         parse(b"ma n Dx"),
@@ -230,6 +230,7 @@ fn compose_mg_replies() {
         won: true,
         token_sent: true,
         stale: true,
+        created: false,
     };
     assert_eq!(
         composed(|o| compose_get_hit(o, &get, &item(), lease)),
@@ -246,6 +247,7 @@ fn compose_mg_replies() {
             won,
             token_sent,
             stale,
+            created: false,
         };
         assert_eq!(
             composed(|o| compose_get_hit(o, &get, &item(), lease)),

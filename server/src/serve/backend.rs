@@ -26,11 +26,10 @@ use podkv_store::{
     StoreHandle,
 };
 
-use crate::protocol::request::{ArithmeticMode, Exptime, SetMode};
+use crate::protocol::request::{ranked, ArithmeticMode, Exptime, SetMode};
 use crate::protocol::storage::{
-    DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOptions, MetaArithmeticOutcome,
-    MetaDeleteOptions, MetaDeleteOutcome, MetaGetOptions, MetaItem, MetaSetOptions, StatLines,
-    Storage, StoreOutcome,
+    DeltaOutcome, Item, ItemDebug, KeyOutcome, MetaArithmeticOutcome, MetaDeleteOptions,
+    MetaDeleteOutcome, MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
 };
 
 use super::stats::{Counter, Counters, Shared, MEMCACHED_COMPATIBLE};
@@ -213,7 +212,7 @@ impl Backend {
         }
         Some(MetaItem {
             item: self.item(&guard, guard.expiry()),
-            lease: wire_lease(lease),
+            lease,
         })
     }
 
@@ -229,20 +228,6 @@ impl Backend {
             Counter::TouchMisses
         });
     }
-}
-
-/// The protocol's view of the store's meta state (`created` is not on the wire).
-fn wire_lease(lease: podkv_store::Lease) -> Lease {
-    Lease {
-        won: lease.won,
-        token_sent: lease.token_sent,
-        stale: lease.stale,
-    }
-}
-
-/// A flag that changes the expiry, as the store takes it: the exptime and the flag's rank.
-fn ranked(exptime: Option<Exptime>, rank: u8) -> Option<(i64, Rank)> {
-    exptime.map(|e| (i64::from(e.0), Rank(rank)))
 }
 
 /// The store's `mg` options for the protocol's.
@@ -400,7 +385,7 @@ impl Storage for Backend {
         let hit = match self.handle.meta_get(key, read_options(&options)) {
             Ok(found) => found.map(|read| MetaItem {
                 item: self.item(&read.guard, read.shown_expiry),
-                lease: wire_lease(read.lease),
+                lease: read.lease,
             }),
             // No room for the copy a win or touch needs: answer as a plain read.
             Err(_) => self.meta_peek(key),
@@ -447,23 +432,12 @@ impl Storage for Backend {
         outcome
     }
 
-    fn meta_arithmetic(&self, key: &[u8], o: MetaArithmeticOptions) -> MetaArithmeticOutcome {
+    fn meta_arithmetic(&self, key: &[u8], count: Count) -> MetaArithmeticOutcome {
         self.counters.bump(Counter::CmdMeta);
-        let decrement = o.mode == ArithmeticMode::Decrement;
-        let (hits, misses) = if decrement {
+        let (hits, misses) = if count.decrement {
             (Counter::DecrHits, Counter::DecrMisses)
         } else {
             (Counter::IncrHits, Counter::IncrMisses)
-        };
-        let count = Count {
-            decrement,
-            delta: o.delta,
-            compare: o.cas,
-            touch: ranked(o.touch, o.order.touch),
-            vivify: ranked(o.vivify, o.order.vivify),
-            initial: o.initial,
-            ttl_rank: Rank(o.order.ttl),
-            cas: o.new_cas,
         };
         match self.handle.meta_counter(key, count) {
             Ok(Counted::Value {
