@@ -16,8 +16,7 @@ use super::request::{
     TooLarge, TooLargeOrigin,
 };
 use super::storage::{
-    MetaArithmeticOutcome, MetaDeleteOptions, MetaDeleteOutcome, MetaGetOptions, MetaSetOptions,
-    Storage, StoreOutcome,
+    MetaArithmeticOutcome, MetaDeleteOutcome, MetaGetOptions, MetaSetOptions, Storage, StoreOutcome,
 };
 use super::text::{self, ErrorReply};
 
@@ -223,13 +222,7 @@ fn meta_set<S: Storage + ?Sized>(storage: &S, ms: MetaSet, out: &mut BytesMut) {
 
 /// `md`.
 fn meta_delete<S: Storage + ?Sized>(storage: &S, md: &MetaDelete, out: &mut BytesMut) {
-    let options = MetaDeleteOptions {
-        cas: md.cas,
-        invalidate: md.invalidate,
-        exptime: md.exptime,
-        new_cas: md.new_cas,
-    };
-    let code: &[u8] = match storage.meta_delete(&md.key.bytes, options) {
+    let code: &[u8] = match storage.meta_delete(&md.key.bytes, md.delete) {
         MetaDeleteOutcome::Deleted if md.quiet => return,
         MetaDeleteOutcome::Deleted => b"HD",
         MetaDeleteOutcome::NotFound => b"NF",

@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use podkv_store::{Count, Lease, Rank};
+use podkv_store::{Count, Delete, Lease, Rank};
 
 use super::base64;
 use super::numeric::{parse_i32, parse_u32, parse_u64};
@@ -336,10 +336,11 @@ fn parse_delete(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
     };
     Parsed::Request(Request::MetaDelete(MetaDelete {
         key: of.meta_key(),
-        cas: of.cas,
-        new_cas: of.new_cas,
-        invalidate: of.invalidate,
-        exptime: of.touch,
+        delete: Delete {
+            compare: of.cas,
+            invalidate: of.invalidate.then(|| of.touch.map(|e| i64::from(e.0))),
+            cas: of.new_cas,
+        },
         quiet: of.quiet,
         returns: of.returns_only(|r| matches!(r, ReturnFlag::Opaque(_) | ReturnFlag::Key)),
     }))

@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
-use podkv_store::Count;
+use podkv_store::{Count, Delete};
 
 use super::numeric::parse_u64;
 use super::request::{ArithmeticMode, Deadline, Exptime, GetOrder, SetMode};
 use super::storage::{
-    DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOutcome, MetaDeleteOptions,
-    MetaDeleteOutcome, MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
+    DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOutcome, MetaDeleteOutcome,
+    MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
 };
 
 /// Bytes memcached adds to key and value for an item header (used only for `me size=`).
@@ -476,22 +476,22 @@ impl Storage for ModelStorage {
         }
     }
 
-    fn meta_delete(&self, key: &[u8], o: MetaDeleteOptions) -> MetaDeleteOutcome {
+    fn meta_delete(&self, key: &[u8], o: Delete) -> MetaDeleteOutcome {
         let mut state = self.lock();
         let now = state.now;
-        let next = o.new_cas.unwrap_or(state.next_cas + 1);
+        let next = o.cas.unwrap_or(state.next_cas + 1);
         let Some(entry) = state.live(key) else {
             return MetaDeleteOutcome::NotFound;
         };
-        if o.cas.is_some_and(|c| c != entry.cas) {
+        if o.compare.is_some_and(|c| c != entry.cas) {
             return MetaDeleteOutcome::Exists;
         }
-        if o.invalidate {
+        if let Some(touch) = o.invalidate {
             entry.stale = true;
             entry.token_sent = false;
             entry.cas = next;
-            if let Some(exptime) = o.exptime {
-                entry.deadline = exptime.deadline(now);
+            if let Some(seconds) = touch {
+                entry.deadline = exptime(seconds).deadline(now);
             }
             state.next_cas += 1;
         } else {

@@ -367,14 +367,9 @@ pub struct MetaSet {
 pub struct MetaDelete {
     /// The key.
     pub key: MetaKey,
-    /// `C<cas>`: delete only if the CAS matches.
-    pub cas: Option<u64>,
-    /// `E<cas>`: CAS unique given to an item marked stale by `I`.
-    pub new_cas: Option<u64>,
-    /// `I`: mark stale instead of removing.
-    pub invalidate: bool,
-    /// `T<exptime>`: with `I`, the new TTL.
-    pub exptime: Option<Exptime>,
+    /// What the store does: `C<cas>` (delete only if the CAS matches), `I` (mark stale
+    /// instead of removing) with `T<exptime>` (its new TTL), `E<cas>` (the stale item's CAS).
+    pub delete: podkv_store::Delete,
     /// `q`: hide `HD`.
     pub quiet: bool,
     /// Reply flags in request order (`O`, `k`).

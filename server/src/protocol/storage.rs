@@ -4,8 +4,8 @@
 //! - [`Item`]: what a read returns (value, flags, CAS, TTL, access facts).
 //! - Text commands: `get` … `flush_all`, `stats`, `version`, `verbosity`.
 //! - Meta commands: `meta_get`, `meta_set`, `meta_delete`, `meta_arithmetic`, `meta_debug`,
-//!   with their option structs and outcomes (`ma` takes the store's [`Count`], `mg`'s hit
-//!   the store's [`Lease`]).
+//!   with their option structs and outcomes (`ma` and `md` take the store's [`Count`] and
+//!   [`Delete`], `mg`'s hit carries the store's [`Lease`]).
 //!
 //! The store implements this trait; [`dispatch`](super::dispatch) calls it and turns outcomes
 //! into memcached's reply bytes. All methods take `&self`: the store is shared by every
@@ -13,7 +13,7 @@
 //! reference model (`protocol::model::ModelStorage`) follows them and is the executable spec.
 
 use bytes::Bytes;
-use podkv_store::Count;
+use podkv_store::{Count, Delete};
 
 use super::request::{Exptime, GetOrder, SetMode};
 
@@ -131,19 +131,6 @@ pub struct MetaSetOptions {
     pub new_cas: Option<u64>,
     /// `I`: a CAS older than the item's still stores, marking the item stale.
     pub invalidate: bool,
-}
-
-/// Options of `md`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MetaDeleteOptions {
-    /// `C`: delete only if the CAS matches (else `EX`).
-    pub cas: Option<u64>,
-    /// `I`: mark stale (new CAS, token released) instead of removing.
-    pub invalidate: bool,
-    /// `T`: with `I`, the new expiration.
-    pub exptime: Option<Exptime>,
-    /// `E`: the CAS unique to give an item marked stale.
-    pub new_cas: Option<u64>,
 }
 
 /// Outcome of `md`.
@@ -264,7 +251,7 @@ pub trait Storage {
     /// `ms`.
     fn meta_set(&self, options: MetaSetOptions) -> StoreOutcome;
     /// `md`.
-    fn meta_delete(&self, key: &[u8], options: MetaDeleteOptions) -> MetaDeleteOutcome;
+    fn meta_delete(&self, key: &[u8], delete: Delete) -> MetaDeleteOutcome;
     /// `ma`: the outcome's `ttl` is as `t` prints it, at `t`'s place among the flags.
     fn meta_arithmetic(&self, key: &[u8], count: Count) -> MetaArithmeticOutcome;
     /// `me`: debug facts about an item, `None` on a miss (`EN`).

@@ -167,8 +167,11 @@ fn md_and_ma() {
     let Parsed::Request(Request::MetaDelete(md)) = parse(b"md foo q I T30 C4 O1 k") else {
         panic!("not md");
     };
-    assert!(md.quiet && md.invalidate);
-    assert_eq!((md.exptime, md.cas), (Some(Exptime(30)), Some(4)));
+    assert!(md.quiet && md.delete.invalidate.is_some());
+    assert_eq!(
+        (md.delete.invalidate, md.delete.compare),
+        (Some(Some(30)), Some(4))
+    );
     assert_eq!(md.returns, vec![opaque("O1"), ReturnFlag::Key]);
     assert_eq!(
         parse(b"md foo z"),

@@ -28,8 +28,8 @@ use podkv_store::{
 
 use crate::protocol::request::{ranked, ArithmeticMode, Exptime, SetMode};
 use crate::protocol::storage::{
-    DeltaOutcome, Item, ItemDebug, KeyOutcome, MetaArithmeticOutcome, MetaDeleteOptions,
-    MetaDeleteOutcome, MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
+    DeltaOutcome, Item, ItemDebug, KeyOutcome, MetaArithmeticOutcome, MetaDeleteOutcome,
+    MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
 };
 
 use super::stats::{Counter, Counters, Shared, MEMCACHED_COMPATIBLE};
@@ -410,13 +410,9 @@ impl Storage for Backend {
         outcome
     }
 
-    fn meta_delete(&self, key: &[u8], o: MetaDeleteOptions) -> MetaDeleteOutcome {
+    fn meta_delete(&self, key: &[u8], delete: Delete) -> MetaDeleteOutcome {
         self.counters.bump(Counter::CmdMeta);
-        let delete = Delete {
-            compare: o.cas,
-            invalidate: o.invalidate.then(|| o.exptime.map(|e| i64::from(e.0))),
-            cas: o.new_cas,
-        };
+        let invalidate = delete.invalidate.is_some();
         let outcome = match self.handle.meta_delete(key, delete) {
             Ok(Outcome::Deleted) => MetaDeleteOutcome::Deleted,
             Ok(Outcome::Exists) => MetaDeleteOutcome::Exists,
@@ -425,7 +421,7 @@ impl Storage for Backend {
         };
         // memcached counts a removal as a hit, a mark-stale as neither, the rest as misses.
         match outcome {
-            MetaDeleteOutcome::Deleted if !o.invalidate => self.counters.bump(Counter::DeleteHits),
+            MetaDeleteOutcome::Deleted if !invalidate => self.counters.bump(Counter::DeleteHits),
             MetaDeleteOutcome::Deleted | MetaDeleteOutcome::OutOfMemory => {}
             _ => self.counters.bump(Counter::DeleteMisses),
         }
