@@ -16,7 +16,7 @@ use super::request::{
     TooLarge, TooLargeOrigin,
 };
 use super::storage::{
-    MetaArithmeticOutcome, MetaDeleteOutcome, MetaGetOptions, MetaSetOptions, Storage, StoreOutcome,
+    MetaArithmeticOutcome, MetaDeleteOutcome, MetaSetOptions, Storage, StoreOutcome,
 };
 use super::text::{self, ErrorReply};
 
@@ -187,15 +187,7 @@ fn key_facts(key: &super::request::MetaKey) -> Facts<'_> {
 
 /// `mg`.
 fn meta_get<S: Storage + ?Sized>(storage: &S, mg: &MetaGet, out: &mut BytesMut) {
-    let options = MetaGetOptions {
-        touch: mg.touch,
-        vivify: mg.vivify,
-        recache: mg.recache,
-        no_bump: mg.no_bump,
-        new_cas: mg.new_cas,
-        order: mg.order,
-    };
-    match storage.meta_get(&mg.key.bytes, options) {
+    match storage.meta_get(&mg.key.bytes, mg.read, mg.no_bump) {
         Some(hit) => meta::compose_get_hit(out, mg, &hit.item, hit.lease),
         None if mg.quiet => {}
         None => meta::compose_status(out, b"EN", &mg.returns, &key_facts(&mg.key)),

@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use podkv_store::{Count, Delete, Lease, Rank};
+use podkv_store::{Count, Delete, Lease, Rank, Read};
 
 use super::base64;
 use super::numeric::{parse_i32, parse_u32, parse_u64};
@@ -260,12 +260,14 @@ fn parse_get(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         returns: of.returns.clone(),
         value: of.value,
         quiet: of.quiet,
-        touch: of.touch,
-        vivify: of.vivify,
-        recache: of.recache,
+        read: Read {
+            touch: ranked(of.touch, of.order.touch),
+            vivify: ranked(of.vivify, of.order.vivify),
+            recache: ranked(of.recache, of.order.recache),
+            ttl_rank: Rank(of.order.ttl),
+            cas: of.new_cas,
+        },
         no_bump: of.no_bump,
-        new_cas: of.new_cas,
-        order: of.order,
     }))
 }
 

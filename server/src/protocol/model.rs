@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
-use podkv_store::{Count, Delete};
+use podkv_store::{Count, Delete, Read};
 
 use super::numeric::parse_u64;
 use super::request::{ArithmeticMode, Deadline, Exptime, GetOrder, SetMode};
 use super::storage::{
     DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOutcome, MetaDeleteOutcome,
-    MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
+    MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
 };
 
 /// Bytes memcached adds to key and value for an item header (used only for `me size=`).
@@ -401,22 +401,24 @@ impl Storage for ModelStorage {
         "1.6.0-model".into()
     }
 
-    fn meta_get(&self, key: &[u8], options: MetaGetOptions) -> Option<MetaItem> {
+    fn meta_get(&self, key: &[u8], read: Read, no_bump: bool) -> Option<MetaItem> {
         let mut state = self.lock();
         let now = state.now;
-        let order = options.order;
-        let touch = options.touch.map(|t| (order.touch, t.deadline(now)));
+        let touch = read
+            .touch
+            .map(|(t, rank)| (rank.0, exptime(t).deadline(now)));
         if state.live(key).is_none() {
-            let vivify = options.vivify?;
+            let (vivify, rank) = read.vivify?;
+            let vivify = exptime(vivify);
             // A created item's expiry starts at "never"; `N` and `T` set it in flag order.
-            let steps = timeline(&[Some((order.vivify, vivify.deadline(now))), touch]);
+            let steps = timeline(&[Some((rank.0, vivify.deadline(now))), touch]);
             let key = Bytes::copy_from_slice(key);
-            let _ = state.insert(key.clone(), 0, vivify, Bytes::new(), options.new_cas);
+            let _ = state.insert(key.clone(), 0, vivify, Bytes::new(), read.cas);
             let entry = state.items.get_mut(&key)?;
             entry.token_sent = true;
             entry.deadline = shown(&steps, Deadline::Never, GetOrder::ABSENT);
             let mut item = state.read(&key, false)?;
-            item.ttl = state.ttl(shown(&steps, Deadline::Never, order.ttl));
+            item.ttl = state.ttl(shown(&steps, Deadline::Never, read.ttl_rank.0));
             let lease = Lease {
                 won: true,
                 created: true,
@@ -427,9 +429,9 @@ impl Storage for ModelStorage {
         let entry = state.live(key)?;
         let steps = timeline(&[touch]);
         let before = entry.deadline;
-        let recache_wins = options.recache.is_some_and(|r| {
-            let at = shown(&steps, before, order.recache);
-            matches!((at, r.deadline(now)), (Deadline::At(t), Deadline::At(r)) if t < r)
+        let recache_wins = read.recache.is_some_and(|(r, rank)| {
+            let at = shown(&steps, before, rank.0);
+            matches!((at, exptime(r).deadline(now)), (Deadline::At(t), Deadline::At(r)) if t < r)
         });
         let lease = Lease {
             won: !entry.token_sent && (recache_wins || entry.stale),
@@ -439,8 +441,8 @@ impl Storage for ModelStorage {
         };
         entry.token_sent |= lease.won;
         entry.deadline = shown(&steps, before, GetOrder::ABSENT);
-        let mut item = state.read(key, !options.no_bump)?;
-        item.ttl = state.ttl(shown(&steps, before, order.ttl));
+        let mut item = state.read(key, !no_bump)?;
+        item.ttl = state.ttl(shown(&steps, before, read.ttl_rank.0));
         Some(MetaItem { item, lease })
     }
 

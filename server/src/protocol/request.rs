@@ -13,7 +13,7 @@
 //! [`ProtocolLimits`](super::ProtocolLimits).
 
 use bytes::Bytes;
-use podkv_store::{Count, Rank};
+use podkv_store::{Count, Rank, Read};
 
 /// Seconds after which memcached reads an expiration time as a Unix time (30 days).
 pub const SECS_RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
@@ -267,18 +267,11 @@ pub struct MetaGet {
     pub value: bool,
     /// `q`: hide `EN`.
     pub quiet: bool,
-    /// `T<exptime>`: touch the item.
-    pub touch: Option<Exptime>,
-    /// `N<exptime>`: on a miss, create an empty item and win the recache token.
-    pub vivify: Option<Exptime>,
-    /// `R<exptime>`: win the recache token if the TTL is below this.
-    pub recache: Option<Exptime>,
-    /// `u`: do not bump the item in the LRU.
+    /// What the store does: `T`, `N`, `R` with their exptimes, `E<cas>` (the CAS of an item
+    /// `N` creates), and where `T`, `N`, `R` and `t` stand among the flags.
+    pub read: Read,
+    /// `u`: do not bump the LRU or mark fetched.
     pub no_bump: bool,
-    /// `E<cas>`: CAS unique for an item created by `N`.
-    pub new_cas: Option<u64>,
-    /// Where `T`, `N`, `R` and `t` stand among the flags: memcached applies them in order.
-    pub order: GetOrder,
 }
 
 /// The positions of `mg`'s order-sensitive flags among its flag tokens ([`GetOrder::ABSENT`]

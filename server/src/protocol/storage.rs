@@ -4,8 +4,8 @@
 //! - [`Item`]: what a read returns (value, flags, CAS, TTL, access facts).
 //! - Text commands: `get` … `flush_all`, `stats`, `version`, `verbosity`.
 //! - Meta commands: `meta_get`, `meta_set`, `meta_delete`, `meta_arithmetic`, `meta_debug`,
-//!   with their option structs and outcomes (`ma` and `md` take the store's [`Count`] and
-//!   [`Delete`], `mg`'s hit carries the store's [`Lease`]).
+//!   with their option structs and outcomes (`mg`, `ma` and `md` take the store's [`Read`],
+//!   [`Count`] and [`Delete`]; an `mg` hit carries the store's [`Lease`]).
 //!
 //! The store implements this trait; [`dispatch`](super::dispatch) calls it and turns outcomes
 //! into memcached's reply bytes. All methods take `&self`: the store is shared by every
@@ -13,9 +13,9 @@
 //! reference model (`protocol::model::ModelStorage`) follows them and is the executable spec.
 
 use bytes::Bytes;
-use podkv_store::{Count, Delete};
+use podkv_store::{Count, Delete, Read};
 
-use super::request::{Exptime, GetOrder, SetMode};
+use super::request::{Exptime, SetMode};
 
 /// The recache-token state memcached reports after `mg` flags (`W`, `Z`, `X`): the store's
 /// own, so an `mg` hit carries what the store decided unchanged.
@@ -83,24 +83,6 @@ pub enum DeltaOutcome {
 
 /// A `stats` answer: `STAT <name> <value>` lines in order.
 pub type StatLines = Vec<(String, String)>;
-
-/// Options of `mg` that change the store (the reply-shaping flags stay in the protocol).
-/// The hit's [`Item::ttl`] is the TTL as `t` prints it: at `t`'s place among the flags.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MetaGetOptions {
-    /// `T`: set this expiration on a hit.
-    pub touch: Option<Exptime>,
-    /// `N`: on a miss, create an empty item with this expiration and hand out the token.
-    pub vivify: Option<Exptime>,
-    /// `R`: hand out the token if the remaining TTL is below this.
-    pub recache: Option<Exptime>,
-    /// `u`: do not bump the LRU or mark fetched.
-    pub no_bump: bool,
-    /// `E`: CAS unique for an item created by `N`.
-    pub new_cas: Option<u64>,
-    /// Where `T`, `N`, `R`, `t` stand among the flags (memcached applies them in order).
-    pub order: GetOrder,
-}
 
 /// An `mg` hit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -246,8 +228,10 @@ pub trait Storage {
     }
     /// `verbosity <level>`.
     fn verbosity(&self, _level: u32) {}
-    /// `mg`: read with meta options; `None` is a miss (`EN`).
-    fn meta_get(&self, key: &[u8], options: MetaGetOptions) -> Option<MetaItem>;
+    /// `mg`: read with meta options (`no_bump`: `u`, neither bump the LRU nor mark fetched);
+    /// `None` is a miss (`EN`). The hit's [`Item::ttl`] is the TTL as `t` prints it: at
+    /// `t`'s place among the flags.
+    fn meta_get(&self, key: &[u8], read: Read, no_bump: bool) -> Option<MetaItem>;
     /// `ms`.
     fn meta_set(&self, options: MetaSetOptions) -> StoreOutcome;
     /// `md`.

@@ -7,6 +7,7 @@ use super::storage::*;
 use super::ProtocolLimits;
 use crate::protocol::text::parse_line;
 use bytes::{Bytes, BytesMut};
+use podkv_store::{Rank, Read};
 
 fn parse(line: &[u8]) -> Parsed {
     parse_line(&Bytes::copy_from_slice(line), &ProtocolLimits::default())
@@ -44,26 +45,35 @@ fn mg_flags_in_order() {
     let expected = vec![Size, Ttl, Cas, Flags, Key, opaque("O123"), LastAccess, Hit];
     assert_eq!(get.returns, expected);
     assert!(get.value && get.quiet && get.no_bump);
+    let exptime = |flag: Option<(i64, Rank)>| flag.map(|(seconds, _)| seconds);
     assert_eq!(
-        (get.touch, get.vivify, get.recache),
-        (Some(Exptime(30)), Some(Exptime(5)), Some(Exptime(10)))
+        (
+            exptime(get.read.touch),
+            exptime(get.read.vivify),
+            exptime(get.read.recache)
+        ),
+        (Some(30), Some(5), Some(10))
     );
-    assert_eq!(get.new_cas, Some(77));
+    assert_eq!(get.read.cas, Some(77));
 }
 
 #[test]
 fn mg_keeps_the_order_of_t_n_r_and_ttl() {
     let get = mg(b"mg foo t T30 v R10 N5");
-    let order = GetOrder {
-        ttl: 0,
-        touch: 1,
-        recache: 3,
-        vivify: 4,
-    };
-    assert_eq!(get.order, order);
+    let rank = |flag: Option<(i64, Rank)>| flag.map(|(_, rank)| rank);
+    let order = (
+        get.read.ttl_rank,
+        rank(get.read.touch),
+        rank(get.read.recache),
+        rank(get.read.vivify),
+    );
+    assert_eq!(
+        order,
+        (Rank(0), Some(Rank(1)), Some(Rank(3)), Some(Rank(4)))
+    );
     let get = mg(b"mg foo v");
-    assert_eq!(get.order, GetOrder::default());
-    assert_eq!(get.order.touch, GetOrder::ABSENT);
+    assert_eq!(get.read, Read::default());
+    assert_eq!(get.read.ttl_rank, Rank::NONE);
 }
 
 #[test]

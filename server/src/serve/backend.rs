@@ -22,14 +22,14 @@
 
 use bytes::Bytes;
 use podkv_store::{
-    Count, Counted, Delete, Guard, Mode, Outcome, PodArena, Rank, Read, StoreError, StoreExtra,
+    Count, Counted, Delete, Guard, Mode, Outcome, PodArena, Read, StoreError, StoreExtra,
     StoreHandle,
 };
 
-use crate::protocol::request::{ranked, ArithmeticMode, Exptime, SetMode};
+use crate::protocol::request::{ArithmeticMode, Exptime, SetMode};
 use crate::protocol::storage::{
-    DeltaOutcome, Item, ItemDebug, KeyOutcome, MetaArithmeticOutcome, MetaDeleteOutcome,
-    MetaGetOptions, MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
+    DeltaOutcome, Item, ItemDebug, KeyOutcome, MetaArithmeticOutcome, MetaDeleteOutcome, MetaItem,
+    MetaSetOptions, StatLines, Storage, StoreOutcome,
 };
 
 use super::stats::{Counter, Counters, Shared, MEMCACHED_COMPATIBLE};
@@ -230,17 +230,6 @@ impl Backend {
     }
 }
 
-/// The store's `mg` options for the protocol's.
-fn read_options(o: &MetaGetOptions) -> Read {
-    Read {
-        touch: ranked(o.touch, o.order.touch),
-        vivify: ranked(o.vivify, o.order.vivify),
-        recache: ranked(o.recache, o.order.recache),
-        ttl_rank: Rank(o.order.ttl),
-        cas: o.new_cas,
-    }
-}
-
 /// The store's mode for an `ms`: `C` turns set and replace into a CAS store.
 fn meta_mode(o: &MetaSetOptions) -> Mode {
     match (o.mode, o.cas) {
@@ -372,17 +361,18 @@ impl Storage for Backend {
         self.shared.reset();
     }
 
-    fn meta_get(&self, key: &[u8], options: MetaGetOptions) -> Option<MetaItem> {
+    // `u` changes nothing here: lookups never write shared memory (see the module doc).
+    fn meta_get(&self, key: &[u8], read: Read, _no_bump: bool) -> Option<MetaItem> {
         self.counters.bump(Counter::CmdMeta);
-        let touch = options.touch.is_some();
-        let changes = touch || options.recache.is_some() || options.vivify.is_some();
+        let touch = read.touch.is_some();
+        let changes = touch || read.recache.is_some() || read.vivify.is_some();
         if !changes {
             if let Some(hit) = self.meta_peek(key) {
                 self.count_meta_get(false, true);
                 return Some(hit);
             }
         }
-        let hit = match self.handle.meta_get(key, read_options(&options)) {
+        let hit = match self.handle.meta_get(key, read) {
             Ok(found) => found.map(|read| MetaItem {
                 item: self.item(&read.guard, read.shown_expiry),
                 lease: read.lease,
