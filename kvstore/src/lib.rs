@@ -119,7 +119,9 @@ pub use {
     memcached::{expiry_of, parse_counter, Guard, Mode, Outcome, StoreExtra},
     meta::{Count, Counted, Delete, Lease, MetaRead, Rank, Read},
     recover::Settled,
-    store::{check_path, CheckReport, Crawler, Store, StoreHandle, SERVED_COHERENCE},
+    store::{
+        check_path, open_existing, CheckReport, Crawler, Store, StoreHandle, SERVED_COHERENCE,
+    },
 };
 /// The evaluation baselines: the same index over mimalloc, and dashmap.
 #[cfg(all(not(podkv_loom), feature = "baselines"))]

@@ -25,8 +25,10 @@ pub type StoreHandle = Handle<PodArena>;
 #[cfg(feature = "baselines")]
 pub type LocalStore = Map<LocalArena>;
 
-/// Opens an existing store read-only in spirit (no creation) and checks it.
-pub fn check_path(path: impl AsRef<Path>) -> Result<CheckReport, StoreError> {
+/// Opens the store in an existing heap file: never creates the file, and refuses a heap that
+/// holds no store (root 0 is zero) instead of making one. For tools that inspect or move a
+/// store (`podkv store check|recover|dump|load`).
+pub fn open_existing(path: impl AsRef<Path>) -> Result<Store, StoreError> {
     let heap = Heap::open(
         path,
         &Config {
@@ -39,7 +41,12 @@ pub fn check_path(path: impl AsRef<Path>) -> Result<CheckReport, StoreError> {
             "the heap holds no store (root 0 is zero)".into(),
         ));
     }
-    Ok(Store::open_heap(heap, &StoreConfig::default())?.check())
+    Store::open_heap(heap, &StoreConfig::default())
+}
+
+/// Opens an existing store ([`open_existing`]) and checks it.
+pub fn check_path(path: impl AsRef<Path>) -> Result<CheckReport, StoreError> {
+    Ok(open_existing(path)?.check())
 }
 
 #[cfg(test)]

@@ -74,19 +74,8 @@ fn check(path: &Path) -> anyhow::Result<()> {
 
 /// `podkv store recover`: settles every dead slot of the store on the heap.
 fn recover(path: &Path) -> anyhow::Result<()> {
-    let heap = podkv_alloc::Heap::open(
-        path,
-        &podkv_alloc::Config {
-            create: false,
-            ..podkv_alloc::Config::default()
-        },
-    )?;
-    anyhow::ensure!(
-        heap.root(0).load(std::sync::atomic::Ordering::Acquire) != 0,
-        "{}: the heap holds no store",
-        path.display()
-    );
-    let store = podkv_store::Store::open_heap(heap, &podkv_store::StoreConfig::default())?;
+    let store =
+        podkv_store::open_existing(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let start = std::time::Instant::now();
     let settled = store.recover_dead()?;
     let took = start.elapsed();

@@ -70,17 +70,5 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<()> {
 
 /// Opens the store in an existing heap, refusing a missing file or a heap without a store.
 fn open_existing(path: &Path) -> anyhow::Result<Store> {
-    let heap = podkv_alloc::Heap::open(
-        path,
-        &podkv_alloc::Config {
-            create: false,
-            ..podkv_alloc::Config::default()
-        },
-    )?;
-    anyhow::ensure!(
-        heap.root(0).load(std::sync::atomic::Ordering::Acquire) != 0,
-        "{}: the heap holds no store",
-        path.display()
-    );
-    Ok(Store::open_heap(heap, &StoreConfig::default())?)
+    podkv_store::open_existing(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
