@@ -30,6 +30,9 @@ pub const BATCH_CAS: u64 = 64;
 /// Items one write evicts for room at most before it fails with out-of-memory (each is one
 /// round: evict, reclaim, retry; see `Parts::room_after_oom`).
 const COUNT_ROOM_VICTIMS: u32 = 64;
+/// Samples one round of eviction for room takes before it gives up: a round whose victim
+/// another writer removed first samples again.
+const COUNT_EVICT_TRIES: u32 = 8;
 /// How long a write for room waits, yielding, for its victim to become reclaimable: a peer
 /// pinned and preempted holds the epoch for its time off the CPU (a scheduler slice, or
 /// tens of them on a loaded machine: 20 ms failed two test writers at a load of 11 on two
@@ -318,7 +321,12 @@ impl<'h, A: Arena> Parts<'h, A> {
             return true;
         }
         room.waiting_since = None;
-        if room.victims >= COUNT_ROOM_VICTIMS || !maintain::evict_for(reclaim, buckets, size) {
+        if room.victims >= COUNT_ROOM_VICTIMS {
+            return false;
+        }
+        // Writers sampling at once pick the same oldest item; the one whose delete loses
+        // that race samples again rather than fail its write.
+        if !(0..COUNT_EVICT_TRIES).any(|_| maintain::evict_for(reclaim, buckets, size)) {
             return false;
         }
         room.victims += 1;
