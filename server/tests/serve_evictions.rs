@@ -5,26 +5,13 @@
 
 mod conv;
 
-use conv::{heap_dir, Client, Server};
+use conv::{heap_dir, stats, Client, Server};
 use std::collections::HashMap;
 use std::path::Path;
 
 /// Values per fill and their size: 20000 × ~550 B is about five times 2 MiB.
 const COUNT_FILL: usize = 20_000;
 const SIZE_VALUE: usize = 500;
-
-/// The general stats as a map.
-fn stats(client: &mut Client) -> HashMap<String, u64> {
-    let reply = String::from_utf8(client.call(b"stats\r\n")).unwrap();
-    reply
-        .lines()
-        .filter_map(|line| {
-            let mut words = line.split(' ').skip(1);
-            let (name, value) = (words.next()?, words.next()?);
-            Some((name.to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
 
 /// Sets `count` distinct keys (`noreply`, pipelined) and returns the stats after.
 fn fill(client: &mut Client, prefix: &str, count: usize) -> HashMap<String, u64> {

@@ -89,17 +89,9 @@ fn read_reply(reader: &mut impl BufRead, is_set: bool, seen: &mut Seen) {
     assert_eq!(line, "END\r\n", "get reply");
 }
 
-/// The general stats as a map.
+/// The general stats of the server at `addr`.
 fn stats(addr: SocketAddr) -> HashMap<String, u64> {
-    let reply = String::from_utf8(Client::connect(addr).call(b"stats\r\n")).unwrap();
-    reply
-        .lines()
-        .filter_map(|line| {
-            let mut words = line.split(' ').skip(1);
-            let (name, value) = (words.next()?, words.next()?);
-            Some((name.to_owned(), value.parse().ok()?))
-        })
-        .collect()
+    conv::stats(&mut Client::connect(addr))
 }
 
 /// Runs `podkv ARGS…` and returns its stdout, failing the test unless it succeeds.
@@ -129,12 +121,8 @@ fn rounds() -> u64 {
         .unwrap_or(6)
 }
 
-/// Loads `servers` processes on one issue-25 heap, one client each, then checks the heap;
-/// evictions per set.
-fn podkv_run(servers: usize) -> f64 {
-    let dir = heap_dir();
-    let heap = dir.path().join("heap");
-    let path = heap.to_str().unwrap();
+/// The issue's heap: 16 MiB of small and 16 MiB of large slabs.
+fn create_issue_heap(path: &str) {
     podkv_ok(&[
         "heap",
         "create",
@@ -144,6 +132,15 @@ fn podkv_run(servers: usize) -> f64 {
         "--large-bytes",
         "16MiB",
     ]);
+}
+
+/// Loads `servers` processes on one issue-25 heap, one client each, then checks the heap;
+/// evictions per set.
+fn podkv_run(servers: usize) -> f64 {
+    let dir = heap_dir();
+    let heap = dir.path().join("heap");
+    let path = heap.to_str().unwrap();
+    create_issue_heap(path);
     let servers: Vec<Server> = (0..servers)
         .map(|_| Server::start(&heap, &["--threads", "1"]))
         .collect();
@@ -242,15 +239,7 @@ fn limit_maxbytes_follows_the_regions() {
     let dir = heap_dir();
     let heap = dir.path().join("heap");
     let path = heap.to_str().unwrap();
-    podkv_ok(&[
-        "heap",
-        "create",
-        path,
-        "--small-bytes",
-        "16MiB",
-        "--large-bytes",
-        "16MiB",
-    ]);
+    create_issue_heap(path);
     let server = Server::start(&heap, &["--threads", "1", "--memory", "1GiB"]);
     let s = stats(server.addr);
     assert_eq!(s["limit_maxbytes"], 32 << 20, "{s:?}");

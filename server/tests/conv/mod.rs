@@ -305,3 +305,16 @@ pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// The general `stats` of the server `client` talks to, as a map of its numeric fields.
+pub fn stats(client: &mut Client) -> std::collections::HashMap<String, u64> {
+    let reply = String::from_utf8(client.call(b"stats\r\n")).unwrap();
+    reply
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ').skip(1);
+            let (name, value) = (words.next()?, words.next()?);
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
