@@ -183,14 +183,23 @@ pub(crate) fn head_for_read<A: Arena>(shared: &Shared<A>, hash: u64) -> &AtomicU
 
 /// The `next` word of `hash`'s bucket sentinel, linking it (and its ancestors) if needed.
 /// The caller is pinned.
+///
+/// When the bucket's segment cannot be made (segments live in the large region, which may
+/// be full of items), the write starts from the nearest linked ancestor, as a reader does:
+/// the list is sorted by split order, so any earlier sentinel is a correct start, and the
+/// write costs a longer walk instead of failing for want of 64 KiB of table.
 #[inline]
-pub(crate) fn head_for_write<A: Arena>(
-    reclaim: &Reclaim<A>,
-    hash: u64,
-) -> Result<&AtomicU64, StoreError> {
+pub(crate) fn head_for_write<A: Arena>(reclaim: &Reclaim<A>, hash: u64) -> &AtomicU64 {
     let slot = reclaim.slot();
-    let at = sentinel(reclaim, bucket_of(slot.shared(), hash))?;
-    Ok(slot.view().word(at))
+    match sentinel(reclaim, bucket_of(slot.shared(), hash)) {
+        Ok(at) => slot.view().word(at),
+        Err(_) => head_without_room(slot.shared(), hash),
+    }
+}
+
+#[cold]
+fn head_without_room<A: Arena>(shared: &Shared<A>, hash: u64) -> &AtomicU64 {
+    head_for_read(shared, hash)
 }
 
 /// Whether the segment holding `bucket` was never made.

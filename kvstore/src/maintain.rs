@@ -175,9 +175,7 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
     let key = view.key(item);
     let order = view.meta(item).order;
     let probe = Probe { order, key };
-    let Ok(head) = buckets::head_for_write(reclaim, item::hash(key)) else {
-        return false;
-    };
+    let head = buckets::head_for_write(reclaim, item::hash(key));
     let nodes = slot.nodes();
     let mut retire = |n| reclaim.retire(n);
     let pos = list::find(&nodes, head, &probe, &mut retire);

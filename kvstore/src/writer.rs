@@ -355,7 +355,7 @@ impl<'h, A: Arena> Parts<'h, A> {
             order: item::item_order(h),
             key,
         };
-        let head = buckets::head_for_write(reclaim, h)?;
+        let head = buckets::head_for_write(reclaim, h);
         let nodes = slot.nodes();
         let mut retire = |n| reclaim.retire(n);
         loop {

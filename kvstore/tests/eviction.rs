@@ -170,3 +170,34 @@ fn a_full_region_serves_two_writers() {
     let report = store.check();
     assert!(report.is_valid(), "{:#?}", report.problems);
 }
+
+/// A full large region must not fail small writes: the bucket table's new segments live in
+/// the large region, so once it is full a write whose bucket has no segment yet starts from
+/// the nearest linked ancestor's sentinel (as a reader does) instead of answering
+/// out-of-memory.
+#[test]
+fn a_full_large_region_does_not_stop_the_table_from_serving_new_buckets() {
+    let (_d, store) = region_store();
+    let h = store.handle().unwrap();
+    let value = [6u8; 4096];
+    for i in 0..2 * LARGE_BYTES / 4096 {
+        h.set(format!("large-{i:026}").as_bytes(), &value, 0, 0)
+            .unwrap_or_else(|e| panic!("large set {i}: {e}"));
+    }
+    assert!(store.evictions() > 0, "the large region is full");
+    // Enough small items to double the table past the segments made while there was room.
+    let count = 40_000u32;
+    for i in 0..count {
+        h.set(format!("small-{i}").as_bytes(), &[7u8; 64], 0, 0)
+            .unwrap_or_else(|e| panic!("small set {i} of {count}: {e}"));
+    }
+    for i in (0..count).step_by(97) {
+        assert!(
+            h.get(format!("small-{i}").as_bytes()).unwrap().is_some(),
+            "small-{i}"
+        );
+    }
+    drop(h);
+    let report = store.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+}
