@@ -135,3 +135,53 @@ fn a_placement_on_a_device_is_refused() {
     let err = Heap::open("/dev/null", &config("node=0")).unwrap_err();
     assert!(matches!(err, HeapError::DaxPlacement { .. }), "{err:?}");
 }
+
+/// Huge blocks are mapped one by one, outside the mapping made at open, so each takes the
+/// heap's policy as it is mapped: in the process that allocates it and in one that maps it
+/// on its first touch.
+#[test]
+fn a_huge_block_takes_the_heaps_placement_wherever_it_is_mapped() {
+    for (placement, shown) in [("node=0", "bind:0"), ("interleave=0", "interleave:0")] {
+        let dir = shm_dir();
+        let path = dir.path().join("heap");
+        let huge = Config {
+            huge_bytes: 2 << 30,
+            ..config(placement)
+        };
+        let heap = Heap::open(&path, &huge).unwrap();
+        let t = heap.thread().unwrap();
+        let size = 4 << 20;
+        let block = t
+            .allocate(Layout::from_size_align(size, 8).unwrap())
+            .unwrap();
+        assert!(
+            heap.huge_allocation(block).is_some(),
+            "a {size} B block is huge"
+        );
+        let at = t.resolve(block);
+        // SAFETY: the block is ours, `size` bytes long.
+        unsafe { at.write_bytes(1, size) };
+        let line = numa_maps_line(at as usize);
+        assert!(
+            line.contains(shown),
+            "{placement}, allocator's mapping: {line}"
+        );
+
+        let other = Heap::open(
+            &path,
+            &Config {
+                create: false,
+                ..huge.clone()
+            },
+        )
+        .unwrap();
+        let there = other.resolve(block);
+        // SAFETY: the block is live and `size` bytes long; the first touch maps it here.
+        assert_eq!(unsafe { there.add(size - 1).read_volatile() }, 1);
+        let line = numa_maps_line(there as usize);
+        assert!(
+            line.contains(shown),
+            "{placement}, reopener's mapping: {line}"
+        );
+    }
+}

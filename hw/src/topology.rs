@@ -250,6 +250,14 @@ impl Placement {
     /// Binds the pages of `[addr, addr + len)` (page-aligned, a mapping of this process) to
     /// the policy. Pages already backed keep where they are: apply it before backing any.
     pub fn apply(&self, addr: *mut u8, len: usize) -> Result<(), PlacementError> {
+        self.raw().bind(addr, len).map_err(|errno| {
+            PlacementError::Kernel(std::io::Error::from_raw_os_error(errno).to_string())
+        })
+    }
+
+    /// The policy as mbind(2) takes it, for code that must apply it where it cannot
+    /// allocate (a SIGSEGV handler mapping a huge block).
+    pub fn raw(&self) -> RawPlacement {
         let (mode, mask) = match self {
             Placement::Default => (libc::MPOL_DEFAULT, 0u64),
             Placement::Local => (libc::MPOL_LOCAL, 0),
@@ -257,8 +265,37 @@ impl Placement {
             Placement::Interleave(_) => (libc::MPOL_INTERLEAVE, self.mask()),
             Placement::Preferred(_) => (libc::MPOL_PREFERRED, self.mask()),
         };
-        let maxnode = if mask == 0 { 0 } else { u64::from(u64::BITS) };
-        let nodemask: *const u64 = if mask == 0 { std::ptr::null() } else { &mask };
+        RawPlacement { mode, mask }
+    }
+}
+
+/// A [`Placement`] reduced to mbind(2)'s arguments: `Copy`, and applied by one system call
+/// with no allocation, so a signal handler may apply it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawPlacement {
+    mode: libc::c_int,
+    mask: u64,
+}
+
+impl RawPlacement {
+    /// Whether this is the kernel's default policy (applying it changes nothing).
+    pub fn is_default(self) -> bool {
+        self.mode == libc::MPOL_DEFAULT
+    }
+
+    /// Binds the pages of `[addr, addr + len)` (page-aligned, a mapping of this process) to
+    /// the policy; the errno on failure. Async-signal-safe: one system call.
+    pub fn bind(self, addr: *mut u8, len: usize) -> Result<(), i32> {
+        let maxnode = if self.mask == 0 {
+            0
+        } else {
+            u64::from(u64::BITS)
+        };
+        let nodemask: *const u64 = if self.mask == 0 {
+            std::ptr::null()
+        } else {
+            &self.mask
+        };
         // SAFETY: mbind only changes the memory policy of the range, which the caller says is
         // a mapping of this process; `nodemask` points at one u64 for `maxnode` = 64 bits (or
         // is null with maxnode 0), as mbind(2) reads it.
@@ -267,7 +304,7 @@ impl Placement {
                 libc::SYS_mbind,
                 addr as usize,
                 len,
-                mode as libc::c_long,
+                self.mode as libc::c_long,
                 nodemask,
                 maxnode,
                 0u32,
@@ -276,9 +313,8 @@ impl Placement {
         if rc == 0 {
             Ok(())
         } else {
-            Err(PlacementError::Kernel(
-                std::io::Error::last_os_error().to_string(),
-            ))
+            // SAFETY: errno is this thread's; reading it is async-signal-safe.
+            Err(unsafe { *libc::__errno_location() })
         }
     }
 }

@@ -135,7 +135,7 @@ impl Heap {
             &file,
             &mapping,
             &geometry,
-            &layout,
+            &placement,
             config,
             me,
             mcas.clone(),

@@ -27,7 +27,7 @@ pub(super) fn open_huge(
     file: &Arc<HeapFile>,
     mapping: &Mapping,
     geometry: &Geometry,
-    layout: &Layout,
+    placement: &Placement,
     config: &Config,
     me: Owner,
     mcas: Option<Arc<HeapMcas>>,
@@ -35,12 +35,14 @@ pub(super) fn open_huge(
     if geometry.huge_log2 == 0 {
         return Ok(None);
     }
+    let layout = &geometry.layout();
     file.back(layout.huge_ranges, 8 * crate::layout::COUNT_HUGE_RANGES)?;
     file.back(layout.huge_hazard, layout.huge_data - layout.huge_hazard)?;
     // SAFETY: the header is backed and mapped; an AtomicU64 is valid for any bits.
     let backed = unsafe { &*(mapping.base().add(OFFSET_HUGE_BACKED as usize) as *const AtomicU64) };
     backed.store(1, Ordering::Release);
-    let view = |record| HugeView::new(mapping.base(), geometry, layout, record, file.fd());
+    let view =
+        |record| HugeView::new(mapping.base(), geometry, layout, record, file.fd(), placement);
     let needed = view(0).end_of_allocations();
     if !file.is_device && file.len()? < needed {
         return Err(HeapError::Truncated {

@@ -9,6 +9,7 @@ use crate::hazard::{HazardRecord, Hazards, COUNT_HAZARD_RECORDS, SIZE_HAZARD_REC
 use crate::layout::{Geometry, Layout, COUNT_HUGE_RANGES, SIZE_HUGE_LOCAL};
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
+use podkv_hw::topology::{Placement, RawPlacement};
 
 /// What a process needs to find and map huge allocations: plain numbers, so the SIGSEGV
 /// handler can hold a copy.
@@ -26,6 +27,9 @@ pub struct HugeView {
     pub(super) record: u64,
     pub(super) fd: libc::c_int,
     pub(super) coherence: Coherence,
+    /// The heap's placement, applied to each block as it is mapped (the eager mapping made at
+    /// open does not cover the huge range).
+    pub(super) placement: RawPlacement,
 }
 
 /// A live or freed allocation found by a lookup.
@@ -48,6 +52,7 @@ impl HugeView {
         layout: &Layout,
         record: usize,
         fd: libc::c_int,
+        placement: &Placement,
     ) -> HugeView {
         HugeView {
             base: base as usize,
@@ -62,6 +67,7 @@ impl HugeView {
             record: record as u64,
             fd,
             coherence: geometry.coherence,
+            placement: placement.raw(),
         }
     }
 
@@ -243,7 +249,16 @@ impl HugeView {
                 offset as libc::off_t,
             )
         };
-        got != libc::MAP_FAILED
+        if got == libc::MAP_FAILED {
+            return false;
+        }
+        if !self.placement.is_default() {
+            // Before any page of the block is touched, so its pages are placed as the heap's
+            // are. A refusal (the policy was checked at open) leaves the kernel's default:
+            // the block still works, only its pages may sit elsewhere.
+            let _ = self.placement.bind(got.cast(), len as usize);
+        }
+        true
     }
 
     /// Puts the reservation back over `[offset, offset + len)`: the range stays ours and any
