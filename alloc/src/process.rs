@@ -108,8 +108,8 @@ pub fn thread_cpu_time() -> Duration {
 }
 
 /// The lease deadline a claim or renewal now writes.
-pub fn lease_until() -> u64 {
-    now_ms() + LEASE.as_millis() as u64
+pub fn lease_until(lease: Duration) -> u64 {
+    now_ms() + lease.as_millis() as u64
 }
 
 /// The start time of process `pid`, if it exists (clock ticks after boot, `/proc/PID/stat`

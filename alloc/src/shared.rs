@@ -122,11 +122,11 @@ pub(crate) fn start_backer(shared: &Arc<Shared>, backer: Arc<Backer>) {
 /// The lease renewer: every third of a lease, renews the slots this process holds; ends when
 /// the heap is closed.
 fn renew_leases(shared: std::sync::Weak<Shared>) {
-    let period = crate::process::LEASE / 3;
     loop {
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        let period = shared.slots.lease / 3;
         shared.slots.renew_held();
         drop(shared);
         std::thread::sleep(period);

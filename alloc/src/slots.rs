@@ -29,6 +29,8 @@ pub(crate) struct Slots {
     acks_at: u64,
     count: u64,
     liveness: Liveness,
+    /// How long an owner's lease lasts after each renewal (this process's configuration).
+    pub(crate) lease: std::time::Duration,
     coherence: Coherence,
     /// An `mcas` heap's hook, through which owner and acknowledgement words change.
     mcas: Option<Arc<HeapMcas>>,
@@ -42,6 +44,7 @@ impl Slots {
         layout: &Layout,
         words: Words,
         mcas: Option<Arc<HeapMcas>>,
+        lease: std::time::Duration,
     ) -> Slots {
         Slots {
             words,
@@ -50,6 +53,7 @@ impl Slots {
             acks_at: layout.slot_acks,
             count: geometry.slots(),
             liveness: geometry.liveness,
+            lease,
             coherence: geometry.coherence,
             mcas,
             held: Mutex::new(Vec::new()),
@@ -87,7 +91,7 @@ impl Slots {
         let slot = self.slot(i);
         let coherence = self.coherence;
         slot.lease
-            .store(crate::process::lease_until(), Ordering::Release);
+            .store(crate::process::lease_until(self.lease), Ordering::Release);
         coherence.write_back((&slot.lease as *const AtomicU64).cast(), 8);
         if cas_as_process(self.mcas.as_deref(), word, from, owner.pack()).is_err() {
             return false;
@@ -152,7 +156,7 @@ impl Slots {
 
     /// The lease renewer's work: renews the lease of every slot this process holds.
     pub(crate) fn renew_held(&self) {
-        let until = crate::process::lease_until();
+        let until = crate::process::lease_until(self.lease);
         let held = self
             .held
             .lock()

@@ -24,6 +24,10 @@ pub struct Config {
     pub coherence: Coherence,
     /// Liveness mode of a fresh heap: how a dead slot owner is recognised.
     pub liveness: Liveness,
+    /// How long a lease-mode owner may stay silent before it is fenced (this process's
+    /// choice; every process of a heap should use the same, [`crate::process::LEASE`] by
+    /// default; tests shorten it).
+    pub lease: std::time::Duration,
     /// Create the file if it does not exist.
     pub create: bool,
     /// Log every step in the recovery words and acknowledge detectable CAS (this process's
@@ -53,6 +57,7 @@ impl Default for Config {
             slots: 1024,
             coherence: Coherence::Hardware,
             liveness: Liveness::Process,
+            lease: crate::process::LEASE,
             create: true,
             recoverable: true,
             huge_bytes: 1 << 40,

@@ -151,7 +151,7 @@ impl Heap {
         let backer = Arc::new(Backer::default());
         let words = Words::of(&mapping);
         let slabs = SlabHeaps::new(&geometry, &layout, words, file.clone(), backer.clone());
-        let slots = Slots::new(&geometry, &layout, words, mcas.clone());
+        let slots = Slots::new(&geometry, &layout, words, mcas.clone(), config.lease);
         let lists = GlobalLists::new(file.clone(), backer.clone(), geometry.coherence);
         let heap = Heap {
             adoptions: Arc::default(),

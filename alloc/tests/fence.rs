@@ -1,0 +1,242 @@
+//! Fencing (issue 20): an owner that stalls longer than its lease and then resumes.
+//!
+//! A child process on "another host" (its own `PODKV_HOST_ID`) allocates and frees in two
+//! threads of a lease-mode heap; the test SIGSTOPs it for several leases while this process
+//! judges its slots and keeps allocating and freeing, then SIGCONTs it and lets it work on
+//! before it stops cleanly. Every block either side holds carries its own offset, checked at
+//! its free, so a block handed out twice shows; afterwards the heap must check clean and hold
+//! no live block: nothing corrupted, lost, leaked or freed twice.
+//!
+//! `PODKV_SOAK=1` runs 200 rounds instead of 20.
+
+use podkv_alloc::{Config, Heap, Liveness, Offset, ThreadHandle};
+use std::alloc::Layout;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "PODKV_FENCE_TEST_ROLE";
+const LEASE: Duration = Duration::from_millis(150);
+
+fn config() -> Config {
+    Config {
+        small_bytes: 64 << 20,
+        large_bytes: 256 << 20,
+        slots: 64,
+        huge_bytes: 0,
+        liveness: Liveness::Lease,
+        lease: LEASE,
+        ..Config::default()
+    }
+}
+
+/// A tiny deterministic generator, so a failing round can be replayed by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Blocks one thread holds, each stamped with its own offset.
+struct Held {
+    blocks: Vec<Offset>,
+    rng: Rng,
+}
+
+impl Held {
+    fn new(seed: u64) -> Held {
+        Held {
+            blocks: Vec::new(),
+            rng: Rng(seed | 1),
+        }
+    }
+
+    /// One step: allocate (small or large) or free a random held block. An allocation that
+    /// fails is reported as the error's text.
+    fn step(&mut self, heap: &Heap, t: &ThreadHandle, most: usize) -> Result<(), String> {
+        let r = self.rng.next();
+        if self.blocks.len() < most && (r % 3 != 0 || self.blocks.is_empty()) {
+            let size = if r % 16 == 0 {
+                1024 + (r >> 8) % 8192
+            } else {
+                8 + (r >> 8) % 512
+            };
+            let layout = Layout::from_size_align(size as usize, 8).unwrap();
+            let off = t.allocate(layout).map_err(|e| e.to_string())?;
+            // SAFETY: a fresh block of at least 8 bytes, 8-aligned.
+            unsafe { (heap.resolve(off) as *mut u64).write(off.0) };
+            self.blocks.push(off);
+        } else {
+            let i = (r >> 20) as usize % self.blocks.len();
+            let off = self.blocks.swap_remove(i);
+            self.free(heap, t, off);
+        }
+        Ok(())
+    }
+
+    fn free(&self, heap: &Heap, t: &ThreadHandle, off: Offset) {
+        // SAFETY: a block this thread holds, stamped at its allocation.
+        let stamp = unsafe { (heap.resolve(off) as *const u64).read() };
+        if stamp != off.0 {
+            eprintln!("block {off} was handed out twice: it holds {stamp:#x}");
+            std::process::exit(3);
+        }
+        t.free(off);
+    }
+
+    fn free_all(&mut self, heap: &Heap, t: &ThreadHandle) {
+        for off in std::mem::take(&mut self.blocks) {
+            self.free(heap, t, off);
+        }
+    }
+}
+
+/// The child: two threads allocate and free until the file `stop` appears, then give
+/// everything back and exit 0. A thread whose allocation fails (its slot fenced) takes a
+/// fresh handle and goes on.
+#[test]
+fn stress_child_entry() {
+    if std::env::var(ROLE).as_deref() != Ok("stress") {
+        return;
+    }
+    let dir = std::path::PathBuf::from(std::env::var("PODKV_FENCE_DIR").unwrap());
+    let heap = Heap::open(
+        dir.join("heap"),
+        &Config {
+            create: false,
+            ..config()
+        },
+    )
+    .unwrap();
+    let threads: Vec<_> = (0..2u64)
+        .map(|n| {
+            let heap = heap.clone();
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let mut t = heap.thread().unwrap();
+                let mut held = Held::new(0x9E37_79B9 + n);
+                let mut steps = 0u64;
+                while steps % 256 != 0 || !dir.join("stop").exists() {
+                    if let Err(why) = held.step(&heap, &t, 400) {
+                        eprintln!("child: allocation refused ({why}); a fresh handle");
+                        held.free_all(&heap, &t);
+                        drop(t);
+                        t = heap.thread().unwrap();
+                    }
+                    steps += 1;
+                    if steps == 1000 {
+                        std::fs::write(dir.join(format!("ready{n}")), b"").unwrap();
+                    }
+                }
+                held.free_all(&heap, &t);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// The host id the child plays: any but this process's.
+fn other_host() -> u16 {
+    let me = podkv_alloc::process::host_id();
+    if me == 4242 {
+        4243
+    } else {
+        4242
+    }
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One round: see the module docs.
+fn round(dir: &Path, seed: u64) {
+    let heap = Heap::open(dir.join("heap"), &config()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "stress_child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE, "stress")
+        .env("PODKV_HOST_ID", other_host().to_string())
+        .env("PODKV_FENCE_DIR", dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    wait_for("the child's threads to work", || {
+        dir.join("ready0").exists() && dir.join("ready1").exists()
+    });
+    // SAFETY: stopping our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // Judge its slots over three leases (an observer may need to watch a whole lease).
+    let until = Instant::now() + 3 * LEASE;
+    while Instant::now() < until {
+        heap.recover_dead();
+        std::thread::sleep(LEASE / 4);
+    }
+    // Work while it is stopped, in whatever memory was taken from it.
+    let t = heap.thread().unwrap();
+    let mut held = Held::new(seed);
+    for _ in 0..20_000 {
+        held.step(&heap, &t, 2000).unwrap();
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    for _ in 0..20_000 {
+        held.step(&heap, &t, 2000).unwrap();
+    }
+    std::fs::write(dir.join("stop"), b"").unwrap();
+    let status = child.wait().unwrap();
+    held.free_all(&heap, &t);
+    drop(t);
+    heap.recover_dead();
+    assert!(
+        status.success(),
+        "round {seed}: the resumed child failed: {status}"
+    );
+    let report = heap.check();
+    assert!(
+        report.is_valid(),
+        "round {seed}: heap check after the stall: {:?}",
+        report.problems
+    );
+    assert_eq!(
+        report.live_blocks(),
+        0,
+        "round {seed}: every block was freed: {:?}",
+        report.claimed_slots
+    );
+}
+
+/// Issue 20's corruption: a lease-mode owner stopped past its lease, its slots judged dead
+/// by a peer that keeps working, then resumed.
+#[test]
+#[ignore = "issue 20: fails until the fence lands (the resumed child frees into slabs another slot owns)"]
+fn an_owner_resumed_after_its_lease_lapsed_corrupts_nothing() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let rounds = if std::env::var_os("PODKV_SOAK").is_some() {
+        200
+    } else {
+        20
+    };
+    for seed in 1..=rounds {
+        let dir = tempfile::tempdir().unwrap();
+        round(dir.path(), seed);
+    }
+}
