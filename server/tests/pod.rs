@@ -40,6 +40,9 @@ fn two_members_on_loopback_share_one_heap() {
         stderr.contains("loopback ports"),
         "the mode is said: {stderr}"
     );
+    let status = pod.status();
+    assert_eq!(status["coherence"], "hardware", "{status}");
+    assert!(status["mcas_impl"].is_null(), "{status}");
     let addrs = pod.addrs();
     assert_eq!(
         addrs,
@@ -73,6 +76,55 @@ fn two_members_on_loopback_share_one_heap() {
     let again = pod.pod("status", &[]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("is not up"));
+}
+
+#[test]
+fn pod_up_refuses_a_coherence_other_than_its_heaps_and_mcas_impl_without_mcas() {
+    let pod = Pod::new();
+    let heap = pod.heap.display().to_string();
+    let misuse = pod.pod(
+        "up",
+        &[
+            "--heap",
+            &heap,
+            "--detach",
+            "--coherence",
+            "hardware",
+            "--mcas-impl",
+            "nmp",
+        ],
+    );
+    assert_eq!(misuse.status.code(), Some(1), "{}", text(&misuse));
+    assert!(
+        String::from_utf8_lossy(&misuse.stderr)
+            .contains("--mcas-impl nmp applies only to --coherence mcas"),
+        "{}",
+        text(&misuse)
+    );
+    assert!(!pod.heap.exists(), "nothing made");
+
+    let made = run(&[
+        "heap",
+        "create",
+        &heap,
+        "--small-bytes",
+        "4MiB",
+        "--large-bytes",
+        "4MiB",
+    ]);
+    assert!(made.status.success(), "{}", text(&made));
+    let other = pod.pod(
+        "up",
+        &["--heap", &heap, "--detach", "--coherence", "limited"],
+    );
+    assert_eq!(other.status.code(), Some(1), "{}", text(&other));
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        err.contains("was created with --coherence hardware, not limited"),
+        "{}",
+        text(&other)
+    );
+    assert!(!pod.dir().join("pod.json").exists(), "no pod started");
 }
 
 /// Sets and gets on `addr` until `stop`; returns (operations, errors).

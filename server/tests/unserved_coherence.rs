@@ -1,6 +1,7 @@
 //! Every front door to the store refuses a heap whose coherence mode the store does not serve
-//! (`limited`, `mcas`): `podkv serve`, and `podkv ycsb` / `podkv replay` with `--target
-//! embedded`. One clear line, a non-zero exit, and the heap holds no store afterwards.
+//! (`limited`, `mcas`): `podkv serve`, `podkv ycsb` / `podkv replay` with `--target
+//! embedded`, and `podkv pod up` (asked to create such a heap, or given one). One clear line,
+//! a non-zero exit, and the heap holds no store afterwards (`pod up` makes no heap at all).
 
 use std::process::{Command, Output};
 
@@ -81,5 +82,63 @@ fn serve_ycsb_and_replay_refuse_a_heap_the_store_does_not_serve() {
         // Nothing was written: the heap still holds no store.
         let check = podkv(&["store", "check", heap]);
         assert!(!check.status.success(), "{}", stderr(&check));
+    }
+}
+
+#[test]
+fn pod_up_refuses_a_mode_the_store_does_not_serve_before_making_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state = state.to_str().unwrap();
+    for (i, (mode, flags)) in UNSERVED.iter().enumerate() {
+        let heap = dir.path().join(format!("pod-heap-{i}"));
+        let heap = heap.to_str().unwrap();
+        let name = format!("u{i}");
+        let up = |extra: &[&str]| {
+            let mut args = vec![
+                "pod",
+                "up",
+                "--name",
+                &name,
+                "--state-dir",
+                state,
+                "--heap",
+                heap,
+                "--net",
+                "loopback",
+                "--detach",
+            ];
+            args.extend_from_slice(extra);
+            podkv(&args)
+        };
+        // Asked to create a heap in the mode: refused before the heap or any state exists.
+        assert_refused(&up(flags), mode, "pod up --coherence");
+        assert!(
+            !std::path::Path::new(heap).exists(),
+            "{flags:?}: no heap made"
+        );
+        assert!(!dir
+            .path()
+            .join("state")
+            .join(&name)
+            .join("pod.json")
+            .exists());
+
+        // Given an existing heap in the mode: refused too, and nothing started.
+        create(heap, flags);
+        let out = up(&[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {err}");
+        let last = err.trim_end().lines().last().unwrap_or_default();
+        assert!(
+            last.contains(&format!("coherence mode is {mode}")),
+            "{flags:?}: {err}"
+        );
+        assert!(!dir
+            .path()
+            .join("state")
+            .join(&name)
+            .join("pod.json")
+            .exists());
     }
 }

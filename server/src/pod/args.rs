@@ -44,6 +44,15 @@ pub struct UpArgs {
     /// How members get their own addresses.
     #[arg(long, value_enum, default_value_t = NetChoice::Auto)]
     pub net: NetChoice,
+    /// Coherence of the pod heap `pod up` creates: `hardware`, `limited` or `mcas` (as
+    /// `podkv heap create --coherence`) [default: hardware]. An existing heap keeps the mode it
+    /// was created with; naming another is refused, and so is a mode the store does not serve.
+    #[arg(long)]
+    pub coherence: Option<podkv_hw::Coherence>,
+    /// With `--coherence mcas`: the mCAS implementation, `flush-cas` or `nmp` [default:
+    /// flush-cas].
+    #[arg(long)]
+    pub mcas_impl: Option<podkv_hw::mcas::McasKind>,
     /// Run the monitor in the background; return once every member listens.
     #[arg(long)]
     pub detach: bool,

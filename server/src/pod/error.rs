@@ -61,6 +61,22 @@ pub enum PodError {
         /// Its log file.
         log: PathBuf,
     },
+    /// `--mcas-impl` without `--coherence mcas`.
+    #[error("--mcas-impl {0} applies only to --coherence mcas")]
+    McasImplWithoutMcas(String),
+    /// The existing heap was created in another mode than `--coherence` names.
+    #[error("heap {heap} was created with --coherence {found}, not {asked}; omit --coherence to use it, or name another --heap")]
+    CoherenceMismatch {
+        /// The heap.
+        heap: PathBuf,
+        /// Its mode (with the mCAS implementation).
+        found: String,
+        /// The mode asked for.
+        asked: String,
+    },
+    /// The heap's mode is one the store does not serve (refused before a heap is created).
+    #[error(transparent)]
+    Unserved(podkv_store::StoreError),
     /// The heap could not be created or opened.
     #[error(transparent)]
     Heap(#[from] podkv_alloc::HeapError),

@@ -317,6 +317,7 @@ mod tests {
         PodState {
             name: "t".into(),
             heap: dir.dir.join("heap"),
+            heap_mode: Default::default(),
             mode: Mode::Loopback,
             bridge: None,
             serve_args: vec![],

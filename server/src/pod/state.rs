@@ -95,6 +95,43 @@ pub struct MemberState {
     pub last_recovery: Option<String>,
 }
 
+/// A pod heap's coherence mode, as `pod status` shows it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HeapMode {
+    /// `hardware`, `limited` or `mcas`.
+    pub coherence: String,
+    /// An `mcas` heap's implementation (`flush-cas`, `nmp`); none in other modes.
+    pub mcas_impl: Option<String>,
+}
+
+impl HeapMode {
+    /// The mode of a heap in `coherence`, with its mCAS implementation if it has one.
+    pub fn of(
+        coherence: podkv_hw::Coherence,
+        mcas_impl: Option<podkv_hw::mcas::McasKind>,
+    ) -> HeapMode {
+        HeapMode {
+            coherence: coherence.name().into(),
+            mcas_impl: mcas_impl.map(|kind| kind.name().into()),
+        }
+    }
+}
+
+impl Default for HeapMode {
+    fn default() -> HeapMode {
+        HeapMode::of(podkv_hw::Coherence::Hardware, None)
+    }
+}
+
+impl std::fmt::Display for HeapMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.mcas_impl {
+            Some(kind) => write!(f, "{} --mcas-impl {kind}", self.coherence),
+            None => f.write_str(&self.coherence),
+        }
+    }
+}
+
 /// The whole pod.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PodState {
@@ -102,6 +139,10 @@ pub struct PodState {
     pub name: String,
     /// The pod heap every member maps.
     pub heap: PathBuf,
+    /// The heap's coherence mode (state files from before it was recorded: hardware, the
+    /// only mode a pod could have then).
+    #[serde(default)]
+    pub heap_mode: HeapMode,
     /// How members get their own addresses.
     pub mode: Mode,
     /// The bridge joining the members' namespaces (netns mode only).
@@ -273,6 +314,7 @@ mod tests {
         PodState {
             name: "t".into(),
             heap: dir.join("heap"),
+            heap_mode: HeapMode::default(),
             mode: Mode::Loopback,
             bridge: None,
             serve_args: vec![],

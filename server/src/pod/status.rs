@@ -27,6 +27,10 @@ struct StatusView<'a> {
     mode: Mode,
     phase: Phase,
     heap: &'a Path,
+    /// The heap's coherence mode (`hardware`, `limited`, `mcas`).
+    coherence: &'a str,
+    /// An `mcas` heap's implementation.
+    mcas_impl: Option<&'a str>,
     monitor_pid: u32,
     stale: bool,
     uptime_s: u64,
@@ -40,6 +44,8 @@ impl<'a> StatusView<'a> {
             mode: pod.mode,
             phase: pod.phase,
             heap: &pod.heap,
+            coherence: &pod.heap_mode.coherence,
+            mcas_impl: pod.heap_mode.mcas_impl.as_deref(),
             monitor_pid: pod.monitor.pid,
             stale: !pod.monitor.is_alive(),
             uptime_s: now.saturating_sub(pod.up_ms) / 1000,
@@ -93,7 +99,7 @@ pub(super) fn status(dir: &StateDir, name: &str, json: bool) -> anyhow::Result<(
 
 fn print_status(view: &StatusView<'_>) {
     println!(
-        "pod {}: {} ({}), monitor pid {}{}, up {}, heap {}",
+        "pod {}: {} ({}), monitor pid {}{}, up {}, heap {} (coherence {}{})",
         view.name,
         if view.stale {
             "STALE"
@@ -104,7 +110,10 @@ fn print_status(view: &StatusView<'_>) {
         view.monitor_pid,
         if view.stale { " (gone)" } else { "" },
         duration(view.uptime_s),
-        view.heap.display()
+        view.heap.display(),
+        view.coherence,
+        view.mcas_impl
+            .map_or(String::new(), |kind| format!(" --mcas-impl {kind}"))
     );
     println!(
         "{:<7} {:<8} {:<22} {:<6} {:<9} uptime",

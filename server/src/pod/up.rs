@@ -7,7 +7,9 @@ use super::member::Program;
 use super::monitor::{Monitor, TIMEOUT_MONITOR};
 use super::net::{self, Mode};
 use super::signals;
-use super::state::{now_ms, MemberState, Phase, PodState, Proc, StateDir};
+use super::state::{now_ms, HeapMode, MemberState, Phase, PodState, Proc, StateDir};
+use podkv_hw::mcas::McasKind;
+use podkv_hw::Coherence;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -18,10 +20,64 @@ fn program(serve_args: &[String]) -> Result<Program, PodError> {
     })
 }
 
-fn open_heap(path: &Path) -> Result<bool, PodError> {
+/// The mode `pod up` asks of a heap it creates: `--coherence` (hardware if not given) and,
+/// for `mcas` only, `--mcas-impl` (flush-cas if not given).
+fn asked_mode(args: &UpArgs) -> Result<(Coherence, McasKind), PodError> {
+    let coherence = args.coherence.unwrap_or_default();
+    match args.mcas_impl {
+        Some(kind) if coherence != Coherence::Mcas => {
+            Err(PodError::McasImplWithoutMcas(kind.name().into()))
+        }
+        kind => Ok((coherence, kind.unwrap_or(McasKind::FlushCas))),
+    }
+}
+
+/// Refuses a mode the store does not serve, with the store's own line.
+fn refuse_unserved(mode: Coherence) -> Result<(), PodError> {
+    if podkv_store::SERVED_COHERENCE.contains(&mode) {
+        Ok(())
+    } else {
+        Err(PodError::Unserved(
+            podkv_store::StoreError::UnservedCoherence { mode },
+        ))
+    }
+}
+
+/// Refuses, before anything is made, flags that do not name a mode and a heap to create in
+/// a mode the store does not serve (its members would refuse it one by one).
+fn refuse_mode_early(path: &Path, args: &UpArgs) -> Result<(), PodError> {
+    let (coherence, _) = asked_mode(args)?;
+    if !path.exists() {
+        refuse_unserved(coherence)?;
+    }
+    Ok(())
+}
+
+/// Opens the pod heap, creating it in the asked mode if missing; returns whether it existed
+/// and its mode. Refuses an existing heap whose mode the store does not serve, or is not
+/// the one `--coherence` / `--mcas-impl` name.
+fn open_heap(path: &Path, args: &UpArgs) -> Result<(bool, HeapMode), PodError> {
+    let (coherence, mcas) = asked_mode(args)?;
     let existed = path.exists();
-    podkv_alloc::Heap::open(path, &podkv_alloc::Config::default())?;
-    Ok(existed)
+    let config = podkv_alloc::Config {
+        coherence,
+        mcas,
+        ..podkv_alloc::Config::default()
+    };
+    let heap = podkv_alloc::Heap::open(path, &config)?;
+    let found = HeapMode::of(heap.geometry().coherence, heap.mcas_kind());
+    let asked = HeapMode::of(coherence, (coherence == Coherence::Mcas).then_some(mcas));
+    let differs = found.coherence != asked.coherence
+        || (args.mcas_impl.is_some() && found.mcas_impl != asked.mcas_impl);
+    if args.coherence.is_some() && differs {
+        return Err(PodError::CoherenceMismatch {
+            heap: path.to_path_buf(),
+            found: found.to_string(),
+            asked: asked.to_string(),
+        });
+    }
+    refuse_unserved(heap.geometry().coherence)?;
+    Ok((existed, found))
 }
 
 pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
@@ -29,21 +85,22 @@ pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
     let _pod = tracing::info_span!("pod", name = %name).entered();
     let dir = args.pod.dir()?;
     dir.refuse_existing(name)?;
-    let (mode, why) = net::choose(args.net)?;
-    tracing::info!("each member gets {why}");
     let heap = args
         .heap
         .clone()
         .unwrap_or_else(|| podkv_alloc::default_path(&format!("pod-{name}")));
-    let existed = open_heap(&heap)?;
+    refuse_mode_early(&heap, args)?;
+    let (mode, why) = net::choose(args.net)?;
+    tracing::info!("each member gets {why}");
+    let (existed, heap_mode) = open_heap(&heap, args)?;
     tracing::info!(
-        "heap {} ({})",
+        "heap {} ({}, coherence {heap_mode})",
         heap.display(),
         if existed { "opened" } else { "created" }
     );
     dir.create()?;
     let program = program(&args.serve_args)?;
-    let state = plan(args, mode, heap)?;
+    let state = plan(args, mode, heap, heap_mode)?;
     if args.detach {
         return up_detached(&dir, &args.pod, state);
     }
@@ -61,7 +118,12 @@ pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
 }
 
 /// The pod about to start: each member's address (making the namespaces in netns mode).
-fn plan(args: &UpArgs, mode: Mode, heap: PathBuf) -> Result<PodState, PodError> {
+fn plan(
+    args: &UpArgs,
+    mode: Mode,
+    heap: PathBuf,
+    heap_mode: HeapMode,
+) -> Result<PodState, PodError> {
     let name = &args.pod.name;
     let hosts = usize::from(args.hosts);
     let (bridge, addrs) = match mode {
@@ -84,6 +146,7 @@ fn plan(args: &UpArgs, mode: Mode, heap: PathBuf) -> Result<PodState, PodError> 
     Ok(PodState {
         name: name.clone(),
         heap,
+        heap_mode,
         mode,
         bridge,
         serve_args: args.serve_args.clone(),
@@ -115,11 +178,12 @@ fn loopback_addrs_free(
 
 fn print_up(state: &PodState) {
     println!(
-        "pod {}: up, {} members ({}), heap {}, monitor pid {}",
+        "pod {}: up, {} members ({}), heap {} (coherence {}), monitor pid {}",
         state.name,
         state.members.len(),
         state.mode.name(),
         state.heap.display(),
+        state.heap_mode,
         state.monitor.pid
     );
     for m in &state.members {
