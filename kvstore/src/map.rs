@@ -443,6 +443,21 @@ impl<A: Arena> Handle<A> {
         meta::get(self.parts(), key, read)
     }
 
+    /// `ms`: [`store_with`](Self::store_with), except that when the new item cannot be made
+    /// the old one is removed whatever the mode, as memcached's `ms` does.
+    #[inline]
+    pub fn meta_set(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        extra: StoreExtra,
+    ) -> Result<(Outcome, u64), StoreError> {
+        meta::set(self.parts(), mode, key, value, flags, exptime, extra)
+    }
+
     /// `md`: `Deleted` (removed, or marked stale with `I`), `NotFound`, or `Exists` when `C`
     /// does not match — compared inside the write loop.
     pub fn meta_delete(&self, key: &[u8], delete: Delete) -> Result<Outcome, StoreError> {

@@ -22,6 +22,10 @@
 //!   item in place — `touch`, `gat`, an `incr`/`decr` whose result fits the old value — and
 //!   starts clear in every new item (set, add, replace, cas, append, prepend, a longer
 //!   counter), as memcached's `do_item_alloc` makes it. The meta commands are in `meta`.
+//! - a new item that cannot be made (no memory, or over the size limit): a `set` removes the
+//!   old item, so no stale value outlives the failed write (`ms` does so whatever its mode,
+//!   in `meta`); an `append`/`prepend` whose data fits but whose joined value does not
+//!   answers `NotStored`. Other commands leave the old item as it was.
 
 use crate::arena::Arena;
 use crate::buckets;
@@ -113,6 +117,11 @@ pub(crate) fn get<'h, A: Arena>(
 /// E`), returning the CAS token of the item it linked (0 when it stored nothing). Every
 /// condition is decided inside the write loop on the item the CAS replaces, so no write
 /// can slip between the comparison and the store.
+///
+/// Two of memcached's rules for a new item that cannot be made: a `set` removes the old
+/// item (so no stale value survives the failed write), and an `append`/`prepend` whose data
+/// fits but whose joined value is over the limit answers `NotStored` (memcached allocates
+/// the joined item only after the data arrived, and reports that failure so).
 #[inline]
 pub(crate) fn store_with<A: Arena>(
     p: Parts<'_, A>,
@@ -133,7 +142,7 @@ pub(crate) fn store_with<A: Arena>(
     shared.check_key(key)?;
     let h = item::hash(key);
     let order = item::item_order(h);
-    let outcome = p.update_hashed(key, h, |current| {
+    let updated = p.update_hashed(key, h, |current| {
         // `exptime` 0 (never) needs no clock.
         let expiry = match exptime {
             0 => 0,
@@ -177,13 +186,41 @@ pub(crate) fn store_with<A: Arena>(
             }
             Mode::Cas(_) => Ok(Step::Keep(Outcome::Exists)),
         }
-    })?;
+    });
+    let outcome = match updated {
+        Ok(outcome) => outcome,
+        Err(error) => return unmade(p, mode, key, value.len(), error),
+    };
     let cas = if outcome == Outcome::Stored {
         written.get()
     } else {
         0
     };
     Ok((outcome, cas))
+}
+
+/// A store whose new item could not be made, by memcached's rules (see [`store_with`]).
+#[cold]
+fn unmade<A: Arena>(
+    p: Parts<'_, A>,
+    mode: Mode,
+    key: &[u8],
+    data: usize,
+    error: StoreError,
+) -> Result<(Outcome, u64), StoreError> {
+    match (mode, error) {
+        (Mode::Append | Mode::Prepend, StoreError::TooLarge { .. })
+            if data <= p.shared().value_max() =>
+        {
+            Ok((Outcome::NotStored, 0))
+        }
+        (Mode::Set, error) => {
+            // The removal's own failure changes nothing the caller can act on.
+            let _ = delete(p, key);
+            Err(error)
+        }
+        (_, error) => Err(error),
+    }
 }
 
 /// `delete key`: `Deleted` or `NotFound`.
@@ -255,4 +292,144 @@ pub(crate) fn flush_all<A: Arena>(p: Parts<'_, A>, delay: i64) {
     d.oldest_live
         .word
         .store(oldest_live.max(1), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Eviction, Store, StoreConfig};
+
+    /// Values over this are refused with `TooLarge`.
+    const VALUE_MAX: usize = 64;
+
+    fn store(capacity: Option<u64>) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            heap: podkv_alloc::Config {
+                small_bytes: 1 << 20,
+                large_bytes: 4 << 20,
+                slots: 4,
+                huge_bytes: 0,
+                ..podkv_alloc::Config::default()
+            },
+            value_max: VALUE_MAX,
+            capacity,
+            eviction: Eviction::Off,
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path().join("heap"), config).unwrap();
+        (dir, store)
+    }
+
+    fn value_of(h: &crate::StoreHandle, key: &[u8]) -> Option<Vec<u8>> {
+        h.get(key).unwrap().map(|g| g.value().to_vec())
+    }
+
+    #[test]
+    fn a_set_that_cannot_make_its_item_removes_the_old_one() {
+        let (_d, store) = store(None);
+        let h = store.handle().unwrap();
+        let big = [b'x'; VALUE_MAX + 1];
+        for mode in [Mode::Replace, Mode::Append, Mode::Cas(0)] {
+            h.set(b"k", b"old", 0, 0).unwrap();
+            let mode = match mode {
+                Mode::Cas(_) => Mode::Cas(h.get(b"k").unwrap().unwrap().cas()),
+                mode => mode,
+            };
+            let refused = h.store(mode, b"k", &big, 0, 0);
+            assert!(
+                matches!(refused, Err(StoreError::TooLarge { .. })),
+                "{mode:?}"
+            );
+            assert_eq!(value_of(&h, b"k").as_deref(), Some(&b"old"[..]), "{mode:?}");
+        }
+        let refused = h.store(Mode::Set, b"k", &big, 0, 0);
+        assert!(matches!(refused, Err(StoreError::TooLarge { .. })));
+        assert_eq!(
+            value_of(&h, b"k"),
+            None,
+            "a failed set leaves no stale value"
+        );
+    }
+
+    #[test]
+    fn a_set_out_of_memory_removes_the_old_one() {
+        let (_d, store) = store(Some(256 << 10));
+        let h = store.handle().unwrap();
+        h.set(b"k", b"old", 0, 0).unwrap();
+        let mut at = 0u32;
+        let full = loop {
+            match h.set(format!("f{at}").as_bytes(), &[1u8; VALUE_MAX], 0, 0) {
+                Ok(()) => at += 1,
+                Err(error) => break error,
+            }
+            assert!(at < 100_000, "capacity never reached");
+        };
+        assert!(matches!(full, StoreError::OutOfMemory), "{full}");
+        let refused = h.store(Mode::Replace, b"k", &[2u8; VALUE_MAX], 0, 0);
+        assert!(matches!(refused, Err(StoreError::OutOfMemory)));
+        assert_eq!(
+            value_of(&h, b"k").as_deref(),
+            Some(&b"old"[..]),
+            "replace keeps it"
+        );
+        let refused = h.store(Mode::Set, b"k", &[2u8; VALUE_MAX], 0, 0);
+        assert!(matches!(refused, Err(StoreError::OutOfMemory)));
+        assert_eq!(
+            value_of(&h, b"k"),
+            None,
+            "a failed set leaves no stale value"
+        );
+    }
+
+    #[test]
+    fn an_append_past_the_limit_is_not_stored() {
+        let (_d, store) = store(None);
+        let h = store.handle().unwrap();
+        let half = [b'a'; VALUE_MAX / 2 + 1];
+        h.set(b"k", &half, 0, 0).unwrap();
+        for mode in [Mode::Append, Mode::Prepend] {
+            assert_eq!(
+                h.store(mode, b"k", &half, 0, 0).unwrap(),
+                Outcome::NotStored
+            );
+            assert_eq!(value_of(&h, b"k").as_deref(), Some(&half[..]), "{mode:?}");
+        }
+        // Data that is itself over the limit is refused as such.
+        let big = [b'x'; VALUE_MAX + 1];
+        let refused = h.store(Mode::Append, b"k", &big, 0, 0);
+        assert!(matches!(refused, Err(StoreError::TooLarge { .. })));
+        // Within the limit, the joined value is stored.
+        assert_eq!(
+            h.store(Mode::Append, b"k", b"b", 0, 0).unwrap(),
+            Outcome::Stored
+        );
+    }
+
+    #[test]
+    fn a_meta_set_that_cannot_make_its_item_removes_the_old_one() {
+        let (_d, store) = store(None);
+        let h = store.handle().unwrap();
+        let big = [b'x'; VALUE_MAX + 1];
+        let extra = StoreExtra::default();
+        for mode in [Mode::Set, Mode::Replace, Mode::Cas(0), Mode::Prepend] {
+            h.set(b"k", b"old", 0, 0).unwrap();
+            let mode = match mode {
+                Mode::Cas(_) => Mode::Cas(h.get(b"k").unwrap().unwrap().cas()),
+                mode => mode,
+            };
+            let refused = h.meta_set(mode, b"k", &big, 0, 0, extra);
+            assert!(
+                matches!(refused, Err(StoreError::TooLarge { .. })),
+                "{mode:?}"
+            );
+            assert_eq!(value_of(&h, b"k"), None, "{mode:?}: no stale value");
+        }
+        // An append whose joined value is too large stores nothing and removes nothing.
+        let half = [b'a'; VALUE_MAX / 2 + 1];
+        h.set(b"k", &half, 0, 0).unwrap();
+        let outcome = h.meta_set(Mode::Append, b"k", &half, 0, 0, extra).unwrap();
+        assert_eq!(outcome, (Outcome::NotStored, 0));
+        assert_eq!(value_of(&h, b"k").as_deref(), Some(&half[..]));
+    }
 }

@@ -1,6 +1,7 @@
-//! memcached 1.6's meta commands over the write loop: `mg` with recache tokens, `md` with
-//! invalidation and a compared CAS, `ma` with its options — each one pass of
-//! `writer::Parts::update`, so every condition is decided on the very item the CAS replaces.
+//! memcached 1.6's meta commands over the write loop: `mg` with recache tokens, `ms` with its
+//! extras, `md` with invalidation and a compared CAS, `ma` with its options — each one pass
+//! of `writer::Parts::update`, so every condition is decided on the very item the CAS
+//! replaces.
 //! Their options and results are in `command`; `Handle::meta_*` call these.
 //!
 //! # Meta state (`item` `lease` byte)
@@ -26,7 +27,7 @@
 use crate::arena::Arena;
 use crate::command::{expiry_of, parse_counter, Outcome, Step};
 use crate::item::{LEASE_STALE, LEASE_TOKEN_SENT};
-use crate::memcached::Guard;
+use crate::memcached::{self, Guard, Mode, StoreExtra};
 use crate::writer::Parts;
 use crate::StoreError;
 
@@ -115,6 +116,30 @@ pub(crate) fn get<'h, A: Arena>(
         lease,
         shown_expiry,
     }))
+}
+
+/// `ms`: a store in `mode` with the meta extras, as `memcached::store_with`, returning the
+/// outcome and the linked item's CAS token. When the new item cannot be made, the old one is
+/// removed whatever the mode (memcached's `ms` unlinks it after any failed allocation, so no
+/// stale value survives); a `set` has removed it already.
+#[inline]
+pub(crate) fn set<A: Arena>(
+    p: Parts<'_, A>,
+    mode: Mode,
+    key: &[u8],
+    value: &[u8],
+    flags: u32,
+    exptime: i64,
+    extra: StoreExtra,
+) -> Result<(Outcome, u64), StoreError> {
+    let stored = memcached::store_with(p, mode, key, value, flags, exptime, extra);
+    if let Err(error) = &stored {
+        if mode != Mode::Set && !matches!(error, StoreError::KeyLength { .. }) {
+            // The removal's own failure changes nothing the caller can act on.
+            let _ = memcached::delete(p, key);
+        }
+    }
+    stored
 }
 
 /// `md`: `Deleted` (removed, or marked stale with `I`), `NotFound`, or `Exists` when `C`

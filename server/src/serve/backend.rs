@@ -107,8 +107,7 @@ impl Backend {
         });
     }
 
-    /// Runs a storage command and maps its result; a failed `set` drops the old item, as
-    /// memcached does, so no stale value survives.
+    /// Runs a classic storage command (the store removes the old item of a failed `set`).
     fn store(
         &self,
         mode: Mode,
@@ -117,37 +116,25 @@ impl Backend {
         flags: u32,
         exptime: Exptime,
     ) -> StoreOutcome {
-        let outcome = self.store_with(mode, key, value, flags, exptime, StoreExtra::default());
-        if mode == Mode::Set && outcome == StoreOutcome::OutOfMemory {
-            let _ = self.handle.delete(key);
-        }
-        outcome
+        let result = self.handle.store_with(
+            mode,
+            key,
+            value,
+            flags,
+            i64::from(exptime.0),
+            StoreExtra::default(),
+        );
+        self.stored(mode, result)
     }
 
-    /// A store with the meta extras (`C` on append, `I`, `E`), counted as memcached counts.
-    fn store_with(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: Exptime,
-        extra: StoreExtra,
-    ) -> StoreOutcome {
+    /// A store's result as the protocol's outcome, counted as memcached counts.
+    fn stored(&self, mode: Mode, result: Result<(Outcome, u64), StoreError>) -> StoreOutcome {
         self.counters.bump(Counter::CmdSet);
-        let result = self
-            .handle
-            .store_with(mode, key, value, flags, i64::from(exptime.0), extra);
         let outcome = match result {
             Ok((Outcome::Stored, cas)) => StoreOutcome::Stored(cas),
             Ok((Outcome::Exists, _)) => StoreOutcome::Exists,
             Ok((Outcome::NotFound, _)) => StoreOutcome::NotFound,
             Ok(_) => StoreOutcome::NotStored,
-            // The data itself fit (the codec refuses larger blocks), so only the joined
-            // value is too large: memcached's failed allocation of it answers NOT_STORED.
-            Err(StoreError::TooLarge { .. }) if matches!(mode, Mode::Append | Mode::Prepend) => {
-                StoreOutcome::NotStored
-            }
             Err(error) => self.refused(error),
         };
         if matches!(outcome, StoreOutcome::Stored(_)) {
@@ -392,12 +379,12 @@ impl Storage for Backend {
             cas: o.new_cas,
         };
         let mode = meta_mode(&o);
-        let outcome = self.store_with(mode, &o.key, &o.value, o.flags, o.exptime, extra);
-        // memcached's `ms` drops the old item whenever it cannot allocate the new one.
-        if outcome == StoreOutcome::OutOfMemory {
-            let _ = self.handle.delete(&o.key);
-        }
-        outcome
+        // The store removes the old item when it cannot make the new one, as memcached's `ms`.
+        let exptime = i64::from(o.exptime.0);
+        let result = self
+            .handle
+            .meta_set(mode, &o.key, &o.value, o.flags, exptime, extra);
+        self.stored(mode, result)
     }
 
     fn meta_delete(&self, key: &[u8], delete: Delete) -> MetaDeleteOutcome {
