@@ -289,3 +289,127 @@ fn duration_ends_the_timed_phase_early() {
     let seconds = r["seconds"].as_f64().unwrap();
     assert!((0.25..5.0).contains(&seconds), "{r}");
 }
+
+/// `--target-rate`: the timed phase never runs ahead of its schedule, and the record says
+/// its latencies start at the intended send times.
+#[test]
+fn an_open_loop_run_keeps_to_its_target_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.ndjson");
+    podkv(&[
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "1000",
+        "--ops",
+        "3000",
+        "--threads",
+        "2",
+        "--target",
+        "dashmap",
+        "--target-rate",
+        "6000",
+        "--json",
+        s(&json),
+    ]);
+    let r = &records(&json)[0];
+    assert_eq!(r["ops"], 3000);
+    assert_eq!(r["latency_from"], "intended", "{r}");
+    assert_eq!(r["target_rate"], 6000.0, "{r}");
+    // The last operation of each worker is due 1499 / 3000 s after the start.
+    let seconds = r["seconds"].as_f64().unwrap();
+    assert!(seconds >= 0.49, "ran ahead of the schedule: {r}");
+    assert!(r["ops_per_sec"].as_f64().unwrap() <= 6000.0 * 1.03, "{r}");
+}
+
+/// An offered load far beyond what the target can answer: the operations queue, and their
+/// latency from the intended send time shows it (closed-loop latency would not).
+#[test]
+fn an_overloaded_open_loop_measures_the_queueing() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.ndjson");
+    let run = |rate: Option<&str>| {
+        let mut args = vec![
+            "ycsb",
+            "--workload",
+            "a",
+            "--records",
+            "1000",
+            "--ops",
+            "100000",
+            "--target",
+            "dashmap",
+            "--json",
+            s(&json),
+        ];
+        if let Some(rate) = rate {
+            args.extend(["--target-rate", rate]);
+        }
+        podkv(&args);
+    };
+    run(None);
+    run(Some("1000000000"));
+    let (closed, open) = (&records(&json)[0], &records(&json)[1]);
+    assert_eq!(closed["latency_from"], "send");
+    let seconds = open["seconds"].as_f64().unwrap();
+    let p99 = open["p99_us"].as_f64().unwrap();
+    assert!(
+        p99 >= 0.5 * seconds * 1e6,
+        "all due at once, the late ones waited about the whole run: {open}"
+    );
+    assert!(
+        p99 > 10.0 * closed["p99_us"].as_f64().unwrap(),
+        "{closed}\n{open}"
+    );
+}
+
+/// `replay --pace timestamps`: each request at its recorded time divided by `--speed`, so
+/// the replay lasts at least the trace's span over the speed.
+#[test]
+fn a_replay_paced_by_timestamps_lasts_the_traces_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generated_trace(dir.path(), 5_000);
+    let stamps: Vec<u64> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    let span = (stamps.last().unwrap() - stamps[0]) as f64;
+    assert!(span >= 1.0, "the generated trace spans {span} s");
+    // Fast enough to finish in about half a second.
+    let speed = (span / 0.5).to_string();
+    let json = dir.path().join("r.ndjson");
+    podkv(&[
+        "replay",
+        s(&trace),
+        "--threads",
+        "2",
+        "--target",
+        "dashmap",
+        "--pace",
+        "timestamps",
+        "--speed",
+        &speed,
+        "--json",
+        s(&json),
+    ]);
+    let r = &records(&json)[0];
+    assert_eq!(r["ops"], 5_000);
+    assert_eq!(r["latency_from"], "intended", "{r}");
+    assert!(r["seconds"].as_f64().unwrap() >= 0.45, "{r}");
+
+    let out = run(&[
+        "replay",
+        s(&trace),
+        "--target",
+        "dashmap",
+        "--pace",
+        "timestamps",
+        "--target-rate",
+        "100",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("choose one"), "{err}");
+}

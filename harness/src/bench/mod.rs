@@ -277,6 +277,7 @@ fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64
         threads,
         duration,
         pin: true,
+        pacing: crate::runner::pacing::Pacing::Closed,
     }
 }
 

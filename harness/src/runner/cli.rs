@@ -1,6 +1,7 @@
 //! The runner's subcommands: `podkv ycsb`, `podkv replay`, `podkv suite`, `podkv plot`.
 
 use super::launch;
+use super::pacing::Pacing;
 use super::spec::{Job, RunArgs, RunSpec, YcsbJob};
 use std::path::PathBuf;
 
@@ -25,9 +26,27 @@ pub struct ReplayCommand {
     /// Worker threads per process.
     #[arg(long, default_value_t = 1, value_name = "T")]
     pub threads: usize,
+    /// `timestamps`: open loop at the trace's own pace. Each request is sent at its recorded
+    /// time (divided by `--speed`; the requests of one recorded second spread evenly over
+    /// it) and its latency runs from then. `none`: as fast as answers come (or at
+    /// `--target-rate`).
+    #[arg(long, value_enum, default_value = "none", value_name = "PACE")]
+    pub pace: Pace,
+    /// With `--pace timestamps`: replay this many times faster than recorded.
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub speed: f64,
     /// The runner.
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// `podkv replay --pace`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Closed loop (or `--target-rate`).
+    None,
+    /// Each request at its recorded time.
+    Timestamps,
 }
 
 /// `podkv suite FILE`: run an experiment suite (a TOML cartesian product).
@@ -81,7 +100,15 @@ pub fn replay(c: &ReplayCommand) -> anyhow::Result<()> {
     let job = Job::Replay {
         trace: c.trace.clone(),
     };
-    let spec = RunSpec::new(job, &c.run, c.threads)?;
+    let mut spec = RunSpec::new(job, &c.run, c.threads)?;
+    if c.pace == Pace::Timestamps {
+        anyhow::ensure!(
+            c.run.target_rate.is_none(),
+            "--pace timestamps and --target-rate both set the send times: choose one"
+        );
+        spec.pacing = Pacing::Timestamps { speed: c.speed };
+        spec.validate()?;
+    }
     with_temp_heap(&spec, c.run.heap.is_none(), || {
         launch(&spec, c.run.json.as_deref()).map(drop)
     })

@@ -10,7 +10,8 @@
 //! - [`worker`]: one process — target, sources, pinned worker threads ([`cpus`]), the timed
 //!   loop; a benchmark's process is `crate::bench::process`'s;
 //! - [`control`]: start/stop barriers in a shared-memory file;
-//! - [`source`]: YCSB streams and trace shares as target commands;
+//! - [`source`]: YCSB streams and trace shares as target commands; [`pacing`]: open-loop
+//!   send times (`--target-rate`, `--pace timestamps`);
 //! - [`targets`]: the [`targets::Target`] trait; `null`, `dashmap`, `mimalloc`, `embedded`;
 //!   [`memcached`]: the memcached client target;
 //! - [`metrics`]: per-kind histograms and hit/miss counts; [`report`]: every process's report,
@@ -38,6 +39,7 @@ pub mod control;
 pub mod cpus;
 pub mod memcached;
 pub mod metrics;
+pub mod pacing;
 pub mod plot;
 pub mod report;
 pub mod source;

@@ -1,6 +1,7 @@
 //! A run's results: one [`RunRecord`], printed as a table and appended as one NDJSON line.
 
 use super::metrics::{Tally, TallyWire};
+use super::pacing::Pacing;
 use super::spec::{Job, RunSpec};
 use crate::helpers::{append_ndjson, human_bytes};
 use crate::process_stats;
@@ -92,6 +93,13 @@ pub struct RunRecord {
     /// HWcc bytes of the heap, for heap targets.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub hwcc_bytes: Option<u64>,
+    /// Where latencies start: `send` (closed loop: when the operation was sent) or
+    /// `intended` (open loop: when it was due, so queueing behind a slow answer counts).
+    #[serde(default = "latency_from_send")]
+    pub latency_from: String,
+    /// The offered load of an open loop at `--target-rate`, operations per second.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target_rate: Option<f64>,
     /// Per-kind details (kinds that ran).
     pub per_op: BTreeMap<String, KindSummary>,
     /// CPU nanoseconds the workers' timed loops spent per operation (against
@@ -101,6 +109,10 @@ pub struct RunRecord {
     pub wall_seconds: f64,
     /// The commit of the binary.
     pub git_commit: String,
+}
+
+fn latency_from_send() -> String {
+    "send".into()
 }
 
 impl RunRecord {
@@ -158,6 +170,11 @@ impl RunRecord {
             pss_bytes: reports.iter().map(|r| r.pss_bytes).sum(),
             page_faults: reports.iter().map(|r| r.page_faults).sum(),
             hwcc_bytes: reports.iter().find_map(|r| r.hwcc_bytes),
+            latency_from: spec.pacing.latency_from().into(),
+            target_rate: match spec.pacing {
+                Pacing::Rate { ops_per_sec } => Some(ops_per_sec),
+                Pacing::Closed | Pacing::Timestamps { .. } => None,
+            },
             per_op,
             cpu_ns_per_op: tally.cpu_ns_sum as f64 / ops.max(1) as f64,
             wall_seconds: wall.as_secs_f64(),
@@ -189,6 +206,14 @@ impl RunRecord {
             self.hwcc_bytes
                 .map_or(String::new(), |b| format!(", hwcc {}", human_bytes(b)))
         );
+        if self.latency_from != "send" {
+            let offered = self
+                .target_rate
+                .map_or("at the trace's timestamps".into(), |r| {
+                    format!("{r:.0} ops/s offered")
+                });
+            println!("  open loop, {offered}: latency from each operation's intended send time");
+        }
         println!(
             "  {:<10} {:>12} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10}",
             "op", "count", "hits", "misses", "p50 us", "p99 us", "p99.9 us", "max us"

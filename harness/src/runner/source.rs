@@ -32,6 +32,11 @@ pub trait Source {
     ) -> anyhow::Result<(usize, Outcome)>;
     /// Reports an error that ended the source early.
     fn finish(self) -> anyhow::Result<()>;
+    /// When the operation the next [`next_op`](Self::next_op) returns is due, in ns after
+    /// the source's start, if the source records one (a paced trace share).
+    fn next_due_ns(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// A buffer of ASCII zeros that value slices are cut from; grows on demand.
@@ -99,12 +104,26 @@ impl Source for OpStream {
 pub struct TraceShare {
     requests: Vec<Request>,
     next: usize,
+    /// Each request's intended offset from the trace's first second, when paced by timestamps
+    /// ([`super::pacing::spread_seconds`]); empty otherwise.
+    due_ns: Vec<f64>,
 }
 
 impl TraceShare {
-    /// Replays `requests` in order.
-    pub fn new(requests: Vec<Request>) -> Self {
-        Self { requests, next: 0 }
+    /// Replays `requests` in order; paced by timestamps from second `origin` (the trace's
+    /// first), it records when each is due.
+    pub fn new(requests: Vec<Request>, origin: Option<u64>) -> Self {
+        let due_ns = match origin {
+            Some(origin) => {
+                super::pacing::spread_seconds(origin, requests.iter().map(|r| r.timestamp))
+            }
+            None => Vec::new(),
+        };
+        Self {
+            requests,
+            next: 0,
+            due_ns,
+        }
     }
 }
 
@@ -135,6 +154,10 @@ impl Source for TraceShare {
 
     fn finish(self) -> anyhow::Result<()> {
         Ok(())
+    }
+
+    fn next_due_ns(&self) -> Option<f64> {
+        self.due_ns.get(self.next).copied()
     }
 }
 

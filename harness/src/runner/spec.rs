@@ -3,6 +3,7 @@
 //! processes × threads run it.
 
 use super::control::COUNT_WORKERS_MAX;
+use super::pacing::Pacing;
 use super::source;
 use super::targets::TargetSpec;
 use crate::bench::job::BenchJob;
@@ -34,6 +35,13 @@ pub struct RunArgs {
     /// Append one NDJSON record of the run to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Open loop: offer this many operations per second over the whole run, shared evenly by
+    /// the workers (as YCSB's `-target`). Each operation is sent at its intended time and its
+    /// latency runs from then, so time queued behind a slow answer counts (no coordinated
+    /// omission); the record's `latency_from` says `intended`. Only the timed phase is paced.
+    /// [default: closed loop, each worker sends when its last operation answered]
+    #[arg(long, value_name = "OPS")]
+    pub target_rate: Option<f64>,
 }
 
 /// A YCSB job as sent to worker processes (the `podkv ycsb` flags that shape operations).
@@ -192,6 +200,9 @@ pub struct RunSpec {
     pub duration: Option<f64>,
     /// Pin threads to CPUs.
     pub pin: bool,
+    /// Closed or open loop (`--target-rate`, `--pace timestamps`).
+    #[serde(default)]
+    pub pacing: Pacing,
 }
 
 impl RunSpec {
@@ -204,6 +215,9 @@ impl RunSpec {
             threads,
             duration: args.duration,
             pin: !args.no_pin,
+            pacing: args
+                .target_rate
+                .map_or(Pacing::Closed, |ops_per_sec| Pacing::Rate { ops_per_sec }),
         };
         spec.validate()?;
         Ok(spec)
@@ -234,6 +248,23 @@ impl RunSpec {
                 "{} lives in process-local memory: it cannot run with --processes > 1",
                 b.allocator.name()
             );
+        }
+        match self.pacing {
+            Pacing::Closed => {}
+            Pacing::Rate { ops_per_sec } => anyhow::ensure!(
+                ops_per_sec > 0.0 && ops_per_sec.is_finite(),
+                "--target-rate must be a positive number of operations per second"
+            ),
+            Pacing::Timestamps { speed } => {
+                anyhow::ensure!(
+                    speed > 0.0 && speed.is_finite(),
+                    "--speed must be a positive factor"
+                );
+                anyhow::ensure!(
+                    matches!(self.job, Job::Replay { .. }),
+                    "--pace timestamps needs a trace: only podkv replay has request times"
+                );
+            }
         }
         if let Some(d) = self.duration {
             anyhow::ensure!(d > 0.0 && d.is_finite(), "--duration must be positive");

@@ -8,6 +8,7 @@
 use super::control::{Control, COUNT_OPS_PER_PROGRESS};
 use super::cpus::{allowed_cpus, pin_to};
 use super::metrics::{ticks, Recorder, Tally};
+use super::pacing::{Pacing, Schedule};
 use super::report::ProcessReport;
 use super::source::{Source, TraceShare, Values};
 use super::spec::{Job, RunSpec};
@@ -78,10 +79,11 @@ fn run_sources<T: Target>(
             run_threads(spec, ctl, process, target, per_thread)
         }
         Job::Replay { trace } => {
-            let shares = read_shares(trace, spec.workers(), part)?;
+            let paced = matches!(spec.pacing, Pacing::Timestamps { .. });
+            let (shares, origin) = read_shares(trace, spec.workers(), part)?;
             let per_thread = shares
                 .into_iter()
-                .map(|r| vec![TraceShare::new(r)])
+                .map(|r| vec![TraceShare::new(r, paced.then_some(origin))])
                 .collect();
             run_threads(spec, ctl, process, target, per_thread)
         }
@@ -89,22 +91,25 @@ fn run_sources<T: Target>(
     }
 }
 
-/// Reads the trace once and keeps the requests of this process's workers, in order.
+/// Reads the trace once and keeps the requests of this process's workers, in order; also
+/// the trace's first timestamp (every worker's pace starts from it).
 fn read_shares(
     trace: &std::path::Path,
     workers: usize,
     part: Range<usize>,
-) -> anyhow::Result<Vec<Vec<podkv_traces::Request>>> {
+) -> anyhow::Result<(Vec<Vec<podkv_traces::Request>>, u64)> {
     let partitioner = Partitioner::new(workers)?;
     let mut shares: Vec<Vec<podkv_traces::Request>> = part.clone().map(|_| Vec::new()).collect();
+    let mut origin = None;
     for request in podkv_traces::requests(trace)? {
         let request = request?;
+        origin.get_or_insert(request.timestamp);
         let w = partitioner.worker_of(request.key.as_bytes());
         if part.contains(&w) {
             shares[w - part.start].push(request);
         }
     }
-    Ok(shares)
+    Ok((shares, origin.unwrap_or(0)))
 }
 
 fn run_threads<T: Target, S: Source + Send>(
@@ -129,7 +134,7 @@ fn run_threads<T: Target, S: Source + Send>(
                     if spec.pin && !cpus.is_empty() {
                         pin_to(cpus[w % cpus.len()]);
                     }
-                    let result = run_worker(target, ctl, w, sources, kinds, timed);
+                    let result = run_worker(spec, target, ctl, w, sources, timed);
                     if result.is_err() {
                         ctl.failed.store(1, Ordering::Release);
                     }
@@ -159,22 +164,29 @@ fn run_threads<T: Target, S: Source + Send>(
     })
 }
 
-/// One worker thread: every phase in order; returns the timed phase's tally.
+/// One worker thread: every phase in order (only the timed one paced); returns the timed
+/// phase's tally.
 fn run_worker<T: Target, S: Source>(
+    spec: &RunSpec,
     target: &T,
     ctl: &Control,
     w: usize,
     sources: Vec<S>,
-    kinds: usize,
     timed: usize,
 ) -> anyhow::Result<Tally> {
+    let kinds = spec.job.kind_names().len();
     let mut session = target.session(w)?;
     let mut values = Values::default();
     let mut tally = Tally::new(kinds);
     for (phase, source) in sources.into_iter().enumerate() {
         ctl.start_line(phase)?;
         let stoppable = phase == timed;
-        let recorder = run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?;
+        let recorder = if stoppable && spec.pacing.is_open() {
+            let schedule = Schedule::start(&spec.pacing, spec.workers());
+            run_source_paced(source, &mut session, &mut values, ctl, w, kinds, &schedule)?
+        } else {
+            run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?
+        };
         ctl.finish_line(phase);
         if phase == timed {
             tally = recorder.into_tally();
@@ -206,6 +218,49 @@ fn run_source<S: Source, X: Session>(
         if done % COUNT_OPS_PER_PROGRESS == 0 {
             ctl.progress[w].store(done, Ordering::Relaxed);
             if stoppable && ctl.stop.load(Ordering::Relaxed) != 0 {
+                break;
+            }
+        }
+    }
+    recorder.stop();
+    ctl.progress[w].store(done, Ordering::Relaxed);
+    source.finish()?;
+    Ok(recorder)
+}
+
+/// The open-loop timed loop: each operation waits for its intended send time, and its
+/// latency runs from that time, so queueing behind a slow answer is measured (see
+/// [`super::pacing`]).
+fn run_source_paced<S: Source, X: Session>(
+    mut source: S,
+    session: &mut X,
+    values: &mut Values,
+    ctl: &Control,
+    w: usize,
+    kinds: usize,
+    schedule: &Schedule,
+) -> anyhow::Result<Recorder> {
+    let mut recorder = Recorder::new(kinds);
+    let mut done = 0u64;
+    recorder.start();
+    loop {
+        let due = schedule.due(done, source.next_due_ns());
+        let Some(op) = source.next_op()? else {
+            break;
+        };
+        let late = schedule.wait_until(due);
+        let start = ticks();
+        let (kind, outcome) = S::perform(op, session, values)?;
+        let end = ticks();
+        recorder.record(
+            kind,
+            end.wrapping_sub(start) + late,
+            outcome == Outcome::Hit,
+        );
+        done += 1;
+        if done % COUNT_OPS_PER_PROGRESS == 0 {
+            ctl.progress[w].store(done, Ordering::Relaxed);
+            if ctl.stop.load(Ordering::Relaxed) != 0 {
                 break;
             }
         }
