@@ -30,8 +30,9 @@ pub enum HeapError {
         /// podkv's magic.
         expected: u64,
     },
-    /// A podkv heap of another format version.
-    #[error("heap {} has format version {found}; this podkv reads version {expected}", path.display())]
+    /// A podkv heap of another format version. A store's items cross formats by dump and
+    /// load, which the message names.
+    #[error("heap {} has format version {found}; this podkv reads version {expected}: move a store's items with `podkv store dump` (run by the podkv that wrote the heap) and `podkv store load` into a heap made by this one", path.display())]
     Version {
         /// The heap file.
         path: PathBuf,

@@ -7,6 +7,7 @@
 //!                            8 placement word (zero: default policy)        (heap/place.rs)
 //!                            256 huge metadata backed                       (heap/open.rs)
 //!                            264, 272 small, large backed-ahead             (slabs.rs)
+//!                            280 user HWcc area's backed high-water mark    (hwcc_user.rs)
 //!                            512 root words (COUNT_ROOTS)                   (heap/)
 //!                            1024 mCAS process lines' borrow words          (mcas.rs)
 //! hwcc         HWcc         globals: len, cold and warm free list heads    (one line each)
@@ -19,6 +20,9 @@
 //!                            slot (the help array of detectable CAS),
 //!                            then one 8 B owner word per thread slot        (slot.rs)
 //!                            and one per hazard record                      (hazard.rs)
+//!                            then, page aligned, the user's HWcc area:      (hwcc_user.rs)
+//!                            2^hwcc_user_log2 bytes the heap's user (the
+//!                            store) lays out itself, backed as it grows
 //! mcas         mCAS lines   `mcas` heaps only: the mCAS region's header,    (mcas.rs)
 //!                            liveness and journal lines, then one request
 //!                            (spwr) and one response (sprd) line per thread
@@ -70,7 +74,10 @@ pub const MAGIC: u64 = 0x564B50;
 /// process lines (5 kept each owner word in its slot or record, changed by CPU CAS; 5 had
 /// 64 KiB small slabs with 1088 B descriptors and the slots' acknowledgement words at the end
 /// of the HWcc region, which 4 lacked).
-pub const FORMAT_VERSION: u64 = 6;
+///
+/// 7: the HWcc region ends with the user's HWcc area (`Geometry::hwcc_user_log2`, format
+/// word bits 58–63), so the store's multi-writer words can be HWcc (and mCAS targets).
+pub const FORMAT_VERSION: u64 = 7;
 /// Process lines of an `mcas` heap's region: the mCAS client lines a process borrows for the
 /// requests it makes without a thread slot of its own (claiming a slot or a hazard record),
 /// one per process at a time (`mcas.rs`, "Process lines").
@@ -97,7 +104,15 @@ pub struct Geometry {
     /// Which mCAS implementation an `mcas` heap uses (`flush-cas` or `nmp`); `flush-cas` for
     /// every other mode, where nothing uses it.
     pub mcas: McasKind,
+    /// log2 of the user's HWcc area (the end of the HWcc region, laid out by the heap's user,
+    /// the store); zero for a heap without one.
+    pub hwcc_user_log2: u32,
 }
+
+/// Smallest user HWcc area (one page).
+pub const HWCC_USER_LOG2_MIN: u32 = 12;
+/// Largest user HWcc area (1 TiB of address space).
+pub const HWCC_USER_LOG2_MAX: u32 = 40;
 
 /// Ranges in the huge heap's reservation array: each one `2^huge_log2 / COUNT_HUGE_RANGES`
 /// bytes of address space (1 GiB for the default 1 TiB huge heap).
@@ -132,6 +147,7 @@ impl Geometry {
             | u64::from(self.liveness == Liveness::Lease) << 50
             | u64::from(self.huge_log2) << 51
             | u64::from(self.mcas == McasKind::Nmp) << 57
+            | u64::from(self.hwcc_user_log2) << 58
     }
 
     /// Reads a format word back, refusing foreign, other-version and impossible ones.
@@ -145,9 +161,6 @@ impl Geometry {
         }
         let coherence = Coherence::from_bits((word >> 48) & 0x3)
             .ok_or(FormatProblem::Corrupt("coherence mode"))?;
-        if word >> 58 != 0 {
-            return Err(FormatProblem::Corrupt("reserved format bits set"));
-        }
         let nmp = word >> 57 & 1 != 0;
         if nmp && coherence != Coherence::Mcas {
             return Err(FormatProblem::Corrupt(
@@ -170,6 +183,7 @@ impl Geometry {
             } else {
                 McasKind::FlushCas
             },
+            hwcc_user_log2: (word >> 58) as u32,
         };
         geometry.validate().map_err(FormatProblem::Corrupt)?;
         Ok(geometry)
@@ -185,6 +199,11 @@ impl Geometry {
         }
         if self.huge_log2 != 0 && !(HUGE_LOG2_MIN..=HUGE_LOG2_MAX).contains(&self.huge_log2) {
             return Err("huge heap outside 2 GiB to 16 TiB");
+        }
+        if self.hwcc_user_log2 != 0
+            && !(HWCC_USER_LOG2_MIN..=HWCC_USER_LOG2_MAX).contains(&self.hwcc_user_log2)
+        {
+            return Err("user HWcc area outside 4 KiB to 1 TiB");
         }
         if self.mcas == McasKind::Device {
             return Err("mCAS device not available on this machine (use flush-cas or nmp)");
@@ -222,6 +241,15 @@ impl Geometry {
         }
     }
 
+    /// Bytes of the user's HWcc area (zero: none).
+    pub fn hwcc_user_bytes(&self) -> u64 {
+        if self.hwcc_user_log2 == 0 {
+            0
+        } else {
+            1 << self.hwcc_user_log2
+        }
+    }
+
     /// log2 of one huge range's bytes.
     pub fn huge_range_shift(&self) -> u32 {
         self.huge_log2
@@ -244,7 +272,12 @@ impl Geometry {
         let slot_acks = huge_ranges + 8 * COUNT_HUGE_RANGES;
         let slot_owners = slot_acks + 8 * self.slots();
         let hazard_owners = slot_owners + 8 * self.slots();
-        let hwcc_end = hazard_owners + 8 * COUNT_HAZARD_RECORDS;
+        let hazard_end = hazard_owners + 8 * COUNT_HAZARD_RECORDS;
+        let hwcc_user = match self.hwcc_user_bytes() {
+            0 => hazard_end,
+            _ => hazard_end.next_multiple_of(ALIGN_PAGE),
+        };
+        let hwcc_end = hwcc_user + self.hwcc_user_bytes();
         let mcas = hwcc_end.next_multiple_of(ALIGN_PAGE);
         let mcas_bytes = if self.coherence == Coherence::Mcas {
             region_bytes(self.mcas_clients())
@@ -265,6 +298,7 @@ impl Geometry {
             hwcc,
             small_remote,
             large_remote,
+            hwcc_user,
             hwcc_end,
             mcas,
             mcas_bytes,
@@ -294,9 +328,12 @@ pub struct Layout {
     pub small_remote: u64,
     /// Large slabs' remote-free words.
     pub large_remote: u64,
+    /// The user's HWcc area, `hwcc_user..hwcc_end` (page aligned; empty without one): the
+    /// HWcc region's last part, laid out by the heap's user (`hwcc_user.rs`).
+    pub hwcc_user: u64,
     /// End of the HWcc region (`hwcc..hwcc_end`: every multi-writer word of the slab heaps,
-    /// the huge reservation array, the slots' acknowledgement and owner words and the hazard
-    /// records' owner words: the mCAS targets of an `mcas` heap).
+    /// the huge reservation array, the slots' acknowledgement and owner words, the hazard
+    /// records' owner words and the user's HWcc area: the mCAS targets of an `mcas` heap).
     pub hwcc_end: u64,
     /// The mCAS region's lines (header, liveness, journal, spwr and sprd per thread slot and
     /// per process line), page aligned after the HWcc region; `mcas_bytes` is zero unless the
@@ -349,6 +386,7 @@ mod tests {
             liveness: Liveness::Process,
             huge_log2: 40,
             mcas: McasKind::FlushCas,
+            hwcc_user_log2: 0,
         }
     }
 
@@ -373,7 +411,7 @@ mod tests {
         assert!(matches!(
             Geometry::from_word(geometry().to_word() | 1 << 60),
             Err(FormatProblem::Corrupt(_))
-        ));
+        ), "a user HWcc area of 2^4 bytes");
         let huge = Geometry {
             small_slabs_log2: 40,
             ..geometry()
@@ -438,6 +476,32 @@ mod tests {
             ..mcas
         };
         assert!(device.validate().is_err());
+    }
+
+    #[test]
+    fn the_user_hwcc_area_ends_the_hwcc_region_and_round_trips() {
+        let none = geometry().layout();
+        assert_eq!(none.hwcc_user, none.hwcc_end, "no area: an empty range");
+        for log2 in [HWCC_USER_LOG2_MIN, 26, HWCC_USER_LOG2_MAX] {
+            let g = Geometry {
+                hwcc_user_log2: log2,
+                coherence: Coherence::Mcas,
+                ..geometry()
+            };
+            let l = g.layout();
+            assert_eq!(l.hwcc_user % ALIGN_PAGE, 0);
+            assert!(l.hwcc_user >= l.hazard_owners + 8 * COUNT_HAZARD_RECORDS);
+            assert_eq!(l.hwcc_end - l.hwcc_user, 1 << log2);
+            assert!(l.hwcc_end <= l.mcas && l.mcas + l.mcas_bytes <= l.slots);
+            assert_eq!(Geometry::from_word(g.to_word()), Ok(g));
+        }
+        for log2 in [1, 11, 41, 63] {
+            let g = Geometry {
+                hwcc_user_log2: log2,
+                ..geometry()
+            };
+            assert!(g.validate().is_err(), "hwcc_user_log2 {log2}");
+        }
     }
 
     #[test]

@@ -105,6 +105,7 @@ not_under_loom! {
     pub mod hazard;
     pub mod heap;
     pub mod huge;
+    pub mod hwcc_user;
     pub mod layout;
     mod mcas;
     pub mod pending;
@@ -122,6 +123,7 @@ not_under_loom! {
     pub use error::{AllocError, HeapError, ResolveError};
     pub use heap::{default_path, Config, Heap, Kind};
     pub use huge::HugeBacking;
+    pub use hwcc_user::HwccUser;
     pub use process::Liveness;
     pub use thread::{InFlight, Recovered, ThreadHandle};
 }

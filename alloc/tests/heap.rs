@@ -396,7 +396,13 @@ fn assert_refused_as_format(old: u8) {
         "{err}"
     );
     let said = format!("has format version {old}; this podkv reads version {current}");
-    assert!(err.to_string().ends_with(&said), "{err}");
+    let line = err.to_string();
+    assert!(line.contains(&said), "{err}");
+    assert!(
+        line.contains("podkv store dump") && line.contains("podkv store load"),
+        "the way across is named: {err}"
+    );
+    assert_eq!(line.lines().count(), 1, "{err}");
 }
 
 /// Format 4 had 32 KiB small slabs and 576 B descriptors: its offsets name other bytes in this
@@ -412,6 +418,13 @@ fn a_format_4_heap_of_32_kib_slabs_is_refused_by_version() {
 #[test]
 fn a_format_5_heap_with_owner_words_in_the_slots_is_refused_by_version() {
     assert_refused_as_format(5);
+}
+
+/// Format 6 had no user HWcc area (the store's multi-writer words); format 7 ends the HWcc
+/// region with it and uses format word bits 58–63 for its size, which format 6 required zero.
+#[test]
+fn a_format_6_heap_without_a_user_hwcc_area_is_refused_by_version() {
+    assert_refused_as_format(6);
 }
 
 #[test]

@@ -1,8 +1,12 @@
 //! A heap and store written by an earlier build open and check clean with this one: the
-//! fixture `fixtures/heap6-store3.zst` was written by `main` at 38e26c2 (heap format 6)
-//! with `write_fixture` below, and every item it holds reads back as written.
+//! fixture `fixtures/heap7-store3.zst` was written (heap format 7, store format 3) with
+//! `write_fixture` below by the build that introduced heap format 7, and every item it holds
+//! reads back as written. A heap of an older format (`fixtures/heap6-store3.zst`, written by
+//! `main` at 38e26c2) is refused with one line that names the way across: `podkv store
+//! dump|load`.
 //!
-//! Regenerate it (only when the format changes on purpose, with a version bump):
+//! Regenerate it (only when the format changes on purpose, with a version bump; keep the
+//! old one for the refusal test):
 //! `cargo test -p podkv-store --test format_fixture -- --ignored write_fixture`.
 
 use podkv_store::{Mode, Store, StoreConfig};
@@ -15,6 +19,11 @@ const COUNT_ITEMS: u32 = 600;
 const EXPIRY_FAR: i64 = 2_000_000_000;
 
 fn fixture_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/heap7-store3.zst")
+}
+
+/// A fixture of the heap format before this build's.
+fn old_fixture_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/heap6-store3.zst")
 }
 
@@ -25,6 +34,8 @@ fn config() -> StoreConfig {
             large_bytes: 8 << 20,
             slots: 8,
             huge_bytes: 0,
+            // The store's HWcc area: small, so the fixture file stays small.
+            hwcc_user_bytes: 64 << 10,
             ..podkv_alloc::Config::default()
         },
         ..StoreConfig::default()
@@ -91,13 +102,41 @@ fn write_fixture() {
         .unwrap();
 }
 
+/// Unpacks a fixture into a fresh heap file in `dir`.
+fn unpack(fixture: &Path, dir: &Path) -> PathBuf {
+    let packed = std::fs::read(fixture).expect("the fixture is in the repository");
+    let bytes = zstd::decode_all(&packed[..]).unwrap();
+    let path = dir.join("heap");
+    std::fs::write(&path, &bytes).unwrap();
+    path
+}
+
+#[test]
+fn a_heap_of_an_older_format_is_refused_with_one_line_naming_dump_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unpack(&old_fixture_path(), dir.path());
+    let before = std::fs::read(&path).unwrap();
+    let refused = [
+        Store::open(&path, config()).map(drop).unwrap_err(),
+        podkv_store::check_path(&path).map(drop).unwrap_err(),
+    ];
+    for err in refused {
+        let line = err.to_string();
+        assert!(
+            line.contains("has format version 6")
+                && line.contains("podkv store dump")
+                && line.contains("podkv store load"),
+            "{line}"
+        );
+        assert_eq!(line.lines().count(), 1, "{line}");
+    }
+    assert!(std::fs::read(&path).unwrap() == before, "nothing written");
+}
+
 #[test]
 fn a_store_written_by_an_earlier_build_opens_checks_clean_and_reads_back() {
-    let packed = std::fs::read(fixture_path()).expect("the fixture is in the repository");
-    let bytes = zstd::decode_all(&packed[..]).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("heap");
-    std::fs::write(&path, &bytes).unwrap();
+    let path = unpack(&fixture_path(), dir.path());
 
     let report = podkv_store::check_path(&path).unwrap();
     assert!(report.is_valid(), "{:?}", report.problems);

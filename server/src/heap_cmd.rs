@@ -131,6 +131,11 @@ pub struct GeometryArgs {
     /// Address space of the huge heap (blocks over 512 KiB), 2GiB to 16TiB; 0: none.
     #[arg(long, default_value = "1TiB", value_parser = parse_bytes)]
     pub huge_bytes: u64,
+    /// The store's HWcc area (its multi-writer words: HWcc in a `limited` heap, mCAS targets
+    /// in an `mcas` one), 4KiB to 1TiB, a power of two; 0: none. Address space: only what
+    /// the store uses is backed and counted in `hwcc_bytes`.
+    #[arg(long, default_value = "256MiB", value_parser = parse_bytes)]
+    pub hwcc_bytes: u64,
 }
 
 /// Runs a `podkv heap` subcommand.
@@ -148,6 +153,7 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
                 liveness: geometry.liveness,
                 coherence: geometry.coherence,
                 huge_bytes: geometry.huge_bytes,
+                hwcc_user_bytes: geometry.hwcc_bytes,
                 mcas: geometry.mcas_impl,
                 placement: place.clone().unwrap_or_default(),
                 ..Config::default()
@@ -342,6 +348,15 @@ fn print_geometry(heap: &Heap) {
             "mcas        {kind}: targets {:#x}..{:#x}, lines at offset {} ({} B; \
              `podkv mcas-nmp --heap PATH --offset {}` serves them)",
             l.hwcc, l.hwcc_end, l.mcas, l.mcas_bytes, l.mcas
+        );
+    }
+    if g.hwcc_user_log2 != 0 {
+        let area = heap.hwcc_user();
+        println!(
+            "hwcc area   {} for the store at {:#x} ({} backed)",
+            human_bytes(area.len()),
+            l.hwcc_user,
+            human_bytes(area.backed())
         );
     }
     println!("liveness    {}", g.liveness.name());

@@ -47,6 +47,11 @@ pub struct Config {
     /// `preferred=N`; default: the kernel's). Recorded in the header, so every process that
     /// opens the heap applies the file's policy, not its own configuration's.
     pub placement: Placement,
+    /// Bytes of a fresh heap's user HWcc area (`crate::HwccUser`: the store's multi-writer
+    /// words), rounded up to a power of two, 4 KiB to 1 TiB; zero: none. Address space of a
+    /// sparse file: only the prefix its user backs counts in `hwcc_bytes`. 256 MiB by
+    /// default: 2^25 words, room for the store's largest table.
+    pub hwcc_user_bytes: u64,
 }
 
 impl Default for Config {
@@ -64,6 +69,7 @@ impl Default for Config {
             huge_backing: HugeBacking::Reserve,
             mcas: McasKind::FlushCas,
             placement: Placement::Default,
+            hwcc_user_bytes: 256 << 20,
         }
     }
 }
@@ -87,6 +93,11 @@ impl Config {
                 self.mcas
             } else {
                 McasKind::FlushCas
+            },
+            hwcc_user_log2: if self.hwcc_user_bytes == 0 {
+                0
+            } else {
+                log2(self.hwcc_user_bytes)
             },
         };
         geometry

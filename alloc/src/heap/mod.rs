@@ -116,7 +116,8 @@ impl Heap {
         let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
         place::apply_to_mapping(&file, &mapping, layout.huge_data, &placement)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
-        file.back(layout.slot_acks, layout.hwcc_end - layout.slot_acks)?;
+        // Up to the user's HWcc area, which its user backs as it grows (`HwccUser::back`).
+        file.back(layout.slot_acks, layout.hwcc_user - layout.slot_acks)?;
         file.back(layout.slots, SIZE_SLOT as u64 * geometry.slots())?;
         file.back(layout.mcas, layout.mcas_bytes)?;
         let mcas = if geometry.coherence == Coherence::Mcas {
@@ -410,6 +411,11 @@ impl Heap {
         HugeReport::check(view, &self.shared.geometry, released, problems)
     }
 
+    /// The user's HWcc area (`hwcc_user.rs`): where the store keeps its multi-writer words.
+    pub fn hwcc_user(&self) -> crate::HwccUser {
+        crate::HwccUser::new(self.shared.clone())
+    }
+
     /// The mCAS implementation of an `mcas` heap (`None` in other modes).
     pub fn mcas_kind(&self) -> Option<McasKind> {
         self.shared.mcas.as_deref().map(HeapMcas::kind)
@@ -424,7 +430,8 @@ impl Heap {
     /// Bytes of HWcc memory in use: the global lines plus one remote word per slab grown, plus
     /// the huge heap's reservation array (constant, 8 KiB) and hazard records' owner words
     /// (512 B) when there is a huge heap, plus an acknowledgement and an owner word per thread
-    /// slot ever claimed, plus an `mcas` heap's region lines (uncachable too).
+    /// slot ever claimed, plus an `mcas` heap's region lines (uncachable too), plus the backed
+    /// prefix of the user's HWcc area (`HwccUser::backed`: what the store uses).
     pub fn hwcc_bytes(&self) -> u64 {
         let claimed = (0..self.shared.geometry.slots())
             .filter(|&i| self.slot(i).generation.load(Ordering::Relaxed) != 0)
@@ -435,6 +442,7 @@ impl Heap {
             0
         };
         huge + self.shared.layout.mcas_bytes
+            + self.hwcc_user().backed()
             + 16 * claimed
             + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE
             + Kind::ALL
