@@ -171,7 +171,7 @@ impl Walk<'_> {
             let owner = self.shared.slots.owner_word(i).load(Acquire);
             let pid = owner_pid(owner);
             if pid != 0 {
-                let alive = !matches!(self.shared.slots.life(i), SlotLife::Dead(_));
+                let alive = !matches!(self.shared.slots.peek(i), SlotLife::Dead(_));
                 self.report.claimed_slots.push(SlotStats {
                     index: i,
                     pid,

@@ -6,8 +6,9 @@
 //! `PODKV_CRASH_SKIP=<n>` (pass the point `n` times first). When the armed point is reached the
 //! process sends itself SIGKILL: no unwinding, no destructors, as in a real crash. With
 //! `PODKV_CRASH_STOP=1` it sends itself SIGSTOP instead and stays frozen at the point, its
-//! slots still held by a live process, until the test has acted on the heap and kills it. Without
-//! the feature `crash_point!` compiles to nothing.
+//! slots still held by a live process, until the test has acted on the heap and kills it; with
+//! `PODKV_CRASH_STOP=once` it stops there once and carries on when continued (a stall, for
+//! the fence's tests: [`STALL_POINTS`]). Without the feature `crash_point!` compiles to nothing.
 
 /// Every crash point, in the order a transition passes them. The crash test runs each; a point
 /// missing here fails the debug assertion in [`hit`], and a point never reached fails the test.
@@ -74,6 +75,16 @@ pub const POINTS: &[&str] = &[
     "huge_sweep.collected",
 ];
 
+/// Stall points: windows of lease mode's fence (`lease.rs`) where a test stops an owner
+/// (`PODKV_CRASH_STOP=once`), lets a peer fence its slot and work, then resumes it. Armed and
+/// marked as crash points are; not part of the crash test's list.
+pub const STALL_POINTS: &[&str] = &[
+    "claim.beaten",
+    "release.written",
+    "renew.read",
+    "rejoin.beaten",
+];
+
 /// Marks a crash point (see the module docs).
 #[macro_export]
 macro_rules! crash_point {
@@ -95,7 +106,7 @@ mod armed {
     #[cold]
     pub fn hit(name: &'static str) {
         debug_assert!(
-            super::POINTS.contains(&name),
+            super::POINTS.contains(&name) || super::STALL_POINTS.contains(&name),
             "crash point {name} not in POINTS"
         );
         let armed = ARMED.get_or_init(|| {
@@ -107,8 +118,21 @@ mod armed {
             Some((point, skip))
         });
         if let Some((point, skip)) = armed {
-            if point == name && PASSED.fetch_add(1, Ordering::Relaxed) >= *skip {
-                let stop = std::env::var_os("PODKV_CRASH_STOP").is_some_and(|v| v == "1");
+            if point != name {
+                return;
+            }
+            let passed = PASSED.fetch_add(1, Ordering::Relaxed);
+            let stop = std::env::var_os("PODKV_CRASH_STOP");
+            if stop.as_ref().is_some_and(|v| v == "once") {
+                if passed == *skip {
+                    // A stall: stop here once; the test continues the process.
+                    // SAFETY: sending a signal to ourselves.
+                    unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                }
+                return;
+            }
+            if passed >= *skip {
+                let stop = stop.is_some_and(|v| v == "1");
                 loop {
                     // SAFETY: sending a signal to ourselves. A stopped process is killed by
                     // the test; should it be continued instead, it stops again.

@@ -32,7 +32,7 @@
 //! | [`slab`], [`slot`] | the shared records: a slab's descriptor and states, a thread slot's words |
 //! | [`dcas`], [`remote`], [`free_list`], [`pending`] | the lock-free protocols on shared words |
 //! | [`recovery`] | the recovery word: [`recovery::Rec`], one step per [`recovery::Op`], and [`InFlight`] |
-//! | [`file`](mod@file), [`process`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; an `mcas` heap's region and CAS hook; the backer thread |
+//! | [`file`](mod@file), [`process`], [`lease`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; lease mode's heartbeats, watch and fence; an `mcas` heap's region and CAS hook; the backer thread |
 //! | [`slabs`] | component `SlabHeaps`: each [`SlabHeap`](heap::SlabHeap)'s placement, descriptors, remote words, `len` and growth |
 //! | [`global`] | component `GlobalLists`: the warm and cold global free lists ([`heap::List`]) |
 //! | `slots` | component `Slots`: the thread-slot table — claim, release, liveness, leases |
@@ -71,7 +71,9 @@
 //! Every step is logged in the slot's recovery word before it is done, and every CAS on a
 //! shared word is detectable ([`dcas`]), so a thread finding a dead slot (when claiming one, or
 //! through [`Heap::recover_dead`]) adopts it and finishes its step without waiting for anyone
-//! ([`recovery`]). [`crash`] names every window a crash can fall in.
+//! ([`recovery`]). [`crash`] names every window a crash can fall in. A slot whose owner may
+//! only be paused (lease mode: another host's process) is fenced, not adopted, and its owner's
+//! late writes are harmless by construction ([`lease`], with the windows that remain).
 
 /// Items that map a heap file: left out of loom builds, whose models build the lock-free
 /// protocols ([`dcas`], [`free_list`], [`remote`]) on the ordinary heap (loom cannot see
@@ -107,6 +109,7 @@ not_under_loom! {
     pub mod huge;
     pub mod hwcc_user;
     pub mod layout;
+    pub mod lease;
     mod mcas;
     pub mod pending;
     pub mod process;

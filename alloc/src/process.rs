@@ -2,15 +2,14 @@
 //!
 //! On one host an owner is dead when its process is gone: its pid no longer runs, or runs with
 //! another start time (a reused pid is another process). Hosts sharing real pod memory cannot
-//! see each other's processes, so a heap in *lease mode* judges by time: owners renew a
-//! deadline in their slots and a slot whose lease expired is dead. The mode is fixed when the
-//! heap is created ([`Liveness`], recorded in the header).
+//! see each other's processes, so a heap in *lease mode* watches heartbeats: an owner whose
+//! beat stops advancing for a lease (by the watcher's own clock) is fenced, and recovered once
+//! known stopped ([`crate::lease`]). The mode is fixed when the heap is created ([`Liveness`],
+//! recorded in the header).
 
-use crate::slot::{Owner, Slot};
-use podkv_hw::sync::{AtomicU64, Ordering::Acquire};
-use podkv_hw::Coherence;
+use crate::slot::Owner;
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// How a heap decides that a slot's owner is dead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -19,8 +18,9 @@ pub enum Liveness {
     /// never judged dead (use lease mode for a multi-host pod).
     #[default]
     Process,
-    /// By lease: owners renew a deadline every [`LEASE`]/3; an owner whose deadline passed is
-    /// dead, wherever it runs. (On this host a vanished process is also dead at once.)
+    /// By lease: owners advance a heartbeat every third of a lease; an owner silent for a lease
+    /// is fenced, wherever it runs, and recovered once known stopped ([`crate::lease`]). (On
+    /// this host a vanished process is dead at once.)
     Lease,
 }
 
@@ -45,7 +45,7 @@ impl std::str::FromStr for Liveness {
     }
 }
 
-/// How long a lease lasts after each renewal.
+/// How long an owner may stay silent before it is fenced (`Config::lease` by default).
 pub const LEASE: Duration = Duration::from_secs(3);
 
 /// This process as a slot owner.
@@ -88,13 +88,6 @@ pub fn host_id() -> u16 {
     })
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): time on a CPU, without the time
 /// it waited for one. A system call, not a vDSO read: about a microsecond.
 pub fn thread_cpu_time() -> Duration {
@@ -105,11 +98,6 @@ pub fn thread_cpu_time() -> Duration {
     // SAFETY: a valid clock id and a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// The lease deadline a claim or renewal now writes.
-pub fn lease_until(lease: Duration) -> u64 {
-    now_ms() + lease.as_millis() as u64
 }
 
 /// The start time of process `pid`, if it exists (clock ticks after boot, `/proc/PID/stat`
@@ -144,34 +132,25 @@ pub enum SlotLife {
     Free,
     /// Its owner lives (or may: an owner on another host in process mode).
     Alive(Owner),
-    /// Its owner is dead; the word is the owner word to adopt from.
+    /// Its owner is known stopped; the word is the owner word to adopt from.
     Dead(u64),
+    /// Lease mode: its owner's lease lapsed and the slot is fenced (the word, flag included):
+    /// nobody takes it until the owner is known stopped ([`crate::lease`]).
+    Fenced(u64),
 }
 
-/// Judges the owner of a slot whose owner word is `owner` under `mode`: a local owner whose
-/// process is gone is dead; in lease mode so is one whose lease (`slot.lease`, read fresh:
-/// the reader rule of `coherence`) has passed.
-pub(crate) fn life_of(
-    owner: &AtomicU64,
-    slot: &Slot,
-    mode: Liveness,
-    coherence: Coherence,
-) -> SlotLife {
-    let word = owner.load(Acquire);
+/// Judges the owner of a slot whose owner word holds `word`, without watching it: a local owner
+/// whose process is gone is dead (fenced or not: it is known stopped); a fenced one is
+/// fenced; anyone else alive. (Lease mode's watch, which fences, is `Slots::life`.)
+pub(crate) fn life_of_word(word: u64) -> SlotLife {
     let Some(who) = Owner::unpack(word) else {
         return SlotLife::Free;
     };
     if is_dead_owner(word) {
         return SlotLife::Dead(word);
     }
-    if mode == Liveness::Lease {
-        coherence.invalidate((&slot.lease as *const AtomicU64).cast(), 8);
-        if slot.lease.load(Acquire) < now_ms() {
-            // Re-read: an adopter renews the lease before its CAS, so a changed owner is not dead.
-            if owner.load(Acquire) == word {
-                return SlotLife::Dead(word);
-            }
-        }
+    if word & crate::lease::FLAG_FENCED != 0 {
+        return SlotLife::Fenced(word);
     }
     SlotLife::Alive(who)
 }

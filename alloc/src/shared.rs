@@ -127,7 +127,7 @@ fn renew_leases(shared: std::sync::Weak<Shared>) {
             return;
         };
         let period = shared.slots.lease / 3;
-        shared.slots.renew_held();
+        shared.slots.renew_held(shared.me);
         drop(shared);
         std::thread::sleep(period);
     }

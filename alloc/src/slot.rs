@@ -8,18 +8,21 @@
 //! Who holds slot `i` is not in the slot: it is word `i` of `Layout::slot_owners`, a
 //! multi-writer word, so it lives among the mCAS targets and changes only through the heap's
 //! one hook (`Slots::try_claim`, `Slots::release`): host id (bits 48..64), the
-//! process's start time in clock ticks since boot (low 24 bits, bits 24..48) and its pid
-//! (bits 0..24); zero when free. One word, so a claim, an adoption and a liveness check each
+//! process's start time in clock ticks since boot (low 24 bits, bits 24..48), the fence flag
+//! (bit 23, [`crate::lease::FLAG_FENCED`]: set by an observer that saw the owner's lease
+//! lapse) and its pid (bits 0..23); zero when free. One word, so a claim, an adoption and a liveness check each
 //! see one consistent owner, and a reused pid (other start time) is another owner. CAS from
 //! zero by claimers, from a dead owner's word by adopters, from the owner's word to zero by the
 //! releasing owner.
 //!
 //! # Fields (single writer: the slot's owner)
-//! - `lease`: in lease mode, the time (ms since the Unix epoch) until which the owner is alive;
-//!   renewed by the owning process, read by any host judging the owner's life. On a line of its
-//!   own: in `limited` and `mcas` heaps the renewer writes it back after each store and readers
+//! - `beat`: in lease mode, the owner's heartbeat ([`crate::lease::Beat`]: a counter tagged
+//!   with the beater's pid), advanced by the owning process every third of a lease, watched by
+//!   any host judging the owner's life by its own clock (`lease.rs`). On a line of its own: in
+//!   `limited` and `mcas` heaps the beater writes it back after each store and watchers
 //!   invalidate it before each load (SWcc) without touching the rest of the slot. Written (and
-//!   written back) before the claim CAS, so a fresh claim is never seen expired.
+//!   written back) by a claimer before its claim CAS; a beat by anyone but the owner word's
+//!   process counts for nobody, so a loser's beat is harmless.
 //! - `recovery`: the slot's 8-byte recovery word ([`crate::recovery`]): the operation under
 //!   way, logged by the owner before each step; written by nobody else (another thread's
 //!   acknowledgement of a version goes to the slot's word in the HWcc region, `dcas`).
@@ -51,9 +54,9 @@ pub struct LocalLists {
 /// A thread slot.
 #[repr(C, align(64))]
 pub struct Slot {
-    /// Lease deadline (ms since the Unix epoch), in lease mode: alone on the slot's first line.
-    pub lease: AtomicU64,
-    lease_line: [AtomicU64; 7],
+    /// The owner's heartbeat, in lease mode: alone on the slot's first line.
+    pub beat: AtomicU64,
+    beat_line: [AtomicU64; 7],
     /// The recovery word.
     pub recovery: AtomicU64,
     /// Claims so far.
@@ -72,7 +75,8 @@ pub struct Slot {
 pub struct Owner {
     /// Host id (16 bits of a hash of the machine id, never zero).
     pub host: u16,
-    /// Process id (below 2^24, Linux's `pid_max` limit is 2^22).
+    /// Process id (below 2^22, Linux's `pid_max` limit; bit 23 of the word is
+    /// [`crate::lease::FLAG_FENCED`]).
     pub pid: u32,
     /// Low 24 bits of the process's start time in clock ticks after boot.
     pub start: u32,
@@ -83,7 +87,7 @@ impl Owner {
     pub const fn pack(self) -> u64 {
         (self.host as u64) << 48
             | ((self.start & 0xFF_FFFF) as u64) << 24
-            | (self.pid & 0xFF_FFFF) as u64
+            | (self.pid & 0x7F_FFFF) as u64
     }
 
     /// Unpacks a word; `None` for an unclaimed slot.
@@ -93,16 +97,16 @@ impl Owner {
         }
         Some(Owner {
             host: (word >> 48) as u16,
-            pid: (word & 0xFF_FFFF) as u32,
+            pid: owner_pid(word),
             start: ((word >> 24) & 0xFF_FFFF) as u32,
         })
     }
 }
 
-/// The pid in an owner word (zero: unclaimed).
+/// The pid in an owner word (zero: unclaimed), without the fence flag.
 #[inline]
 pub const fn owner_pid(word: u64) -> u32 {
-    (word & 0xFF_FFFF) as u32
+    (word & 0x7F_FFFF) as u32
 }
 
 impl Slot {
@@ -115,7 +119,7 @@ impl Slot {
 const _: () = assert!(std::mem::size_of::<Slot>() <= SIZE_SLOT);
 const _: () = assert!(
     std::mem::offset_of!(Slot, recovery) == 64,
-    "the lease has its own line"
+    "the beat has its own line"
 );
 
 /// A list word's two ends (head and tail, or head and count).

@@ -10,10 +10,14 @@
 //! - a slot's own words: written by its owner only; written back before it gives the slot
 //!   back, invalidated by the next claimer (SWcc).
 //! - `held` (process-local): the slots this process's threads hold, for the lease renewer.
+//! - `watch` (process-local): what this process last saw of each slot's owner and beat, and
+//!   when by its own clock (`lease.rs`).
 
 use crate::file::Words;
 use crate::layout::{Geometry, Layout};
 use crate::mcas::{cas_as_process, HeapMcas};
+use crate::crash_point;
+use crate::lease::{Watch, FLAG_FENCED};
 use crate::process::{Liveness, SlotLife};
 use crate::slot::{Owner, Slot, SIZE_SLOT};
 use podkv_hw::sync::{AtomicU64, Ordering};
@@ -36,6 +40,11 @@ pub(crate) struct Slots {
     mcas: Option<Arc<HeapMcas>>,
     /// Slots this process holds, whose leases its renewer keeps fresh (lease mode only).
     held: Mutex<Vec<u32>>,
+    /// This process's watch over the slots' heartbeats (lease mode only).
+    watch: Watch,
+    /// Slots this process held that were taken from it while it was stopped (an operator's
+    /// `recover_host` of a host that was only paused).
+    lost: AtomicU64,
 }
 
 impl Slots {
@@ -57,6 +66,12 @@ impl Slots {
             coherence: geometry.coherence,
             mcas,
             held: Mutex::new(Vec::new()),
+            watch: Watch::new(if geometry.liveness == Liveness::Lease {
+                geometry.slots()
+            } else {
+                0
+            }),
+            lost: AtomicU64::new(0),
         }
     }
 
@@ -90,9 +105,10 @@ impl Slots {
         }
         let slot = self.slot(i);
         let coherence = self.coherence;
-        slot.lease
-            .store(crate::process::lease_until(self.lease), Ordering::Release);
-        coherence.write_back((&slot.lease as *const AtomicU64).cast(), 8);
+        if self.liveness == Liveness::Lease {
+            self.beat(slot, owner.pid);
+            crash_point!("claim.beaten");
+        }
         if cas_as_process(self.mcas.as_deref(), word, from, owner.pack()).is_err() {
             return false;
         }
@@ -105,13 +121,31 @@ impl Slots {
     }
 
     /// Gives slot `i`, held by `owner`, back: writes the slot back (SWcc), then CASes its owner
-    /// word from `owner` to zero on the slot's own line. False if the word no longer names
-    /// `owner` (in lease mode, an adopter judged it dead meanwhile).
+    /// word from `owner` (or from `owner` fenced: it stopped for a while, and nobody took the
+    /// slot) to zero on the slot's own line. False if the word names someone else (an
+    /// operator recovered the host while this process was stopped).
     pub(crate) fn release(&self, i: u32, owner: Owner) -> bool {
         let (bytes, len) = self.slot(u64::from(i)).bytes();
         self.coherence.write_back(bytes, len);
+        crash_point!("release.written");
         let word = self.owner_word(u64::from(i));
-        crate::mcas::cas_word(self.mcas.as_deref(), i, word, owner.pack(), 0).is_ok()
+        let cas = |from| crate::mcas::cas_word(self.mcas.as_deref(), i, word, from, 0);
+        match cas(owner.pack()) {
+            Ok(_) => true,
+            Err(seen) if seen == owner.pack() | FLAG_FENCED => cas(seen).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Advances slot `i`'s beat as process `pid` and writes its line back (SWcc: other hosts
+    /// watch it).
+    fn beat(&self, slot: &Slot, pid: u32) {
+        self.coherence
+            .invalidate((&slot.beat as *const AtomicU64).cast(), 8);
+        let beat = crate::lease::beat_of(&slot.beat).next(pid);
+        slot.beat.store(beat.0, Ordering::Release);
+        self.coherence
+            .write_back((&slot.beat as *const AtomicU64).cast(), 8);
     }
 
     /// How many times slot `i` has been claimed (its `generation`).
@@ -121,14 +155,38 @@ impl Slots {
             .load(Ordering::Acquire)
     }
 
-    /// Whether slot `i`'s owner is alive, dead, or the slot free.
+    /// Whether slot `i`'s owner is alive, dead (known stopped), fenced, or the slot free, as
+    /// this process judges it now. In lease mode this watches the owner's beat and fences an
+    /// owner silent for a lease (`lease.rs`).
     pub(crate) fn life(&self, i: u64) -> SlotLife {
-        crate::process::life_of(
-            self.owner_word(i),
-            self.slot(i),
-            self.liveness,
-            self.coherence,
-        )
+        let word = self.owner_word(i).load(Ordering::Acquire);
+        let life = crate::process::life_of_word(word);
+        if self.liveness != Liveness::Lease || !matches!(life, SlotLife::Alive(_)) {
+            return life;
+        }
+        let slot = self.slot(i);
+        self.coherence
+            .invalidate((&slot.beat as *const AtomicU64).cast(), 8);
+        let beat = crate::lease::beat_of(&slot.beat);
+        if !self.watch.lapsed(i, word, beat, self.lease) {
+            return life;
+        }
+        let fenced = word | FLAG_FENCED;
+        match cas_as_process(self.mcas.as_deref(), self.owner_word(i), word, fenced) {
+            Ok(_) => SlotLife::Fenced(fenced),
+            // It changed meanwhile (released, rejoined, claimed): judge that next time.
+            Err(seen) => crate::process::life_of_word(seen),
+        }
+    }
+
+    /// Slot `i`'s life from its owner word alone: no watching, no fencing (for reports).
+    pub(crate) fn peek(&self, i: u64) -> SlotLife {
+        crate::process::life_of_word(self.owner_word(i).load(Ordering::Acquire))
+    }
+
+    /// Slots this process held that were taken from it while it was stopped.
+    pub(crate) fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
     }
 
     /// Notes that this process holds slot `i`. True when the heap keeps leases (the caller
@@ -154,20 +212,32 @@ impl Slots {
         }
     }
 
-    /// The lease renewer's work: renews the lease of every slot this process holds.
-    pub(crate) fn renew_held(&self) {
-        let until = crate::process::lease_until(self.lease);
+    /// The lease renewer's work: beats in every slot this process holds; rejoins a slot
+    /// fenced while this process was stopped (beat first, then clear the flag by CAS, so no
+    /// watcher sees the unfenced owner silent). A slot whose word names someone else is not
+    /// beaten (released meanwhile, or taken by `recover_host`: then its rejoin CAS failed and
+    /// counted it lost).
+    pub(crate) fn renew_held(&self, me: Owner) {
         let held = self
             .held
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let mine = me.pack();
         for i in held {
-            let lease = &self.slot(u64::from(i)).lease;
-            lease.store(until, Ordering::Release);
-            // SWcc: other hosts judge the owner by this line.
-            self.coherence
-                .write_back((lease as *const AtomicU64).cast(), 8);
+            let word = self.owner_word(u64::from(i));
+            let seen = word.load(Ordering::Acquire);
+            crash_point!("renew.read");
+            if seen != mine && seen != mine | FLAG_FENCED {
+                continue;
+            }
+            self.beat(self.slot(u64::from(i)), me.pid);
+            if seen == mine | FLAG_FENCED {
+                crash_point!("rejoin.beaten");
+                if crate::mcas::cas_word(self.mcas.as_deref(), i, word, seen, mine).is_err() {
+                    self.lost.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
     }
 }

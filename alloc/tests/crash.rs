@@ -527,19 +527,25 @@ fn a_cas_replaced_after_its_owner_stopped_is_known_taken_by_its_acknowledgement(
     }
 }
 
+/// A short lease for the lease-mode tests (parent and child must agree).
+const LEASE_TEST: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// Lease mode: a slot held by a process on "another host" (another `PODKV_HOST_ID`) is never
-/// judged dead by its pid; once that process stops renewing (here: SIGSTOP) and its lease runs
-/// out, it is dead and recovered. In process mode the same slot stays alive.
+/// judged by its pid; once that process stops beating (here: SIGSTOP) for a lease, its slot is
+/// fenced, not recovered: nobody takes it until the host is known stopped, which an operator
+/// says with `recover_host`. In process mode the same slot stays alive.
 #[test]
-fn lease_mode_judges_a_silent_other_host_dead_after_its_lease() {
+fn lease_mode_fences_a_silent_other_host_and_recovers_it_once_known_stopped() {
     if std::env::var(ROLE).is_ok() {
         return;
     }
+    use podkv_alloc::process::SlotLife;
     for liveness in [podkv_alloc::Liveness::Lease, podkv_alloc::Liveness::Process] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("heap");
         let config = Config {
             liveness,
+            lease: LEASE_TEST,
             ..config()
         };
         drop(Heap::open(&path, &config).unwrap());
@@ -556,37 +562,56 @@ fn lease_mode_judges_a_silent_other_host_dead_after_its_lease() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // Wait for the child to hold its slot, then silence it (alive, but renewing nothing).
+        // Wait for the child to hold its slot, then silence it (alive, but beating nothing).
         let heap = Heap::open(&path, &config).unwrap();
-        let held = || {
+        let lives = || {
             (0..SLOTS as u64)
-                .any(|i| !matches!(heap.slot_life(i), podkv_alloc::process::SlotLife::Free))
+                .map(|i| heap.slot_life(i))
+                .collect::<Vec<_>>()
         };
+        let held = |lives: &[SlotLife]| lives.iter().any(|l| !matches!(l, SlotLife::Free));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !held() {
+        while !held(&lives()) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "child never claimed a slot"
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        let fenced = |lives: &[SlotLife]| lives.iter().any(|l| matches!(l, SlotLife::Fenced(_)));
         if liveness == podkv_alloc::Liveness::Lease {
-            // While it runs, its renewer keeps the lease fresh past a whole lease.
-            std::thread::sleep(podkv_alloc::process::LEASE + std::time::Duration::from_millis(500));
-            assert!(heap.recover_dead().is_empty(), "a renewing owner is alive");
+            // While it runs, its renewer keeps it beating past several leases.
+            for _ in 0..12 {
+                std::thread::sleep(LEASE_TEST / 4);
+                assert!(!fenced(&lives()), "a beating owner is never fenced");
+            }
         }
         // SAFETY: stopping our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
-        std::thread::sleep(podkv_alloc::process::LEASE + std::time::Duration::from_millis(500));
-        let recovered = heap.recover_dead();
+        let mut seen = lives();
+        for _ in 0..12 {
+            std::thread::sleep(LEASE_TEST / 4);
+            seen = lives();
+        }
+        assert!(
+            heap.recover_dead().is_empty(),
+            "a stopped owner is not known dead"
+        );
         // SAFETY: as above.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
+        let recovered = heap.recover_host(4242);
         match liveness {
             podkv_alloc::Liveness::Lease => {
-                assert_eq!(recovered.len(), 1, "the silent owner's lease expired")
+                assert!(fenced(&seen), "the silent owner was fenced: {seen:?}");
+                assert_eq!(
+                    recovered.len(),
+                    1,
+                    "recovered once its host is known stopped"
+                )
             }
             podkv_alloc::Liveness::Process => {
+                assert!(!fenced(&seen), "process mode fences nobody");
                 assert!(
                     recovered.is_empty(),
                     "another host's pid is never judged here"
@@ -606,6 +631,7 @@ fn lease_child_entry() {
         &path,
         &Config {
             create: false,
+            lease: LEASE_TEST,
             ..config()
         },
     )

@@ -9,6 +9,8 @@
 //!
 //! `PODKV_SOAK=1` runs 200 rounds instead of 20.
 
+use podkv_alloc::process::SlotLife;
+use podkv_alloc::slot::Owner;
 use podkv_alloc::{Config, Heap, Liveness, Offset, ThreadHandle};
 use std::alloc::Layout;
 use std::path::Path;
@@ -160,10 +162,59 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`).
+fn is_stopped(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')')
+        .and_then(|at| stat[at + 2..].chars().next())
+        .is_some_and(|state| state == 'T')
+}
+
+/// Watches every slot for three leases (an observer must see an owner silent for a whole
+/// lease); returns whether it saw (and so fenced) a slot of the child's host.
+fn watch_for_fence(heap: &Heap) -> bool {
+    let mut fenced = false;
+    let until = Instant::now() + 3 * LEASE;
+    while Instant::now() < until {
+        for i in 0..heap.geometry().slots() {
+            if let SlotLife::Fenced(word) = heap.slot_life(i) {
+                fenced |= Owner::unpack(word).is_some_and(|o| o.host == other_host());
+            }
+        }
+        assert!(
+            heap.recover_dead().is_empty(),
+            "a stopped owner is not known dead"
+        );
+        std::thread::sleep(LEASE / 4);
+    }
+    fenced
+}
+
+/// The child, killed if the round fails before it exits.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// How a round stops the child: from outside (SIGSTOP at a random instruction), or at a named
+/// stall point it passes (after passing it `skip` times).
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Outside,
+    At(&'static str, u32),
+}
+
 /// One round: see the module docs.
-fn round(dir: &Path, seed: u64) {
+fn round(dir: &Path, seed: u64, stop: Stop) {
     let heap = Heap::open(dir.join("heap"), &config()).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
         .args([
             "--exact",
             "stress_child_entry",
@@ -173,22 +224,40 @@ fn round(dir: &Path, seed: u64) {
         .env(ROLE, "stress")
         .env("PODKV_HOST_ID", other_host().to_string())
         .env("PODKV_FENCE_DIR", dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as i32;
-    wait_for("the child's threads to work", || {
-        dir.join("ready0").exists() && dir.join("ready1").exists()
-    });
-    // SAFETY: stopping our own child.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
-    // Judge its slots over three leases (an observer may need to watch a whole lease).
-    let until = Instant::now() + 3 * LEASE;
-    while Instant::now() < until {
-        heap.recover_dead();
-        std::thread::sleep(LEASE / 4);
+        .stdout(std::process::Stdio::null());
+    if let Stop::At(point, skip) = stop {
+        command
+            .env("PODKV_CRASH_POINT", point)
+            .env("PODKV_CRASH_SKIP", skip.to_string())
+            .env("PODKV_CRASH_STOP", "once");
     }
-    // Work while it is stopped, in whatever memory was taken from it.
+    let mut child = Child(command.spawn().unwrap());
+    let pid = child.0.id() as i32;
+    let ready = || dir.join("ready0").exists() && dir.join("ready1").exists();
+    wait_for("the child's threads to work", || ready() || is_stopped(pid));
+    let point = match stop {
+        Stop::Outside => "outside",
+        Stop::At(point, _) => point,
+    };
+    match point {
+        "outside" => {
+            // SAFETY: stopping our own child.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+        }
+        "rejoin.beaten" => {
+            // A rejoin needs a fence first: stop it from outside, fence, continue.
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            assert!(watch_for_fence(&heap), "{point}: fenced before the rejoin");
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+        "release.written" => std::fs::write(dir.join("stop"), b"").unwrap(),
+        _ => {}
+    }
+    wait_for(point, || is_stopped(pid));
+    let fenced = watch_for_fence(&heap);
+    // Work while it is stopped, beside whatever it holds.
     let t = heap.thread().unwrap();
     let mut held = Held::new(seed);
     for _ in 0..20_000 {
@@ -196,36 +265,78 @@ fn round(dir: &Path, seed: u64) {
     }
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
+    if point != "release.written" {
+        // It rejoins: its slots are fenced no more.
+        wait_for("the child to rejoin", || {
+            (0..heap.geometry().slots()).all(|i| !matches!(heap.slot_life(i), SlotLife::Fenced(_)))
+        });
+    }
     for _ in 0..20_000 {
         held.step(&heap, &t, 2000).unwrap();
     }
     std::fs::write(dir.join("stop"), b"").unwrap();
-    let status = child.wait().unwrap();
+    let status = child.0.wait().unwrap();
     held.free_all(&heap, &t);
     drop(t);
-    heap.recover_dead();
+    assert!(
+        heap.recover_dead().is_empty(),
+        "{point}: every slot released"
+    );
     assert!(
         status.success(),
-        "round {seed}: the resumed child failed: {status}"
+        "round {seed} ({point}): the resumed child failed: {status}"
     );
+    if matches!(
+        point,
+        "outside" | "renew.read" | "rejoin.beaten" | "release.written"
+    ) {
+        // Stopped with a slot held (the others may stop before their claim).
+        assert!(
+            fenced,
+            "round {seed} ({point}): the stopped child was fenced"
+        );
+    }
     let report = heap.check();
     assert!(
         report.is_valid(),
-        "round {seed}: heap check after the stall: {:?}",
+        "round {seed} ({point}): heap check after the stall: {:?}",
         report.problems
     );
     assert_eq!(
         report.live_blocks(),
         0,
-        "round {seed}: every block was freed: {:?}",
+        "round {seed} ({point}): every block was freed: {:?}",
         report.claimed_slots
     );
+}
+
+/// Every stall point of the fence, and transitions' crash points the stress passes, used as
+/// stalls: the child stops itself there, is fenced, and resumes.
+#[test]
+fn an_owner_stalled_in_each_window_corrupts_nothing() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let mut stops: Vec<Stop> = podkv_alloc::crash::STALL_POINTS
+        .iter()
+        .map(|&p| Stop::At(p, if p == "claim.beaten" { 1 } else { 0 }))
+        .collect();
+    stops.extend([
+        Stop::At("alloc.logged", 3000),
+        Stop::At("free.logged", 3000),
+        Stop::At("to_sized.popped", 2),
+        Stop::At("grow.grown", 3),
+    ]);
+    for (seed, stop) in stops.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        round(dir.path(), seed as u64 + 1000, stop);
+    }
 }
 
 /// Issue 20's corruption: a lease-mode owner stopped past its lease, its slots judged dead
 /// by a peer that keeps working, then resumed.
 #[test]
-#[ignore = "issue 20: fails until the fence lands (the resumed child frees into slabs another slot owns)"]
+
 fn an_owner_resumed_after_its_lease_lapsed_corrupts_nothing() {
     if std::env::var(ROLE).is_ok() {
         return;
@@ -237,6 +348,6 @@ fn an_owner_resumed_after_its_lease_lapsed_corrupts_nothing() {
     };
     for seed in 1..=rounds {
         let dir = tempfile::tempdir().unwrap();
-        round(dir.path(), seed);
+        round(dir.path(), seed, Stop::Outside);
     }
 }

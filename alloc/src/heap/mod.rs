@@ -210,6 +210,37 @@ impl Heap {
         done
     }
 
+    /// Recovers every fenced slot of host `host` (lease mode: owners whose leases lapsed,
+    /// [`crate::lease`]), as [`Heap::recover_dead`] recovers dead ones. Only for a host known
+    /// stopped — powered off, or all its podkv processes gone: a process that was only paused
+    /// would wake up writing into memory now reused. Slots of the host still beating are left
+    /// alone.
+    pub fn recover_host(&self, host: u16) -> Vec<Recovered> {
+        let hook = self.adoptions.hook();
+        let mut done = Vec::new();
+        for i in 0..self.shared.geometry.slots() {
+            let SlotLife::Fenced(word) = self.slot_life(i) else {
+                continue;
+            };
+            if Owner::unpack(word).is_some_and(|o| o.host == host) {
+                if let Some(handle) = ThreadHandle::adopt(&self.shared, &self.adoptions, i, word) {
+                    done.push(handle.recover_with(&mut |handle, recovered| {
+                        if let Some(hook) = &hook {
+                            hook(handle, recovered);
+                        }
+                    }));
+                }
+            }
+        }
+        done
+    }
+
+    /// Slots this process held that an operator's [`Heap::recover_host`] took while it was
+    /// stopped (its writes since may have gone to memory reused by others).
+    pub fn slots_lost(&self) -> u64 {
+        self.shared.slots.lost()
+    }
+
     /// Registers (or with `None` removes) this process's recovery hook: run for every slot a
     /// thread of this process adopts from a dead owner while claiming ([`Heap::thread`]) and
     /// by [`Heap::recover_dead`], while the adopter holds the slot. The hook must not keep
@@ -231,8 +262,8 @@ impl Heap {
 
     /// Takes thread slot `i` for `owner` if its owner word holds `from` (zero: a free slot;
     /// else the word of a dead owner being adopted), by CAS through the heap's hook on this
-    /// process's line (mCAS in an `mcas` heap); returns whether it did. The lease is renewed
-    /// (and written back) first, so nobody sees the new owner's lease expired; after the CAS
+    /// process's line (mCAS in an `mcas` heap); returns whether it did. In lease mode the slot's
+    /// beat is advanced (and written back) first, so watchers see the new owner beat; after the CAS
     /// the slot is invalidated (SWcc: its last owner wrote it back, or died) and its claim
     /// count bumped. The caller holds the slot from then on: a [`ThreadHandle`] does this
     /// itself; tests use it to plant an owner (a dead process's, say).
@@ -240,7 +271,9 @@ impl Heap {
         self.shared.slots.try_claim(i, from, owner)
     }
 
-    /// Whether slot `i`'s owner is alive, dead, or the slot free.
+    /// Whether slot `i`'s owner is alive, dead (known stopped), fenced, or the slot free. In
+    /// lease mode this is this process watching the owner's beat: it fences an owner it has
+    /// seen silent for a lease ([`crate::lease`]).
     pub fn slot_life(&self, i: u64) -> SlotLife {
         self.shared.slots.life(i)
     }
@@ -407,7 +440,7 @@ impl Heap {
         let Some(view) = self.huge_view() else {
             return HugeReport::default();
         };
-        let released = |slot: u32| self.slot_life(u64::from(slot)) == SlotLife::Free;
+        let released = |slot: u32| self.shared.slots.peek(u64::from(slot)) == SlotLife::Free;
         HugeReport::check(view, &self.shared.geometry, released, problems)
     }
 
