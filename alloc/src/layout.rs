@@ -76,7 +76,9 @@ pub const MAGIC: u64 = 0x564B50;
 /// of the HWcc region, which 4 lacked).
 ///
 /// 7: the HWcc region ends with the user's HWcc area (`Geometry::hwcc_user_log2`, format
-/// word bits 58–63), so the store's multi-writer words can be HWcc (and mCAS targets).
+/// word bits 58–63), so the store's multi-writer words can be HWcc (and mCAS targets). In a
+/// lease heap, 7 also changed the slot's lease line from a wall-clock deadline to a pid-tagged
+/// heartbeat, and an owner word's bit 23 to the fence flag (`lease.rs`).
 pub const FORMAT_VERSION: u64 = 7;
 /// Process lines of an `mcas` heap's region: the mCAS client lines a process borrows for the
 /// requests it makes without a thread slot of its own (claiming a slot or a hazard record),
