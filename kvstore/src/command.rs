@@ -80,6 +80,13 @@ pub fn expiry_of(exptime: i64, now: u32) -> u32 {
     }
 }
 
+/// The seconds an item of absolute `expiry` has left at `now`, as memcached prints a TTL
+/// (`mg t`, `ma t`): `None` for never, 0 once it has passed. The inverse of [`expiry_of`].
+#[inline]
+pub fn ttl_of(expiry: u32, now: u32) -> Option<u32> {
+    (expiry != 0).then(|| expiry.saturating_sub(now))
+}
+
 /// Parses a counter value as memcached's `safe_strtoull` does on item data: the data is a C
 /// string (it ends at a NUL, and memcached's `\r\n` after it counts as white space), so
 /// `strtoull` may skip leading white space and take a sign, and what follows the digits only
@@ -244,6 +251,14 @@ mod tests {
         );
         assert_eq!(expiry_of(i64::from(NOW) + 5, NOW), NOW + 5);
         assert_eq!(expiry_of(i64::from(NOW), NOW), 1);
+    }
+
+    #[test]
+    fn ttl_inverts_expiry() {
+        assert_eq!(ttl_of(expiry_of(0, NOW), NOW), None, "never");
+        assert_eq!(ttl_of(expiry_of(10, NOW), NOW), Some(10));
+        assert_eq!(ttl_of(expiry_of(-1, NOW), NOW), Some(0), "already expired");
+        assert_eq!(ttl_of(NOW + 5, NOW + 9), Some(0), "passed");
     }
 
     #[test]

@@ -116,7 +116,7 @@ pub use {
     config::{Clock, Eviction, StoreConfig, Table},
     maintain::CrawlReport,
     map::{Handle, Map},
-    memcached::{expiry_of, parse_counter, Guard, Mode, Outcome, StoreExtra},
+    memcached::{expiry_of, parse_counter, ttl_of, Guard, Mode, Outcome, StoreExtra},
     meta::{Count, Counted, Delete, Lease, MetaRead, Rank, Read},
     recover::Settled,
     store::{

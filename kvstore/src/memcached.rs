@@ -38,7 +38,7 @@ use crate::StoreError;
 use podkv_hw::sync::mapped::Ordering;
 
 pub use crate::command::{
-    expiry_of, parse_counter, Mode, Outcome, StoreExtra, SECONDS_RELATIVE_MAX,
+    expiry_of, parse_counter, ttl_of, Mode, Outcome, StoreExtra, SECONDS_RELATIVE_MAX,
 };
 pub use crate::writer::BATCH_CAS;
 

@@ -18,6 +18,7 @@
 use std::io;
 
 use bytes::{Buf, Bytes, BytesMut};
+use podkv_store::Mode;
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::request::{Request, TooLarge, TooLargeOrigin};
@@ -192,16 +193,7 @@ impl MemcacheCodec {
 /// `CLIENT_ERROR bad data chunk`, hidden by a text `noreply` (never by meta `q`).
 fn bad_chunk(request: &Request) -> Option<Frame> {
     match request {
-        Request::Set(s)
-        | Request::Add(s)
-        | Request::Replace(s)
-        | Request::Append(s)
-        | Request::Prepend(s)
-        | Request::Cas(s)
-            if s.noreply =>
-        {
-            None
-        }
+        Request::Store(s) if s.noreply => None,
         _ => Some(Frame::Error(ErrorReply::BAD_DATA_CHUNK)),
     }
 }
@@ -209,12 +201,7 @@ fn bad_chunk(request: &Request) -> Option<Frame> {
 /// Puts the data block into a storage request.
 fn with_value(mut request: Request, value: Bytes) -> Request {
     match &mut request {
-        Request::Set(s)
-        | Request::Add(s)
-        | Request::Replace(s)
-        | Request::Append(s)
-        | Request::Prepend(s)
-        | Request::Cas(s) => s.value = value,
+        Request::Store(s) => s.value = value,
         Request::MetaSet(ms) => ms.value = value,
         _ => {}
     }
@@ -224,13 +211,9 @@ fn with_value(mut request: Request, value: Bytes) -> Request {
 /// The refusal of a storage request whose block is over the limit.
 fn too_large(request: Request) -> TooLarge {
     let (key, origin, noreply) = match request {
-        Request::Set(s) => (s.key, TooLargeOrigin::Set, s.noreply),
+        Request::Store(s) if s.mode == Mode::Set => (s.key, TooLargeOrigin::Set, s.noreply),
+        Request::Store(s) => (s.key, TooLargeOrigin::OtherText, s.noreply),
         Request::MetaSet(ms) => (ms.key.bytes, TooLargeOrigin::MetaSet, false),
-        Request::Add(s)
-        | Request::Replace(s)
-        | Request::Append(s)
-        | Request::Prepend(s)
-        | Request::Cas(s) => (s.key, TooLargeOrigin::OtherText, s.noreply),
         other => unreachable!("only storage commands carry data blocks: {other:?}"),
     };
     TooLarge {
@@ -292,12 +275,12 @@ mod tests {
     }
 
     fn set(value: &'static [u8], noreply: bool) -> Frame {
-        Frame::Request(Request::Set(Store {
+        Frame::Request(Request::Store(Store {
+            mode: Mode::Set,
             key: Bytes::from_static(b"k"),
             flags: 0,
-            exptime: Default::default(),
+            exptime: 0,
             value: Bytes::from_static(value),
-            cas_unique: 0,
             noreply,
         }))
     }

@@ -8,16 +8,15 @@
 //!   `ms`/`md`, success for `ma`), never errors.
 
 use bytes::BytesMut;
+use podkv_store::{ttl_of, Counted, Outcome, StoreError};
 
 use super::codec::Frame;
 use super::meta::{self, Facts};
 use super::request::{
     MetaArithmetic, MetaDelete, MetaGet, MetaSet, Request, Retrieve, ReturnFlag, Stats, StatsGroup,
-    TooLarge, TooLargeOrigin,
+    Store, TooLarge, TooLargeOrigin,
 };
-use super::storage::{
-    MetaArithmeticOutcome, MetaDeleteOutcome, MetaSetOptions, Storage, StoreOutcome,
-};
+use super::storage::Storage;
 use super::text::{self, ErrorReply};
 
 /// Whether the connection goes on after a frame.
@@ -51,9 +50,12 @@ fn quietly(out: &mut BytesMut, quiet: bool, compose: impl FnOnce(&mut BytesMut))
     }
 }
 
-/// Runs a storage command's store call and writes its reply (hidden by `noreply`).
-fn store(out: &mut BytesMut, noreply: bool, run: impl FnOnce() -> StoreOutcome) {
-    quietly(out, noreply, |o| text::compose_store(o, run()));
+/// A storage command, run by the store in its mode (append and prepend keep the item's
+/// flags and exptime there); the reply is hidden by `noreply`.
+#[inline]
+fn store<S: Storage + ?Sized>(storage: &S, s: &Store, out: &mut BytesMut) {
+    let stored = storage.store(s.mode, &s.key, &s.value, s.flags, s.exptime);
+    quietly(out, s.noreply, |o| text::compose_store(o, &stored));
 }
 
 /// Runs one request, appending its reply to `out`.
@@ -63,32 +65,16 @@ pub fn execute<S: Storage + ?Sized>(storage: &S, request: Request, out: &mut Byt
     match request {
         Request::Get(r) | Request::Gat(r) => retrieve(storage, &r, false, out),
         Request::Gets(r) | Request::Gats(r) => retrieve(storage, &r, true, out),
-        Request::Set(s) => store(out, s.noreply, || {
-            storage.set(s.key, s.flags, s.exptime, s.value)
-        }),
-        Request::Add(s) => store(out, s.noreply, || {
-            storage.add(s.key, s.flags, s.exptime, s.value)
-        }),
-        Request::Replace(s) => store(out, s.noreply, || {
-            storage.replace(s.key, s.flags, s.exptime, s.value)
-        }),
-        Request::Append(s) => store(out, s.noreply, || storage.append(s.key, s.value)),
-        Request::Prepend(s) => store(out, s.noreply, || storage.prepend(s.key, s.value)),
-        Request::Cas(s) => store(out, s.noreply, || {
-            storage.cas(s.key, s.flags, s.exptime, s.value, s.cas_unique)
-        }),
+        Request::Store(s) => store(storage, &s, out),
         Request::TooLarge(refused) => too_large(storage, &refused, out),
         Request::Delete(d) => quietly(out, d.noreply, |o| {
-            text::compose_key_outcome(o, storage.delete(&d.key), b"DELETED")
+            text::compose_key_outcome(o, &storage.delete(&d.key))
         }),
-        Request::Incr(d) => quietly(out, d.noreply, |o| {
-            text::compose_delta(o, storage.incr(&d.key, d.delta))
-        }),
-        Request::Decr(d) => quietly(out, d.noreply, |o| {
-            text::compose_delta(o, storage.decr(&d.key, d.delta))
+        Request::Delta(d) => quietly(out, d.noreply, |o| {
+            text::compose_delta(o, &storage.arithmetic(&d.key, d.count))
         }),
         Request::Touch(t) => quietly(out, t.noreply, |o| {
-            text::compose_key_outcome(o, storage.touch(&t.key, t.exptime), b"TOUCHED")
+            text::compose_key_outcome(o, &storage.touch(&t.key, t.exptime))
         }),
         Request::FlushAll(f) => quietly(out, f.noreply, |o| {
             storage.flush_all(f.delay);
@@ -108,7 +94,7 @@ pub fn execute<S: Storage + ?Sized>(storage: &S, request: Request, out: &mut Byt
             None => text::compose_line(out, "EN"),
         },
         Request::MetaGet(mg) => meta_get(storage, &mg, out),
-        Request::MetaSet(ms) => meta_set(storage, ms, out),
+        Request::MetaSet(ms) => meta_set(storage, &ms, out),
         Request::MetaDelete(md) => meta_delete(storage, &md, out),
         Request::MetaArithmetic(ma) => meta_arithmetic(storage, &ma, out),
     }
@@ -195,31 +181,29 @@ fn meta_get<S: Storage + ?Sized>(storage: &S, mg: &MetaGet, out: &mut BytesMut) 
 }
 
 /// `ms`.
-fn meta_set<S: Storage + ?Sized>(storage: &S, ms: MetaSet, out: &mut BytesMut) {
-    let options = MetaSetOptions {
-        key: ms.key.bytes.clone(),
-        value: ms.value.clone(),
-        flags: ms.flags,
-        exptime: ms.exptime,
-        mode: ms.mode,
-        cas: ms.cas,
-        new_cas: ms.new_cas,
-        invalidate: ms.invalidate,
-    };
-    let outcome = storage.meta_set(options);
-    if !(ms.quiet && matches!(outcome, StoreOutcome::Stored(_))) {
-        meta::compose_set(out, &ms, outcome);
+fn meta_set<S: Storage + ?Sized>(storage: &S, ms: &MetaSet, out: &mut BytesMut) {
+    let stored = storage.meta_set(
+        ms.mode,
+        &ms.key.bytes,
+        &ms.value,
+        ms.flags,
+        ms.exptime,
+        ms.extra,
+    );
+    if !(ms.quiet && matches!(stored, Ok((Outcome::Stored, _)))) {
+        meta::compose_set(out, ms, &stored);
     }
 }
 
 /// `md`.
 fn meta_delete<S: Storage + ?Sized>(storage: &S, md: &MetaDelete, out: &mut BytesMut) {
     let code: &[u8] = match storage.meta_delete(&md.key.bytes, md.delete) {
-        MetaDeleteOutcome::Deleted if md.quiet => return,
-        MetaDeleteOutcome::Deleted => b"HD",
-        MetaDeleteOutcome::NotFound => b"NF",
-        MetaDeleteOutcome::Exists => b"EX",
-        MetaDeleteOutcome::OutOfMemory => return ErrorReply::OUT_OF_MEMORY.compose(out),
+        Ok(Outcome::Deleted) if md.quiet => return,
+        Ok(Outcome::Deleted) => b"HD",
+        Ok(Outcome::Exists) => b"EX",
+        Ok(_) | Err(StoreError::KeyLength { .. }) => b"NF",
+        // No room for the stale copy `I` makes, even after eviction.
+        Err(_) => return ErrorReply::OUT_OF_MEMORY.compose(out),
     };
     meta::compose_status(out, code, &md.returns, &key_facts(&md.key));
 }
@@ -227,23 +211,26 @@ fn meta_delete<S: Storage + ?Sized>(storage: &S, md: &MetaDelete, out: &mut Byte
 /// `ma`.
 fn meta_arithmetic<S: Storage + ?Sized>(storage: &S, ma: &MetaArithmetic, out: &mut BytesMut) {
     let code: &[u8] = match storage.meta_arithmetic(&ma.key.bytes, ma.count) {
-        MetaArithmeticOutcome::Value { created: false, .. } if ma.quiet => return,
-        MetaArithmeticOutcome::Value {
-            value, cas, ttl, ..
-        } => {
+        // `q` hides success, but not the creation of an item by `N`.
+        Ok(Counted::Value { created: false, .. }) if ma.quiet => return,
+        Ok(Counted::Value {
+            value,
+            cas,
+            shown_expiry,
+            ..
+        }) => {
             let facts = Facts {
                 key: &ma.key,
                 item: None,
                 cas: Some(cas),
-                ttl: Some(ttl),
+                ttl: Some(ttl_of(shown_expiry, storage.now())),
             };
             return meta::compose_arithmetic(out, ma, value, &facts);
         }
-        MetaArithmeticOutcome::NotFound => b"NF",
-        MetaArithmeticOutcome::Exists => b"EX",
-        MetaArithmeticOutcome::NotStored => b"NS",
-        MetaArithmeticOutcome::NonNumeric => return ErrorReply::NON_NUMERIC.compose(out),
-        MetaArithmeticOutcome::OutOfMemory => return ErrorReply::OUT_OF_MEMORY.compose(out),
+        Ok(Counted::NotFound) | Err(StoreError::KeyLength { .. }) => b"NF",
+        Ok(Counted::Exists) => b"EX",
+        Err(StoreError::NonNumeric) => return ErrorReply::NON_NUMERIC.compose(out),
+        Err(_) => return ErrorReply::OUT_OF_MEMORY.compose(out),
     };
     let keys_only: Vec<ReturnFlag> = ma
         .returns

@@ -17,16 +17,16 @@
 use std::fmt::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use podkv_store::{Count, Delete, Lease, Rank, Read};
+use podkv_store::{Count, Delete, Lease, Mode, Outcome, Rank, Read, StoreError, StoreExtra};
 
 use super::base64;
 use super::numeric::{parse_i32, parse_u32, parse_u64};
 use super::parsed::{DataHeader, ErrorReply, Parsed};
 use super::request::{
-    ranked, Exptime, GetOrder, MetaArithmetic, MetaDebug, MetaDelete, MetaGet, MetaKey, MetaSet,
-    Request, ReturnFlag, SetMode,
+    ranked, GetOrder, MetaArithmetic, MetaDebug, MetaDelete, MetaGet, MetaKey, MetaSet, Request,
+    ReturnFlag,
 };
-use super::storage::{Item, ItemDebug, StoreOutcome};
+use super::storage::{Item, ItemDebug};
 use super::ProtocolLimits;
 
 /// memcached's `MFLAG_MAX_OPT_LENGTH`: at most this many tokens, counting its end marker.
@@ -42,11 +42,11 @@ pub struct MetaFlags {
     /// `b`.
     pub base64: bool,
     /// `N<exptime>`.
-    pub vivify: Option<Exptime>,
+    pub vivify: Option<i64>,
     /// `T<exptime>`.
-    pub touch: Option<Exptime>,
+    pub touch: Option<i64>,
     /// `R<exptime>`.
-    pub recache: Option<Exptime>,
+    pub recache: Option<i64>,
     /// `v`.
     pub value: bool,
     /// `u`.
@@ -114,7 +114,7 @@ impl MetaFlags {
                 return Err(ErrorReply::DUPLICATE_FLAG);
             }
             seen[flag as usize] = true;
-            of.note_order(flag, rank as u8);
+            of.note_order(flag, Rank(rank as u8));
             of.apply(token, &mut failed)?;
             if let Some(returned) = return_flag(token)? {
                 of.returns.push(returned);
@@ -126,7 +126,7 @@ impl MetaFlags {
     /// Applies one flag token.
     fn apply(&mut self, token: &Bytes, failed: &mut Option<ErrorReply>) -> Result<(), ErrorReply> {
         let arg = &token[1..];
-        let exptime = |a: &[u8]| parse_i32(a).map(|e| Some(Exptime(e)));
+        let exptime = |a: &[u8]| parse_i32(a).map(|e| Some(i64::from(e)));
         let cas = |a: &[u8]| parse_u64(a).map(Some);
         match token[0] {
             b'b' => self.decode_key(failed),
@@ -176,7 +176,7 @@ impl MetaFlags {
     }
 
     /// Records where an order-sensitive flag stands (fewer than 20 tokens: fits a `u8`).
-    fn note_order(&mut self, flag: u8, rank: u8) {
+    fn note_order(&mut self, flag: u8, rank: Rank) {
         match flag {
             b'T' => self.order.touch = rank,
             b'N' => self.order.vivify = rank,
@@ -264,22 +264,24 @@ fn parse_get(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
             touch: ranked(of.touch, of.order.touch),
             vivify: ranked(of.vivify, of.order.vivify),
             recache: ranked(of.recache, of.order.recache),
-            ttl_rank: Rank(of.order.ttl),
+            ttl_rank: of.order.ttl,
             cas: of.new_cas,
         },
         no_bump: of.no_bump,
     }))
 }
 
-/// The `ms` mode for an `M` byte.
-fn set_mode(mode: Option<u8>) -> Option<SetMode> {
-    Some(match mode {
-        None | Some(b'S') => SetMode::Set,
-        Some(b'E') => SetMode::Add,
-        Some(b'A') => SetMode::Append,
-        Some(b'P') => SetMode::Prepend,
-        Some(b'R') => SetMode::Replace,
-        Some(_) => return None,
+/// The store's mode for `ms`'s `M` byte and `C` token: `C` turns set and replace into a CAS
+/// store, add ignores it, append and prepend check it (in [`StoreExtra::compare`]).
+fn set_mode(mode: Option<u8>, compare: Option<u64>) -> Option<Mode> {
+    Some(match (mode, compare) {
+        (None | Some(b'S' | b'R'), Some(cas)) => Mode::Cas(cas),
+        (None | Some(b'S'), None) => Mode::Set,
+        (Some(b'R'), None) => Mode::Replace,
+        (Some(b'E'), _) => Mode::Add,
+        (Some(b'A'), _) => Mode::Append,
+        (Some(b'P'), _) => Mode::Prepend,
+        (Some(_), _) => return None,
     })
 }
 
@@ -302,7 +304,7 @@ fn parse_set(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         Ok(of) => of,
         Err(error) => return Parsed::Swallow(error, len),
     };
-    let Some(mode) = set_mode(of.mode) else {
+    let Some(mode) = set_mode(of.mode, of.cas) else {
         return Parsed::Swallow(ErrorReply::MS_MODE, len);
     };
     let returns =
@@ -313,9 +315,11 @@ fn parse_set(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         flags: of.client_flags,
         exptime: of.touch.unwrap_or_default(),
         mode,
-        cas: of.cas,
-        new_cas: of.new_cas,
-        invalidate: of.invalidate,
+        extra: StoreExtra {
+            compare: of.cas,
+            invalidate: of.invalidate,
+            cas: of.new_cas,
+        },
         vivify: of.vivify,
         quiet: of.quiet,
         returns,
@@ -340,7 +344,7 @@ fn parse_delete(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         key: of.meta_key(),
         delete: Delete {
             compare: of.cas,
-            invalidate: of.invalidate.then(|| of.touch.map(|e| i64::from(e.0))),
+            invalidate: of.invalidate.then_some(of.touch),
             cas: of.new_cas,
         },
         quiet: of.quiet,
@@ -376,7 +380,7 @@ fn parse_arithmetic(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
         touch: ranked(of.touch, of.order.touch),
         vivify: ranked(of.vivify, of.order.vivify),
         initial: of.initial,
-        ttl_rank: Rank(of.order.ttl),
+        ttl_rank: of.order.ttl,
         cas: of.new_cas,
     };
     Parsed::Request(Request::MetaArithmetic(MetaArithmetic {
@@ -521,15 +525,16 @@ pub fn compose_arithmetic(out: &mut BytesMut, ma: &MetaArithmetic, value: u64, f
     }
 }
 
-/// The `ms` reply for a store outcome (errors are composed by the caller).
-pub fn compose_set(out: &mut BytesMut, ms: &MetaSet, outcome: StoreOutcome) {
-    let (code, cas): (&[u8], u64) = match outcome {
-        StoreOutcome::Stored(cas) => (b"HD", cas),
-        StoreOutcome::NotStored => (b"NS", 0),
-        StoreOutcome::Exists => (b"EX", 0),
-        StoreOutcome::NotFound => (b"NF", 0),
-        StoreOutcome::TooLarge => return ErrorReply::TOO_LARGE.compose(out),
-        StoreOutcome::OutOfMemory => return ErrorReply::OUT_OF_MEMORY_STORING.compose(out),
+/// The `ms` reply: the store's outcome with the stored item's CAS, or why it refused.
+pub fn compose_set(out: &mut BytesMut, ms: &MetaSet, stored: &Result<(Outcome, u64), StoreError>) {
+    let (code, cas): (&[u8], u64) = match stored {
+        Ok((Outcome::Stored, cas)) => (b"HD", *cas),
+        Ok((Outcome::Exists, _)) => (b"EX", 0),
+        Ok((Outcome::NotFound, _)) => (b"NF", 0),
+        // A key the store's own limit refuses was never stored either.
+        Ok(_) | Err(StoreError::KeyLength { .. }) => (b"NS", 0),
+        Err(StoreError::TooLarge { .. }) => return ErrorReply::TOO_LARGE.compose(out),
+        Err(_) => return ErrorReply::OUT_OF_MEMORY_STORING.compose(out),
     };
     let facts = Facts {
         key: &ms.key,

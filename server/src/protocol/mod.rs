@@ -11,7 +11,7 @@
 //! - [`meta`]: the meta protocol (`mg ms md ma mn me`) — flags, parse, compose.
 //! - [`parsed`]: what parsing a line yields for both: [`parsed::Parsed`], every error line.
 //! - `tests_text`, `tests_meta`: their byte-literal tests.
-//! - [`storage`]: the [`Storage`] trait, one method per command, with typed outcomes.
+//! - [`storage`]: the [`Storage`] trait, one method per command, in the store's types.
 //! - [`codec`]: a `tokio_util` codec: yields [`Frame`]s, enforces [`ProtocolLimits`].
 //! - [`dispatch`]: executes a [`Frame`] against a [`Storage`], honouring `noreply` and `q`.
 //! - [`connection`]: read → decode all → dispatch all → one write, until close.
@@ -36,7 +36,7 @@
 //!    `set` (and every `ms`) the old item under that key is removed. podkv compares `<bytes>`
 //!    with [`ProtocolLimits::max_item_size`]; memcached compares the whole item (header + key +
 //!    value) with its slab limit, so its threshold is a few dozen bytes lower. The store may
-//!    still answer [`StoreOutcome::TooLarge`] by its own accounting.
+//!    still refuse a value with `StoreError::TooLarge` by its own accounting.
 //! 3. **Errors before the data block** (`CLIENT_ERROR bad command line format` for a bad
 //!    number, a negative length or a key over 250 bytes) do *not* swallow the data block, as in
 //!    memcached: the block is then read as a command line, usually giving `ERROR`.
@@ -88,7 +88,7 @@ mod tests_text;
 pub use codec::{Frame, MemcacheCodec};
 pub use dispatch::{dispatch, Flow};
 pub use request::Request;
-pub use storage::{Storage, StoreOutcome};
+pub use storage::{Storage, Stored};
 
 /// The size limits the codec enforces before any request reaches the store.
 ///

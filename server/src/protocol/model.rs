@@ -13,14 +13,12 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
-use podkv_store::{Count, Delete, Read};
-
-use super::numeric::parse_u64;
-use super::request::{ArithmeticMode, Deadline, Exptime, GetOrder, SetMode};
-use super::storage::{
-    DeltaOutcome, Item, ItemDebug, KeyOutcome, Lease, MetaArithmeticOutcome, MetaDeleteOutcome,
-    MetaItem, MetaSetOptions, StatLines, Storage, StoreOutcome,
+use podkv_store::{
+    expiry_of, parse_counter, ttl_of, Count, Counted, Delete, Mode, Outcome, Rank, Read,
+    StoreError, StoreExtra,
 };
+
+use super::storage::{Item, ItemDebug, Lease, MetaItem, StatLines, Storage, Stored};
 
 /// Bytes memcached adds to key and value for an item header (used only for `me size=`).
 const SIZE_ITEM_HEADER: u64 = 48;
@@ -31,32 +29,22 @@ struct Entry {
     value: Bytes,
     flags: u32,
     cas: u64,
-    deadline: Deadline,
-    stored_at: u64,
-    last_access: u64,
+    /// Absolute expiry (0: never), as the store keeps it.
+    expiry: u32,
+    stored_at: u32,
+    last_access: u32,
     fetched: bool,
     stale: bool,
     token_sent: bool,
 }
 
-/// Why an arithmetic step did not happen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum DeltaError {
-    NotFound,
-    NonNumeric,
-    CasMismatch,
-}
-
-/// What an arithmetic step produced: the value, its CAS, its deadline.
-type DeltaResult = Result<(u64, u64, Deadline), DeltaError>;
-
 /// The mutable state behind the lock.
 #[derive(Debug, Default)]
 struct State {
     items: HashMap<Bytes, Entry>,
-    now: u64,
+    now: u32,
     next_cas: u64,
-    flush_at: Option<u64>,
+    flush_at: Option<u32>,
     out_of_memory: bool,
     total_items: u64,
 }
@@ -71,16 +59,16 @@ impl ModelStorage {
     /// An empty model whose clock reads `now` (Unix seconds).
     pub fn at(now: u64) -> Self {
         let model = ModelStorage::default();
-        model.lock().now = now;
+        model.lock().now = now as u32;
         model
     }
 
     /// Moves the clock forward.
     pub fn advance(&self, secs: u64) {
-        self.lock().now += secs;
+        self.lock().now += secs as u32;
     }
 
-    /// Makes every later store fail with `OutOfMemory` (or succeed again).
+    /// Makes every later new item fail with `OutOfMemory` (or succeed again).
     pub fn set_out_of_memory(&self, on: bool) {
         self.lock().out_of_memory = on;
     }
@@ -94,8 +82,7 @@ impl ModelStorage {
 
 impl State {
     fn is_live(&self, entry: &Entry) -> bool {
-        let expired = matches!(entry.deadline, Deadline::At(t) if t <= self.now)
-            || entry.deadline == Deadline::Expired;
+        let expired = entry.expiry != 0 && entry.expiry <= self.now;
         let flushed = self
             .flush_at
             .is_some_and(|t| t <= self.now && entry.stored_at <= t);
@@ -117,51 +104,35 @@ impl State {
         explicit.unwrap_or(self.next_cas)
     }
 
-    fn ttl(&self, deadline: Deadline) -> Option<u32> {
-        match deadline {
-            Deadline::Never => None,
-            Deadline::Expired => Some(0),
-            Deadline::At(t) => Some(t.saturating_sub(self.now) as u32),
-        }
-    }
-
+    /// Links a new item (its meta state clear) and returns its CAS.
     fn insert(
         &mut self,
-        key: Bytes,
+        key: &[u8],
         flags: u32,
-        exptime: Exptime,
+        expiry: u32,
         value: Bytes,
         cas: Option<u64>,
-    ) -> StoreOutcome {
+    ) -> u64 {
         let cas = self.new_cas(cas);
         let entry = Entry {
             value,
             flags,
             cas,
-            deadline: exptime.deadline(self.now),
+            expiry,
             stored_at: self.now,
             last_access: self.now,
             fetched: false,
             stale: false,
             token_sent: false,
         };
-        self.items.insert(key, entry);
+        self.items.insert(Bytes::copy_from_slice(key), entry);
         self.total_items += 1;
-        StoreOutcome::Stored(cas)
-    }
-
-    /// A store refused for memory: memcached drops the old item of a failed set.
-    fn refuse(&mut self, key: &[u8], drop_old: bool) -> StoreOutcome {
-        if drop_old {
-            self.items.remove(key);
-        }
-        StoreOutcome::OutOfMemory
+        cas
     }
 
     fn read(&mut self, key: &[u8], bump: bool) -> Option<Item> {
         let now = self.now;
         let entry = self.live(key)?.clone();
-        let ttl = self.ttl(entry.deadline);
         let stored = self.items.get_mut(key)?;
         if bump {
             stored.fetched = true;
@@ -171,87 +142,160 @@ impl State {
             value: entry.value,
             flags: entry.flags,
             cas: entry.cas,
-            ttl,
-            last_access: (now - entry.last_access) as u32,
+            ttl: ttl_of(entry.expiry, now),
+            last_access: now - entry.last_access,
             fetched: entry.fetched,
         })
     }
 
-    fn concat(&mut self, key: Bytes, data: Bytes, append: bool, cas: Option<u64>) -> StoreOutcome {
-        if self.out_of_memory {
-            return self.refuse(&key, false);
-        }
-        let next = self.next_cas + 1;
-        let Some(entry) = self.live(&key) else {
-            return StoreOutcome::NotStored;
-        };
-        // memcached's append checks the token only when it is not 0.
-        if cas.is_some_and(|c| c != 0 && c != entry.cas) {
-            return StoreOutcome::Exists;
-        }
-        let (head, tail) = if append {
-            (&entry.value, &data)
-        } else {
-            (&data, &entry.value)
-        };
-        entry.value = Bytes::from([&head[..], &tail[..]].concat());
-        entry.cas = next;
-        self.next_cas = next;
-        StoreOutcome::Stored(next)
-    }
-
-    fn delta(
+    /// A store in `mode`, deciding as the store does before it makes any item; when no item
+    /// can be made, a `set` (and every `ms`, `meta`) removes the old one.
+    #[allow(clippy::too_many_arguments)]
+    fn store(
         &mut self,
+        mode: Mode,
         key: &[u8],
-        mode: ArithmeticMode,
-        delta: u64,
-        cas: Option<u64>,
-    ) -> DeltaResult {
-        let next = self.next_cas + 1;
-        let entry = self.live(key).ok_or(DeltaError::NotFound)?;
-        if cas.is_some_and(|c| c != 0 && c != entry.cas) {
-            return Err(DeltaError::CasMismatch);
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        extra: StoreExtra,
+        meta: bool,
+    ) -> Stored {
+        let current = self.live(key).map(|e| (e.cas, e.expiry, e.token_sent));
+        let decided = match (mode, current) {
+            (Mode::Add, Some(_)) | (Mode::Replace | Mode::Append | Mode::Prepend, None) => {
+                Err(Outcome::NotStored)
+            }
+            (Mode::Cas(_), None) => Err(Outcome::NotFound),
+            // memcached checks an append's token only when it is not 0.
+            (Mode::Append | Mode::Prepend, Some((cas, ..)))
+                if extra.compare.is_some_and(|c| c != 0 && c != cas) =>
+            {
+                Err(Outcome::Exists)
+            }
+            (Mode::Cas(token), Some((cas, ..))) if token != 0 && token == cas => Ok(None),
+            // `ms I` with an older token: stored stale, keeping the TTL and a sent token.
+            (Mode::Cas(token), Some((cas, expiry, sent)))
+                if extra.invalidate && token != 0 && token < cas =>
+            {
+                Ok(Some((expiry, sent)))
+            }
+            (Mode::Cas(_), Some(_)) => Err(Outcome::Exists),
+            _ => Ok(None),
+        };
+        let stale = match decided {
+            Ok(stale) => stale,
+            Err(outcome) => return Ok((outcome, 0)),
+        };
+        if self.out_of_memory {
+            if meta || mode == Mode::Set {
+                self.items.remove(key);
+            }
+            return Err(StoreError::OutOfMemory);
         }
-        let current = if entry.value.is_empty() {
-            None
+        let (value, flags, expiry) = match (mode, self.live(key)) {
+            (Mode::Append, Some(e)) => (
+                Bytes::from([&e.value[..], value].concat()),
+                e.flags,
+                e.expiry,
+            ),
+            (Mode::Prepend, Some(e)) => (
+                Bytes::from([value, &e.value[..]].concat()),
+                e.flags,
+                e.expiry,
+            ),
+            _ => (
+                Bytes::copy_from_slice(value),
+                flags,
+                expiry_of(exptime, self.now),
+            ),
+        };
+        let expiry = stale.map_or(expiry, |(kept, _)| kept);
+        let cas = self.insert(key, flags, expiry, value, extra.cas);
+        if let (Some((_, sent)), Some(entry)) = (stale, self.items.get_mut(key)) {
+            (entry.stale, entry.token_sent) = (true, sent);
+        }
+        Ok((Outcome::Stored, cas))
+    }
+
+    /// `incr`/`decr`/`ma`, as the store's counter.
+    fn counter(&mut self, key: &[u8], count: Count) -> Result<Counted, StoreError> {
+        let now = self.now;
+        let touched = count.touch.map(|(t, rank)| (rank, expiry_of(t, now)));
+        let Some(entry) = self.live(key).cloned() else {
+            let Some((exptime, rank)) = count.vivify else {
+                return Ok(Counted::NotFound);
+            };
+            if self.out_of_memory {
+                return Err(StoreError::OutOfMemory);
+            }
+            // The new item's expiry starts at 0 (never); `N` and `T` set it in flag order.
+            let steps = timeline(&[Some((rank, expiry_of(exptime, now))), touched]);
+            let expiry = last(&steps, 0);
+            let text = Bytes::from(count.initial.to_string());
+            let cas = self.insert(key, 0, expiry, text, count.cas);
+            return Ok(Counted::Value {
+                value: count.initial,
+                cas,
+                expiry,
+                shown_expiry: shown(&steps, 0, count.ttl_rank),
+                created: true,
+            });
+        };
+        if count.compare.is_some_and(|c| c != 0 && c != entry.cas) {
+            return Ok(Counted::Exists);
+        }
+        let number = parse_counter(&entry.value).ok_or(StoreError::NonNumeric)?;
+        let value = if count.decrement {
+            number.saturating_sub(count.delta)
         } else {
-            parse_u64(&entry.value)
+            number.wrapping_add(count.delta)
         };
-        let current = current.ok_or(DeltaError::NonNumeric)?;
-        let value = match mode {
-            ArithmeticMode::Increment => current.wrapping_add(delta),
-            ArithmeticMode::Decrement => current.saturating_sub(delta),
+        if self.out_of_memory {
+            return Err(StoreError::OutOfMemory);
+        }
+        let mut text = value.to_string().into_bytes();
+        if text.len() < entry.value.len() {
+            text.resize(entry.value.len(), b' ');
+        }
+        // In place (as long as the old value) the meta state stays; a new item starts clear.
+        let in_place = text.len() == entry.value.len();
+        let steps = timeline(&[touched]);
+        let expiry = last(&steps, entry.expiry);
+        let cas = self.new_cas(count.cas);
+        let changed = Entry {
+            value: Bytes::from(text),
+            cas,
+            expiry,
+            stale: in_place && entry.stale,
+            token_sent: in_place && entry.token_sent,
+            ..entry.clone()
         };
-        let mut digits = value.to_string().into_bytes();
-        if digits.len() < entry.value.len() {
-            digits.resize(entry.value.len(), b' ');
-        }
-        if digits.len() > entry.value.len() {
-            // Not in place: a new item, whose meta state starts clear.
-            (entry.stale, entry.token_sent) = (false, false);
-        }
-        entry.value = Bytes::from(digits);
-        entry.cas = next;
-        let deadline = entry.deadline;
-        self.next_cas = next;
-        Ok((value, next, deadline))
+        self.items.insert(Bytes::copy_from_slice(key), changed);
+        Ok(Counted::Value {
+            value,
+            cas,
+            expiry,
+            shown_expiry: shown(&steps, entry.expiry, count.ttl_rank),
+            created: false,
+        })
     }
 }
 
-/// The exptime the store's commands carry as sent (the parser read it as an `i32`).
-fn exptime(seconds: i64) -> Exptime {
-    Exptime(seconds as i32)
-}
-
-/// Expiry changes `(rank, deadline)` in flag order.
-fn timeline(changes: &[Option<(u8, Deadline)>]) -> Vec<(u8, Deadline)> {
-    let mut steps: Vec<(u8, Deadline)> = changes.iter().flatten().copied().collect();
+/// Expiry changes `(rank, expiry)` in flag order.
+fn timeline(changes: &[Option<(Rank, u32)>]) -> Vec<(Rank, u32)> {
+    let mut steps: Vec<(Rank, u32)> = changes.iter().flatten().copied().collect();
     steps.sort_unstable_by_key(|s| s.0);
     steps
 }
 
-/// The deadline as it stands at `rank` among the flags.
-fn shown(steps: &[(u8, Deadline)], initial: Deadline, rank: u8) -> Deadline {
+/// The expiry after every change, else `initial`.
+fn last(steps: &[(Rank, u32)], initial: u32) -> u32 {
+    steps.last().map_or(initial, |s| s.1)
+}
+
+/// The expiry as it stands at `rank` among the flags.
+fn shown(steps: &[(Rank, u32)], initial: u32, rank: Rank) -> u32 {
     steps
         .iter()
         .take_while(|s| s.0 < rank)
@@ -259,126 +303,59 @@ fn shown(steps: &[(u8, Deadline)], initial: Deadline, rank: u8) -> Deadline {
         .map_or(initial, |s| s.1)
 }
 
-/// The text `incr`/`decr` outcome of an arithmetic step.
-fn text_delta(result: DeltaResult) -> DeltaOutcome {
-    match result {
-        Ok((value, _, _)) => DeltaOutcome::Value(value),
-        Err(DeltaError::NonNumeric) => DeltaOutcome::NonNumeric,
-        Err(_) => DeltaOutcome::NotFound,
-    }
-}
-
 impl Storage for ModelStorage {
+    fn now(&self) -> u32 {
+        self.lock().now
+    }
+
     fn get(&self, key: &[u8]) -> Option<Item> {
         self.lock().read(key, true)
     }
 
-    fn gat(&self, key: &[u8], exptime: Exptime) -> Option<Item> {
+    fn gat(&self, key: &[u8], exptime: i64) -> Option<Item> {
         let mut state = self.lock();
-        let deadline = exptime.deadline(state.now);
-        state.live(key)?.deadline = deadline;
+        let expiry = expiry_of(exptime, state.now);
+        state.live(key)?.expiry = expiry;
         state.read(key, true)
     }
 
-    fn set(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
+    fn store(&self, mode: Mode, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Stored {
+        let extra = StoreExtra::default();
+        self.lock()
+            .store(mode, key, value, flags, exptime, extra, false)
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<Outcome, StoreError> {
         let mut state = self.lock();
-        if state.out_of_memory {
-            return state.refuse(&key, true);
+        if state.live(key).is_none() {
+            return Ok(Outcome::NotFound);
         }
-        state.insert(key, flags, exptime, value, None)
+        state.items.remove(key);
+        Ok(Outcome::Deleted)
     }
 
-    fn add(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
+    fn arithmetic(&self, key: &[u8], count: Count) -> Result<Counted, StoreError> {
+        self.lock().counter(key, count)
+    }
+
+    fn touch(&self, key: &[u8], exptime: i64) -> Result<Outcome, StoreError> {
         let mut state = self.lock();
-        if state.live(&key).is_some() {
-            return StoreOutcome::NotStored;
-        }
-        if state.out_of_memory {
-            return state.refuse(&key, false);
-        }
-        state.insert(key, flags, exptime, value, None)
-    }
-
-    fn replace(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
-        let mut state = self.lock();
-        if state.live(&key).is_none() {
-            return StoreOutcome::NotStored;
-        }
-        if state.out_of_memory {
-            return state.refuse(&key, false);
-        }
-        state.insert(key, flags, exptime, value, None)
-    }
-
-    fn append(&self, key: Bytes, value: Bytes) -> StoreOutcome {
-        self.lock().concat(key, value, true, None)
-    }
-
-    fn prepend(&self, key: Bytes, value: Bytes) -> StoreOutcome {
-        self.lock().concat(key, value, false, None)
-    }
-
-    fn cas(
-        &self,
-        key: Bytes,
-        flags: u32,
-        exptime: Exptime,
-        value: Bytes,
-        cas: u64,
-    ) -> StoreOutcome {
-        let mut state = self.lock();
-        if state.out_of_memory {
-            return state.refuse(&key, false);
-        }
-        match state.live(&key) {
-            None => StoreOutcome::NotFound,
-            Some(entry) if entry.cas != cas => StoreOutcome::Exists,
-            Some(_) => state.insert(key, flags, exptime, value, None),
-        }
-    }
-
-    fn delete(&self, key: &[u8]) -> KeyOutcome {
-        let mut state = self.lock();
-        match state.live(key) {
-            Some(_) => {
-                state.items.remove(key);
-                KeyOutcome::Done
-            }
-            None => KeyOutcome::NotFound,
-        }
-    }
-
-    fn incr(&self, key: &[u8], delta: u64) -> DeltaOutcome {
-        text_delta(
-            self.lock()
-                .delta(key, ArithmeticMode::Increment, delta, None),
-        )
-    }
-
-    fn decr(&self, key: &[u8], delta: u64) -> DeltaOutcome {
-        text_delta(
-            self.lock()
-                .delta(key, ArithmeticMode::Decrement, delta, None),
-        )
-    }
-
-    fn touch(&self, key: &[u8], exptime: Exptime) -> KeyOutcome {
-        let mut state = self.lock();
-        let deadline = exptime.deadline(state.now);
-        match state.live(key) {
+        let expiry = expiry_of(exptime, state.now);
+        Ok(match state.live(key) {
             Some(entry) => {
-                entry.deadline = deadline;
-                KeyOutcome::Done
+                entry.expiry = expiry;
+                Outcome::Touched
             }
-            None => KeyOutcome::NotFound,
-        }
+            None => Outcome::NotFound,
+        })
     }
 
-    fn flush_all(&self, delay: Exptime) {
+    fn flush_all(&self, delay: i64) {
         let mut state = self.lock();
         let now = state.now;
-        state.flush_at = Some(match delay.deadline(now) {
-            Deadline::At(t) if delay.0 > 0 => t,
+        // A delay that resolves to the past (an old Unix time) flushes now.
+        state.flush_at = Some(match delay {
+            d if d > 0 => expiry_of(d, now).max(now),
             _ => now,
         });
     }
@@ -404,21 +381,15 @@ impl Storage for ModelStorage {
     fn meta_get(&self, key: &[u8], read: Read, no_bump: bool) -> Option<MetaItem> {
         let mut state = self.lock();
         let now = state.now;
-        let touch = read
-            .touch
-            .map(|(t, rank)| (rank.0, exptime(t).deadline(now)));
+        let touch = read.touch.map(|(t, rank)| (rank, expiry_of(t, now)));
         if state.live(key).is_none() {
             let (vivify, rank) = read.vivify?;
-            let vivify = exptime(vivify);
-            // A created item's expiry starts at "never"; `N` and `T` set it in flag order.
-            let steps = timeline(&[Some((rank.0, vivify.deadline(now))), touch]);
-            let key = Bytes::copy_from_slice(key);
-            let _ = state.insert(key.clone(), 0, vivify, Bytes::new(), read.cas);
-            let entry = state.items.get_mut(&key)?;
-            entry.token_sent = true;
-            entry.deadline = shown(&steps, Deadline::Never, GetOrder::ABSENT);
-            let mut item = state.read(&key, false)?;
-            item.ttl = state.ttl(shown(&steps, Deadline::Never, read.ttl_rank.0));
+            // A created item's expiry starts at 0 (never); `N` and `T` set it in flag order.
+            let steps = timeline(&[Some((rank, expiry_of(vivify, now))), touch]);
+            let _ = state.insert(key, 0, last(&steps, 0), Bytes::new(), read.cas);
+            state.items.get_mut(key)?.token_sent = true;
+            let mut item = state.read(key, false)?;
+            item.ttl = ttl_of(shown(&steps, 0, read.ttl_rank), now);
             let lease = Lease {
                 won: true,
                 created: true,
@@ -428,10 +399,11 @@ impl Storage for ModelStorage {
         }
         let entry = state.live(key)?;
         let steps = timeline(&[touch]);
-        let before = entry.deadline;
+        let before = entry.expiry;
+        // `R` compares the TTL as it stands at `R`'s place among the flags.
         let recache_wins = read.recache.is_some_and(|(r, rank)| {
-            let at = shown(&steps, before, rank.0);
-            matches!((at, exptime(r).deadline(now)), (Deadline::At(t), Deadline::At(r)) if t < r)
+            let at = shown(&steps, before, rank);
+            at != 0 && at < expiry_of(r, now)
         });
         let lease = Lease {
             won: !entry.token_sent && (recache_wins || entry.stale),
@@ -440,137 +412,64 @@ impl Storage for ModelStorage {
             created: false,
         };
         entry.token_sent |= lease.won;
-        entry.deadline = shown(&steps, before, GetOrder::ABSENT);
+        entry.expiry = last(&steps, before);
         let mut item = state.read(key, !no_bump)?;
-        item.ttl = state.ttl(shown(&steps, before, read.ttl_rank.0));
+        item.ttl = ttl_of(shown(&steps, before, read.ttl_rank), now);
         Some(MetaItem { item, lease })
     }
 
-    fn meta_set(&self, o: MetaSetOptions) -> StoreOutcome {
-        let mut state = self.lock();
-        if state.out_of_memory {
-            return state.refuse(&o.key, true);
-        }
-        let current = state.live(&o.key).map(|e| e.cas);
-        match (o.mode, o.cas, current) {
-            (SetMode::Append | SetMode::Prepend, _, None) => StoreOutcome::NotStored,
-            (SetMode::Append | SetMode::Prepend, cas, Some(_)) => {
-                state.concat(o.key, o.value, o.mode == SetMode::Append, cas)
-            }
-            (SetMode::Add, _, Some(_)) | (SetMode::Replace, None, None) => StoreOutcome::NotStored,
-            (SetMode::Set | SetMode::Replace, Some(_), None) => StoreOutcome::NotFound,
-            (SetMode::Set | SetMode::Replace, Some(cas), Some(now_cas)) if cas != now_cas => {
-                if !(o.invalidate && cas < now_cas) {
-                    return StoreOutcome::Exists;
-                }
-                // Stored stale, keeping the item's TTL and a sent token (`CAS_STALE`).
-                let Some((deadline, sent)) = state.live(&o.key).map(|e| (e.deadline, e.token_sent))
-                else {
-                    return StoreOutcome::NotFound;
-                };
-                let stored = state.insert(o.key.clone(), o.flags, o.exptime, o.value, o.new_cas);
-                if let Some(entry) = state.items.get_mut(&o.key) {
-                    (entry.stale, entry.deadline, entry.token_sent) = (true, deadline, sent);
-                }
-                stored
-            }
-            _ => state.insert(o.key, o.flags, o.exptime, o.value, o.new_cas),
-        }
+    fn meta_set(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        extra: StoreExtra,
+    ) -> Stored {
+        self.lock()
+            .store(mode, key, value, flags, exptime, extra, true)
     }
 
-    fn meta_delete(&self, key: &[u8], o: Delete) -> MetaDeleteOutcome {
+    fn meta_delete(&self, key: &[u8], o: Delete) -> Result<Outcome, StoreError> {
         let mut state = self.lock();
         let now = state.now;
         let next = o.cas.unwrap_or(state.next_cas + 1);
         let Some(entry) = state.live(key) else {
-            return MetaDeleteOutcome::NotFound;
+            return Ok(Outcome::NotFound);
         };
         if o.compare.is_some_and(|c| c != entry.cas) {
-            return MetaDeleteOutcome::Exists;
+            return Ok(Outcome::Exists);
         }
         if let Some(touch) = o.invalidate {
             entry.stale = true;
             entry.token_sent = false;
             entry.cas = next;
-            if let Some(seconds) = touch {
-                entry.deadline = exptime(seconds).deadline(now);
+            if let Some(exptime) = touch {
+                entry.expiry = expiry_of(exptime, now);
             }
             state.next_cas += 1;
         } else {
             state.items.remove(key);
         }
-        MetaDeleteOutcome::Deleted
+        Ok(Outcome::Deleted)
     }
 
-    fn meta_arithmetic(&self, key: &[u8], o: Count) -> MetaArithmeticOutcome {
-        let mut state = self.lock();
-        let now = state.now;
-        let touch = o.touch.map(|(t, rank)| (rank.0, exptime(t).deadline(now)));
-        let mode = if o.decrement {
-            ArithmeticMode::Decrement
-        } else {
-            ArithmeticMode::Increment
-        };
-        match state.delta(key, mode, o.delta, o.compare) {
-            Ok((value, cas, before)) => {
-                let steps = timeline(&[touch]);
-                let entry = state.live(key);
-                let cas = match (entry, o.cas) {
-                    (Some(entry), explicit) => {
-                        entry.deadline = shown(&steps, before, GetOrder::ABSENT);
-                        entry.cas = explicit.unwrap_or(cas);
-                        entry.cas
-                    }
-                    (None, _) => cas,
-                };
-                MetaArithmeticOutcome::Value {
-                    value,
-                    cas,
-                    ttl: state.ttl(shown(&steps, before, o.ttl_rank.0)),
-                    created: false,
-                }
-            }
-            Err(DeltaError::NotFound) => match o.vivify {
-                None => MetaArithmeticOutcome::NotFound,
-                Some((vivify, rank)) => {
-                    let vivify = exptime(vivify);
-                    // The new item's expiry starts at "never"; `N` and `T` set it in order.
-                    let steps = timeline(&[Some((rank.0, vivify.deadline(now))), touch]);
-                    let value = Bytes::from(o.initial.to_string());
-                    let key = Bytes::copy_from_slice(key);
-                    let StoreOutcome::Stored(cas) =
-                        state.insert(key.clone(), 0, vivify, value, o.cas)
-                    else {
-                        return MetaArithmeticOutcome::NotStored;
-                    };
-                    if let Some(entry) = state.items.get_mut(&key) {
-                        entry.deadline = shown(&steps, Deadline::Never, GetOrder::ABSENT);
-                    }
-                    MetaArithmeticOutcome::Value {
-                        value: o.initial,
-                        cas,
-                        ttl: state.ttl(shown(&steps, Deadline::Never, o.ttl_rank.0)),
-                        created: true,
-                    }
-                }
-            },
-            Err(DeltaError::NonNumeric) => MetaArithmeticOutcome::NonNumeric,
-            Err(DeltaError::CasMismatch) => MetaArithmeticOutcome::Exists,
-        }
+    fn meta_arithmetic(&self, key: &[u8], count: Count) -> Result<Counted, StoreError> {
+        self.lock().counter(key, count)
     }
 
     fn meta_debug(&self, key: &[u8]) -> Option<ItemDebug> {
         let mut state = self.lock();
         let now = state.now;
         let entry = state.live(key)?;
-        let exp = match entry.deadline {
-            Deadline::Never => -1,
-            Deadline::Expired => 0,
-            Deadline::At(t) => now as i64 - t as i64,
+        let exp = match entry.expiry {
+            0 => -1,
+            t => i64::from(now) - i64::from(t),
         };
         Some(ItemDebug {
             exp,
-            last_access: now - entry.last_access,
+            last_access: u64::from(now - entry.last_access),
             cas: entry.cas,
             fetched: entry.fetched,
             class: 1,

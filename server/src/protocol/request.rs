@@ -1,52 +1,25 @@
 //! One type per memcached command, and the [`Request`] enum the parsers produce.
 //!
 //! # Map
-//! - Time: [`Exptime`] (memcached's raw expiration number) and its [`Deadline`].
 //! - Text commands: [`Retrieve`], [`Store`], [`Delete`], [`Delta`], [`Touch`], [`FlushAll`],
 //!   [`Stats`], [`Verbosity`], [`TooLarge`].
 //! - Meta commands: [`MetaGet`], [`MetaSet`], [`MetaDelete`], [`MetaArithmetic`],
 //!   [`MetaDebug`], with [`MetaKey`] (a key and whether it came base64-encoded) and the
 //!   ordered [`ReturnFlag`]s that shape the reply.
 //!
+//! What a command asks of the store is the store's own type, built here once by the parser
+//! and taken as is by [`Storage`](super::Storage): a store's [`Mode`] (and `ms`'s
+//! [`StoreExtra`]), `incr`/`decr`/`ma`'s [`Count`], `mg`'s [`Read`], `md`'s
+//! [`podkv_store::Delete`]. Expiration times are memcached's raw `exptime` numbers (0 never,
+//! negative already expired, up to 30 days relative, larger a Unix time) as the store's
+//! commands take them; the store resolves them against its clock (`podkv_store::expiry_of`).
+//!
 //! Keys and values are [`Bytes`] slices of the read buffer: parsing copies nothing but
 //! base64-decoded keys. Every request the codec yields already satisfies
 //! [`ProtocolLimits`](super::ProtocolLimits).
 
 use bytes::Bytes;
-use podkv_store::{Count, Rank, Read};
-
-/// Seconds after which memcached reads an expiration time as a Unix time (30 days).
-pub const SECS_RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
-
-/// An expiration time exactly as sent: 0 = never, negative = already expired,
-/// up to 30 days = seconds from now, larger = Unix time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Exptime(pub i32);
-
-/// When an item expires, resolved against the store's clock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deadline {
-    /// The item never expires.
-    Never,
-    /// The item is already expired: stores make it invisible at once.
-    Expired,
-    /// The item expires at this Unix time (seconds).
-    At(u64),
-}
-
-impl Exptime {
-    /// Resolves this expiration as memcached's `realtime()` does, given the Unix time now.
-    pub fn deadline(self, now: u64) -> Deadline {
-        let raw = i64::from(self.0);
-        match raw {
-            0 => Deadline::Never,
-            r if r < 0 => Deadline::Expired,
-            r if r <= SECS_RELATIVE_MAX => Deadline::At(now + r as u64),
-            r if (r as u64) <= now => Deadline::Expired,
-            r => Deadline::At(r as u64),
-        }
-    }
-}
+use podkv_store::{Count, Mode, Rank, Read, StoreExtra};
 
 /// Every command the text and meta parsers understand.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,26 +32,15 @@ pub enum Request {
     Gat(Retrieve),
     /// `gats <exptime> <key>*`: get and touch, with CAS uniques.
     Gats(Retrieve),
-    /// `set <key> <flags> <exptime> <bytes> [noreply]` + data.
-    Set(Store),
-    /// `add …`: store only if absent.
-    Add(Store),
-    /// `replace …`: store only if present.
-    Replace(Store),
-    /// `append …`: add data after the existing value (flags and exptime ignored).
-    Append(Store),
-    /// `prepend …`: add data before the existing value (flags and exptime ignored).
-    Prepend(Store),
-    /// `cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]` + data.
-    Cas(Store),
+    /// `set|add|replace|append|prepend <key> <flags> <exptime> <bytes> [noreply]` + data, and
+    /// `cas` with `<cas unique>` before `noreply`: the command is the store's [`Mode`].
+    Store(Store),
     /// A storage command whose data block exceeds the item size limit (block swallowed).
     TooLarge(TooLarge),
     /// `delete <key> [0] [noreply]`.
     Delete(Delete),
-    /// `incr <key> <delta> [noreply]`.
-    Incr(Delta),
-    /// `decr <key> <delta> [noreply]`.
-    Decr(Delta),
+    /// `incr|decr <key> <delta> [noreply]`.
+    Delta(Delta),
     /// `touch <key> <exptime> [noreply]`.
     Touch(Touch),
     /// `flush_all [delay] [noreply]`.
@@ -112,23 +74,23 @@ pub enum Request {
 pub struct Retrieve {
     /// The keys, in order; replies list hits in this order.
     pub keys: Vec<Bytes>,
-    /// `Some` for gat/gats: the expiration to set on every hit.
-    pub touch: Option<Exptime>,
+    /// `Some` for gat/gats: the exptime to set on every hit.
+    pub touch: Option<i64>,
 }
 
 /// `set`, `add`, `replace`, `append`, `prepend`, `cas` with their data block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Store {
+    /// Which command: the store's mode (`cas` carries its CAS unique).
+    pub mode: Mode,
     /// The key.
     pub key: Bytes,
-    /// Opaque client flags, stored and returned.
+    /// Opaque client flags, stored and returned (ignored by append and prepend).
     pub flags: u32,
-    /// Expiration of the stored item.
-    pub exptime: Exptime,
+    /// Exptime of the stored item (ignored by append and prepend).
+    pub exptime: i64,
     /// The data block, without its `\r\n`.
     pub value: Bytes,
-    /// For `cas`: the CAS unique the item must still have; 0 otherwise.
-    pub cas_unique: u64,
     /// `noreply`: send nothing back, not even errors.
     pub noreply: bool,
 }
@@ -169,8 +131,9 @@ pub struct Delete {
 pub struct Delta {
     /// The key.
     pub key: Bytes,
-    /// The amount; incr wraps at 2^64, decr stops at 0.
-    pub delta: u64,
+    /// What the store does: increment (wrapping at 2^64) or decrement (stopping at 0) by
+    /// the delta, nothing else.
+    pub count: Count,
     /// `noreply`.
     pub noreply: bool,
 }
@@ -180,8 +143,8 @@ pub struct Delta {
 pub struct Touch {
     /// The key.
     pub key: Bytes,
-    /// The new expiration.
-    pub exptime: Exptime,
+    /// The new exptime.
+    pub exptime: i64,
     /// `noreply`.
     pub noreply: bool,
 }
@@ -189,8 +152,8 @@ pub struct Touch {
 /// `flush_all [delay]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlushAll {
-    /// When to invalidate: zero or negative means now.
-    pub delay: Exptime,
+    /// When to invalidate, as an exptime: zero or negative means now.
+    pub delay: i64,
     /// `noreply`.
     pub noreply: bool,
 }
@@ -274,57 +237,26 @@ pub struct MetaGet {
     pub no_bump: bool,
 }
 
-/// The positions of `mg`'s order-sensitive flags among its flag tokens ([`GetOrder::ABSENT`]
-/// when not given). memcached walks the flags once: `T` and `N` set the expiry where they
-/// stand, `R` compares the expiry as it stands at `R`, and `t` prints it as it stands at `t`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The places of the order-sensitive flags among a meta command's flag tokens, as the
+/// store's [`Rank`]s ([`Rank::NONE`] when not given). memcached walks the flags once: `T`
+/// and `N` set the expiry where they stand, `R` compares the expiry as it stands at `R`, and
+/// `t` prints it as it stands at `t`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GetOrder {
     /// `T`.
-    pub touch: u8,
+    pub touch: Rank,
     /// `N`.
-    pub vivify: u8,
+    pub vivify: Rank,
     /// `R`.
-    pub recache: u8,
+    pub recache: Rank,
     /// `t`.
-    pub ttl: u8,
+    pub ttl: Rank,
 }
 
-impl GetOrder {
-    /// The position of a flag that was not given (after every other).
-    pub const ABSENT: u8 = u8::MAX;
-}
-
-impl Default for GetOrder {
-    fn default() -> Self {
-        GetOrder {
-            touch: Self::ABSENT,
-            vivify: Self::ABSENT,
-            recache: Self::ABSENT,
-            ttl: Self::ABSENT,
-        }
-    }
-}
-
-/// An exptime as the store's commands take it: the seconds as sent, with the flag's place
-/// among the flags.
+/// An exptime with its flag's place among the flags, as the store's commands take it.
 #[inline]
-pub fn ranked(exptime: Option<Exptime>, rank: u8) -> Option<(i64, Rank)> {
-    exptime.map(|e| (i64::from(e.0), Rank(rank)))
-}
-
-/// The `M` mode of `ms`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SetMode {
-    /// `MS` (default): store.
-    Set,
-    /// `ME`: store only if absent ("add").
-    Add,
-    /// `MR`: store only if present.
-    Replace,
-    /// `MA`: append.
-    Append,
-    /// `MP`: prepend.
-    Prepend,
+pub fn ranked(exptime: Option<i64>, rank: Rank) -> Option<(i64, Rank)> {
+    exptime.map(|e| (e, rank))
 }
 
 /// `ms <key> <datalen> <flags>*` + data.
@@ -337,18 +269,16 @@ pub struct MetaSet {
     /// `F<flags>`.
     pub flags: u32,
     /// `T<exptime>` (0 when absent).
-    pub exptime: Exptime,
-    /// `M<mode>`.
-    pub mode: SetMode,
-    /// `C<cas>`: compare-and-swap (turns set/replace into cas).
-    pub cas: Option<u64>,
-    /// `E<cas>`: CAS unique to give the new item.
-    pub new_cas: Option<u64>,
-    /// `I`: with `C`, a stale CAS still stores but marks the item stale.
-    pub invalidate: bool,
+    pub exptime: i64,
+    /// `M<mode>` as the store's mode: `MS` set, `ME` add, `MR` replace, `MA` append, `MP`
+    /// prepend; `C<cas>` turns set and replace into [`Mode::Cas`].
+    pub mode: Mode,
+    /// The store's extras: `C` for append/prepend, `I` (a stale CAS still stores, marking
+    /// the item stale), `E<cas>` (the stored item's CAS unique).
+    pub extra: StoreExtra,
     /// `N<exptime>`: parsed, and ignored as memcached 1.6.18 ignores it (its `ms` has no
     /// append autovivify: `ms k 1 MA N30` on a miss answers `NS`).
-    pub vivify: Option<Exptime>,
+    pub vivify: Option<i64>,
     /// `q`: hide `HD`.
     pub quiet: bool,
     /// Reply flags in request order (`O`, `k`, `c`).
@@ -367,15 +297,6 @@ pub struct MetaDelete {
     pub quiet: bool,
     /// Reply flags in request order (`O`, `k`).
     pub returns: Vec<ReturnFlag>,
-}
-
-/// The `M` mode of `ma`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArithmeticMode {
-    /// `MI`, `M+` (default).
-    Increment,
-    /// `MD`, `M-`.
-    Decrement,
 }
 
 /// `ma <key> <flags>*`: the store's [`Count`] as parsed, and what shapes the reply.
@@ -399,26 +320,4 @@ pub struct MetaArithmetic {
 pub struct MetaDebug {
     /// The key.
     pub key: MetaKey,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exptime_resolves_like_realtime() {
-        let now = 1_700_000_000;
-        assert_eq!(Exptime(0).deadline(now), Deadline::Never);
-        assert_eq!(Exptime(-1).deadline(now), Deadline::Expired);
-        assert_eq!(Exptime(10).deadline(now), Deadline::At(now + 10));
-        assert_eq!(
-            Exptime(2_592_000).deadline(now),
-            Deadline::At(now + 2_592_000)
-        );
-        assert_eq!(Exptime(2_592_001).deadline(now), Deadline::Expired);
-        assert_eq!(
-            Exptime(1_700_000_100).deadline(now),
-            Deadline::At(1_700_000_100)
-        );
-    }
 }

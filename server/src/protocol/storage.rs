@@ -1,25 +1,32 @@
-//! The [`Storage`] trait: one method per command, typed outcomes, no wire bytes.
+//! The [`Storage`] trait: one method per command, in the store's own vocabulary.
 //!
 //! # Map
 //! - [`Item`]: what a read returns (value, flags, CAS, TTL, access facts).
 //! - Text commands: `get` … `flush_all`, `stats`, `version`, `verbosity`.
-//! - Meta commands: `meta_get`, `meta_set`, `meta_delete`, `meta_arithmetic`, `meta_debug`,
-//!   with their option structs and outcomes (`mg`, `ma` and `md` take the store's [`Read`],
-//!   [`Count`] and [`Delete`]; an `mg` hit carries the store's [`Lease`]).
+//! - Meta commands: `meta_get`, `meta_set`, `meta_delete`, `meta_arithmetic`, `meta_debug`.
 //!
-//! The store implements this trait; [`dispatch`](super::dispatch) calls it and turns outcomes
-//! into memcached's reply bytes. All methods take `&self`: the store is shared by every
-//! connection. Semantics are memcached 1.6's and are spelled out on each method; the test
-//! reference model (`protocol::model::ModelStorage`) follows them and is the executable spec.
+//! Requests and outcomes are the store's types (`podkv_store`): a store takes its [`Mode`]
+//! (and `ms` its [`StoreExtra`]) and answers an [`Outcome`] with the new CAS ([`Stored`]);
+//! `incr`/`decr`/`ma` take a [`Count`] and answer [`Counted`]; `mg` takes a [`Read`] and an
+//! hit carries the store's [`Lease`]; `md` takes a [`Delete`]. A refusal is the store's
+//! [`StoreError`]. The protocol layer ([`text`](super::text), [`meta`](super::meta)) turns
+//! them into memcached's reply bytes; memcached's semantics (what a failed `set` leaves,
+//! what an over-long `append` answers) are the store's.
+//!
+//! The store implements this trait; [`dispatch`](super::dispatch) calls it. All methods take
+//! `&self`: the store is shared by every connection. The test reference model
+//! (`protocol::model::ModelStorage`) follows the same semantics and is the executable spec.
 
 use bytes::Bytes;
-use podkv_store::{Count, Delete, Read};
-
-use super::request::{Exptime, SetMode};
+use podkv_store::{Count, Counted, Delete, Mode, Outcome, Read, StoreError, StoreExtra};
 
 /// The recache-token state memcached reports after `mg` flags (`W`, `Z`, `X`): the store's
 /// own, so an `mg` hit carries what the store decided unchanged.
 pub use podkv_store::Lease;
+
+/// What a storage command answers: the store's outcome and the CAS unique of the item it
+/// linked (0 when it stored nothing), or why the store refused it.
+pub type Stored = Result<(Outcome, u64), StoreError>;
 
 /// An item as a read sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,49 +45,6 @@ pub struct Item {
     pub fetched: bool,
 }
 
-/// Outcome of a storage command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub enum StoreOutcome {
-    /// `STORED` / `HD`; carries the item's new CAS unique.
-    Stored(u64),
-    /// `NOT_STORED` / `NS`: the add/replace/append/prepend condition failed.
-    NotStored,
-    /// `EXISTS` / `EX`: the CAS unique did not match.
-    Exists,
-    /// `NOT_FOUND` / `NF`: cas on a missing key.
-    NotFound,
-    /// `SERVER_ERROR object too large for cache`.
-    TooLarge,
-    /// `SERVER_ERROR out of memory storing object`; a failed `set` must also remove the old
-    /// item, as memcached does, so no stale value survives.
-    OutOfMemory,
-}
-
-/// Outcome of `delete`, `touch`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub enum KeyOutcome {
-    /// `DELETED` / `TOUCHED`.
-    Done,
-    /// `NOT_FOUND`.
-    NotFound,
-}
-
-/// Outcome of `incr` / `decr`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub enum DeltaOutcome {
-    /// The new value.
-    Value(u64),
-    /// `NOT_FOUND`.
-    NotFound,
-    /// The value is not a decimal u64 (`CLIENT_ERROR cannot increment or decrement …`).
-    NonNumeric,
-    /// `SERVER_ERROR out of memory`.
-    OutOfMemory,
-}
-
 /// A `stats` answer: `STAT <name> <value>` lines in order.
 pub type StatLines = Vec<(String, String)>;
 
@@ -91,69 +55,6 @@ pub struct MetaItem {
     pub item: Item,
     /// The recache-token state.
     pub lease: Lease,
-}
-
-/// Options of `ms`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetaSetOptions {
-    /// The key.
-    pub key: Bytes,
-    /// The value.
-    pub value: Bytes,
-    /// Client flags.
-    pub flags: u32,
-    /// Expiration.
-    pub exptime: Exptime,
-    /// The mode; with `cas`, `Set` and `Replace` become a CAS store, `Add` ignores it, and
-    /// `Append`/`Prepend` check it.
-    pub mode: SetMode,
-    /// `C`: compare-and-swap.
-    pub cas: Option<u64>,
-    /// `E`: the CAS unique to give the stored item.
-    pub new_cas: Option<u64>,
-    /// `I`: a CAS older than the item's still stores, marking the item stale.
-    pub invalidate: bool,
-}
-
-/// Outcome of `md`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub enum MetaDeleteOutcome {
-    /// `HD`: deleted or marked stale.
-    Deleted,
-    /// `NF`.
-    NotFound,
-    /// `EX`: CAS mismatch.
-    Exists,
-    /// `SERVER_ERROR out of memory` (no room for an `I` copy even after eviction).
-    OutOfMemory,
-}
-
-/// Outcome of `ma`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub enum MetaArithmeticOutcome {
-    /// Success: the new number, its CAS unique and remaining TTL (`None` = never).
-    Value {
-        /// The new value.
-        value: u64,
-        /// The item's CAS unique.
-        cas: u64,
-        /// Seconds until expiry.
-        ttl: Option<u32>,
-        /// Whether `N` created the item (memcached then answers even under `q`).
-        created: bool,
-    },
-    /// `NF`.
-    NotFound,
-    /// `EX`: CAS mismatch.
-    Exists,
-    /// `NS`: an `N` miss lost the race to create the item.
-    NotStored,
-    /// `CLIENT_ERROR cannot increment or decrement non-numeric value`.
-    NonNumeric,
-    /// `SERVER_ERROR out of memory`.
-    OutOfMemory,
 }
 
 /// What `me` prints about an item.
@@ -175,6 +76,9 @@ pub struct ItemDebug {
 
 /// The store behind the protocol: one method per command.
 pub trait Storage {
+    /// The clock expiry is measured against (Unix seconds): a reply's TTL is the store's
+    /// absolute expiry at this time (`podkv_store::ttl_of`).
+    fn now(&self) -> u32;
     /// `get`/`gets`: the live item under `key`, marking it fetched.
     fn get(&self, key: &[u8]) -> Option<Item>;
     /// `get`/`gets` without a copy: on a hit, calls `emit(flags, cas, value)` while the value
@@ -188,35 +92,25 @@ pub trait Storage {
             None => false,
         }
     }
-    /// `gat`/`gats`: like `get`, also setting a new expiration on a hit.
-    fn gat(&self, key: &[u8], exptime: Exptime) -> Option<Item>;
-    /// `set`: store unconditionally.
-    fn set(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome;
-    /// `add`: store only if no live item exists (`NotStored` otherwise; memcached also bumps
-    /// the existing item in the LRU).
-    fn add(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome;
-    /// `replace`: store only if a live item exists.
-    fn replace(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome;
-    /// `append`: extend an existing value; keeps its flags and exptime (`NotStored` on miss).
-    fn append(&self, key: Bytes, value: Bytes) -> StoreOutcome;
-    /// `prepend`: like `append`, before the existing value.
-    fn prepend(&self, key: Bytes, value: Bytes) -> StoreOutcome;
-    /// `cas`: store only if the item's CAS unique equals `cas` (`Exists` if not, `NotFound`
-    /// if there is no item).
-    fn cas(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes, cas: u64)
-        -> StoreOutcome;
-    /// `delete`.
-    fn delete(&self, key: &[u8]) -> KeyOutcome;
-    /// `incr`: the value must be a decimal u64 (memcached's `strtoull` rules, so a value with
-    /// trailing spaces counts); the sum wraps at 2^64. memcached rewrites the number in place,
-    /// space-padded, when it is not longer than the old value.
-    fn incr(&self, key: &[u8], delta: u64) -> DeltaOutcome;
-    /// `decr`: like `incr`, stopping at 0.
-    fn decr(&self, key: &[u8], delta: u64) -> DeltaOutcome;
-    /// `touch`: set a new expiration.
-    fn touch(&self, key: &[u8], exptime: Exptime) -> KeyOutcome;
+    /// `gat`/`gats`: like `get`, also setting a new exptime on a hit.
+    fn gat(&self, key: &[u8], exptime: i64) -> Option<Item>;
+    /// `set`, `add`, `replace`, `append`, `prepend`, `cas`, as `mode` says: `Stored`,
+    /// `NotStored` (the mode's condition failed, or an append's joined value is too
+    /// large), `Exists` (a stale CAS unique), `NotFound` (cas on a missing key). A `set`
+    /// that cannot be stored removes the old item. Append and prepend keep the item's flags
+    /// and exptime.
+    fn store(&self, mode: Mode, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Stored;
+    /// `delete`: `Deleted` or `NotFound`.
+    fn delete(&self, key: &[u8]) -> Result<Outcome, StoreError>;
+    /// `incr`/`decr`: the value must be a decimal u64 (memcached's `strtoull` rules, so a
+    /// value with trailing spaces counts); an increment wraps at 2^64, a decrement stops at 0.
+    /// memcached rewrites the number in place, space-padded, when it is not longer than the
+    /// old value.
+    fn arithmetic(&self, key: &[u8], count: Count) -> Result<Counted, StoreError>;
+    /// `touch`: a new exptime; `Touched` or `NotFound`.
+    fn touch(&self, key: &[u8], exptime: i64) -> Result<Outcome, StoreError>;
     /// `flush_all`: invalidate every item stored before now + `delay` (≤ 0 means now).
-    fn flush_all(&self, delay: Exptime);
+    fn flush_all(&self, delay: i64);
     /// `stats` / `stats <group>` (`group` empty for the general stats): `None` for an
     /// unknown group, which answers `ERROR`.
     fn stats(&self, group: &[u8]) -> Option<StatLines>;
@@ -232,12 +126,22 @@ pub trait Storage {
     /// `None` is a miss (`EN`). The hit's [`Item::ttl`] is the TTL as `t` prints it: at
     /// `t`'s place among the flags.
     fn meta_get(&self, key: &[u8], read: Read, no_bump: bool) -> Option<MetaItem>;
-    /// `ms`.
-    fn meta_set(&self, options: MetaSetOptions) -> StoreOutcome;
-    /// `md`.
-    fn meta_delete(&self, key: &[u8], delete: Delete) -> MetaDeleteOutcome;
-    /// `ma`: the outcome's `ttl` is as `t` prints it, at `t`'s place among the flags.
-    fn meta_arithmetic(&self, key: &[u8], count: Count) -> MetaArithmeticOutcome;
+    /// `ms`: as [`Storage::store`] with the meta extras; an `ms` that cannot be stored
+    /// removes the old item whatever its mode.
+    fn meta_set(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        extra: StoreExtra,
+    ) -> Stored;
+    /// `md`: `Deleted` (removed or marked stale), `NotFound`, or `Exists` (`C` differs).
+    fn meta_delete(&self, key: &[u8], delete: Delete) -> Result<Outcome, StoreError>;
+    /// `ma`: as [`Storage::arithmetic`] with the meta options; the value's `shown_expiry`
+    /// is the expiry `t` prints, at `t`'s place among the flags.
+    fn meta_arithmetic(&self, key: &[u8], count: Count) -> Result<Counted, StoreError>;
     /// `me`: debug facts about an item, `None` on a miss (`EN`).
     fn meta_debug(&self, key: &[u8]) -> Option<ItemDebug>;
 }

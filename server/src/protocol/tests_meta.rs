@@ -7,7 +7,7 @@ use super::storage::*;
 use super::ProtocolLimits;
 use crate::protocol::text::parse_line;
 use bytes::{Bytes, BytesMut};
-use podkv_store::{Rank, Read};
+use podkv_store::{Mode, Outcome, Rank, Read, StoreError, StoreExtra};
 
 fn parse(line: &[u8]) -> Parsed {
     parse_line(&Bytes::copy_from_slice(line), &ProtocolLimits::default())
@@ -131,15 +131,14 @@ fn ms_header() {
         panic!("not ms")
     };
     assert_eq!(set.key, key("foo"));
-    assert_eq!(
-        (set.flags, set.exptime, set.mode),
-        (1, Exptime(90), SetMode::Append)
-    );
-    assert_eq!(
-        (set.cas, set.new_cas, set.vivify),
-        (Some(5), Some(8), Some(Exptime(3)))
-    );
-    assert!(set.invalidate && set.quiet);
+    assert_eq!((set.flags, set.exptime, set.mode), (1, 90, Mode::Append));
+    let extra = StoreExtra {
+        compare: Some(5),
+        invalidate: true,
+        cas: Some(8),
+    };
+    assert_eq!((set.extra, set.vivify), (extra, Some(3)));
+    assert!(set.quiet);
     assert_eq!(
         set.returns,
         vec![opaque("O9"), ReturnFlag::Key, ReturnFlag::Cas]
@@ -295,14 +294,15 @@ fn compose_ms_md_ma_me() {
         panic!()
     };
     assert_eq!(
-        composed(|o| compose_set(o, &set, StoreOutcome::Stored(12))),
+        composed(|o| compose_set(o, &set, &Ok((Outcome::Stored, 12)))),
         b"HD c12 O5 kfoo\r\n"
     );
     assert_eq!(
-        composed(|o| compose_set(o, &set, StoreOutcome::NotStored)),
+        composed(|o| compose_set(o, &set, &Ok((Outcome::NotStored, 0)))),
         b"NS c0 O5 kfoo\r\n"
     );
-    let too_large = composed(|o| compose_set(o, &set, StoreOutcome::TooLarge));
+    let refused = Err(StoreError::TooLarge { len: 2, max: 1 });
+    let too_large = composed(|o| compose_set(o, &set, &refused));
     assert_eq!(too_large, b"SERVER_ERROR object too large for cache\r\n");
     let Parsed::Request(Request::MetaArithmetic(ma)) = parse(b"ma n v c t") else {
         panic!()

@@ -31,18 +31,13 @@ fn assert_within(request: &Request, limits: &ProtocolLimits) {
         Request::Get(r) | Request::Gets(r) | Request::Gat(r) | Request::Gats(r) => {
             r.keys.iter().for_each(|k| key_ok(k))
         }
-        Request::Set(s)
-        | Request::Add(s)
-        | Request::Replace(s)
-        | Request::Append(s)
-        | Request::Prepend(s)
-        | Request::Cas(s) => {
+        Request::Store(s) => {
             key_ok(&s.key);
             value_ok(&s.value);
         }
         Request::TooLarge(t) => key_ok(&t.key),
         Request::Delete(d) => key_ok(&d.key),
-        Request::Incr(d) | Request::Decr(d) => key_ok(&d.key),
+        Request::Delta(d) => key_ok(&d.key),
         Request::Touch(t) => key_ok(&t.key),
         Request::MetaGet(m) => key_ok(&m.key.bytes),
         Request::MetaSet(m) => {

@@ -2,10 +2,10 @@
 
 use super::parsed::*;
 use super::request::*;
-use super::storage::*;
 use super::text::*;
 use super::ProtocolLimits;
 use bytes::{Bytes, BytesMut};
+use podkv_store::{Count, Counted, Mode, Outcome, StoreError};
 
 fn parse(line: &[u8]) -> Parsed {
     parse_line(&Bytes::copy_from_slice(line), &ProtocolLimits::default())
@@ -50,12 +50,12 @@ fn get_family() {
     assert_eq!(parse(b"gets k"), Parsed::Request(gets));
     let gat = Request::Gat(Retrieve {
         keys: keys(&["k"]),
-        touch: Some(Exptime(-1)),
+        touch: Some(-1),
     });
     assert_eq!(parse(b"gat -1 k"), Parsed::Request(gat));
     let gats = Request::Gats(Retrieve {
         keys: vec![],
-        touch: Some(Exptime(10)),
+        touch: Some(10),
     });
     assert_eq!(parse(b"gats 10"), Parsed::Request(gats));
     assert_eq!(parse(b"get"), Parsed::Error(ErrorReply::ERROR));
@@ -80,20 +80,20 @@ fn get_refuses_a_key_over_250_bytes() {
     ));
 }
 
-fn store(key: &str, flags: u32, exptime: i32, cas_unique: u64, noreply: bool) -> Store {
-    Store {
+fn store(mode: Mode, key: &str, flags: u32, exptime: i64, noreply: bool) -> Request {
+    Request::Store(Store {
+        mode,
         key: b(key),
         flags,
-        exptime: Exptime(exptime),
+        exptime,
         value: Bytes::new(),
-        cas_unique,
         noreply,
-    }
+    })
 }
 
 #[test]
 fn storage_headers() {
-    let set = Request::Set(store("k", 5, 0, 0, false));
+    let set = store(Mode::Set, "k", 5, 0, false);
     assert_eq!(
         parse(b"set k 5 0 3"),
         Parsed::Data(DataHeader {
@@ -101,7 +101,7 @@ fn storage_headers() {
             len: 3
         })
     );
-    let add = Request::Add(store("k", 0, -1, 0, true));
+    let add = store(Mode::Add, "k", 0, -1, true);
     assert_eq!(
         parse(b"add k 0 -1 0 noreply"),
         Parsed::Data(DataHeader {
@@ -109,7 +109,7 @@ fn storage_headers() {
             len: 0
         })
     );
-    let cas = Request::Cas(store("k", 1, 2, 99, false));
+    let cas = store(Mode::Cas(99), "k", 1, 2, false);
     assert_eq!(
         parse(b"cas k 1 2 4 99"),
         Parsed::Data(DataHeader {
@@ -117,7 +117,7 @@ fn storage_headers() {
             len: 4
         })
     );
-    let append = Request::Append(store("k", 0, 0, 0, false));
+    let append = store(Mode::Append, "k", 0, 0, false);
     assert_eq!(
         parse(b"append k 0 0 1 junk"),
         Parsed::Data(DataHeader {
@@ -188,15 +188,22 @@ fn delete_forms() {
 
 #[test]
 fn incr_decr_touch() {
-    let incr = Request::Incr(Delta {
+    let incr = Request::Delta(Delta {
         key: b("n"),
-        delta: 5,
+        count: Count {
+            delta: 5,
+            ..Count::default()
+        },
         noreply: false,
     });
     assert_eq!(parse(b"incr n 5"), Parsed::Request(incr));
-    let decr = Request::Decr(Delta {
+    let decr = Request::Delta(Delta {
         key: b("n"),
-        delta: u64::MAX,
+        count: Count {
+            decrement: true,
+            delta: u64::MAX,
+            ..Count::default()
+        },
         noreply: true,
     });
     assert_eq!(
@@ -211,7 +218,7 @@ fn incr_decr_touch() {
     assert_eq!(parse(b"incr n"), Parsed::Error(ErrorReply::ERROR));
     let touch = Request::Touch(Touch {
         key: b("k"),
-        exptime: Exptime(10),
+        exptime: 10,
         noreply: false,
     });
     assert_eq!(parse(b"touch k 10"), Parsed::Request(touch));
@@ -223,12 +230,7 @@ fn incr_decr_touch() {
 
 #[test]
 fn flush_all_forms() {
-    let flush = |delay, noreply| {
-        Parsed::Request(Request::FlushAll(FlushAll {
-            delay: Exptime(delay),
-            noreply,
-        }))
-    };
+    let flush = |delay, noreply| Parsed::Request(Request::FlushAll(FlushAll { delay, noreply }));
     assert_eq!(parse(b"flush_all"), flush(0, false));
     assert_eq!(parse(b"flush_all 10"), flush(10, false));
     assert_eq!(parse(b"flush_all noreply"), flush(0, true));
@@ -292,33 +294,31 @@ fn compose_replies() {
     let value = composed(|o| compose_value(o, b"k", 0, b"", Some(42)));
     assert_eq!(value, b"VALUE k 0 0 42\r\n\r\n");
     assert_eq!(composed(compose_end), b"END\r\n");
-    assert_eq!(
-        composed(|o| compose_store(o, StoreOutcome::Stored(1))),
-        b"STORED\r\n"
-    );
-    assert_eq!(
-        composed(|o| compose_store(o, StoreOutcome::NotStored)),
-        b"NOT_STORED\r\n"
-    );
-    assert_eq!(
-        composed(|o| compose_store(o, StoreOutcome::Exists)),
-        b"EXISTS\r\n"
-    );
-    assert_eq!(
-        composed(|o| compose_store(o, StoreOutcome::NotFound)),
-        b"NOT_FOUND\r\n"
-    );
-    let too_large = composed(|o| compose_store(o, StoreOutcome::TooLarge));
+    let stored = |outcome| composed(|o| compose_store(o, &Ok((outcome, 1))));
+    assert_eq!(stored(Outcome::Stored), b"STORED\r\n");
+    assert_eq!(stored(Outcome::NotStored), b"NOT_STORED\r\n");
+    assert_eq!(stored(Outcome::Exists), b"EXISTS\r\n");
+    assert_eq!(stored(Outcome::NotFound), b"NOT_FOUND\r\n");
+    let refused = |error| composed(|o| compose_store(o, &Err(error)));
+    let too_large = refused(StoreError::TooLarge { len: 2, max: 1 });
     assert_eq!(too_large, b"SERVER_ERROR object too large for cache\r\n");
-    let oom = composed(|o| compose_store(o, StoreOutcome::OutOfMemory));
+    let oom = refused(StoreError::OutOfMemory);
     assert_eq!(oom, b"SERVER_ERROR out of memory storing object\r\n");
-    let deleted = composed(|o| compose_key_outcome(o, KeyOutcome::Done, b"DELETED"));
+    let deleted = composed(|o| compose_key_outcome(o, &Ok(Outcome::Deleted)));
     assert_eq!(deleted, b"DELETED\r\n");
-    assert_eq!(
-        composed(|o| compose_delta(o, DeltaOutcome::Value(0))),
-        b"0\r\n"
-    );
-    let non_numeric = composed(|o| compose_delta(o, DeltaOutcome::NonNumeric));
+    let touched = composed(|o| compose_key_outcome(o, &Ok(Outcome::Touched)));
+    assert_eq!(touched, b"TOUCHED\r\n");
+    let missed = composed(|o| compose_key_outcome(o, &Ok(Outcome::NotFound)));
+    assert_eq!(missed, b"NOT_FOUND\r\n");
+    let zero = Counted::Value {
+        value: 0,
+        cas: 1,
+        expiry: 0,
+        shown_expiry: 0,
+        created: false,
+    };
+    assert_eq!(composed(|o| compose_delta(o, &Ok(zero))), b"0\r\n");
+    let non_numeric = composed(|o| compose_delta(o, &Err(StoreError::NonNumeric)));
     assert_eq!(
         non_numeric,
         b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"

@@ -17,10 +17,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::meta;
 use super::numeric::{parse_i32, parse_u32, parse_u64};
 pub use super::parsed::{DataHeader, ErrorReply, Parsed};
+use podkv_store::{Count, Counted, Mode, Outcome, StoreError};
+
 use super::request::{
-    Delete, Delta, Exptime, FlushAll, Request, Retrieve, Stats, StatsGroup, Store, Touch, Verbosity,
+    Delete, Delta, FlushAll, Request, Retrieve, Stats, StatsGroup, Store, Touch, Verbosity,
 };
-use super::storage::{DeltaOutcome, KeyOutcome, StoreOutcome};
 use super::ProtocolLimits;
 
 /// Splits a line into tokens at spaces, as memcached's `tokenize_command`: only `' '`
@@ -74,15 +75,15 @@ pub fn parse_line(line: &Bytes, limits: &ProtocolLimits) -> Parsed {
         b"gets" => parse_retrieve(&tokens, limits, Request::Gets, false),
         b"gat" => parse_retrieve(&tokens, limits, Request::Gat, true),
         b"gats" => parse_retrieve(&tokens, limits, Request::Gats, true),
-        b"set" => parse_store(&tokens, limits, Request::Set, false),
-        b"add" => parse_store(&tokens, limits, Request::Add, false),
-        b"replace" => parse_store(&tokens, limits, Request::Replace, false),
-        b"append" => parse_store(&tokens, limits, Request::Append, false),
-        b"prepend" => parse_store(&tokens, limits, Request::Prepend, false),
-        b"cas" => parse_store(&tokens, limits, Request::Cas, true),
+        b"set" => parse_store(&tokens, limits, Mode::Set),
+        b"add" => parse_store(&tokens, limits, Mode::Add),
+        b"replace" => parse_store(&tokens, limits, Mode::Replace),
+        b"append" => parse_store(&tokens, limits, Mode::Append),
+        b"prepend" => parse_store(&tokens, limits, Mode::Prepend),
+        b"cas" => parse_store(&tokens, limits, Mode::Cas(0)),
         b"delete" => parse_delete(&tokens, limits),
-        b"incr" => parse_delta(&tokens, limits, Request::Incr),
-        b"decr" => parse_delta(&tokens, limits, Request::Decr),
+        b"incr" => parse_delta(&tokens, limits, false),
+        b"decr" => parse_delta(&tokens, limits, true),
         b"touch" => parse_touch(&tokens, limits),
         b"flush_all" => parse_flush_all(&tokens),
         b"stats" => parse_stats(&tokens),
@@ -129,7 +130,7 @@ fn parse_retrieve(
         let Some(value) = parse_i32(&keys[0]) else {
             return Parsed::Error(ErrorReply::INVALID_EXPTIME);
         };
-        exptime = Some(Exptime(value));
+        exptime = Some(i64::from(value));
         keys = &keys[1..];
     }
     if keys.iter().any(|k| k.len() > limits.max_key_len) {
@@ -142,13 +143,9 @@ fn parse_retrieve(
 }
 
 /// `set|add|replace|append|prepend <key> <flags> <exptime> <bytes> [noreply]`, and `cas`
-/// with `<cas unique>` before `noreply`.
-fn parse_store(
-    tokens: &[Bytes],
-    limits: &ProtocolLimits,
-    make: fn(Store) -> Request,
-    with_cas: bool,
-) -> Parsed {
+/// with `<cas unique>` before `noreply` (`mode` is `Mode::Cas(0)` until it is read).
+fn parse_store(tokens: &[Bytes], limits: &ProtocolLimits, mode: Mode) -> Parsed {
+    let with_cas = matches!(mode, Mode::Cas(_));
     let base = if with_cas { 6 } else { 5 };
     if tokens.len() != base && tokens.len() != base + 1 {
         return Parsed::Error(ErrorReply::ERROR);
@@ -165,27 +162,26 @@ fn parse_store(
     let (Some(flags), Some(exptime), Some(len)) = numbers else {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     };
-    let cas_unique = if with_cas {
-        parse_u64(&tokens[5])
-    } else {
-        Some(0)
+    let mode = match with_cas {
+        true => parse_u64(&tokens[5]).map(Mode::Cas),
+        false => Some(mode),
     };
-    let Some(cas_unique) = cas_unique else {
+    let Some(mode) = mode else {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     };
     if !(0..=i32::MAX - 2).contains(&len) {
         return fail(ErrorReply::BAD_FORMAT, quiet);
     }
     let store = Store {
+        mode,
         key: tokens[1].clone(),
         flags,
-        exptime: Exptime(exptime),
+        exptime: i64::from(exptime),
         value: Bytes::new(),
-        cas_unique,
         noreply: quiet,
     };
     Parsed::Data(DataHeader {
-        request: make(store),
+        request: Request::Store(store),
         len: len as usize,
     })
 }
@@ -214,7 +210,7 @@ fn parse_delete(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
 }
 
 /// `incr|decr <key> <delta> [noreply]`.
-fn parse_delta(tokens: &[Bytes], limits: &ProtocolLimits, make: fn(Delta) -> Request) -> Parsed {
+fn parse_delta(tokens: &[Bytes], limits: &ProtocolLimits, decrement: bool) -> Parsed {
     if tokens.len() != 3 && tokens.len() != 4 {
         return Parsed::Error(ErrorReply::ERROR);
     }
@@ -225,9 +221,14 @@ fn parse_delta(tokens: &[Bytes], limits: &ProtocolLimits, make: fn(Delta) -> Req
     let Some(delta) = parse_u64(&tokens[2]) else {
         return fail(ErrorReply::INVALID_DELTA, quiet);
     };
-    Parsed::Request(make(Delta {
-        key: tokens[1].clone(),
+    let count = Count {
+        decrement,
         delta,
+        ..Count::default()
+    };
+    Parsed::Request(Request::Delta(Delta {
+        key: tokens[1].clone(),
+        count,
         noreply: quiet,
     }))
 }
@@ -246,7 +247,7 @@ fn parse_touch(tokens: &[Bytes], limits: &ProtocolLimits) -> Parsed {
     };
     let touch = Touch {
         key: tokens[1].clone(),
-        exptime: Exptime(exptime),
+        exptime: i64::from(exptime),
         noreply: quiet,
     };
     Parsed::Request(Request::Touch(touch))
@@ -266,7 +267,7 @@ fn parse_flush_all(tokens: &[Bytes]) -> Parsed {
         }
     }
     Parsed::Request(Request::FlushAll(FlushAll {
-        delay: Exptime(delay),
+        delay: i64::from(delay),
         noreply: quiet,
     }))
 }
@@ -317,37 +318,38 @@ pub fn compose_end(out: &mut BytesMut) {
     out.put_slice(b"END\r\n");
 }
 
-/// The reply to a storage command.
-pub fn compose_store(out: &mut BytesMut, outcome: StoreOutcome) {
-    let line: &[u8] = match outcome {
-        StoreOutcome::Stored(_) => b"STORED\r\n",
-        StoreOutcome::NotStored => b"NOT_STORED\r\n",
-        StoreOutcome::Exists => b"EXISTS\r\n",
-        StoreOutcome::NotFound => b"NOT_FOUND\r\n",
-        StoreOutcome::TooLarge => return ErrorReply::TOO_LARGE.compose(out),
-        StoreOutcome::OutOfMemory => return ErrorReply::OUT_OF_MEMORY_STORING.compose(out),
+/// The reply to a storage command: the store's outcome, or why it refused the store.
+pub fn compose_store(out: &mut BytesMut, stored: &Result<(Outcome, u64), StoreError>) {
+    let line: &[u8] = match stored {
+        Ok((Outcome::Stored, _)) => b"STORED\r\n",
+        Ok((Outcome::Exists, _)) => b"EXISTS\r\n",
+        Ok((Outcome::NotFound, _)) => b"NOT_FOUND\r\n",
+        // A key the store's own limit refuses was never stored either.
+        Ok(_) | Err(StoreError::KeyLength { .. }) => b"NOT_STORED\r\n",
+        Err(StoreError::TooLarge { .. }) => return ErrorReply::TOO_LARGE.compose(out),
+        Err(_) => return ErrorReply::OUT_OF_MEMORY_STORING.compose(out),
     };
     out.put_slice(line);
 }
 
-/// The reply to `delete` (`DELETED`) or `touch` (`TOUCHED`), given the success word.
-pub fn compose_key_outcome(out: &mut BytesMut, outcome: KeyOutcome, done: &'static [u8]) {
-    match outcome {
-        KeyOutcome::Done => out.put_slice(done),
-        KeyOutcome::NotFound => out.put_slice(b"NOT_FOUND"),
-    }
-    out.put_slice(b"\r\n");
+/// The reply to `delete` (`DELETED`) or `touch` (`TOUCHED`); anything else is `NOT_FOUND`.
+pub fn compose_key_outcome(out: &mut BytesMut, outcome: &Result<Outcome, StoreError>) {
+    out.put_slice(match outcome {
+        Ok(Outcome::Deleted) => b"DELETED\r\n",
+        Ok(Outcome::Touched) => b"TOUCHED\r\n",
+        _ => b"NOT_FOUND\r\n",
+    });
 }
 
 /// The reply to `incr` / `decr`.
-pub fn compose_delta(out: &mut BytesMut, outcome: DeltaOutcome) {
-    match outcome {
-        DeltaOutcome::Value(value) => {
+pub fn compose_delta(out: &mut BytesMut, counted: &Result<Counted, StoreError>) {
+    match counted {
+        Ok(Counted::Value { value, .. }) => {
             let _ = write!(out, "{value}\r\n");
         }
-        DeltaOutcome::NotFound => out.put_slice(b"NOT_FOUND\r\n"),
-        DeltaOutcome::NonNumeric => ErrorReply::NON_NUMERIC.compose(out),
-        DeltaOutcome::OutOfMemory => ErrorReply::OUT_OF_MEMORY.compose(out),
+        Ok(_) | Err(StoreError::KeyLength { .. }) => out.put_slice(b"NOT_FOUND\r\n"),
+        Err(StoreError::NonNumeric) => ErrorReply::NON_NUMERIC.compose(out),
+        Err(_) => ErrorReply::OUT_OF_MEMORY.compose(out),
     }
 }
 

@@ -22,15 +22,11 @@
 
 use bytes::Bytes;
 use podkv_store::{
-    Count, Counted, Delete, Guard, Mode, Outcome, PodArena, Read, StoreError, StoreExtra,
+    ttl_of, Count, Counted, Delete, Guard, Mode, Outcome, PodArena, Read, StoreError, StoreExtra,
     StoreHandle,
 };
 
-use crate::protocol::request::{ArithmeticMode, Exptime, SetMode};
-use crate::protocol::storage::{
-    DeltaOutcome, Item, ItemDebug, KeyOutcome, MetaArithmeticOutcome, MetaDeleteOutcome, MetaItem,
-    MetaSetOptions, StatLines, Storage, StoreOutcome,
-};
+use crate::protocol::storage::{Item, ItemDebug, MetaItem, StatLines, Storage, Stored};
 
 use super::stats::{Counter, Counters, Shared, MEMCACHED_COMPATIBLE};
 use std::sync::Arc;
@@ -71,27 +67,13 @@ impl Backend {
         self.handle.flush_counters();
     }
 
-    fn now(&self) -> u32 {
-        self.handle.map().now()
-    }
-
-    fn ttl(&self, expiry: u32) -> Option<u32> {
-        (expiry != 0).then(|| expiry.saturating_sub(self.now()))
-    }
-
-    /// The visible item under `key`, copied out (value, flags, CAS, TTL).
-    fn lookup(&self, key: &[u8]) -> Option<Item> {
-        let guard = self.handle.get(key).ok().flatten()?;
-        Some(self.item(&guard, guard.expiry()))
-    }
-
     /// An item copied out of the heap, with the TTL of `expiry`.
     fn item(&self, guard: &Guard<'_, PodArena>, expiry: u32) -> Item {
         Item {
             value: Bytes::copy_from_slice(guard.value()),
             flags: guard.flags(),
             cas: guard.cas(),
-            ttl: self.ttl(expiry),
+            ttl: ttl_of(expiry, self.now()),
             last_access: 0,
             fetched: false,
         }
@@ -107,85 +89,36 @@ impl Backend {
         });
     }
 
-    /// Runs a classic storage command (the store removes the old item of a failed `set`).
-    fn store(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: Exptime,
-    ) -> StoreOutcome {
-        let result = self.handle.store_with(
-            mode,
-            key,
-            value,
-            flags,
-            i64::from(exptime.0),
-            StoreExtra::default(),
-        );
-        self.stored(mode, result)
-    }
-
-    /// A store's result as the protocol's outcome, counted as memcached counts.
-    fn stored(&self, mode: Mode, result: Result<(Outcome, u64), StoreError>) -> StoreOutcome {
+    /// Counts a store as memcached counts it.
+    fn count_store(&self, mode: Mode, stored: &Stored) {
         self.counters.bump(Counter::CmdSet);
-        let outcome = match result {
-            Ok((Outcome::Stored, cas)) => StoreOutcome::Stored(cas),
-            Ok((Outcome::Exists, _)) => StoreOutcome::Exists,
-            Ok((Outcome::NotFound, _)) => StoreOutcome::NotFound,
-            Ok(_) => StoreOutcome::NotStored,
-            Err(error) => self.refused(error),
-        };
-        if matches!(outcome, StoreOutcome::Stored(_)) {
-            self.counters.bump(Counter::TotalItems);
+        match stored {
+            Ok((Outcome::Stored, _)) => self.counters.bump(Counter::TotalItems),
+            Err(StoreError::TooLarge { .. }) => self.counters.bump(Counter::StoreTooLarge),
+            Ok(_) | Err(StoreError::KeyLength { .. }) => {}
+            Err(_) => self.counters.bump(Counter::StoreNoMemory),
         }
         if let Mode::Cas(_) = mode {
-            self.counters.bump(match outcome {
-                StoreOutcome::Stored(_) => Counter::CasHits,
-                StoreOutcome::Exists => Counter::CasBadval,
+            self.counters.bump(match stored {
+                Ok((Outcome::Stored, _)) => Counter::CasHits,
+                Ok((Outcome::Exists, _)) => Counter::CasBadval,
                 _ => Counter::CasMisses,
             });
         }
-        outcome
     }
 
-    /// The reply for a store the store refused.
-    fn refused(&self, error: StoreError) -> StoreOutcome {
-        match error {
-            StoreError::TooLarge { .. } => {
-                self.counters.bump(Counter::StoreTooLarge);
-                StoreOutcome::TooLarge
-            }
-            StoreError::KeyLength { .. } => StoreOutcome::NotStored,
-            _ => {
-                self.counters.bump(Counter::StoreNoMemory);
-                StoreOutcome::OutOfMemory
-            }
-        }
-    }
-
-    /// `incr`/`decr` with memcached's outcomes.
-    fn delta(&self, key: &[u8], mode: ArithmeticMode, delta: u64) -> DeltaOutcome {
-        let result = match mode {
-            ArithmeticMode::Increment => self.handle.incr(key, delta),
-            ArithmeticMode::Decrement => self.handle.decr(key, delta),
+    /// Counts an `incr`/`decr`/`ma` as memcached does: a hit when it changed a value that
+    /// was there, a miss when there was none.
+    fn count_arithmetic(&self, count: Count, counted: &Result<Counted, StoreError>) {
+        let (hits, misses) = if count.decrement {
+            (Counter::DecrHits, Counter::DecrMisses)
+        } else {
+            (Counter::IncrHits, Counter::IncrMisses)
         };
-        let (hits, misses) = match mode {
-            ArithmeticMode::Increment => (Counter::IncrHits, Counter::IncrMisses),
-            ArithmeticMode::Decrement => (Counter::DecrHits, Counter::DecrMisses),
-        };
-        match result {
-            Ok(Some(value)) => {
-                self.counters.bump(hits);
-                DeltaOutcome::Value(value)
-            }
-            Ok(None) | Err(StoreError::KeyLength { .. }) => {
-                self.counters.bump(misses);
-                DeltaOutcome::NotFound
-            }
-            Err(StoreError::NonNumeric) => DeltaOutcome::NonNumeric,
-            Err(_) => DeltaOutcome::OutOfMemory,
+        match counted {
+            Ok(Counted::Value { created: false, .. }) => self.counters.bump(hits),
+            Ok(Counted::NotFound) | Err(StoreError::KeyLength { .. }) => self.counters.bump(misses),
+            _ => {}
         }
     }
 
@@ -217,25 +150,19 @@ impl Backend {
     }
 }
 
-/// The store's mode for an `ms`: `C` turns set and replace into a CAS store.
-fn meta_mode(o: &MetaSetOptions) -> Mode {
-    match (o.mode, o.cas) {
-        (SetMode::Add, _) => Mode::Add,
-        (SetMode::Set | SetMode::Replace, Some(cas)) => Mode::Cas(cas),
-        (SetMode::Set, None) => Mode::Set,
-        (SetMode::Replace, None) => Mode::Replace,
-        (SetMode::Append, _) => Mode::Append,
-        (SetMode::Prepend, _) => Mode::Prepend,
-    }
-}
-
 impl Storage for Backend {
-    fn get(&self, key: &[u8]) -> Option<Item> {
-        let item = self.lookup(key);
-        self.count_read(item.is_some());
-        item
+    fn now(&self) -> u32 {
+        self.handle.map().now()
     }
 
+    fn get(&self, key: &[u8]) -> Option<Item> {
+        let guard = self.handle.get(key).ok().flatten();
+        self.count_read(guard.is_some());
+        let guard = guard?;
+        Some(self.item(&guard, guard.expiry()))
+    }
+
+    #[inline]
     fn get_with(&self, key: &[u8], emit: &mut dyn FnMut(u32, u64, &[u8])) -> bool {
         let guard = self.handle.get(key).ok().flatten();
         self.count_read(guard.is_some());
@@ -246,9 +173,9 @@ impl Storage for Backend {
         true
     }
 
-    fn gat(&self, key: &[u8], exptime: Exptime) -> Option<Item> {
+    fn gat(&self, key: &[u8], exptime: i64) -> Option<Item> {
         self.counters.bump(Counter::CmdTouch);
-        let guard = self.handle.gat(key, i64::from(exptime.0)).ok().flatten();
+        let guard = self.handle.gat(key, exptime).ok().flatten();
         self.count_read(guard.is_some());
         self.counters.bump(if guard.is_some() {
             Counter::TouchHits
@@ -259,80 +186,44 @@ impl Storage for Backend {
         Some(self.item(&guard, guard.expiry()))
     }
 
-    fn set(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
-        self.store(Mode::Set, &key, &value, flags, exptime)
+    #[inline]
+    fn store(&self, mode: Mode, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Stored {
+        let extra = StoreExtra::default();
+        let stored = self
+            .handle
+            .store_with(mode, key, value, flags, exptime, extra);
+        self.count_store(mode, &stored);
+        stored
     }
 
-    fn add(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
-        self.store(Mode::Add, &key, &value, flags, exptime)
-    }
-
-    fn replace(&self, key: Bytes, flags: u32, exptime: Exptime, value: Bytes) -> StoreOutcome {
-        self.store(Mode::Replace, &key, &value, flags, exptime)
-    }
-
-    fn append(&self, key: Bytes, value: Bytes) -> StoreOutcome {
-        self.store(Mode::Append, &key, &value, 0, Exptime(0))
-    }
-
-    fn prepend(&self, key: Bytes, value: Bytes) -> StoreOutcome {
-        self.store(Mode::Prepend, &key, &value, 0, Exptime(0))
-    }
-
-    fn cas(
-        &self,
-        key: Bytes,
-        flags: u32,
-        exptime: Exptime,
-        value: Bytes,
-        cas: u64,
-    ) -> StoreOutcome {
-        self.store(Mode::Cas(cas), &key, &value, flags, exptime)
-    }
-
-    fn delete(&self, key: &[u8]) -> KeyOutcome {
-        let deleted = matches!(self.handle.delete(key), Ok(Outcome::Deleted));
-        self.counters.bump(if deleted {
-            Counter::DeleteHits
-        } else {
-            Counter::DeleteMisses
+    fn delete(&self, key: &[u8]) -> Result<Outcome, StoreError> {
+        let deleted = self.handle.delete(key);
+        self.counters.bump(match deleted {
+            Ok(Outcome::Deleted) => Counter::DeleteHits,
+            _ => Counter::DeleteMisses,
         });
-        if deleted {
-            KeyOutcome::Done
-        } else {
-            KeyOutcome::NotFound
-        }
+        deleted
     }
 
-    fn incr(&self, key: &[u8], delta: u64) -> DeltaOutcome {
-        self.delta(key, ArithmeticMode::Increment, delta)
+    fn arithmetic(&self, key: &[u8], count: Count) -> Result<Counted, StoreError> {
+        let counted = self.handle.meta_counter(key, count);
+        self.count_arithmetic(count, &counted);
+        counted
     }
 
-    fn decr(&self, key: &[u8], delta: u64) -> DeltaOutcome {
-        self.delta(key, ArithmeticMode::Decrement, delta)
-    }
-
-    fn touch(&self, key: &[u8], exptime: Exptime) -> KeyOutcome {
+    fn touch(&self, key: &[u8], exptime: i64) -> Result<Outcome, StoreError> {
         self.counters.bump(Counter::CmdTouch);
-        let touched = matches!(
-            self.handle.touch(key, i64::from(exptime.0)),
-            Ok(Outcome::Touched)
-        );
-        self.counters.bump(if touched {
-            Counter::TouchHits
-        } else {
-            Counter::TouchMisses
+        let touched = self.handle.touch(key, exptime);
+        self.counters.bump(match touched {
+            Ok(Outcome::Touched) => Counter::TouchHits,
+            _ => Counter::TouchMisses,
         });
-        if touched {
-            KeyOutcome::Done
-        } else {
-            KeyOutcome::NotFound
-        }
+        touched
     }
 
-    fn flush_all(&self, delay: Exptime) {
+    fn flush_all(&self, delay: i64) {
         self.counters.bump(Counter::CmdFlush);
-        self.handle.flush_all(i64::from(delay.0));
+        self.handle.flush_all(delay);
     }
 
     fn stats(&self, group: &[u8]) -> Option<StatLines> {
@@ -371,73 +262,40 @@ impl Storage for Backend {
         hit
     }
 
-    fn meta_set(&self, o: MetaSetOptions) -> StoreOutcome {
+    fn meta_set(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        extra: StoreExtra,
+    ) -> Stored {
         self.counters.bump(Counter::CmdMeta);
-        let extra = StoreExtra {
-            compare: o.cas,
-            invalidate: o.invalidate,
-            cas: o.new_cas,
-        };
-        let mode = meta_mode(&o);
-        // The store removes the old item when it cannot make the new one, as memcached's `ms`.
-        let exptime = i64::from(o.exptime.0);
-        let result = self
+        let stored = self
             .handle
-            .meta_set(mode, &o.key, &o.value, o.flags, exptime, extra);
-        self.stored(mode, result)
+            .meta_set(mode, key, value, flags, exptime, extra);
+        self.count_store(mode, &stored);
+        stored
     }
 
-    fn meta_delete(&self, key: &[u8], delete: Delete) -> MetaDeleteOutcome {
+    fn meta_delete(&self, key: &[u8], delete: Delete) -> Result<Outcome, StoreError> {
         self.counters.bump(Counter::CmdMeta);
         let invalidate = delete.invalidate.is_some();
-        let outcome = match self.handle.meta_delete(key, delete) {
-            Ok(Outcome::Deleted) => MetaDeleteOutcome::Deleted,
-            Ok(Outcome::Exists) => MetaDeleteOutcome::Exists,
-            Ok(_) | Err(StoreError::KeyLength { .. }) => MetaDeleteOutcome::NotFound,
-            Err(_) => MetaDeleteOutcome::OutOfMemory,
-        };
+        let deleted = self.handle.meta_delete(key, delete);
         // memcached counts a removal as a hit, a mark-stale as neither, the rest as misses.
-        match outcome {
-            MetaDeleteOutcome::Deleted if !invalidate => self.counters.bump(Counter::DeleteHits),
-            MetaDeleteOutcome::Deleted | MetaDeleteOutcome::OutOfMemory => {}
-            _ => self.counters.bump(Counter::DeleteMisses),
+        match deleted {
+            Ok(Outcome::Deleted) if !invalidate => self.counters.bump(Counter::DeleteHits),
+            Ok(Outcome::Deleted) => {}
+            Ok(_) | Err(StoreError::KeyLength { .. }) => self.counters.bump(Counter::DeleteMisses),
+            Err(_) => {}
         }
-        outcome
+        deleted
     }
 
-    fn meta_arithmetic(&self, key: &[u8], count: Count) -> MetaArithmeticOutcome {
+    fn meta_arithmetic(&self, key: &[u8], count: Count) -> Result<Counted, StoreError> {
         self.counters.bump(Counter::CmdMeta);
-        let (hits, misses) = if count.decrement {
-            (Counter::DecrHits, Counter::DecrMisses)
-        } else {
-            (Counter::IncrHits, Counter::IncrMisses)
-        };
-        match self.handle.meta_counter(key, count) {
-            Ok(Counted::Value {
-                value,
-                cas,
-                shown_expiry,
-                created,
-                ..
-            }) => {
-                if !created {
-                    self.counters.bump(hits);
-                }
-                MetaArithmeticOutcome::Value {
-                    value,
-                    cas,
-                    ttl: self.ttl(shown_expiry),
-                    created,
-                }
-            }
-            Ok(Counted::NotFound) | Err(StoreError::KeyLength { .. }) => {
-                self.counters.bump(misses);
-                MetaArithmeticOutcome::NotFound
-            }
-            Ok(Counted::Exists) => MetaArithmeticOutcome::Exists,
-            Err(StoreError::NonNumeric) => MetaArithmeticOutcome::NonNumeric,
-            Err(_) => MetaArithmeticOutcome::OutOfMemory,
-        }
+        self.arithmetic(key, count)
     }
 
     fn meta_debug(&self, key: &[u8]) -> Option<ItemDebug> {
