@@ -351,3 +351,75 @@ fn an_owner_resumed_after_its_lease_lapsed_corrupts_nothing() {
         round(dir.path(), seed, Stop::Outside);
     }
 }
+
+/// A child that claims a slot and idles, its renewer beating by the child's clock.
+#[test]
+fn idle_child_entry() {
+    if std::env::var(ROLE).as_deref() != Ok("idle") {
+        return;
+    }
+    let dir = std::path::PathBuf::from(std::env::var("PODKV_FENCE_DIR").unwrap());
+    let heap = Heap::open(
+        dir.join("heap"),
+        &Config {
+            create: false,
+            ..config()
+        },
+    )
+    .unwrap();
+    let t = heap.thread().unwrap();
+    let off = t.allocate(Layout::from_size_align(64, 8).unwrap()).unwrap();
+    t.free(off);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Liveness trusts no clock but each process's own: an owner whose clock runs 5 s behind,
+/// 5 s ahead or twice as fast (`PODKV_CLOCK`, read by `lease::clock_ms`) is never fenced
+/// while it beats, and is fenced once stopped for a lease.
+#[test]
+fn an_owner_with_a_skewed_clock_is_judged_by_its_beat_alone() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    for clock in ["skew=-5000", "skew=+5000", "rate=2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &config()).unwrap();
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "idle_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, "idle")
+            .env("PODKV_HOST_ID", other_host().to_string())
+            .env("PODKV_FENCE_DIR", dir.path())
+            .env("PODKV_CLOCK", clock)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let child = Child(child);
+        let pid = child.0.id() as i32;
+        let slots = heap.geometry().slots();
+        wait_for("the child's claim", || {
+            (0..slots).any(|i| heap.slot_owner(i).is_some_and(|o| o.host == other_host()))
+        });
+        // Alive: several leases of watching fence nothing.
+        assert!(
+            !watch_for_fence(&heap),
+            "{clock}: a beating owner was fenced"
+        );
+        assert!(
+            !watch_for_fence(&heap),
+            "{clock}: a beating owner was fenced"
+        );
+        // SAFETY: stopping our own child (killed by `Child`'s drop).
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert!(
+            watch_for_fence(&heap),
+            "{clock}: a stopped owner was not fenced"
+        );
+    }
+}
