@@ -31,6 +31,17 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn free(thread: &Self::Thread, at: u64);
     /// The root word that holds the store descriptor's offset (zero: no store yet).
     fn root(&self) -> &AtomicU64;
+    /// A zeroed block of `size` bytes (8-aligned, 64 in the pod heap) for the store's
+    /// multi-writer words (`layout::HwccWords` and the announcements): in the pod heap, HWcc
+    /// memory; an ordinary block by default.
+    fn hwcc_block(&self, thread: &Self::Thread, size: usize) -> Result<u64, StoreError> {
+        alloc_zeroed::<Self>(thread, View::new(self.base()), size)
+    }
+    /// Gives back a block from [`Arena::hwcc_block`] that was never published (its creator
+    /// lost the root CAS).
+    fn hwcc_unused(&self, thread: &Self::Thread, at: u64) {
+        Self::free(thread, at);
+    }
     /// Largest block this arena serves today.
     fn block_max(&self) -> usize;
     /// Where a block of `size` bytes comes from: its region and its size class (eviction
@@ -118,6 +129,36 @@ impl Arena for PodArena {
     fn root(&self) -> &AtomicU64 {
         self.heap.root(self.root_index)
     }
+
+    /// Carved from the heap's user HWcc area by one hook CAS on its cursor (the area's first
+    /// word; blocks start at its second line), backed first. Never reused: see
+    /// [`Arena::hwcc_unused`].
+    fn hwcc_block(&self, thread: &ThreadHandle, size: usize) -> Result<u64, StoreError> {
+        let area = self.heap.hwcc_user();
+        let no_room = || StoreError::NoHwccRoom {
+            need: size as u64,
+            area: area.len(),
+        };
+        area.back(64).map_err(|_| no_room())?;
+        let cursor = area.word(0);
+        loop {
+            let seen = area.load(cursor);
+            let at = seen.max(64);
+            let end = at + (size as u64).next_multiple_of(64);
+            if end > area.len() {
+                return Err(no_room());
+            }
+            area.back(end)?;
+            if area.cas(thread, cursor, seen, end).is_ok() {
+                return Ok(area.range().start + at);
+            }
+        }
+    }
+
+    /// Nothing: a block carved from the HWcc area stays carved (the cursor only grows, so
+    /// no later carve gets bytes the loser wrote). A lost root race happens only while
+    /// processes open a fresh heap at once; each loser leaves one block.
+    fn hwcc_unused(&self, _: &ThreadHandle, _: u64) {}
 
     fn block_max(&self) -> usize {
         // Blocks past the large heap's come from the huge heap, up to its size.

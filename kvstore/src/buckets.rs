@@ -84,7 +84,7 @@ impl Buckets {
 
     /// Publishes this handle's batched counters (and grows the table if due).
     pub(crate) fn flush_counters<A: Arena>(&self, shared: &Shared<A>) {
-        let d = shared.desc();
+        let d = shared.hw();
         let c = self.count_delta.replace(0);
         let u = self.used_delta.replace(0);
         let count = d
@@ -103,14 +103,14 @@ impl Buckets {
 
     /// Bytes of linked items as this handle sees them (shared count plus its own delta).
     pub(crate) fn used_now<A: Arena>(&self, shared: &Shared<A>) -> u64 {
-        let used = shared.desc().used.word.load(Ordering::Relaxed) as i64;
+        let used = shared.hw().used.word.load(Ordering::Relaxed) as i64;
         (used + self.used_delta.get()).max(0) as u64
     }
 
     /// Notes the sentinels owed by the inserts that took the count from `from` to `to`: those
     /// of the table's newer half, `K` per insert since the doubling (see # Growth).
     fn owe_links<A: Arena>(&self, shared: &Shared<A>, from: u64, to: u64) {
-        let size = shared.desc().size.word.load(Ordering::Relaxed);
+        let size = shared.hw().size.word.load(Ordering::Relaxed);
         if size & FIXED != 0 || size == 0 {
             return;
         }
@@ -160,7 +160,7 @@ impl Buckets {
 
 /// Doubles the table (one CAS) when `count > buckets >> SHIFT_LOAD`.
 fn maybe_grow<A: Arena>(shared: &Shared<A>, count: u64) {
-    let size = &shared.desc().size.word;
+    let size = &shared.hw().size.word;
     let log2 = size.load(Ordering::Relaxed);
     if log2 & FIXED == 0 && log2 < SHIFT_BUCKETS_MAX && count > (1u64 << log2) >> SHIFT_LOAD {
         let _ = size.compare_exchange(log2, log2 + 1, Ordering::Relaxed, Ordering::Relaxed);
@@ -204,7 +204,7 @@ fn head_without_room<A: Arena>(shared: &Shared<A>, hash: u64) -> &AtomicU64 {
 
 /// Whether the segment holding `bucket` was never made.
 pub(crate) fn segment_missing<A: Arena>(shared: &Shared<A>, bucket: u64) -> bool {
-    let d = shared.desc();
+    let d = shared.hw();
     d.directory[(bucket / COUNT_SEGMENT) as usize].load(Ordering::Acquire) == 0
 }
 
@@ -217,7 +217,7 @@ pub(crate) fn made_head<A: Arena>(shared: &Shared<A>, bucket: u64) -> Option<&At
 /// The offset of `bucket`'s sentinel if its segment is made.
 #[inline]
 fn made_sentinel<A: Arena>(shared: &Shared<A>, bucket: u64) -> Option<u64> {
-    let entry = &shared.desc().directory[(bucket / COUNT_SEGMENT) as usize];
+    let entry = &shared.hw().directory[(bucket / COUNT_SEGMENT) as usize];
     let seg = entry.load(Ordering::Acquire);
     (seg != 0).then(|| seg + (bucket % COUNT_SEGMENT) * SIZE_SENTINEL as u64)
 }
@@ -225,7 +225,7 @@ fn made_sentinel<A: Arena>(shared: &Shared<A>, bucket: u64) -> Option<u64> {
 /// The offset of `bucket`'s sentinel, making its segment if needed.
 #[inline]
 fn sentinel_at<A: Arena>(slot: &Slot<A>, bucket: u64) -> Option<u64> {
-    let entry = &slot.shared().desc().directory[(bucket / COUNT_SEGMENT) as usize];
+    let entry = &slot.shared().hw().directory[(bucket / COUNT_SEGMENT) as usize];
     let mut seg = entry.load(Ordering::Acquire);
     if seg == 0 {
         seg = make_segment(slot, entry)?;

@@ -51,6 +51,10 @@ pub struct StoreReport {
     pub used_approx: u64,
     /// Capacity in bytes (0: unlimited).
     pub capacity: u64,
+    /// Bytes of HWcc memory the store's shared words take (`layout::HwccWords` and one
+    /// announcement line per slot; in the heap's user HWcc area, also counted in the heap's
+    /// `hwcc_bytes`).
+    pub hwcc_bytes: u64,
     /// Violations found; empty when the store is sound.
     pub problems: Vec<String>,
 }
@@ -72,6 +76,9 @@ pub struct CheckReport {
     pub heap_live_blocks: u64,
     /// Live bytes according to the allocator (block sizes).
     pub heap_live_bytes: u64,
+    /// HWcc bytes of the whole heap in use (`podkv_alloc::Heap::hwcc_bytes`: the
+    /// allocator's words and the backed part of the user HWcc area, the store's words in it).
+    pub heap_hwcc_bytes: u64,
     /// Store and heap problems, and the leak equation if it fails.
     pub problems: Vec<String>,
 }
@@ -85,6 +92,11 @@ impl CheckReport {
     /// Heap bytes per linked item (all live blocks, metadata included).
     pub fn heap_bytes_per_item(&self) -> f64 {
         self.heap_live_bytes as f64 / self.store.items.max(1) as f64
+    }
+
+    /// The heap's HWcc bytes per linked item.
+    pub fn hwcc_bytes_per_item(&self) -> f64 {
+        self.heap_hwcc_bytes as f64 / self.store.items.max(1) as f64
     }
 }
 
@@ -105,6 +117,7 @@ pub(crate) fn reconcile(store: StoreReport, heap: &podkv_alloc::HeapReport) -> C
     CheckReport {
         heap_live_blocks: live,
         heap_live_bytes: heap.live_bytes() + heap.huge.live_bytes,
+        heap_hwcc_bytes: heap.hwcc_bytes,
         store,
         problems,
     }
@@ -148,15 +161,16 @@ impl<A: Arena> Walk<'_, A> {
     }
 
     fn header(&mut self) {
-        let d = self.map.desc();
+        let (d, hw) = (self.map.desc(), self.map.hw());
         self.block(self.map.desc_at, "descriptor");
         self.block(d.slots_at, "slot array");
-        self.report.epoch = d.epoch.word.load(Ordering::Relaxed);
-        self.report.count_approx = d.count.word.load(Ordering::Relaxed);
-        self.report.used_approx = d.used.word.load(Ordering::Relaxed);
+        self.report.epoch = hw.epoch.word.load(Ordering::Relaxed);
+        self.report.count_approx = hw.count.word.load(Ordering::Relaxed);
+        self.report.used_approx = hw.used.word.load(Ordering::Relaxed);
         self.report.capacity = d.capacity;
+        self.report.hwcc_bytes = self.map.hwcc_bytes();
         self.report.buckets_log2 = self.map.buckets_log2();
-        for (i, seg) in d.directory.iter().enumerate() {
+        for (i, seg) in hw.directory.iter().enumerate() {
             let seg = seg.load(Ordering::Relaxed);
             if seg != 0 && self.block(seg, &format!("segment {i}")) {
                 self.report.segments += 1;
@@ -166,8 +180,7 @@ impl<A: Arena> Walk<'_, A> {
 
     /// The one list from bucket 0's sentinel: strictly increasing (order, key).
     fn list(&mut self) {
-        let d = self.map.desc();
-        let head = d.directory[0].load(Ordering::Relaxed);
+        let head = self.map.hw().directory[0].load(Ordering::Relaxed);
         self.sentinels.insert(head);
         let mut at = self.view.word(head).load(Ordering::Relaxed);
         let mut last: Option<(u64, Vec<u8>)> = None;
@@ -190,7 +203,7 @@ impl<A: Arena> Walk<'_, A> {
     fn sentinel(&mut self, at: u64) -> bool {
         let bucket = self.view.order(at).reverse_bits();
         let seg =
-            self.map.desc().directory[(bucket / COUNT_SEGMENT) as usize].load(Ordering::Relaxed);
+            self.map.hw().directory[(bucket / COUNT_SEGMENT) as usize].load(Ordering::Relaxed);
         let home = seg + (bucket % COUNT_SEGMENT) * item::SIZE_SENTINEL as u64;
         if seg == 0 || home != at || !self.sentinels.insert(at) {
             self.report.problems.push(format!(
@@ -237,8 +250,8 @@ impl<A: Arena> Walk<'_, A> {
 
     /// Every sentinel marked linked is on the list; claimed-only ones are counted.
     fn buckets(&mut self) {
-        let d = self.map.desc();
-        for (s, seg) in d.directory.iter().enumerate() {
+        let hw = self.map.hw();
+        for (s, seg) in hw.directory.iter().enumerate() {
             let seg = seg.load(Ordering::Relaxed);
             if seg == 0 {
                 continue;

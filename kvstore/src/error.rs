@@ -46,6 +46,24 @@ pub enum StoreError {
         /// The heap's mode.
         mode: podkv_hw::Coherence,
     },
+    /// The heap's user HWcc area has no room for the store's multi-writer words (a heap
+    /// created with a too small `--hwcc-bytes`, or none).
+    #[cfg(not(podkv_loom))]
+    #[error("the heap's HWcc area ({area} bytes) has no room for the store's {need} bytes of shared words: create the heap with a larger --hwcc-bytes")]
+    NoHwccRoom {
+        /// Bytes the store needs.
+        need: u64,
+        /// Bytes of the heap's area.
+        area: u64,
+    },
+    /// The heap holds a store of another format version; its items cross by dump and load.
+    #[error("the heap's store has format version {found}; this podkv reads version {expected}: move its items with `podkv store dump` (run by the podkv that wrote it) and `podkv store load` into a heap made by this one")]
+    Version {
+        /// The store's version.
+        found: u64,
+        /// This build's.
+        expected: u64,
+    },
     /// The heap's root names something that is not a podkv store.
     #[error("store is corrupt: {0}")]
     Corrupt(String),

@@ -1,8 +1,10 @@
-//! The store's heap structures: the descriptor (reachable from a heap root), slot records,
-//! limbo bags and bucket segments.
+//! The store's heap structures: the descriptor (reachable from a heap root), its block of
+//! multi-writer words, slot records, limbo bags and bucket segments.
 //!
 //! ```text
-//! root[0] ─► Descriptor ─ directory[i] ─► Segment i: COUNT_SEGMENT sentinels (16 B each)
+//! root[0] ─► Descriptor ─ hwcc_at ─► HwccWords (size, epoch, counters, flush marks,
+//!                       │            directory[i] ─► Segment i: COUNT_SEGMENT sentinels)
+//!                       │            then one announcement line per slot
 //!                       └ slots_at ─► [SlotRecord; slots] ─ limbo ─► Bag ─► Bag ─► …
 //! ```
 //! Bucket `b`'s sentinel is slot `b % COUNT_SEGMENT` of segment `b / COUNT_SEGMENT`; it is all
@@ -13,8 +15,9 @@ use podkv_hw::sync::mapped::AtomicU64;
 /// "podkvST1": the descriptor's magic.
 pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;
 /// Layout version of the descriptor (2: items carry a `lease` byte; slots count evictions;
-/// 3: a limbo entry's stamp carries the item's size, see [`Stamp`]).
-pub const VERSION: u64 = 3;
+/// 3: a limbo entry's stamp carries the item's size, see [`Stamp`]; 4: the multi-writer words
+/// and the announcements live in a [`HwccWords`] block, in the heap's user HWcc area).
+pub const VERSION: u64 = 4;
 /// Buckets per segment (a 64 KiB block of sentinels).
 pub const COUNT_SEGMENT: u64 = 4096;
 /// Segments in the directory: at most `COUNT_SEGMENT * COUNT_SEGMENTS` = 2^26 buckets.
@@ -36,11 +39,11 @@ pub struct Line {
     _pad: [u64; 7],
 }
 
-/// The store's root structure (one large block).
+/// The store's root structure (one small block of facts fixed at creation).
 ///
 /// # Fields (who may touch them)
-/// The first eight words are written once by the creator before the root CAS publishes the
-/// descriptor, and read by anyone after.
+/// Every word is written once by the creator before the root CAS publishes the descriptor,
+/// and read by anyone after.
 #[repr(C)]
 #[derive(Debug)]
 pub struct Descriptor {
@@ -60,6 +63,22 @@ pub struct Descriptor {
     pub slots_at: u64,
     /// Number of slot records. Written once before publication.
     pub slots: u64,
+    /// Offset of the store's [`HwccWords`] block (then the announcements). Written once
+    /// before publication.
+    pub hwcc_at: u64,
+}
+
+/// The store's multi-writer words: every word of the store that any thread of any process
+/// CASes or stores, except the list's links and sentinels (see README, Coherence). In the
+/// pod heap the block lies in the heap's user HWcc area (`podkv_alloc::HwccUser`: HWcc memory
+/// in a `limited` heap, mCAS targets in an `mcas` one); one line per slot's announcement
+/// follows it ([`size_hwcc_block`]). Carved and initialised by the descriptor's creator
+/// before the root CAS publishes the descriptor that names it.
+///
+/// # Fields (who may touch them)
+#[repr(C)]
+#[derive(Debug)]
+pub struct HwccWords {
     /// log2 of the bucket count; only grows, by CAS from any writer; a fixed table stores its
     /// size with bit 63 set and never changes it.
     pub size: Line,
@@ -79,6 +98,16 @@ pub struct Descriptor {
     pub directory: [AtomicU64; COUNT_SEGMENTS],
 }
 
+/// Bytes of a [`HwccWords`].
+pub const SIZE_HWCC_WORDS: usize = std::mem::size_of::<HwccWords>();
+
+/// Bytes of a store's HWcc block: its [`HwccWords`], then one [`Line`] per slot, whose word
+/// is the slot's epoch announcement (`epoch::pin`: written by the slot's owner, and once by
+/// the recovery of a dead owner; read by every advancer).
+pub const fn size_hwcc_block(slots: u64) -> usize {
+    SIZE_HWCC_WORDS + slots as usize * std::mem::size_of::<Line>()
+}
+
 /// Bit 63 of `size`: the table is fixed-size.
 pub const FIXED: u64 = 1 << 63;
 
@@ -88,8 +117,8 @@ pub const FIXED: u64 = 1 << 63;
 #[repr(C)]
 #[derive(Debug)]
 pub struct SlotRecord {
-    /// Announcement (`epoch::pin`): written by the slot's owner; read by every advancer.
-    pub announce: AtomicU64,
+    /// Reserved (zero): the slot's announcement is in the store's HWcc block.
+    pub reserved: AtomicU64,
     /// Offset of the first limbo bag (0: none). Written and read only by the slot's owner
     /// (and by `check`, on a quiescent heap).
     pub limbo: AtomicU64,
@@ -185,3 +214,4 @@ pub const SIZE_SEGMENT: usize = COUNT_SEGMENT as usize * crate::item::SIZE_SENTI
 
 const _: () = assert!(std::mem::size_of::<SlotRecord>() == 64 && std::mem::size_of::<Line>() == 64);
 const _: () = assert!(std::mem::align_of::<Descriptor>() == 8 && std::mem::align_of::<Bag>() == 8);
+const _: () = assert!(SIZE_HWCC_WORDS % 64 == 0);

@@ -276,7 +276,7 @@ pub(crate) fn gat<'h, A: Arena>(
 /// memcached's rules for `exptime`) becomes invisible then; the crawler reclaims them.
 pub(crate) fn flush_all<A: Arena>(p: Parts<'_, A>, delay: i64) {
     let shared = p.shared();
-    let d = shared.desc();
+    let d = shared.hw();
     let now = shared.now();
     let new_oldest = if delay > 0 {
         expiry_of(delay, now)

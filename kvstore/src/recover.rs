@@ -110,7 +110,8 @@ pub(crate) fn settle<A: Arena>(
     };
     let shared = slot.shared();
     let record = shared.slot(dead);
-    let announced = record.announce.load(Ordering::Acquire);
+    let announce = shared.announce(dead);
+    let announced = announce.load(Ordering::Acquire);
     let _pin = reclaim.pin();
     // An `Alloc` report names this step's block only if the allocator logged a step
     // since the snapshot (else it is an earlier, finished allocation).
@@ -141,9 +142,7 @@ pub(crate) fn settle<A: Arena>(
     // Our own slot (a handle settling what its slot's previous owner left) pins and
     // unpins it itself.
     if dead != slot.index && announced & crate::reclaim::epoch::PINNED != 0 {
-        let _ = record
-            .announce
-            .compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
+        let _ = announce.compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
     done
 }

@@ -18,6 +18,8 @@ pub(crate) struct Shared<A: Arena> {
     pub(crate) arena: A,
     pub(crate) view: View,
     pub(crate) desc_at: u64,
+    /// The descriptor's `hwcc_at`, read once at open (every operation reaches the block).
+    pub(crate) hwcc_at: u64,
     pub(crate) clock: Clock,
     /// [`Shared::value_max`], set once the descriptor is validated (0 before): fixed for the
     /// store's life, and computing it asked the heap's geometry on every write.
@@ -55,14 +57,16 @@ impl<A: Arena> Shared<A> {
             desc_at = made.desc_at;
             created = Some(made);
         }
-        let shared = Shared {
+        let mut shared = Shared {
             arena,
             view,
             desc_at,
+            hwcc_at: 0,
             clock: config.clock.clone(),
             value_max: AtomicUsize::new(0),
         };
         shared.validate_descriptor()?;
+        shared.hwcc_at = shared.desc().hwcc_at;
         let value_max = shared.value_max_now();
         shared.value_max.store(value_max, Ordering::Relaxed);
         Ok((shared, created))
@@ -70,7 +74,13 @@ impl<A: Arena> Shared<A> {
 
     fn validate_descriptor(&self) -> Result<(), StoreError> {
         let d = self.desc();
-        if d.magic != MAGIC || d.version != VERSION {
+        if d.magic == MAGIC && d.version != VERSION {
+            return Err(StoreError::Version {
+                found: d.version,
+                expected: VERSION,
+            });
+        }
+        if d.magic != MAGIC {
             return Err(StoreError::Corrupt(format!(
                 "root names {:#x}, which is not a podkv store descriptor (version {VERSION})",
                 self.desc_at
@@ -90,6 +100,32 @@ impl<A: Arena> Shared<A> {
         // SAFETY: `desc_at` was published by the root CAS after its fields were written and is
         // never freed (INVARIANT: root[0] ≠ 0 ⇒ a live descriptor); its shared words are atomics.
         unsafe { &*(self.view.ptr(self.desc_at) as *const Descriptor) }
+    }
+
+    /// The store's multi-writer words.
+    #[inline]
+    pub(crate) fn hw(&self) -> &HwccWords {
+        // SAFETY: `hwcc_at` names the block the descriptor's creator carved and initialised
+        // before publishing the descriptor, never freed while the store exists; its words are
+        // atomics.
+        unsafe { &*(self.view.ptr(self.hwcc_at) as *const HwccWords) }
+    }
+
+    /// Offset of slot `i`'s announcement (in the HWcc block, after the [`HwccWords`]).
+    #[inline]
+    pub(crate) fn announce_at(&self, i: u32) -> u64 {
+        self.hwcc_at + size_hwcc_block(u64::from(i)) as u64
+    }
+
+    /// Slot `i`'s epoch announcement.
+    #[inline]
+    pub(crate) fn announce(&self, i: u32) -> &AtomicU64 {
+        self.view.word(self.announce_at(i))
+    }
+
+    /// Bytes of HWcc memory this store's words take (its [`HwccWords`] and announcements).
+    pub(crate) fn hwcc_bytes(&self) -> u64 {
+        size_hwcc_block(self.desc().slots) as u64
     }
 
     /// Offset of slot record `i`.
@@ -139,13 +175,13 @@ impl<A: Arena> Shared<A> {
     /// log2 of the bucket count now.
     #[inline]
     pub(crate) fn buckets_log2(&self) -> u32 {
-        (self.desc().size.word.load(Ordering::Relaxed) & !FIXED) as u32
+        (self.hw().size.word.load(Ordering::Relaxed) & !FIXED) as u32
     }
 
     /// Items linked and their bytes as the shared counters say now (approximate: handles
     /// publish their deltas in batches).
     pub(crate) fn usage(&self) -> (u64, u64) {
-        let d = self.desc();
+        let d = self.hw();
         let count = d.count.word.load(Ordering::Relaxed) as i64;
         let used = d.used.word.load(Ordering::Relaxed) as i64;
         (count.max(0) as u64, used.max(0) as u64)
@@ -190,7 +226,7 @@ impl<A: Arena> Shared<A> {
         if m.expiry != 0 && m.expiry <= now() {
             return false;
         }
-        let d = self.desc();
+        let d = self.hw();
         let oldest_cas = d.oldest_cas.word.load(Ordering::Acquire);
         if oldest_cas != 0 && m.cas < oldest_cas {
             return false;
@@ -214,6 +250,7 @@ pub(crate) fn create<A: Arena>(
     let slots = u64::from(arena.slots());
     let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
     let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
+    let hwcc_at = arena.hwcc_block(&thread, size_hwcc_block(slots))?;
     let seg0 = alloc_zeroed::<A>(&thread, view, SIZE_SEGMENT)?;
     // Bucket 0's sentinel is the list's head: linked from birth.
     view.sentinel_state(seg0)
@@ -228,13 +265,17 @@ pub(crate) fn create<A: Arena>(
     d.evict = u64::from(config.eviction == Eviction::SampledOldest);
     d.slots_at = slots_at;
     d.slots = slots;
+    d.hwcc_at = hwcc_at;
     let size = match config.table {
         Table::Growing => SHIFT_BUCKETS_START,
         Table::Fixed(n) => FIXED | u64::from(n).min(SHIFT_BUCKETS_MAX),
     };
-    d.size.word.store(size, Ordering::Relaxed);
-    d.epoch.word.store(2, Ordering::Relaxed);
-    d.directory[0].store(seg0, Ordering::Relaxed);
+    // SAFETY: a fresh zeroed block of `size_hwcc_block(slots)` bytes this creator carved,
+    // unpublished; its words are atomics.
+    let hw = unsafe { &*(view.ptr(hwcc_at) as *const HwccWords) };
+    hw.size.word.store(size, Ordering::Relaxed);
+    hw.epoch.word.store(2, Ordering::Relaxed);
+    hw.directory[0].store(seg0, Ordering::Relaxed);
     let root: &AtomicU64 = arena.root();
     let desc_at = match root.compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => desc_at,
@@ -242,6 +283,7 @@ pub(crate) fn create<A: Arena>(
             for at in [seg0, slots_at, desc_at] {
                 A::free(&thread, at);
             }
+            arena.hwcc_unused(&thread, hwcc_at);
             winner
         }
     };

@@ -24,6 +24,8 @@ pub(crate) struct Slot<A: Arena> {
     /// Offset of this slot's record (`Shared::slot(index)`): a set reaches it 6–10 times (pin,
     /// logs, limbo), and each `Shared::slot` re-read the descriptor for the array.
     record_at: u64,
+    /// Offset of this slot's announcement (`Shared::announce_at(index)`).
+    announce_at: u64,
 }
 
 impl<A: Arena> Slot<A> {
@@ -31,11 +33,13 @@ impl<A: Arena> Slot<A> {
     pub(crate) fn new(shared: Arc<Shared<A>>, thread: A::Thread) -> Slot<A> {
         let index = A::slot_index(&thread);
         let record_at = shared.slot_at(index);
+        let announce_at = shared.announce_at(index);
         Slot {
             shared,
             thread,
             index,
             record_at,
+            announce_at,
         }
     }
 
@@ -57,6 +61,12 @@ impl<A: Arena> Slot<A> {
         // SAFETY: as `Shared::slot`: `record_at` is that record's offset, never freed; its
         // words are atomics.
         unsafe { &*(self.view().ptr(self.record_at) as *const SlotRecord) }
+    }
+
+    /// This slot's epoch announcement (in the store's HWcc block).
+    #[inline]
+    pub(crate) fn announce(&self) -> &AtomicU64 {
+        self.view().word(self.announce_at)
     }
 
     /// This slot's logging view of the nodes (see [`Logged`]).

@@ -88,7 +88,7 @@ impl Writer {
         if let Some(token) = explicit {
             return token;
         }
-        let d = shared.desc();
+        let d = shared.hw();
         let mut token = self.cas_next.get();
         if token == self.cas_end.get()
             || token <= floor
@@ -103,7 +103,7 @@ impl Writer {
 
     /// A token above every token handed out so far (for `flush_all`).
     pub(crate) fn cas_barrier<A: Arena>(&self, shared: &Shared<A>) -> u64 {
-        shared.desc().cas.word.fetch_add(1, Ordering::Relaxed) + 1
+        shared.hw().cas.word.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Write-loop passes whose insert, replace or delete CAS lost to another writer.
@@ -120,7 +120,7 @@ impl Writer {
 /// Raises the store's token counter to at least `token`, so no later write hands out a token
 /// that items written with explicit tokens (a load) already hold.
 pub(crate) fn raise_cas<A: Arena>(shared: &Shared<A>, token: u64) {
-    shared.desc().cas.word.fetch_max(token, Ordering::AcqRel);
+    shared.hw().cas.word.fetch_max(token, Ordering::AcqRel);
 }
 
 /// A handle's components, borrowed for one command (see the module doc).
@@ -305,13 +305,13 @@ impl<'h, A: Arena> Parts<'h, A> {
     fn room_after_oom(self, room: &mut Room) -> bool {
         let size = self.writer.short.replace(0);
         let (reclaim, buckets) = (self.reclaim, self.buckets);
-        let d = self.shared().desc();
+        let (d, hw) = (self.shared().desc(), self.shared().hw());
         if size == 0 || d.evict == 0 {
             return false;
         }
         let waiting = room
             .victim_epoch
-            .is_some_and(|e| !epoch::is_reclaimable(e, d.epoch.word.load(Ordering::Acquire)));
+            .is_some_and(|e| !epoch::is_reclaimable(e, hw.epoch.word.load(Ordering::Acquire)));
         if waiting {
             let started = *room.waiting_since.get_or_insert_with(Instant::now);
             if reclaim.is_pinned() || started.elapsed() > TIME_ROOM_WAIT {
@@ -330,7 +330,7 @@ impl<'h, A: Arena> Parts<'h, A> {
             return false;
         }
         room.victims += 1;
-        room.victim_epoch = Some(d.epoch.word.load(Ordering::Acquire));
+        room.victim_epoch = Some(hw.epoch.word.load(Ordering::Acquire));
         if room.victims % 4 == 0 {
             reclaim.collect();
         } else {

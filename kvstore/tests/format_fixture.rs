@@ -1,9 +1,10 @@
 //! A heap and store written by an earlier build open and check clean with this one: the
-//! fixture `fixtures/heap7-store3.zst` was written (heap format 7, store format 3) with
-//! `write_fixture` below by the build that introduced heap format 7, and every item it holds
+//! fixture `fixtures/heap7-store4.zst` was written (heap format 7, store format 4) with
+//! `write_fixture` below by the build that introduced store format 4, and every item it holds
 //! reads back as written. A heap of an older format (`fixtures/heap6-store3.zst`, written by
-//! `main` at 38e26c2) is refused with one line that names the way across: `podkv store
-//! dump|load`.
+//! `main` at 38e26c2) and a store of an older format in a current heap
+//! (`fixtures/heap7-store3.zst`, by `main` at d1f2bbe) are refused with one line that names
+//! the way across: `podkv store dump|load`.
 //!
 //! Regenerate it (only when the format changes on purpose, with a version bump; keep the
 //! old one for the refusal test):
@@ -19,12 +20,13 @@ const COUNT_ITEMS: u32 = 600;
 const EXPIRY_FAR: i64 = 2_000_000_000;
 
 fn fixture_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/heap7-store3.zst")
+    fixture("heap7-store4.zst")
 }
 
-/// A fixture of the heap format before this build's.
-fn old_fixture_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/heap6-store3.zst")
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn config() -> StoreConfig {
@@ -35,7 +37,7 @@ fn config() -> StoreConfig {
             slots: 8,
             huge_bytes: 0,
             // The store's HWcc area: small, so the fixture file stays small.
-            hwcc_user_bytes: 64 << 10,
+            hwcc_user_bytes: 256 << 10,
             ..podkv_alloc::Config::default()
         },
         ..StoreConfig::default()
@@ -112,25 +114,33 @@ fn unpack(fixture: &Path, dir: &Path) -> PathBuf {
 }
 
 #[test]
-fn a_heap_of_an_older_format_is_refused_with_one_line_naming_dump_and_load() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = unpack(&old_fixture_path(), dir.path());
-    let before = std::fs::read(&path).unwrap();
-    let refused = [
-        Store::open(&path, config()).map(drop).unwrap_err(),
-        podkv_store::check_path(&path).map(drop).unwrap_err(),
-    ];
-    for err in refused {
-        let line = err.to_string();
+fn a_heap_or_store_of_an_older_format_is_refused_with_one_line_naming_dump_and_load() {
+    for (old, said) in [
+        ("heap6-store3.zst", "heap "),
+        ("heap7-store3.zst", "the heap's store has format version 3"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = unpack(&fixture(old), dir.path());
+        let before = std::fs::read(&path).unwrap();
+        let refused = [
+            Store::open(&path, config()).map(drop).unwrap_err(),
+            podkv_store::check_path(&path).map(drop).unwrap_err(),
+        ];
+        for err in refused {
+            let line = err.to_string();
+            assert!(
+                line.contains(said)
+                    && line.contains("podkv store dump")
+                    && line.contains("podkv store load"),
+                "{old}: {line}"
+            );
+            assert_eq!(line.lines().count(), 1, "{line}");
+        }
         assert!(
-            line.contains("has format version 6")
-                && line.contains("podkv store dump")
-                && line.contains("podkv store load"),
-            "{line}"
+            std::fs::read(&path).unwrap() == before,
+            "{old}: nothing written"
         );
-        assert_eq!(line.lines().count(), 1, "{line}");
     }
-    assert!(std::fs::read(&path).unwrap() == before, "nothing written");
 }
 
 #[test]

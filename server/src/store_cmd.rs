@@ -128,6 +128,13 @@ fn stats(path: &Path, json: bool) -> anyhow::Result<()> {
         report.heap_live_bytes, report.heap_live_blocks
     );
     println!("heap bytes/item {:.1}", report.heap_bytes_per_item());
+    println!(
+        "hwcc            {} bytes ({} of them the store's words), {:.2} bytes/item, {:.4}% of heap live",
+        report.heap_hwcc_bytes,
+        s.hwcc_bytes,
+        report.hwcc_bytes_per_item(),
+        100.0 * report.heap_hwcc_bytes as f64 / report.heap_live_bytes.max(1) as f64
+    );
     println!("valid           {}", report.is_valid());
     Ok(())
 }

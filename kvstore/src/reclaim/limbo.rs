@@ -51,7 +51,7 @@ pub(crate) fn push<A: Arena>(slot: &Slot<A>, node: u64) -> bool {
     }
     let bag = bag(slot, head);
     let len = bag.len.load(Ordering::Relaxed) as usize;
-    let epoch = epoch::retire_epoch(&slot.shared().desc().epoch.word);
+    let epoch = epoch::retire_epoch(&slot.shared().hw().epoch.word);
     // The node was just unlinked by this thread: its header is in cache.
     let stamp = Stamp::new(epoch, slot.view().item_size(node));
     bag.entries[len][0].store(node, Ordering::Relaxed);

@@ -92,8 +92,8 @@ impl<A: Arena> Reclaim<A> {
     pub(crate) fn pin(&self) -> Pin<'_, A> {
         let depth = self.pins.get();
         if depth == 0 {
-            let d = self.slot.shared().desc();
-            epoch::pin(&d.epoch.word, &self.slot.record().announce);
+            let hw = self.slot.shared().hw();
+            epoch::pin(&hw.epoch.word, self.slot.announce());
         }
         self.pins.set(depth + 1);
         Pin { reclaim: self }
@@ -105,7 +105,7 @@ impl<A: Arena> Reclaim<A> {
         let depth = self.pins.get() - 1;
         self.pins.set(depth);
         if depth == 0 {
-            epoch::unpin(&slot.record().announce);
+            epoch::unpin(slot.announce());
             if self.retired_since.get() >= BATCH_COLLECT {
                 self.collect_keeping(Reuse::Keep);
             }
@@ -274,6 +274,6 @@ impl<A: Arena> Reclaim<A> {
 /// One attempt to advance the global epoch; the epoch afterwards.
 fn try_advance<A: Arena>(slot: &Slot<A>) -> u64 {
     let shared = slot.shared();
-    let slots = (0..shared.arena.slots()).map(|i| &shared.slot(i).announce);
-    epoch::try_advance(&shared.desc().epoch.word, slots)
+    let slots = (0..shared.arena.slots()).map(|i| shared.announce(i));
+    epoch::try_advance(&shared.hw().epoch.word, slots)
 }

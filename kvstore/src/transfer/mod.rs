@@ -187,7 +187,7 @@ fn store_record<A: Arena>(
         report.expired += 1;
         return Ok(0);
     }
-    let oldest_cas = shared.desc().oldest_cas.word.load(Ordering::Acquire);
+    let oldest_cas = shared.hw().oldest_cas.word.load(Ordering::Acquire);
     let cas = if r.cas == 0 || r.cas < oldest_cas {
         report.fresh_cas += 1;
         p.cas_after(None, 0)
