@@ -11,6 +11,7 @@ use crate::item::View;
 use crate::StoreError;
 use podkv_alloc::{AllocError, Heap, InFlight, Offset, ThreadHandle};
 use podkv_hw::sync::mapped::{AtomicU64, Ordering};
+use podkv_hw::Coherence;
 use std::alloc::Layout;
 
 /// Memory for the index: blocks, per-thread slots and one root word.
@@ -31,6 +32,10 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn free(thread: &Self::Thread, at: u64);
     /// The root word that holds the store descriptor's offset (zero: no store yet).
     fn root(&self) -> &AtomicU64;
+    /// How the arena's memory is kept coherent across hosts (process memory: `Hardware`).
+    fn coherence(&self) -> Coherence {
+        Coherence::Hardware
+    }
     /// A zeroed block of `size` bytes (8-aligned, 64 in the pod heap) for the store's
     /// multi-writer words (`layout::HwccWords` and the announcements): in the pod heap, HWcc
     /// memory; an ordinary block by default.
@@ -128,6 +133,10 @@ impl Arena for PodArena {
 
     fn root(&self) -> &AtomicU64 {
         self.heap.root(self.root_index)
+    }
+
+    fn coherence(&self) -> Coherence {
+        self.heap.geometry().coherence
     }
 
     /// Carved from the heap's user HWcc area by one hook CAS on its cursor (the area's first

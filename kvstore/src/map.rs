@@ -59,8 +59,14 @@ impl<A: Arena> std::fmt::Debug for Map<A> {
 }
 
 impl<A: Arena> Map<A> {
-    /// Opens the store in `arena`, creating it if the root is empty.
+    /// Opens the store in `arena`, creating it if the root is empty. Refuses, before writing
+    /// anything, an arena whose coherence mode the store does not serve
+    /// ([`SERVED_COHERENCE`]).
     pub fn open_in(arena: A, config: &StoreConfig) -> Result<Map<A>, StoreError> {
+        let mode = arena.coherence();
+        if !SERVED_COHERENCE.contains(&mode) {
+            return Err(StoreError::UnservedCoherence { mode });
+        }
         let seen = arena.root().load(Ordering::Acquire);
         Map::open_seen(arena, config, seen)
     }
@@ -224,12 +230,8 @@ impl Map<PodArena> {
     /// Opens the store in an already opened heap (root 0).
     ///
     /// Refuses, before writing anything, a heap whose coherence mode the store does not
-    /// serve ([`SERVED_COHERENCE`]).
+    /// serve ([`SERVED_COHERENCE`]; the check is `open_in`'s, so no way in skips it).
     pub fn open_heap(heap: Heap, config: &StoreConfig) -> Result<Map<PodArena>, StoreError> {
-        let mode = heap.geometry().coherence;
-        if !SERVED_COHERENCE.contains(&mode) {
-            return Err(StoreError::UnservedCoherence { mode });
-        }
         Map::open_in(
             PodArena {
                 heap,

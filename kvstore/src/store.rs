@@ -68,8 +68,8 @@ mod tests {
     }
 
     /// A heap whose mode the store does not serve is refused with one line naming the mode
-    /// and the way out, whether the store creates the heap or is handed an opened one, and
-    /// the refusal writes nothing: root 0 stays zero.
+    /// and the way out, whether the store creates the heap or is handed an opened one (or an
+    /// arena on it), and the refusal writes nothing: root 0 stays zero.
     #[test]
     fn a_heap_whose_coherence_is_not_served_is_refused_before_any_write() {
         let unserved = [
@@ -100,9 +100,19 @@ mod tests {
                 "{mode}: nothing written"
             );
             assert!(matches!(
-                Store::open_heap(heap, &config),
+                Store::open_heap(heap.clone(), &config),
                 Err(StoreError::UnservedCoherence { .. })
             ));
+            // Nor does the arena-level door let it in.
+            let arena = PodArena {
+                heap: heap.clone(),
+                root_index: 0,
+            };
+            assert!(matches!(
+                Store::open_in(arena, &config),
+                Err(StoreError::UnservedCoherence { .. })
+            ));
+            assert_eq!(heap.root(0).load(Ordering::Acquire), 0);
         }
     }
 
