@@ -42,6 +42,17 @@ pub enum Mode {
     Cas(u64),
 }
 
+impl Mode {
+    /// Whether a store in this mode whose new item cannot be made (no memory, or over the
+    /// size limit) removes the old item, so no stale value outlives the failed write: as
+    /// memcached, a `set` does, and an `ms` (`meta`) whatever its mode; other commands
+    /// leave the old item as it was.
+    #[inline]
+    pub fn removes_old_when_unmade(self, meta: bool) -> bool {
+        meta || self == Mode::Set
+    }
+}
+
 /// The meta protocol's extras of a store (`ms`), beyond its [`Mode`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreExtra {
@@ -251,6 +262,21 @@ mod tests {
         );
         assert_eq!(expiry_of(i64::from(NOW) + 5, NOW), NOW + 5);
         assert_eq!(expiry_of(i64::from(NOW), NOW), 1);
+    }
+
+    #[test]
+    fn a_failed_set_or_ms_removes_the_old_item() {
+        assert!(Mode::Set.removes_old_when_unmade(false));
+        for mode in [
+            Mode::Add,
+            Mode::Replace,
+            Mode::Append,
+            Mode::Prepend,
+            Mode::Cas(1),
+        ] {
+            assert!(!mode.removes_old_when_unmade(false), "{mode:?}");
+            assert!(mode.removes_old_when_unmade(true), "ms {mode:?}");
+        }
     }
 
     #[test]

@@ -214,12 +214,13 @@ fn unmade<A: Arena>(
         {
             Ok((Outcome::NotStored, 0))
         }
-        (Mode::Set, error) => {
-            // The removal's own failure changes nothing the caller can act on.
-            let _ = delete(p, key);
+        (mode, error) => {
+            if mode.removes_old_when_unmade(false) {
+                // The removal's own failure changes nothing the caller can act on.
+                let _ = delete(p, key);
+            }
             Err(error)
         }
-        (_, error) => Err(error),
     }
 }
 

@@ -134,7 +134,10 @@ pub(crate) fn set<A: Arena>(
 ) -> Result<(Outcome, u64), StoreError> {
     let stored = memcached::store_with(p, mode, key, value, flags, exptime, extra);
     if let Err(error) = &stored {
-        if mode != Mode::Set && !matches!(error, StoreError::KeyLength { .. }) {
+        // `store_with` has removed it already where a classic command would.
+        let removed = mode.removes_old_when_unmade(false);
+        let refused_key = matches!(error, StoreError::KeyLength { .. });
+        if mode.removes_old_when_unmade(true) && !removed && !refused_key {
             // The removal's own failure changes nothing the caller can act on.
             let _ = memcached::delete(p, key);
         }

@@ -18,10 +18,9 @@
 use std::io;
 
 use bytes::{Buf, Bytes, BytesMut};
-use podkv_store::Mode;
 use tokio_util::codec::{Decoder, Encoder};
 
-use super::request::{Request, TooLarge, TooLargeOrigin};
+use super::request::{Request, TooLarge};
 use super::text::{parse_line, DataHeader, ErrorReply, Parsed};
 use super::ProtocolLimits;
 
@@ -210,15 +209,15 @@ fn with_value(mut request: Request, value: Bytes) -> Request {
 
 /// The refusal of a storage request whose block is over the limit.
 fn too_large(request: Request) -> TooLarge {
-    let (key, origin, noreply) = match request {
-        Request::Store(s) if s.mode == Mode::Set => (s.key, TooLargeOrigin::Set, s.noreply),
-        Request::Store(s) => (s.key, TooLargeOrigin::OtherText, s.noreply),
-        Request::MetaSet(ms) => (ms.key.bytes, TooLargeOrigin::MetaSet, false),
+    let (key, mode, meta, noreply) = match request {
+        Request::Store(s) => (s.key, s.mode, false, s.noreply),
+        Request::MetaSet(ms) => (ms.key.bytes, ms.mode, true, false),
         other => unreachable!("only storage commands carry data blocks: {other:?}"),
     };
     TooLarge {
         key,
-        origin,
+        mode,
+        meta,
         noreply,
     }
 }
@@ -260,6 +259,7 @@ impl Encoder<Bytes> for MemcacheCodec {
 mod tests {
     use super::*;
     use crate::protocol::request::{Retrieve, Store};
+    use podkv_store::Mode;
 
     fn frames(codec: &mut MemcacheCodec, input: &[u8]) -> (Vec<Frame>, BytesMut) {
         let mut buf = BytesMut::from(input);
@@ -326,7 +326,8 @@ mod tests {
         let (got, rest) = frames(&mut codec, b"set k 0 0 5\r\nab");
         let refused = TooLarge {
             key: Bytes::from_static(b"k"),
-            origin: TooLargeOrigin::Set,
+            mode: Mode::Set,
+            meta: false,
             noreply: false,
         };
         assert_eq!(got, vec![Frame::Request(Request::TooLarge(refused))]);

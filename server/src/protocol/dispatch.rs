@@ -14,7 +14,7 @@ use super::codec::Frame;
 use super::meta::{self, Facts};
 use super::request::{
     MetaArithmetic, MetaDelete, MetaGet, MetaSet, Request, Retrieve, ReturnFlag, Stats, StatsGroup,
-    Store, TooLarge, TooLargeOrigin,
+    Store, TooLarge,
 };
 use super::storage::Storage;
 use super::text::{self, ErrorReply};
@@ -123,12 +123,10 @@ fn retrieve<S: Storage + ?Sized>(storage: &S, r: &Retrieve, with_cas: bool, out:
     text::compose_end(out);
 }
 
-/// A refused over-size store: memcached drops the old item for `set` and every `ms`.
+/// A store the codec refused as over-size before its data arrived: the store's rule for an
+/// item that cannot be made decides whether the old one goes (`set`, every `ms`).
 fn too_large<S: Storage + ?Sized>(storage: &S, refused: &TooLarge, out: &mut BytesMut) {
-    if matches!(
-        refused.origin,
-        TooLargeOrigin::Set | TooLargeOrigin::MetaSet
-    ) {
+    if refused.mode.removes_old_when_unmade(refused.meta) {
         let _ = storage.delete(&refused.key);
     }
     quietly(out, refused.noreply, |o| ErrorReply::TOO_LARGE.compose(o));

@@ -188,7 +188,7 @@ impl State {
             Err(outcome) => return Ok((outcome, 0)),
         };
         if self.out_of_memory {
-            if meta || mode == Mode::Set {
+            if mode.removes_old_when_unmade(meta) {
                 self.items.remove(key);
             }
             return Err(StoreError::OutOfMemory);

@@ -95,24 +95,16 @@ pub struct Store {
     pub noreply: bool,
 }
 
-/// Which command was refused by the size limit, so dispatch can match memcached's side effects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TooLargeOrigin {
-    /// A text `set`: memcached also removes the old item.
-    Set,
-    /// `add`, `replace`, `append`, `prepend`, `cas`: the old item stays.
-    OtherText,
-    /// An `ms`: memcached removes the old item whatever the mode.
-    MetaSet,
-}
-
 /// A storage command refused because its data block is larger than the item limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TooLarge {
     /// The key the client tried to store.
     pub key: Bytes,
-    /// The command that carried it.
-    pub origin: TooLargeOrigin,
+    /// The command that carried it: its store mode, and whether it was an `ms` (which
+    /// decide, by the store's rule, whether the old item goes: [`Mode::removes_old_when_unmade`]).
+    pub mode: Mode,
+    /// An `ms` (else a text command).
+    pub meta: bool,
     /// `noreply` of a text command (meta errors are never hidden).
     pub noreply: bool,
 }
