@@ -66,10 +66,18 @@ pub fn me() -> Owner {
     }
 }
 
+static HOST: OnceLock<u16> = OnceLock::new();
+
+/// Sets this process's host id (`podkv serve --host-id`) before anything reads it: false if
+/// it was already fixed to another (by `PODKV_HOST_ID`, an earlier call, or a heap opened
+/// already).
+pub fn set_host_id(id: u16) -> bool {
+    id != 0 && *HOST.get_or_init(|| id) == id
+}
+
 /// This host's id: 16 bits of a hash of `/etc/machine-id` (else the hostname), never zero;
-/// `PODKV_HOST_ID` overrides it.
+/// `PODKV_HOST_ID` or [`set_host_id`] overrides it.
 pub fn host_id() -> u16 {
-    static HOST: OnceLock<u16> = OnceLock::new();
     *HOST.get_or_init(|| {
         if let Some(id) = std::env::var("PODKV_HOST_ID")
             .ok()

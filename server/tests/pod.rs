@@ -225,7 +225,7 @@ fn a_killed_member_is_restarted_while_the_other_keeps_answering() {
     assert_eq!(status["members"][1]["restarts"], 0);
     let table = String::from_utf8_lossy(&pod.pod("status", &[]).stdout).into_owned();
     assert!(
-        table.lines().nth(2).unwrap().split_whitespace().nth(4) == Some("1"),
+        table.lines().nth(2).unwrap().split_whitespace().nth(5) == Some("1"),
         "{table}"
     );
 }

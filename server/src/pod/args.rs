@@ -53,6 +53,12 @@ pub struct UpArgs {
     /// flush-cas].
     #[arg(long)]
     pub mcas_impl: Option<podkv_hw::mcas::McasKind>,
+    /// How the heap `pod up` creates judges a member dead: `lease` (heartbeats watched by each
+    /// process's own clock; members get host ids 1..N, as separate hosts would) or `process`
+    /// (pid and start time: one machine) [default: lease with `--net netns`, else process]. An
+    /// existing heap keeps the mode it was created with; naming another is refused.
+    #[arg(long)]
+    pub liveness: Option<podkv_alloc::Liveness>,
     /// Run the monitor in the background; return once every member listens.
     #[arg(long)]
     pub detach: bool,

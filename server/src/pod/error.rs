@@ -74,6 +74,16 @@ pub enum PodError {
         /// The mode asked for.
         asked: String,
     },
+    /// The existing heap was created with another liveness mode than `--liveness` names.
+    #[error("heap {heap} was created with --liveness {found}, not {asked}; omit --liveness to use it, or name another --heap")]
+    LivenessMismatch {
+        /// The heap.
+        heap: PathBuf,
+        /// Its mode.
+        found: String,
+        /// The mode asked for.
+        asked: String,
+    },
     /// The heap's mode is one the store does not serve (refused before a heap is created).
     #[error(transparent)]
     Unserved(podkv_store::StoreError),

@@ -31,16 +31,20 @@ pub struct Program {
 }
 
 impl Program {
-    /// The command line of a member on `heap` listening on `addr`.
-    pub fn command(&self, heap: &Path, addr: SocketAddr) -> Command {
+    /// The command line of a member on `heap` listening on `addr`, as host `host_id` if it
+    /// has its own.
+    pub fn command(&self, heap: &Path, addr: SocketAddr, host_id: Option<u16>) -> Command {
         let mut command = Command::new(&self.exe);
         command
             .arg("serve")
             .arg("--heap")
             .arg(heap)
             .arg("--listen")
-            .arg(addr.to_string())
-            .args(&self.serve_args);
+            .arg(addr.to_string());
+        if let Some(id) = host_id {
+            command.arg("--host-id").arg(id.to_string());
+        }
+        command.args(&self.serve_args);
         command
     }
 }
@@ -115,7 +119,7 @@ pub fn spawn(
     let log_err = log
         .try_clone()
         .map_err(PodError::io("duplicating a log descriptor"))?;
-    let mut command = program.command(heap, member.addr);
+    let mut command = program.command(heap, member.addr, member.host_id);
     command
         .stdin(Stdio::null())
         .stdout(log)

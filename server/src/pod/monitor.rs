@@ -199,7 +199,8 @@ impl Monitor {
         m.last_exit = Some(how);
         self.slots[i].noticed_at = Some(Instant::now());
         let pid = m.proc.pid;
-        let recovery = match recover_member(&self.state.heap, pid) {
+        let host = m.host_id;
+        let recovery = match recover_member(&self.state.heap, pid, host) {
             Ok(r) => {
                 log_recovery(i, &r);
                 r.to_string()
@@ -325,6 +326,7 @@ mod tests {
             phase: Phase::Starting,
             up_ms: now_ms(),
             members: vec![MemberState {
+                host_id: None,
                 index: 0,
                 addr: ([127, 0, 0, 1], port).into(),
                 netns: None,

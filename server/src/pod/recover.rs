@@ -53,13 +53,19 @@ impl std::fmt::Display for Recovery {
 }
 
 /// Recovers the thread slots of member process `pid`, which has exited, in the heap at
-/// `heap_path`, without disturbing the members still running.
-pub fn recover_member(heap_path: &Path, pid: u32) -> Result<Recovery, PodError> {
+/// `heap_path`, without disturbing the members still running. A member with its own host id
+/// (`host`: a lease-mode pod) is another host to the heap: its slots are recovered once
+/// its lease has lapsed and they are fenced (watched here for up to two leases), as
+/// [`Heap::recover_host`] of a host known stopped — the monitor reaped its process.
+pub fn recover_member(heap_path: &Path, pid: u32, host: Option<u16>) -> Result<Recovery, PodError> {
     let config = Config {
         create: false,
         ..Config::default()
     };
     let heap = Heap::open(heap_path, &config)?;
+    if let Some(host) = host {
+        return Ok(recover_host(&heap, pid, host, config.lease));
+    }
     let dead = dead_slots(&heap, pid);
     let each: Vec<SlotRecovery> = heap
         .recover_dead()
@@ -80,6 +86,57 @@ pub fn recover_member(heap_path: &Path, pid: u32) -> Result<Recovery, PodError> 
         recovered: each.len(),
         each,
     })
+}
+
+/// [`recover_member`] for a member on host `host` whose process `pid` the monitor reaped:
+/// waits (by this process's clock) until its slots are fenced, then recovers them.
+fn recover_host(heap: &Heap, pid: u32, host: u16, lease: Duration) -> Recovery {
+    let of_member = |word: u64| Owner::unpack(word).filter(|o| o.host == host && o.pid == pid);
+    let deadline = std::time::Instant::now() + 2 * lease + Duration::from_secs(1);
+    let mut held: Vec<(u64, Owner)>;
+    loop {
+        let mut waiting = false;
+        held = Vec::new();
+        for i in 0..heap.geometry().slots() {
+            match heap.slot_life(i) {
+                SlotLife::Fenced(word) | SlotLife::Dead(word) => {
+                    if let Some(owner) = of_member(word) {
+                        held.push((i, owner));
+                    }
+                }
+                SlotLife::Alive(owner) if owner.host == host && owner.pid == pid => {
+                    waiting = true;
+                    held.push((i, owner));
+                }
+                _ => {}
+            }
+        }
+        if !waiting || std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A member whose host id happens to be this machine's is known dead by its pid instead.
+    let mut recovered = heap.recover_host(host);
+    recovered.extend(heap.recover_dead());
+    let each: Vec<SlotRecovery> = recovered
+        .iter()
+        .filter_map(|r| {
+            let slot = u64::from(r.slot);
+            let (_, owner) = held.iter().find(|(s, _)| *s == slot)?;
+            Some(SlotRecovery {
+                slot,
+                owner: *owner,
+                took: r.took,
+            })
+        })
+        .collect();
+    Recovery {
+        pid,
+        slots: held.iter().map(|(slot, _)| *slot).collect(),
+        recovered: each.len(),
+        each,
+    }
 }
 
 /// The slots `pid` holds while no process with that pid and the slot's start time runs, each
@@ -120,14 +177,14 @@ mod tests {
         let mine = heap.thread().unwrap();
         let dead_slot = (u64::from(mine.slot_index()) + 1) % heap.geometry().slots();
         assert!(heap.try_claim_slot(dead_slot, 0, owner));
-        let report = recover_member(&path, dead_pid).unwrap();
+        let report = recover_member(&path, dead_pid, None).unwrap();
         assert_eq!(report.slots, vec![dead_slot]);
         assert_eq!(report.recovered, 1, "recovered and released");
         assert_eq!(report.each.len(), 1);
         assert_eq!(report.each[0].slot, dead_slot);
         assert_eq!(report.each[0].owner.pid, dead_pid);
         assert!(matches!(heap.slot_life(dead_slot), SlotLife::Free));
-        let me = recover_member(&path, std::process::id()).unwrap();
+        let me = recover_member(&path, std::process::id(), None).unwrap();
         assert!(me.slots.is_empty(), "a live process's slots are not dead");
     }
 
@@ -136,6 +193,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("heap");
         std::fs::write(&path, vec![0xAB; 8192]).unwrap();
-        assert!(recover_member(&path, 1).is_err());
+        assert!(recover_member(&path, 1, None).is_err());
     }
 }

@@ -83,6 +83,11 @@ pub struct MemberState {
     pub addr: SocketAddr,
     /// Its network namespace (netns mode only).
     pub netns: Option<String>,
+    /// Its host id in the heap's slot owners (`podkv serve --host-id`): one per member in a
+    /// lease-mode pod, none in a process-mode one (its members share this machine's id, so a
+    /// dead member's slots are known by pid).
+    #[serde(default)]
+    pub host_id: Option<u16>,
     /// The current incarnation.
     pub proc: Proc,
     /// How many times the monitor restarted it.
@@ -102,6 +107,14 @@ pub struct HeapMode {
     pub coherence: String,
     /// An `mcas` heap's implementation (`flush-cas`, `nmp`); none in other modes.
     pub mcas_impl: Option<String>,
+    /// How the heap judges a slot's owner dead: `process` or `lease` (state files from before
+    /// it was recorded: process, the only mode a pod could have then).
+    #[serde(default = "liveness_process")]
+    pub liveness: String,
+}
+
+fn liveness_process() -> String {
+    podkv_alloc::Liveness::Process.name().into()
 }
 
 impl HeapMode {
@@ -113,6 +126,7 @@ impl HeapMode {
         HeapMode {
             coherence: coherence.name().into(),
             mcas_impl: mcas_impl.map(|kind| kind.name().into()),
+            liveness: liveness_process(),
         }
     }
 }
@@ -322,6 +336,7 @@ mod tests {
             phase: Phase::Up,
             up_ms: now_ms(),
             members: vec![MemberState {
+                host_id: None,
                 index: 0,
                 addr: "127.0.0.1:1".parse().unwrap(),
                 netns: None,

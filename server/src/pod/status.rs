@@ -11,6 +11,7 @@ use std::path::Path;
 struct MemberView<'a> {
     index: usize,
     addr: std::net::SocketAddr,
+    host_id: Option<u16>,
     netns: Option<&'a str>,
     pid: u32,
     alive: bool,
@@ -31,6 +32,8 @@ struct StatusView<'a> {
     coherence: &'a str,
     /// An `mcas` heap's implementation.
     mcas_impl: Option<&'a str>,
+    /// How the heap judges members dead (`process`, `lease`).
+    liveness: &'a str,
     monitor_pid: u32,
     stale: bool,
     uptime_s: u64,
@@ -46,6 +49,7 @@ impl<'a> StatusView<'a> {
             heap: &pod.heap,
             coherence: &pod.heap_mode.coherence,
             mcas_impl: pod.heap_mode.mcas_impl.as_deref(),
+            liveness: &pod.heap_mode.liveness,
             monitor_pid: pod.monitor.pid,
             stale: !pod.monitor.is_alive(),
             uptime_s: now.saturating_sub(pod.up_ms) / 1000,
@@ -60,6 +64,7 @@ impl<'a> MemberView<'a> {
         MemberView {
             index: m.index,
             addr: m.addr,
+            host_id: m.host_id,
             netns: m.netns.as_deref(),
             pid: m.proc.pid,
             alive,
@@ -99,7 +104,7 @@ pub(super) fn status(dir: &StateDir, name: &str, json: bool) -> anyhow::Result<(
 
 fn print_status(view: &StatusView<'_>) {
     println!(
-        "pod {}: {} ({}), monitor pid {}{}, up {}, heap {} (coherence {}{})",
+        "pod {}: {} ({}), monitor pid {}{}, up {}, heap {} (coherence {}{}, liveness {})",
         view.name,
         if view.stale {
             "STALE"
@@ -113,16 +118,18 @@ fn print_status(view: &StatusView<'_>) {
         view.heap.display(),
         view.coherence,
         view.mcas_impl
-            .map_or(String::new(), |kind| format!(" --mcas-impl {kind}"))
+            .map_or(String::new(), |kind| format!(" --mcas-impl {kind}")),
+        view.liveness
     );
     println!(
-        "{:<7} {:<8} {:<22} {:<6} {:<9} uptime",
-        "member", "pid", "address", "alive", "restarts"
+        "{:<7} {:<5} {:<8} {:<22} {:<6} {:<9} uptime",
+        "member", "host", "pid", "address", "alive", "restarts"
     );
     for m in &view.members {
         println!(
-            "{:<7} {:<8} {:<22} {:<6} {:<9} {}",
+            "{:<7} {:<5} {:<8} {:<22} {:<6} {:<9} {}",
             m.index,
+            m.host_id.map_or("-".into(), |id| id.to_string()),
             m.pid,
             m.addr,
             if m.alive { "yes" } else { "NO" },

@@ -8,6 +8,7 @@ use super::monitor::{Monitor, TIMEOUT_MONITOR};
 use super::net::{self, Mode};
 use super::signals;
 use super::state::{now_ms, HeapMode, MemberState, Phase, PodState, Proc, StateDir};
+use podkv_alloc::Liveness;
 use podkv_hw::mcas::McasKind;
 use podkv_hw::Coherence;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,15 @@ fn asked_mode(args: &UpArgs) -> Result<(Coherence, McasKind), PodError> {
         }
         kind => Ok((coherence, kind.unwrap_or(McasKind::FlushCas))),
     }
+}
+
+/// The liveness mode `pod up` asks of a heap it creates: `--liveness`, else lease where the
+/// members act as separate hosts (network namespaces) and process on loopback.
+fn asked_liveness(args: &UpArgs, net: Mode) -> Liveness {
+    args.liveness.unwrap_or(match net {
+        Mode::Netns => Liveness::Lease,
+        Mode::Loopback => Liveness::Process,
+    })
 }
 
 /// Refuses a mode the store does not serve, with the store's own line.
@@ -56,16 +66,27 @@ fn refuse_mode_early(path: &Path, args: &UpArgs) -> Result<(), PodError> {
 /// Opens the pod heap, creating it in the asked mode if missing; returns whether it existed
 /// and its mode. Refuses an existing heap whose mode the store does not serve, or is not
 /// the one `--coherence` / `--mcas-impl` name.
-fn open_heap(path: &Path, args: &UpArgs) -> Result<(bool, HeapMode), PodError> {
+fn open_heap(path: &Path, args: &UpArgs, net: Mode) -> Result<(bool, HeapMode), PodError> {
     let (coherence, mcas) = asked_mode(args)?;
+    let liveness = asked_liveness(args, net);
     let existed = path.exists();
     let config = podkv_alloc::Config {
         coherence,
         mcas,
+        liveness,
         ..podkv_alloc::Config::default()
     };
     let heap = podkv_alloc::Heap::open(path, &config)?;
-    let found = HeapMode::of(heap.geometry().coherence, heap.mcas_kind());
+    let found_liveness = heap.geometry().liveness;
+    if args.liveness.is_some_and(|asked| asked != found_liveness) {
+        return Err(PodError::LivenessMismatch {
+            heap: path.to_path_buf(),
+            found: found_liveness.name().into(),
+            asked: liveness.name().into(),
+        });
+    }
+    let mut found = HeapMode::of(heap.geometry().coherence, heap.mcas_kind());
+    found.liveness = found_liveness.name().into();
     let asked = HeapMode::of(coherence, (coherence == Coherence::Mcas).then_some(mcas));
     let differs = found.coherence != asked.coherence
         || (args.mcas_impl.is_some() && found.mcas_impl != asked.mcas_impl);
@@ -92,11 +113,12 @@ pub(super) fn up(args: &UpArgs) -> anyhow::Result<()> {
     refuse_mode_early(&heap, args)?;
     let (mode, why) = net::choose(args.net)?;
     tracing::info!("each member gets {why}");
-    let (existed, heap_mode) = open_heap(&heap, args)?;
+    let (existed, heap_mode) = open_heap(&heap, args, mode)?;
     tracing::info!(
-        "heap {} ({}, coherence {heap_mode})",
+        "heap {} ({}, coherence {heap_mode}, liveness {})",
         heap.display(),
-        if existed { "opened" } else { "created" }
+        if existed { "opened" } else { "created" },
+        heap_mode.liveness
     );
     dir.create()?;
     let program = program(&args.serve_args)?;
@@ -133,7 +155,9 @@ fn plan(
             (Some(bridge), addrs)
         }
     };
-    let member = |(index, addr)| MemberState {
+    let lease = heap_mode.liveness == Liveness::Lease.name();
+    let member = |(index, addr): (usize, std::net::SocketAddr)| MemberState {
+        host_id: lease.then_some(index as u16 + 1),
         index,
         addr,
         netns: (mode == Mode::Netns).then(|| net::netns_name(name, index)),
@@ -178,16 +202,21 @@ fn loopback_addrs_free(
 
 fn print_up(state: &PodState) {
     println!(
-        "pod {}: up, {} members ({}), heap {} (coherence {}), monitor pid {}",
+        "pod {}: up, {} members ({}), heap {} (coherence {}, liveness {}), monitor pid {}",
         state.name,
         state.members.len(),
         state.mode.name(),
         state.heap.display(),
         state.heap_mode,
+        state.heap_mode.liveness,
         state.monitor.pid
     );
     for m in &state.members {
-        println!("  member {} {} pid {}", m.index, m.addr, m.proc.pid);
+        let host = m
+            .host_id
+            .map(|id| format!(" host {id}"))
+            .unwrap_or_default();
+        println!("  member {} {} pid {}{host}", m.index, m.addr, m.proc.pid);
     }
 }
 

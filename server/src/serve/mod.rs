@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// Worker threads, each with its own runtime and thread slot [default: the cores].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// This server's host id in the heap's slot owners (1–65535) [default: `PODKV_HOST_ID`,
+    /// else a hash of /etc/machine-id]. Give each host of a lease-mode pod its own; `pod up`
+    /// gives each member one.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub host_id: Option<u16>,
     /// Bytes of items (48-byte header + key + value), all regions together, the store may
     /// hold before a write evicts (e.g. 64MiB); only the process that creates the store sets
     /// it [default: the heap's capacity]. Each item also lives in the heap region of its size
@@ -126,6 +131,14 @@ pub enum ServeError {
     /// A setting is out of range.
     #[error("{0}")]
     Setting(String),
+    /// `--host-id` came after this process's host id was fixed to another.
+    #[error("--host-id {asked}: this process's host id is already {found} (PODKV_HOST_ID?)")]
+    HostId {
+        /// The id asked for.
+        asked: u16,
+        /// The id in force.
+        found: u16,
+    },
 }
 
 /// The settings a running server reports (`stats settings`).
@@ -214,6 +227,14 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
 
 /// Opens (creating if needed) the store with the command line's limits.
 fn open_store(args: &ServeArgs) -> Result<Store, ServeError> {
+    if let Some(id) = args.host_id {
+        if !podkv_alloc::process::set_host_id(id) {
+            return Err(ServeError::HostId {
+                asked: id,
+                found: podkv_alloc::process::host_id(),
+            });
+        }
+    }
     let config = StoreConfig {
         value_max: args.max_item_size as usize,
         capacity: args.memory,
