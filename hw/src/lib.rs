@@ -18,6 +18,9 @@
 //! - [`mcas`]: memory-side CAS for pods without coherence: one contract ([`mcas::Mcas`]) and
 //!   its implementations (`flush-cas`, the software near-memory processor `nmp`, `device`),
 //!   chosen by [`mcas::McasKind`].
+//! - [`model`]: a test mode (feature `coherence-model`) that gives each process its own
+//!   non-coherent cache of a heap's SWcc memory, so a missing write-back or invalidation
+//!   fails a test here; and the named sites (`site!`, `cas_site!`) a test may switch off.
 //! - [`topology`]: the machine's NUMA nodes from sysfs (a CPU-less node is how a CXL expander
 //!   appears) and the [`topology::Placement`] policy a heap mapping is bound with (`mbind`).
 //!
@@ -37,6 +40,7 @@
 
 pub mod coherence;
 pub mod mcas;
+pub mod model;
 pub mod persist;
 pub mod swcc;
 pub mod sync;

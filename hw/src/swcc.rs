@@ -17,6 +17,8 @@
 //! `write_back_batch`), which does nothing under `Hardware` and calls these under `Limited`
 //! and `Mcas`; this module knows no modes. Each thread counts what it did ([`counts`]): tests
 //! read the counts around a transition to show the write-back happens there and only there.
+//! Under the coherence model ([`crate::model`], a test mode) each rule also moves the lines
+//! of the model's per-process cache, so a missing one fails a test.
 
 use crate::persist::{self, SIZE_CACHE_LINE};
 use std::cell::Cell;
@@ -88,6 +90,7 @@ pub fn write_back(ptr: *const u8, len: usize) {
     }
     persist::write_back(ptr, len);
     persist::fence();
+    crate::model::write_back(ptr, len);
     count(|c| {
         c.lines_written_back += lines_of(ptr, len);
         c.fences += 1;
@@ -105,6 +108,7 @@ pub fn invalidate(ptr: *const u8, len: usize) {
     }
     persist::evict(ptr, len);
     persist::fence_full();
+    crate::model::invalidate(ptr, len);
     count(|c| {
         c.lines_invalidated += lines_of(ptr, len);
         c.fences += 1;
@@ -209,6 +213,7 @@ impl WriteBackBatch {
     fn write_back_pending(&mut self) {
         for &line in &self.lines[..self.len] {
             persist::write_back_line(line, false);
+            crate::model::write_back(line as *const u8, SIZE_CACHE_LINE);
         }
         let written = self.len as u64;
         count(|c| c.lines_written_back += written);

@@ -59,6 +59,6 @@ pub use std::sync::Arc;
 /// [`Ordering`] is the same type as the shim's, so protocol code may mix the two.
 pub mod mapped {
     pub use std::sync::atomic::{
-        fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
 }

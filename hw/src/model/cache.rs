@@ -1,0 +1,413 @@
+//! One heap's modelled cache in this process: its mappings, its pages' states, and the line
+//! operations (fill, write back, invalidate, evict, forget).
+//!
+//! # Addresses
+//! For a heap offset `o` in `[start, total)`:
+//! - `base + o` is what the program touches: the cache memfd's page `o - start`, `PROT_NONE`
+//!   until filled (or not mapped at all: a huge block this process has not attached);
+//! - `backstage + (o - start)` is the same cache page, always writable: the model's own access;
+//! - `backstage + span + (o - start)` is the page's snapshot: the values it was loaded with
+//!   (at fill, or at a line's last write-back or invalidation);
+//! - `memory + o` is the pod's memory: a `MAP_SHARED` mapping of the heap file.
+//!
+//! # Page states
+//! `EMPTY` (a huge page not attached, or an eager page never touched), `UNTOUCHED` (mapped,
+//! to be filled at first touch), `BUSY` (one thread of this process is filling it or moving
+//! lines of it), `FILLED`. Line operations hold a page `BUSY` only while they copy, and never
+//! touch `base` addresses meanwhile, so a thread holding one never faults.
+//!
+//! # Lines written while they are moved
+//! Another thread of this process may store into a line while it is written back or reloaded.
+//! A write-back copies the line once and writes that copy both to memory and to the snapshot,
+//! so a store that came later still shows as dirty; a reload replaces each word by CAS from
+//! the value written back, so a store that came later is kept (it happened after the reload).
+
+use crate::sync::mapped::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::io;
+
+pub(super) const SIZE_PAGE: usize = 4096;
+const SIZE_LINE: usize = 64;
+const WORDS: usize = SIZE_LINE / 8;
+const EMPTY: u8 = 0;
+const UNTOUCHED: u8 = 1;
+const BUSY: u8 = 2;
+const FILLED: u8 = 3;
+/// Recently filled pages, for random evictions to pick from.
+const COUNT_RING: usize = 1024;
+
+/// One heap's cache in this process (see the module docs for its addresses).
+pub(super) struct HeapCache {
+    /// The heap file, to find the region from a file offset.
+    pub(super) fd: libc::c_int,
+    pub(super) base: usize,
+    pub(super) start: usize,
+    /// Offsets `[start, eager_end)` are cached from the start; `[eager_end, total)` only
+    /// where attached.
+    pub(super) eager_end: usize,
+    pub(super) total: usize,
+    memory: usize,
+    backstage: usize,
+    /// Bytes of the cached range: `total - start`.
+    span: usize,
+    states: usize,
+    memfd: libc::c_int,
+    ring: [AtomicU32; COUNT_RING],
+    ring_next: AtomicUsize,
+}
+
+fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: usize) -> io::Result<usize> {
+    // SAFETY: callers pass either no address or one inside a range they own (MAP_FIXED).
+    let got = unsafe { libc::mmap(addr as *mut _, len, prot, flags, fd, off as libc::off_t) };
+    if got == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(got as usize)
+    }
+}
+
+const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
+
+impl HeapCache {
+    /// Maps the cache over `[base + start, base + eager_end)` (`PROT_NONE`), the backstage,
+    /// the snapshots and the pod's memory.
+    ///
+    /// # Safety
+    /// `[base + start, base + total)` is the caller's reservation, which it gives to the model
+    /// (only [`HeapCache::attach`] maps into `[eager_end, total)` from now on).
+    pub(super) unsafe fn map(
+        base: usize,
+        fd: libc::c_int,
+        start: usize,
+        eager_end: usize,
+        total: usize,
+    ) -> io::Result<HeapCache> {
+        let span = total - start;
+        let memory = mmap(0, total, RW, libc::MAP_SHARED | libc::MAP_NORESERVE, fd, 0)?;
+        // SAFETY: a fresh memfd; the name is a NUL-terminated literal.
+        let memfd = unsafe { libc::memfd_create(c"podkv-model".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: `memfd` is ours; a sparse size.
+        if memfd < 0 || unsafe { libc::ftruncate(memfd, (2 * span) as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let shared = libc::MAP_SHARED | libc::MAP_NORESERVE;
+        let backstage = mmap(0, 2 * span, RW, shared, memfd, 0)?;
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let states = mmap(0, span / SIZE_PAGE, RW, anon, -1, 0)?;
+        mmap(
+            base + start,
+            eager_end - start,
+            libc::PROT_NONE,
+            shared | libc::MAP_FIXED,
+            memfd,
+            0,
+        )?;
+        Ok(HeapCache {
+            fd,
+            base,
+            start,
+            eager_end,
+            total,
+            memory,
+            backstage,
+            span,
+            states,
+            memfd,
+            ring: [const { AtomicU32::new(0) }; COUNT_RING],
+            ring_next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Whether the address lies in the cached range.
+    pub(super) fn contains(&self, addr: usize) -> bool {
+        (self.base + self.start..self.base + self.total).contains(&addr)
+    }
+
+    fn state(&self, page: usize) -> &AtomicU8 {
+        // SAFETY: `states` holds one byte per page of the span; callers pass pages in it.
+        unsafe { &*((self.states + page) as *const AtomicU8) }
+    }
+
+    fn page_of(&self, addr: usize) -> usize {
+        (addr - self.base - self.start) / SIZE_PAGE
+    }
+
+    /// An `EMPTY` page in the eager range is untouched; in the huge range it is not mapped.
+    fn fillable(&self, page: usize, state: u8) -> bool {
+        state == UNTOUCHED || state == EMPTY && self.start + page * SIZE_PAGE < self.eager_end
+    }
+
+    fn words(&self, addr: usize) -> &[AtomicU64; WORDS] {
+        // SAFETY: the mappings named in the module docs are RW for the region's lifetime, and
+        // callers pass line-aligned addresses inside them.
+        unsafe { &*(addr as *const [AtomicU64; WORDS]) }
+    }
+
+    fn local(&self, page: usize) -> usize {
+        self.backstage + page * SIZE_PAGE
+    }
+
+    fn snapshot(&self, page: usize) -> usize {
+        self.backstage + self.span + page * SIZE_PAGE
+    }
+
+    fn mem(&self, page: usize) -> usize {
+        self.memory + self.start + page * SIZE_PAGE
+    }
+
+    /// The SIGSEGV handler's part: fills `addr`'s page from memory if it is an untouched
+    /// cache page. Returns whether the faulting access should simply run again.
+    pub(super) fn serve_fault(&self, addr: usize) -> bool {
+        let page = self.page_of(addr);
+        let state = self.state(page);
+        loop {
+            match state.load(Ordering::Acquire) {
+                FILLED => return true,
+                BUSY => std::hint::spin_loop(),
+                s if self.fillable(page, s) => {
+                    if state
+                        .compare_exchange(s, BUSY, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        self.fill(page);
+                        state.store(FILLED, Ordering::Release);
+                        return true;
+                    }
+                }
+                _ => return false,
+            }
+        }
+    }
+
+    fn fill(&self, page: usize) {
+        for line in 0..SIZE_PAGE / SIZE_LINE {
+            let at = line * SIZE_LINE;
+            let mem = self.words(self.mem(page) + at);
+            let (local, snap) = (
+                self.words(self.local(page) + at),
+                self.words(self.snapshot(page) + at),
+            );
+            for w in 0..WORDS {
+                let v = mem[w].load(Ordering::Relaxed);
+                local[w].store(v, Ordering::Relaxed);
+                snap[w].store(v, Ordering::Relaxed);
+            }
+        }
+        fence(Ordering::SeqCst);
+        let addr = self.base + self.start + page * SIZE_PAGE;
+        // SAFETY: the page is this region's cache page, mapped from the memfd.
+        unsafe { libc::mprotect(addr as *mut _, SIZE_PAGE, RW) };
+        let slot = self.ring_next.fetch_add(1, Ordering::Relaxed) % COUNT_RING;
+        self.ring[slot].store(page as u32 + 1, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the page holding `addr` while it is `BUSY`, if it is filled.
+    fn with_filled(&self, page: usize, f: impl FnOnce()) {
+        let state = self.state(page);
+        loop {
+            match state.load(Ordering::Acquire) {
+                FILLED => {
+                    if state
+                        .compare_exchange(FILLED, BUSY, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        f();
+                        state.store(FILLED, Ordering::Release);
+                        return;
+                    }
+                }
+                BUSY => std::hint::spin_loop(),
+                _ => return,
+            }
+        }
+    }
+
+    /// Writes line `line` of `page` back if dirty; returns the values it now has in memory
+    /// (or, clean, the snapshot's).
+    fn write_back_line(&self, page: usize, line: usize) -> [u64; WORDS] {
+        let at = line * SIZE_LINE;
+        let local = self.words(self.local(page) + at);
+        let snap = self.words(self.snapshot(page) + at);
+        let copy: [u64; WORDS] = std::array::from_fn(|w| local[w].load(Ordering::Relaxed));
+        if (0..WORDS).all(|w| copy[w] == snap[w].load(Ordering::Relaxed)) {
+            return copy;
+        }
+        let mem = self.words(self.mem(page) + at);
+        for w in 0..WORDS {
+            mem[w].store(copy[w], Ordering::Relaxed);
+            snap[w].store(copy[w], Ordering::Relaxed);
+        }
+        copy
+    }
+
+    fn invalidate_line(&self, page: usize, line: usize) {
+        let was = self.write_back_line(page, line);
+        fence(Ordering::SeqCst);
+        let at = line * SIZE_LINE;
+        let mem = self.words(self.mem(page) + at);
+        let local = self.words(self.local(page) + at);
+        let snap = self.words(self.snapshot(page) + at);
+        for w in 0..WORDS {
+            let v = mem[w].load(Ordering::Relaxed);
+            snap[w].store(v, Ordering::Relaxed);
+            let _ = local[w].compare_exchange(was[w], v, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Applies `op` to every cached line overlapping `[addr, addr + len)`.
+    fn lines(&self, addr: usize, len: usize, op: impl Fn(usize, usize)) {
+        let end = (addr + len).min(self.base + self.total);
+        let mut line = addr & !(SIZE_LINE - 1);
+        while line < end {
+            let page = self.page_of(line);
+            let page_end = (self.base + self.start + (page + 1) * SIZE_PAGE).min(end);
+            self.with_filled(page, || {
+                let mut at = line;
+                while at < page_end {
+                    op(page, (at % SIZE_PAGE) / SIZE_LINE);
+                    at += SIZE_LINE;
+                }
+            });
+            line = self.base + self.start + (page + 1) * SIZE_PAGE;
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    pub(super) fn write_back(&self, addr: usize, len: usize) {
+        self.lines(addr, len, |page, line| {
+            self.write_back_line(page, line);
+        });
+    }
+
+    pub(super) fn invalidate(&self, addr: usize, len: usize) {
+        self.lines(addr, len, |page, line| self.invalidate_line(page, line));
+    }
+
+    /// Evicts dirty lines of one recently filled page, each with probability one half.
+    pub(super) fn evict_some(&self, random: u64) {
+        let filled = self.ring_next.load(Ordering::Relaxed).min(COUNT_RING);
+        if filled == 0 {
+            return;
+        }
+        let page = self.ring[(random as usize >> 8) % filled].load(Ordering::Relaxed);
+        if page == 0 {
+            return;
+        }
+        let page = page as usize - 1;
+        self.with_filled(page, || {
+            for line in 0..SIZE_PAGE / SIZE_LINE {
+                if (random >> (line % 64)) & 1 == 1 {
+                    self.write_back_line(page, line);
+                }
+            }
+        });
+        fence(Ordering::SeqCst);
+    }
+
+    /// Evicts whole pages of `[addr, addr + len)` (dirty lines written back) and drops them
+    /// from the cache, so they use no memory and reload at the next touch; `mapped` says
+    /// whether the pages stay mapped (`UNTOUCHED`) or are being unmapped (`EMPTY`).
+    pub(super) fn forget(&self, addr: usize, len: usize, mapped: bool) {
+        let first = (addr + SIZE_PAGE - 1) & !(SIZE_PAGE - 1);
+        let end = (addr + len) & !(SIZE_PAGE - 1);
+        if first >= end {
+            return self.write_back(addr, len);
+        }
+        self.write_back(addr, first - addr);
+        self.write_back(end, addr + len - end);
+        // Every page is held BUSY until the punch is done, so no thread refills one before
+        // its memory is gone.
+        let pages = self.page_of(first)..self.page_of(end - 1) + 1;
+        let next: Vec<u8> = pages
+            .clone()
+            .map(|page| {
+                let was = self.hold(page);
+                if was == FILLED {
+                    for line in 0..SIZE_PAGE / SIZE_LINE {
+                        self.write_back_line(page, line);
+                    }
+                    let at = self.base + self.start + page * SIZE_PAGE;
+                    // SAFETY: the cache page is ours; PROT_NONE makes the next touch fault
+                    // and reload.
+                    unsafe { libc::mprotect(at as *mut _, SIZE_PAGE, libc::PROT_NONE) };
+                }
+                if mapped && was != EMPTY {
+                    UNTOUCHED
+                } else {
+                    EMPTY
+                }
+            })
+            .collect();
+        self.punch(first - self.base - self.start, end - first);
+        fence(Ordering::SeqCst);
+        for (page, next) in pages.zip(next) {
+            self.state(page).store(next, Ordering::Release);
+        }
+    }
+
+    /// Takes page `page` BUSY from whatever state it is in; returns that state.
+    fn hold(&self, page: usize) -> u8 {
+        let state = self.state(page);
+        loop {
+            let s = state.load(Ordering::Acquire);
+            if s != BUSY
+                && state
+                    .compare_exchange(s, BUSY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                return s;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Frees the cache's (and the snapshots') memory of `[off, off + len)` of the span, whose
+    /// pages the caller holds BUSY.
+    fn punch(&self, off: usize, len: usize) {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        for at in [off, self.span + off] {
+            // SAFETY: the model's own memfd.
+            unsafe { libc::fallocate(self.memfd, mode, at as libc::off_t, len as libc::off_t) };
+        }
+    }
+
+    /// Maps the cache (`PROT_NONE`) over a huge block at `[addr, addr + len)`, pages
+    /// `UNTOUCHED`. Already attached (a page is not `EMPTY`): nothing to do.
+    pub(super) fn attach(&self, addr: usize, len: usize) -> bool {
+        let page = self.page_of(addr);
+        if self.state(page).load(Ordering::Acquire) != EMPTY {
+            return true;
+        }
+        let off = addr - self.base - self.start;
+        let flags = libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED;
+        if mmap(addr, len, libc::PROT_NONE, flags, self.memfd, off).is_err() {
+            return false;
+        }
+        for p in page..page + len.div_ceil(SIZE_PAGE) {
+            let _ = self.state(p).compare_exchange(
+                EMPTY,
+                UNTOUCHED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+        true
+    }
+
+    /// Undoes [`HeapCache::attach`]: dirty lines are written back (evicted) and the pages dropped.
+    /// The caller maps its reservation back over the range.
+    pub(super) fn detach(&self, addr: usize, len: usize) {
+        self.forget(addr, len, false);
+    }
+}
+
+impl Drop for HeapCache {
+    fn drop(&mut self) {
+        // SAFETY: the model's own mappings and memfd, unused once unregistered.
+        unsafe {
+            libc::munmap(self.memory as *mut _, self.total);
+            libc::munmap(self.backstage as *mut _, 2 * self.span);
+            libc::munmap(self.states as *mut _, self.span / SIZE_PAGE);
+            libc::close(self.memfd);
+        }
+    }
+}

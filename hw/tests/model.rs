@@ -1,0 +1,307 @@
+//! The model of non-coherent caches (`podkv_hw::model`), property by property, with real
+//! processes: each test re-executes this binary as two children, *A* and *B*, that map one
+//! file (the pod's memory) through a [`Cache`]: its first page is coherent (shared) and holds
+//! the steps the children wait on and the coherent words; the rest is each child's own cache.
+//! Random evictions are off (`PODKV_COHERENCE_EVICT=0`) except where a test measures them.
+
+use podkv_hw::model::{self, Cache};
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ENV_CHILD: &str = "PODKV_MODEL_PROPERTY";
+const SIZE_FILE: usize = 1 << 20;
+const SIZE_COHERENT: usize = 4096;
+
+/// One child's view of the pod: the mapping and its cache.
+struct Pod {
+    base: *mut u8,
+    _cache: Cache,
+}
+
+impl Pod {
+    fn open(path: &str) -> Pod {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        // SAFETY: a fresh shared mapping of the whole (backed) file at an address the kernel
+        // picks; the model then replaces all but its first page by this process's cache.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SIZE_FILE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base.cast::<u8>();
+        // SAFETY: the mapping is ours for the process's life (never unmapped).
+        let cache = unsafe { Cache::map(base, fd, SIZE_COHERENT, SIZE_FILE, SIZE_FILE) }.unwrap();
+        std::mem::forget(file); // the model keeps using the descriptor
+        Pod {
+            base,
+            _cache: cache,
+        }
+    }
+
+    /// Word `i` of the coherent page (the first eight are steps).
+    fn coherent(&self, i: usize) -> &AtomicU64 {
+        assert!(8 * i < SIZE_COHERENT);
+        // SAFETY: inside the shared first page, aligned.
+        unsafe { &*(self.base.add(8 * i) as *const AtomicU64) }
+    }
+
+    /// The word at byte `offset` of the modelled range.
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        assert!(SIZE_COHERENT + offset < SIZE_FILE && offset % 8 == 0);
+        // SAFETY: inside the modelled range, aligned; filled on first touch.
+        unsafe { &*(self.base.add(SIZE_COHERENT + offset) as *const AtomicU64) }
+    }
+
+    fn line(&self, offset: usize) -> *const u8 {
+        self.word(offset) as *const AtomicU64 as *const u8
+    }
+
+    fn write_back(&self, offset: usize) {
+        model::write_back(self.line(offset), 8);
+    }
+
+    fn invalidate(&self, offset: usize) {
+        model::invalidate(self.line(offset), 8);
+    }
+
+    /// Says step `n` is done.
+    fn step(&self, n: u64) {
+        self.coherent(0).fetch_max(n, Ordering::SeqCst);
+    }
+
+    /// Waits for step `n`.
+    fn wait(&self, n: u64) {
+        let start = Instant::now();
+        while self.coherent(0).load(Ordering::SeqCst) < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "step {n} never came"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Runs `test` as children A and B on a fresh pod (a file of zeros), with `env` extra.
+fn run_pair(test: &str, env: &[(&str, &str)]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(SIZE_FILE as u64)
+        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = ["A", "B"]
+        .iter()
+        .map(|role| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(ENV_CHILD, format!("{role}|{}", path.display()))
+                .env("PODKV_COHERENCE_EVICT", "0")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{test}: a child failed:\n{said}");
+    }
+}
+
+/// In a child: its role and pod. In the parent: runs the pair and returns `None`.
+fn child(test: &str, env: &[(&str, &str)]) -> Option<(String, Pod)> {
+    match std::env::var(ENV_CHILD) {
+        Ok(spec) => {
+            let (role, path) = spec.split_once('|').unwrap();
+            Some((role.to_owned(), Pod::open(path)))
+        }
+        Err(_) => {
+            run_pair(test, env);
+            None
+        }
+    }
+}
+
+#[test]
+fn a_line_only_read_keeps_its_value_until_invalidated() {
+    let Some((role, pod)) = child("a_line_only_read_keeps_its_value_until_invalidated", &[]) else {
+        return;
+    };
+    if role == "A" {
+        assert_eq!(
+            pod.word(0).load(Ordering::Relaxed),
+            0,
+            "first touch reads memory"
+        );
+        pod.step(1);
+        pod.wait(2);
+        assert_eq!(
+            pod.word(0).load(Ordering::Relaxed),
+            0,
+            "B's store was written back, but A never invalidated its line"
+        );
+        assert_eq!(
+            pod.word(8192).load(Ordering::Relaxed),
+            42,
+            "a first touch after the write-back sees it"
+        );
+        pod.invalidate(0);
+        assert_eq!(
+            pod.word(0).load(Ordering::Relaxed),
+            42,
+            "invalidated: fresh"
+        );
+        assert_eq!(
+            pod.word(64).load(Ordering::Relaxed),
+            0,
+            "a line B wrote without writing it back stays B's"
+        );
+        pod.invalidate(64);
+        assert_eq!(pod.word(64).load(Ordering::Relaxed), 0, "still B's alone");
+        pod.step(3);
+    } else {
+        pod.wait(1);
+        pod.word(0).store(42, Ordering::Relaxed);
+        pod.word(8192).store(42, Ordering::Relaxed);
+        pod.word(64).store(7, Ordering::Relaxed);
+        pod.write_back(0);
+        pod.write_back(8192);
+        pod.step(2);
+        pod.wait(3);
+    }
+}
+
+#[test]
+fn two_hosts_writing_different_bytes_of_one_line_clobber_each_other() {
+    let Some((role, pod)) = child(
+        "two_hosts_writing_different_bytes_of_one_line_clobber_each_other",
+        &[],
+    ) else {
+        return;
+    };
+    // Both load the line, each writes its own word of it, A writes back first, then B.
+    pod.word(0).load(Ordering::Relaxed);
+    if role == "A" {
+        pod.step(1);
+        pod.wait(2);
+        pod.word(0).store(1, Ordering::Relaxed);
+        pod.write_back(0);
+        pod.step(3);
+        pod.wait(4);
+        pod.invalidate(0);
+        assert_eq!(
+            (
+                pod.word(0).load(Ordering::Relaxed),
+                pod.word(8).load(Ordering::Relaxed)
+            ),
+            (0, 2),
+            "B wrote back its whole line, with A's word as B had loaded it"
+        );
+    } else {
+        pod.wait(1);
+        pod.step(2);
+        pod.wait(3);
+        pod.word(8).store(2, Ordering::Relaxed);
+        pod.write_back(8);
+        pod.step(4);
+    }
+}
+
+#[test]
+fn dirty_lines_are_evicted_at_random_moments() {
+    let env = [("PODKV_COHERENCE_EVICT", "1")];
+    let Some((role, pod)) = child("dirty_lines_are_evicted_at_random_moments", &env) else {
+        return;
+    };
+    if role == "A" {
+        pod.word(0).load(Ordering::Relaxed);
+        pod.step(1);
+        let start = Instant::now();
+        loop {
+            pod.invalidate(0);
+            if pod.word(0).load(Ordering::Relaxed) == 5 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "B's dirty line never reached memory without a write-back"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        pod.step(2);
+    } else {
+        pod.wait(1);
+        pod.word(0).store(5, Ordering::Relaxed);
+        // No write-back of it: only evictions (background, and at these SWcc calls) move it.
+        while pod.coherent(0).load(Ordering::SeqCst) < 2 {
+            pod.invalidate(4096);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+const COUNT_INCREMENTS: u64 = 5_000;
+
+#[test]
+fn a_cpu_cas_on_swcc_memory_loses_updates_and_one_on_coherent_memory_does_not() {
+    let Some((_, pod)) = child(
+        "a_cpu_cas_on_swcc_memory_loses_updates_and_one_on_coherent_memory_does_not",
+        &[],
+    ) else {
+        return;
+    };
+    // Both start together, so their increments overlap.
+    pod.coherent(1).fetch_add(1, Ordering::SeqCst);
+    while pod.coherent(1).load(Ordering::SeqCst) < 2 {
+        std::hint::spin_loop();
+    }
+    let (swcc, coherent) = (pod.word(0), pod.coherent(8));
+    for _ in 0..COUNT_INCREMENTS {
+        // SWcc done "right" but with a CPU CAS: invalidate, CAS, write back.
+        loop {
+            pod.invalidate(0);
+            let seen = swcc.load(Ordering::Acquire);
+            // A pause, as a busy host has: the other process gets to run inside the window.
+            if seen % 8 == 0 {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            if swcc
+                .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                pod.write_back(0);
+                break;
+            }
+        }
+        coherent.fetch_add(1, Ordering::AcqRel);
+    }
+    let done = pod.coherent(2).fetch_add(1, Ordering::SeqCst) + 1;
+    if done == 2 {
+        pod.invalidate(0);
+        let total = swcc.load(Ordering::Acquire);
+        assert_eq!(coherent.load(Ordering::SeqCst), 2 * COUNT_INCREMENTS);
+        assert!(
+            total < 2 * COUNT_INCREMENTS,
+            "every SWcc CAS counted ({total}): the CPU CAS acted on memory, not a local copy"
+        );
+        println!("SWcc counter {total} of {}", 2 * COUNT_INCREMENTS);
+    }
+}
