@@ -140,7 +140,8 @@ fn serve(addr: usize) -> bool {
 extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for a SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
-    if serve(addr) {
+    // The coherence model's cache pages first: a huge block's page there is already mapped.
+    if podkv_hw::model::serve_fault(addr) || serve(addr) {
         return;
     }
     // SAFETY: forwarding the kernel's own arguments to the previous disposition.

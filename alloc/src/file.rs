@@ -213,6 +213,9 @@ impl HeapFile {
         }
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         count_call(true);
+        // Under the coherence model this process's cached copy goes too (its dirty lines
+        // evicted first), or the memory would stay in its cache.
+        podkv_hw::model::forget_file(self.fd, offset, len);
         // SAFETY: `fd` is open; punching a hole only discards the range's contents, which the
         // caller owns and no longer needs. Failure (a file system without holes) only keeps pages.
         unsafe { libc::fallocate(self.fd, mode, offset as libc::off_t, len as libc::off_t) };
@@ -237,6 +240,8 @@ impl HeapFile {
 pub struct Mapping {
     base: *mut u8,
     len: usize,
+    /// Under the coherence model (a test mode): this process's cache of the SWcc range.
+    model: Option<podkv_hw::model::Cache>,
 }
 
 // SAFETY: the mapping is shared memory that every thread may address; the heap's own protocols
@@ -306,7 +311,31 @@ impl Mapping {
         Ok(Mapping {
             base: base as *mut u8,
             len,
+            model: None,
         })
+    }
+
+    /// Under the coherence model ([`podkv_hw::model`], a test mode, when active): offsets
+    /// `[swcc, mapped)` become this process's own cache of the file, and huge blocks mapped
+    /// later in `[mapped, len)` too; below `swcc` the mapping stays shared (coherent). A
+    /// no-op when the model is not active.
+    pub fn model(&mut self, file: &HeapFile, swcc: u64, mapped: u64) -> Result<(), HeapError> {
+        if !podkv_hw::model::active() || file.is_device || self.model.is_some() {
+            return Ok(());
+        }
+        // SAFETY: the reservation is ours and stays mapped while `self` lives, which drops
+        // the cache with it; nothing else maps into `[swcc, mapped)`.
+        let cache = unsafe {
+            podkv_hw::model::Cache::map(
+                self.base,
+                file.fd(),
+                swcc as usize,
+                mapped as usize,
+                self.len,
+            )
+        };
+        self.model = Some(cache.map_err(|source| HeapError::Map { source })?);
+        Ok(())
     }
 
     /// The address of offset zero in this process.

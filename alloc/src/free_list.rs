@@ -55,6 +55,7 @@ pub fn push_bounded(
             return false;
         }
         link(slab, top, depth + 1);
+        podkv_hw::cas_site!("alloc.free_list.push.cas");
         match dcas::cas(head, cur, slab + 1, writer) {
             Ok(_) => return true,
             Err(seen) => cur = seen,
@@ -78,6 +79,7 @@ pub fn pop(
         }
         let next = next_of(link - 1);
         before(link - 1);
+        podkv_hw::cas_site!("alloc.free_list.pop.cas");
         match dcas::cas(head, cur, next, writer) {
             Ok(_) => return Some(link - 1),
             Err(seen) => cur = seen,

@@ -86,8 +86,10 @@ impl GlobalLists {
     ) -> Option<u32> {
         let next_of = |slab: u32| {
             let desc = heap.desc(slab);
-            self.coherence
-                .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            if podkv_hw::site!("alloc.global.pop.invalidate") {
+                self.coherence
+                    .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            }
             desc.next()
         };
         free_list::pop(self.head(heap, list), writer, next_of, before)
@@ -134,8 +136,12 @@ impl GlobalLists {
             }
             let slab = link - 1;
             let desc = heap.desc(slab);
-            coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
-            coherence.invalidate((&desc.pages as *const AtomicU64).cast(), 8);
+            if podkv_hw::site!("alloc.global.back_cold.invalidate_desc") {
+                coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            }
+            if podkv_hw::site!("alloc.global.back_cold.invalidate_pages") {
+                coherence.invalidate((&desc.pages as *const AtomicU64).cast(), 8);
+            }
             let pages = desc.pages.load(Ordering::Acquire);
             if pages & 1 == 0 {
                 self.back_slab(heap, slab)?;
@@ -196,9 +202,11 @@ impl GlobalLists {
         let desc = heap.desc(slab);
         desc.set_links(next, 0);
         desc.depth.store(u64::from(depth), Ordering::Relaxed);
-        self.coherence.write_back(
-            (desc as *const SlabDesc).cast(),
-            std::mem::size_of::<SlabDesc>(),
-        );
+        if podkv_hw::site!("alloc.global.link.write_back") {
+            self.coherence.write_back(
+                (desc as *const SlabDesc).cast(),
+                std::mem::size_of::<SlabDesc>(),
+            );
+        }
     }
 }

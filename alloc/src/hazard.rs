@@ -77,12 +77,16 @@ impl HazardRecord {
         }
         self.high.store(0, Ordering::Release);
         let len = (std::mem::offset_of!(HazardRecord, cells) + 8 * high).max(24);
-        coherence.write_back((self as *const HazardRecord).cast(), len);
+        if podkv_hw::site!("alloc.hazard.clear.write_back") {
+            coherence.write_back((self as *const HazardRecord).cast(), len);
+        }
     }
 
     /// `high`, read after the reader rule on its line (capped at the cell count).
     fn fresh_high(&self, coherence: Coherence) -> usize {
-        coherence.invalidate((&self.high as *const AtomicU64).cast(), 8);
+        if podkv_hw::site!("alloc.hazard.read.invalidate_high") {
+            coherence.invalidate((&self.high as *const AtomicU64).cast(), 8);
+        }
         (self.high.load(Ordering::SeqCst) as usize).min(COUNT_HAZARDS)
     }
 
@@ -97,8 +101,12 @@ impl HazardRecord {
                     .is_ok()
             {
                 self.high.fetch_max(i as u64 + 1, Ordering::SeqCst);
-                write_back(coherence, cell);
-                write_back(coherence, &self.high);
+                if podkv_hw::site!("alloc.hazard.publish.write_back_cell") {
+                    write_back(coherence, cell);
+                }
+                if podkv_hw::site!("alloc.hazard.publish.write_back_high") {
+                    write_back(coherence, &self.high);
+                }
                 return true;
             }
         }
@@ -113,6 +121,7 @@ impl HazardRecord {
             if cell
                 .compare_exchange(offset, 0, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
+                && podkv_hw::site!("alloc.hazard.withdraw.write_back")
             {
                 write_back(coherence, cell);
             }
@@ -139,7 +148,9 @@ impl HazardRecord {
     fn fresh_cells(&self, coherence: Coherence) -> &[AtomicU64] {
         let high = self.fresh_high(coherence);
         let cells = &self.cells[..high];
-        coherence.invalidate(cells.as_ptr().cast(), 8 * high);
+        if podkv_hw::site!("alloc.hazard.read.invalidate_cells") {
+            coherence.invalidate(cells.as_ptr().cast(), 8 * high);
+        }
         cells
     }
 }
@@ -192,6 +203,7 @@ impl Hazards<'_> {
                 } else {
                     cur == 0
                 };
+                podkv_hw::cas_site!("alloc.hazard.claim.cas");
                 if !takeable || cas(&self.owners[i], cur, me.pack()).is_err() {
                     return false;
                 }
@@ -210,6 +222,7 @@ impl Hazards<'_> {
         cas: impl Fn(&AtomicU64, u64, u64) -> Result<u64, u64>,
     ) {
         self.records[i].clear(self.coherence);
+        podkv_hw::cas_site!("alloc.hazard.release.cas");
         let _ = cas(&self.owners[i], me.pack(), 0);
     }
 }

@@ -105,7 +105,9 @@ pub(crate) fn cas_as_process(
     current: u64,
     new: u64,
 ) -> Result<u64, u64> {
+    let off = podkv_hw::model::take_cas_off();
     match mcas {
+        Some(_) if off => cpu_cas_off(word, current, new),
         Some(mcas) => mcas.cas_as_process(word, current, new),
         None => crate::dcas::cpu_cas(word, current, new),
     }
@@ -121,16 +123,31 @@ pub(crate) fn cas_word(
     current: u64,
     new: u64,
 ) -> Result<u64, u64> {
+    let off = podkv_hw::model::take_cas_off();
     match mcas {
+        Some(_) if off => cpu_cas_off(word, current, new),
         Some(mcas) => mcas.cas(client, word, current, new),
         None => crate::dcas::cpu_cas(word, current, new),
+    }
+}
+
+/// A hook CAS whose site a test switched off (`podkv_hw::cas_site!`): a CPU CAS, which on
+/// mCAS memory is not atomic across hosts, so under the coherence model it is torn.
+#[cold]
+fn cpu_cas_off(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+    if podkv_hw::model::active() {
+        podkv_hw::model::torn_cas(word, current, new)
+    } else {
+        crate::dcas::cpu_cas(word, current, new)
     }
 }
 
 /// The store of [`cas_word`]'s mechanism (`Shared::store_word`).
 #[inline]
 pub(crate) fn store_word(mcas: Option<&HeapMcas>, client: u32, word: &AtomicU64, value: u64) {
+    let off = podkv_hw::model::take_cas_off();
     match mcas {
+        Some(_) if off => crate::dcas::cpu_store(word, value),
         Some(mcas) => mcas.store(client, word, value),
         None => crate::dcas::cpu_store(word, value),
     }

@@ -65,6 +65,7 @@ fn update(word: &AtomicU64, writer: &impl Writer, change: impl Fn(u32) -> u32) -
     let mut cur = word.load(Ordering::Acquire);
     loop {
         let new = change(dcas::payload(cur));
+        podkv_hw::cas_site!("alloc.remote.update.cas");
         match dcas::cas(word, cur, new, writer) {
             Ok(_) => return (dcas::payload(cur), new),
             Err(seen) => cur = seen,

@@ -277,6 +277,7 @@ impl SlabHeaps {
                     .map_err(|_| AllocError::OutOfMemory)?;
             }
             log(from as u32, (new - from) as u32);
+            podkv_hw::cas_site!("alloc.slabs.grow.cas");
             match dcas::cas(len, cur, new as u32, writer) {
                 Ok(_) => {
                     backer.grown(new, backed, heap.count_back_ahead);

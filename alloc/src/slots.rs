@@ -109,11 +109,14 @@ impl Slots {
             self.beat(slot, owner.pid);
             crash_point!("claim.beaten");
         }
+        podkv_hw::cas_site!("alloc.slots.claim.cas");
         if cas_as_process(self.mcas.as_deref(), word, from, owner.pack()).is_err() {
             return false;
         }
         let (bytes, len) = slot.bytes();
-        coherence.invalidate(bytes, len);
+        if podkv_hw::site!("alloc.slots.claim.invalidate") {
+            coherence.invalidate(bytes, len);
+        }
         // The owner's own word now: a plain increment.
         let claims = slot.generation.load(Ordering::Relaxed);
         slot.generation.store(claims + 1, Ordering::Release);
@@ -126,10 +129,15 @@ impl Slots {
     /// operator recovered the host while this process was stopped).
     pub(crate) fn release(&self, i: u32, owner: Owner) -> bool {
         let (bytes, len) = self.slot(u64::from(i)).bytes();
-        self.coherence.write_back(bytes, len);
+        if podkv_hw::site!("alloc.slots.release.write_back") {
+            self.coherence.write_back(bytes, len);
+        }
         crash_point!("release.written");
         let word = self.owner_word(u64::from(i));
-        let cas = |from| crate::mcas::cas_word(self.mcas.as_deref(), i, word, from, 0);
+        let cas = |from| {
+            podkv_hw::cas_site!("alloc.slots.release.cas");
+            crate::mcas::cas_word(self.mcas.as_deref(), i, word, from, 0)
+        };
         match cas(owner.pack()) {
             Ok(_) => true,
             Err(seen) if seen == owner.pack() | FLAG_FENCED => cas(seen).is_ok(),
@@ -140,12 +148,16 @@ impl Slots {
     /// Advances slot `i`'s beat as process `pid` and writes its line back (SWcc: other hosts
     /// watch it).
     fn beat(&self, slot: &Slot, pid: u32) {
-        self.coherence
-            .invalidate((&slot.beat as *const AtomicU64).cast(), 8);
+        if podkv_hw::site!("alloc.slots.beat.invalidate") {
+            self.coherence
+                .invalidate((&slot.beat as *const AtomicU64).cast(), 8);
+        }
         let beat = crate::lease::beat_of(&slot.beat).next(pid);
         slot.beat.store(beat.0, Ordering::Release);
-        self.coherence
-            .write_back((&slot.beat as *const AtomicU64).cast(), 8);
+        if podkv_hw::site!("alloc.slots.beat.write_back") {
+            self.coherence
+                .write_back((&slot.beat as *const AtomicU64).cast(), 8);
+        }
     }
 
     /// How many times slot `i` has been claimed (its `generation`).
@@ -165,13 +177,16 @@ impl Slots {
             return life;
         }
         let slot = self.slot(i);
-        self.coherence
-            .invalidate((&slot.beat as *const AtomicU64).cast(), 8);
+        if podkv_hw::site!("alloc.slots.life.invalidate_beat") {
+            self.coherence
+                .invalidate((&slot.beat as *const AtomicU64).cast(), 8);
+        }
         let beat = crate::lease::beat_of(&slot.beat);
         if !self.watch.lapsed(i, word, beat, self.lease) {
             return life;
         }
         let fenced = word | FLAG_FENCED;
+        podkv_hw::cas_site!("alloc.slots.life.fence.cas");
         match cas_as_process(self.mcas.as_deref(), self.owner_word(i), word, fenced) {
             Ok(_) => SlotLife::Fenced(fenced),
             // It changed meanwhile (released, rejoined, claimed): judge that next time.
@@ -234,6 +249,7 @@ impl Slots {
             self.beat(self.slot(u64::from(i)), me.pid);
             if seen == mine | FLAG_FENCED {
                 crash_point!("rejoin.beaten");
+                podkv_hw::cas_site!("alloc.slots.rejoin.cas");
                 if crate::mcas::cas_word(self.mcas.as_deref(), i, word, seen, mine).is_err() {
                     self.lost.fetch_add(1, Ordering::Relaxed);
                 }

@@ -10,6 +10,13 @@
 //! (bits 40..64) bumped by every CAS. A block on the stack starts with
 //! `[next offset, size, seed]`; its remaining bytes hold a pattern derived from the seed.
 //!
+//! # Coherence
+//! The blocks follow the SWcc protocol like any user's data, so the workload is correct on a
+//! pod without coherence (and under `podkv_hw::model`): a block is written back whole before
+//! it is pushed (its link each time it is set), and a popper invalidates the link before
+//! reading it and the block before checking it. The stack's head is a header root word, kept
+//! coherent (a CPU CAS; the model maps the header shared).
+//!
 //! "Do not use this as a benchmark": it checks every byte it hands over.
 
 use crate::heap::Heap;
@@ -78,6 +85,7 @@ fn push(heap: &Heap, t: &ThreadHandle, off: Offset) {
     let mut cur = head.load(Ordering::Acquire);
     loop {
         node(t, off)[0].store(cur & MASK_OFFSET, Ordering::Relaxed);
+        heap.geometry().coherence.write_back(t.resolve(off), 8);
         let new = ((cur >> 40).wrapping_add(1) << 40) | off.0;
         match head.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return,
@@ -94,6 +102,9 @@ fn pop(heap: &Heap, t: &ThreadHandle) -> Option<Offset> {
         if off == 0 {
             return None;
         }
+        heap.geometry()
+            .coherence
+            .invalidate(t.resolve(Offset(off)), 8);
         let next = node(t, Offset(off))[0].load(Ordering::Relaxed) & MASK_OFFSET;
         let new = ((cur >> 40).wrapping_add(1) << 40) | next;
         match head.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
@@ -126,22 +137,28 @@ fn size(rng: &mut Rng) -> usize {
     }
 }
 
-fn fill(t: &ThreadHandle, off: Offset, size: usize, seed: u64) {
+fn fill(heap: &Heap, t: &ThreadHandle, off: Offset, size: usize, seed: u64) {
     let words = node(t, off);
     words[1].store(size as u64, Ordering::Relaxed);
     words[2].store(seed, Ordering::Relaxed);
     // SAFETY: the block has `size` bytes and is ours until pushed.
     let bytes = unsafe { std::slice::from_raw_parts_mut(t.resolve(off), size) };
     bytes[SIZE_NODE..].copy_from_slice(pattern(seed, size - SIZE_NODE));
+    heap.geometry()
+        .coherence
+        .write_back(t.resolve(off), size);
 }
 
-fn verify_and_free(t: &ThreadHandle, off: Offset) -> bool {
+fn verify_and_free(heap: &Heap, t: &ThreadHandle, off: Offset) -> bool {
+    let coherence = heap.geometry().coherence;
+    coherence.invalidate(t.resolve(off), SIZE_NODE);
     let words = node(t, off);
     let (size, seed) = (
         words[1].load(Ordering::Relaxed) as usize,
         words[2].load(Ordering::Relaxed),
     );
     let ok = (SIZE_NODE..=512 * 1024).contains(&size) && {
+        coherence.invalidate(t.resolve(off), size);
         // SAFETY: the block was filled with `size` bytes before it was pushed, and we own it now.
         let bytes = unsafe { std::slice::from_raw_parts(t.resolve(off), size) };
         bytes[SIZE_NODE..] == *pattern(seed, size - SIZE_NODE)
@@ -164,7 +181,7 @@ pub fn worker(heap: &Heap, seed: u64, ops: u64) -> StressReport {
                     continue;
                 };
                 report.allocated += 1;
-                fill(&t, off, size, rng.next_u64());
+                fill(heap, &t, off, size, rng.next_u64());
                 if rng.below(10) < 8 {
                     push(heap, &t, off);
                     report.handed += 1;
@@ -174,21 +191,21 @@ pub fn worker(heap: &Heap, seed: u64, ops: u64) -> StressReport {
             }
             5..=7 => {
                 if let Some(off) = pop(heap, &t) {
-                    report.corrupt += u64::from(!verify_and_free(&t, off));
+                    report.corrupt += u64::from(!verify_and_free(heap, &t, off));
                     report.freed_from_stack += 1;
                 }
             }
             _ => {
                 if !own.is_empty() {
                     let (off, _) = own.swap_remove(rng.below(own.len() as u64) as usize);
-                    report.corrupt += u64::from(!verify_and_free(&t, off));
+                    report.corrupt += u64::from(!verify_and_free(heap, &t, off));
                     report.freed_own += 1;
                 }
             }
         }
     }
     for (off, _) in own {
-        report.corrupt += u64::from(!verify_and_free(&t, off));
+        report.corrupt += u64::from(!verify_and_free(heap, &t, off));
         report.freed_own += 1;
     }
     report
@@ -199,7 +216,7 @@ pub fn drain(heap: &Heap) -> (u64, u64) {
     let t = heap.thread().expect("a free thread slot");
     let (mut freed, mut corrupt) = (0, 0);
     while let Some(off) = pop(heap, &t) {
-        corrupt += u64::from(!verify_and_free(&t, off));
+        corrupt += u64::from(!verify_and_free(heap, &t, off));
         freed += 1;
     }
     (freed, corrupt)

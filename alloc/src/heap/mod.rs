@@ -113,7 +113,10 @@ impl Heap {
         place::refuse_recorded(&file, &placement)?;
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
-        let mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
+        let mut mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
+        if geometry.coherence.is_swcc() {
+            mapping.model(&file, layout.slots, layout.huge_data)?;
+        }
         place::apply_to_mapping(&file, &mapping, layout.huge_data, &placement)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
         // Up to the user's HWcc area, which its user backs as it grows (`HwccUser::back`).

@@ -170,10 +170,12 @@ fn check_slot(view: &HugeView, slot: u32, report: &mut HugeReport, problems: &mu
 fn check_records(view: &HugeView, report: &mut HugeReport, problems: &mut Vec<String>) {
     let hazards = view.hazards();
     for (i, record) in view.records().iter().enumerate() {
-        view.coherence.invalidate(
-            (record as *const crate::hazard::HazardRecord).cast(),
-            std::mem::size_of::<crate::hazard::HazardRecord>(),
-        );
+        if podkv_hw::site!("alloc.huge.check.invalidate_record") {
+            view.coherence.invalidate(
+                (record as *const crate::hazard::HazardRecord).cast(),
+                std::mem::size_of::<crate::hazard::HazardRecord>(),
+            );
+        }
         let high = record.high.load(Acquire) as usize;
         if record.cells[high.min(COUNT_HAZARDS)..]
             .iter()

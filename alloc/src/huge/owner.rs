@@ -97,7 +97,9 @@ impl HugeOwner<'_> {
         d.generation
             .store(generation.wrapping_add(1), Ordering::Relaxed);
         d.state.store(DESC_LIVE, Ordering::Release);
-        view.write_back(d);
+        if podkv_hw::site!("alloc.huge.allocate.write_back") {
+            view.write_back(d);
+        }
         crash_point!("huge_alloc.live");
         if !view.publish(offset) {
             return Err(self.undo_live(desc));
@@ -175,6 +177,7 @@ impl HugeOwner<'_> {
             .pack();
             // Through the writer hook: by mCAS in an `mcas` heap (the array is in its region).
             let lost = (first..first + count).find(|&i| {
+                podkv_hw::cas_site!("alloc.huge.reserve.cas");
                 let taken = self.huge.cas_word(self.slot, &ranges[i], 0, word).is_ok();
                 if taken {
                     crash_point!("huge_claim.range");
@@ -214,7 +217,9 @@ impl HugeOwner<'_> {
         }));
         crash_point!("huge_free.logged");
         d.state.store(DESC_FREED, Ordering::Release);
-        view.write_back(d);
+        if podkv_hw::site!("alloc.huge.free.write_back") {
+            view.write_back(d);
+        }
         crash_point!("huge_free.marked");
         thread.log_huge_block(Op::Free, offset.0);
         self.log(None);
@@ -267,7 +272,9 @@ impl HugeOwner<'_> {
         d.state.store(DESC_EMPTY, Ordering::Release);
         d.offset.store(0, Ordering::Relaxed);
         d.len.store(0, Ordering::Relaxed);
-        self.huge.view.write_back(d);
+        if podkv_hw::site!("alloc.huge.reclaim.write_back") {
+            self.huge.view.write_back(d);
+        }
         crash_point!("huge_reclaim.emptied");
     }
 
@@ -302,6 +309,7 @@ impl HugeOwner<'_> {
         let ranges = self.huge.view.ranges();
         let span = first as usize..(first as usize + count as usize).min(ranges.len());
         for range in ranges[span].iter().rev() {
+            podkv_hw::cas_site!("alloc.huge.unreserve.cas");
             let _ = self.huge.cas_word(self.slot, range, word, 0);
         }
     }
@@ -369,7 +377,9 @@ impl HugeOwner<'_> {
                         == u64::from(generation);
                     if state == DESC_LIVE && same {
                         d.state.store(DESC_FREED, Ordering::Release);
-                        self.huge.view.write_back(d);
+                        if podkv_hw::site!("alloc.huge.recover.write_back") {
+                            self.huge.view.write_back(d);
+                        }
                     }
                 }
                 let aux = &self.slots.slot(u64::from(self.slot)).aux;

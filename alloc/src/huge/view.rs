@@ -162,10 +162,12 @@ impl HugeView {
 
     /// Reads descriptor `d` consistently: its state before and after the fields agree.
     pub(super) fn read(&self, d: &HugeDesc) -> (u64, u64, u64) {
-        self.coherence.invalidate(
-            (d as *const HugeDesc).cast(),
-            std::mem::size_of::<HugeDesc>(),
-        );
+        if podkv_hw::site!("alloc.huge.read.invalidate") {
+            self.coherence.invalidate(
+                (d as *const HugeDesc).cast(),
+                std::mem::size_of::<HugeDesc>(),
+            );
+        }
         let state = d.state.load(Ordering::Acquire);
         let (offset, len) = (
             d.offset.load(Ordering::Acquire),
@@ -236,6 +238,10 @@ impl HugeView {
 
     /// Maps the file's `[offset, offset + len)` at the same offset. Async-signal-safe.
     pub(super) fn map(&self, offset: u64, len: u64) -> bool {
+        let addr = (self.base + offset as usize) as *mut u8;
+        if let Some(mapped) = podkv_hw::model::attach(addr, len as usize) {
+            return mapped;
+        }
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         // SAFETY: `[offset, offset + len)` lies in this process's huge reservation, which only
         // the huge heap maps into; MAP_FIXED replaces exactly that range.
@@ -264,6 +270,7 @@ impl HugeView {
     /// Puts the reservation back over `[offset, offset + len)`: the range stays ours and any
     /// touch faults again (and is refused unless a live allocation is there by then).
     pub(super) fn unmap(&self, offset: u64, len: u64) {
+        podkv_hw::model::detach((self.base + offset as usize) as *mut u8, len as usize);
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
         // SAFETY: as `map`; a PROT_NONE anonymous mapping over our own reservation.
         unsafe {

@@ -352,6 +352,7 @@ impl ThreadHandle {
             if new == cur {
                 return;
             }
+            podkv_hw::cas_site!("alloc.thread.ack_window.cas");
             match self.cas_word(word, cur, new) {
                 Ok(_) => return,
                 Err(seen) => cur = seen,
@@ -543,6 +544,7 @@ impl Writer for ThreadHandle {
         let word = self.shared.slots.ack(u64::from(previous.tid) - 1);
         let mut cur = word.load(Acquire);
         while let Some(new) = dcas::acknowledged(cur, previous.ver) {
+            podkv_hw::cas_site!("alloc.thread.acknowledge.cas");
             match self.cas_word(word, cur, new) {
                 Ok(_) => return,
                 Err(seen) => cur = seen,

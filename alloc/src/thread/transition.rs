@@ -134,8 +134,10 @@ impl SlabOwner<'_> {
         crash_point!("to_sized.reset");
         desc.set_meta(self.me, class as u8, State::Sized);
         // SWcc writer rule: remote freers of this slab's blocks read its class from here.
-        self.coherence
-            .write_back((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+        if podkv_hw::site!("alloc.transition.to_sized.write_back") {
+            self.coherence
+                .write_back((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+        }
         crash_point!("to_sized.meta");
         self.sized_push_front(heap, class, slab);
     }
@@ -150,7 +152,9 @@ impl SlabOwner<'_> {
         self.sized_unlink(heap, class, slab);
         let desc = heap.desc(slab);
         desc.set_meta(self.me, class as u8, State::Detached);
-        self.write_back(desc);
+        if podkv_hw::site!("alloc.transition.to_detached.write_back") {
+            self.write_back(desc);
+        }
         crash_point!("to_detached.meta");
         if remote::detach(heap.remote(slab), self.0) == 0 {
             crash_point!("to_detached.kept");
@@ -194,7 +198,9 @@ impl SlabOwner<'_> {
         let lists = self.lists(heap.kind);
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
         if count >= heap.count_keep_unsized {
-            self.write_back(heap.desc(slab));
+            if podkv_hw::site!("alloc.transition.release.write_back") {
+                self.write_back(heap.desc(slab));
+            }
             self.push_global(heap, slab, false);
             return;
         }
@@ -393,7 +399,9 @@ impl SlabOwner<'_> {
                 if head == 0 {
                     break;
                 }
-                self.write_back(heap.desc(head - 1));
+                if podkv_hw::site!("alloc.transition.give_back.write_back") {
+                    self.write_back(heap.desc(head - 1));
+                }
                 self.push_global(&heap, head - 1, true);
             }
         }
@@ -409,7 +417,9 @@ impl SlabOwner<'_> {
         let desc = heap.desc(slab);
         let free = desc.count_free(heap.classes.count[class]);
         desc.set_meta(0, class as u8, State::Disowned);
-        self.write_back(desc);
+        if podkv_hw::site!("alloc.transition.disown.write_back") {
+            self.write_back(desc);
+        }
         crash_point!("disown.meta");
         if remote::disown(heap.remote(slab), free, self.0) == Disown::Empty {
             crash_point!("disown.empty");
@@ -492,8 +502,10 @@ impl SlabOwner<'_> {
         let (heap, slab, in_slab) = self.locate(offset);
         let desc = heap.desc(slab);
         // SWcc reader rule, as on the small remote path: the slab may be another thread's.
-        self.coherence
-            .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+        if podkv_hw::site!("alloc.transition.free.invalidate") {
+            self.coherence
+                .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+        }
         let meta = desc.meta();
         let class = meta.class as usize;
         let block = heap.classes.block_index(class, in_slab);
@@ -533,8 +545,10 @@ impl SlabOwner<'_> {
         // nobody can re-size it, so its class (all this free reads) is still right.
         let meta = if self.coherence.is_swcc() && !self.batches(Kind::Small, slab) {
             let desc = self.small_desc(slab);
-            self.coherence
-                .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            if podkv_hw::site!("alloc.transition.free_remote_small.invalidate") {
+                self.coherence
+                    .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            }
             desc.meta.load(Relaxed)
         } else {
             meta
