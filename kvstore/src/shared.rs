@@ -248,9 +248,10 @@ pub(crate) fn create<A: Arena>(
     let thread = arena.thread()?;
     let adopted = A::adoption(&thread);
     let slots = u64::from(arena.slots());
+    // The HWcc block first: a heap without room for it is refused before a block is taken.
+    let hwcc_at = arena.hwcc_block(&thread, size_hwcc_block(slots))?;
     let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
     let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
-    let hwcc_at = arena.hwcc_block(&thread, size_hwcc_block(slots))?;
     let seg0 = alloc_zeroed::<A>(&thread, view, SIZE_SEGMENT)?;
     // Bucket 0's sentinel is the list's head: linked from birth.
     view.sentinel_state(seg0)

@@ -127,4 +127,47 @@ mod tests {
         assert!(SERVED_COHERENCE.contains(&store.heap().geometry().coherence));
         assert_ne!(store.heap().root(0).load(Ordering::Acquire), 0);
     }
+
+    /// The store's shared words take one block of the heap's HWcc area: its size is in the
+    /// store's report and inside the heap's `hwcc_bytes`, and a heap without room for it is
+    /// refused with one line naming `--hwcc-bytes`.
+    #[test]
+    fn the_stores_hwcc_block_is_counted_and_a_heap_without_room_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            heap: heap_config(Coherence::Hardware, McasKind::FlushCas),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path().join("heap"), config.clone()).unwrap();
+        let report = store.check();
+        assert!(report.is_valid(), "{:?}", report.problems);
+        let slots = store.heap().geometry().slots();
+        assert_eq!(
+            report.store.hwcc_bytes,
+            crate::layout::size_hwcc_block(slots) as u64
+        );
+        assert!(report.heap_hwcc_bytes >= report.store.hwcc_bytes);
+        assert_eq!(report.heap_hwcc_bytes, store.heap().hwcc_bytes());
+
+        let small = StoreConfig {
+            heap: Config {
+                hwcc_user_bytes: 64 << 10,
+                ..config.heap
+            },
+            ..StoreConfig::default()
+        };
+        let err = Store::open(dir.path().join("small"), small.clone()).unwrap_err();
+        let line = err.to_string();
+        assert!(matches!(err, StoreError::NoHwccRoom { .. }), "{line}");
+        assert!(
+            line.contains("--hwcc-bytes") && !line.contains('\n'),
+            "{line}"
+        );
+        let heap = Heap::open(dir.path().join("small"), &small.heap).unwrap();
+        assert_eq!(
+            heap.check().live_blocks(),
+            0,
+            "refused before any block was taken"
+        );
+    }
 }
