@@ -110,7 +110,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ycsb(c) => run_cli::ycsb(&c),
         Command::Trace(c) => c.run().map_err(Into::into),
         Command::Replay(c) => run_cli::replay(&c),
-        Command::Suite(c) => runner::suite::run(&c.file, c.list),
+        Command::Suite(c) => runner::suite::run(&c),
         Command::Plot(c) => runner::plot::plot(&c.input, &c.output),
         Command::RunWorker {
             control,

@@ -1,4 +1,5 @@
-//! The allocators a benchmark can drive, behind one small trait so each worker loop is
+//! The allocators a benchmark can drive (the pod heap; mimalloc, jemalloc and the system
+//! allocator as process-local baselines), behind one small trait so each worker loop is
 //! monomorphised per allocator (no dispatch in the timed loop).
 
 use podkv_alloc::{Offset, ThreadHandle};
@@ -62,6 +63,13 @@ impl<A: GlobalAlloc> BenchAlloc for Local<A> {
 /// mimalloc, linked into this binary as a baseline.
 pub fn mimalloc() -> Local<mimalloc::MiMalloc> {
     Local(mimalloc::MiMalloc)
+}
+
+/// jemalloc, linked into this binary as a baseline (feature `baselines`; its symbols are
+/// prefixed, so it lives beside glibc's malloc).
+#[cfg(feature = "baselines")]
+pub fn jemalloc() -> Local<tikv_jemallocator::Jemalloc> {
+    Local(tikv_jemallocator::Jemalloc)
 }
 
 /// The system allocator (glibc malloc).

@@ -124,7 +124,9 @@ fn bench_args(
         repeat: args.repeat,
         json: args.json.clone(),
         duration: match allocator {
-            AllocatorName::Mimalloc | AllocatorName::System => Some(args.timeout as f64),
+            AllocatorName::Mimalloc | AllocatorName::Jemalloc | AllocatorName::System => {
+                Some(args.timeout as f64)
+            }
             _ => None,
         },
         window: Some(args.batch),

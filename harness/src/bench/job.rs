@@ -36,6 +36,8 @@ pub enum AllocatorName {
     PodkvLimited,
     /// mimalloc, linked in (process-local).
     Mimalloc,
+    /// jemalloc, linked in with the `baselines` feature (process-local).
+    Jemalloc,
     /// The system allocator (process-local).
     System,
 }
@@ -54,6 +56,7 @@ impl AllocatorName {
             AllocatorName::PodkvNonrecoverable => "podkv-nonrecoverable",
             AllocatorName::PodkvLimited => "podkv-limited",
             AllocatorName::Mimalloc => "mimalloc",
+            AllocatorName::Jemalloc => "jemalloc",
             AllocatorName::System => "system",
         }
     }

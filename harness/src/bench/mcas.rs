@@ -1,6 +1,7 @@
 //! `podkv bench mcas`: nanoseconds per CAS for plain CPU CAS against the mCAS kinds
 //! (`flush-cas`, and `nmp` with its processor in a thread or in a `podkv mcas-nmp` process),
-//! alone and with two threads on one word.
+//! alone and with two threads on one word, or over `--threads 1,2,…` (the paper's Fig. 11):
+//! mean nanoseconds per CAS, and p50/p99 of every 16th CAS timed on its own.
 //!
 //! The processor and the protocol live in `podkv_hw::mcas`; this file runs the threads,
 //! takes medians and prints.
@@ -75,15 +76,45 @@ pub struct BenchMcasArgs {
     /// Append one NDJSON record per configuration to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Thread counts to sweep, all CASing one word, comma separated [default: 1
+    /// (`uncontended`) and 2 (`contended`)].
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Vec<usize>,
 }
 
-/// The two cases: one thread alone, and two threads CASing the same word.
+/// The two default cases: one thread alone, and two threads CASing the same word.
 const CASES: [(&str, usize); 2] = [("uncontended", 1), ("contended", 2)];
+
+/// One CAS in this many is timed on its own for the latency percentiles (the clock reads
+/// stay out of the other fifteen, which the mean is mostly made of).
+const EVERY_SAMPLED: u64 = 16;
+
+/// One run of one configuration.
+#[derive(Clone, Copy, Debug, Default)]
+struct Run {
+    /// Mean nanoseconds per CAS of the slowest thread.
+    ns_per_op: f64,
+    /// Median latency of the sampled CASes.
+    p50_ns: f64,
+    /// 99th percentile of the sampled CASes.
+    p99_ns: f64,
+}
+
+/// The cases a run sweeps: (name, threads).
+fn cases(args: &BenchMcasArgs) -> Vec<(String, usize)> {
+    if args.threads.is_empty() {
+        return CASES.iter().map(|&(n, t)| (n.to_owned(), t)).collect();
+    }
+    args.threads
+        .iter()
+        .map(|&t| (format!("threads-{t}"), t))
+        .collect()
+}
 
 /// Runs `podkv bench mcas` and prints a table of medians and ratios to CPU CAS.
 pub fn run(args: &BenchMcasArgs) -> anyhow::Result<()> {
-    if args.ops == 0 || args.repeat == 0 {
-        bail!("--ops and --repeat must be positive");
+    if args.ops == 0 || args.repeat == 0 || args.threads.contains(&0) {
+        bail!("--ops, --repeat and --threads must be positive");
     }
     if args.kinds.contains(&BenchKind::Mcas(McasKind::Device)) {
         return Err(podkv_hw::mcas::device::unavailable().into());
@@ -104,9 +135,10 @@ fn bench_on(args: &BenchMcasArgs, path: &Path, region: &Region) -> anyhow::Resul
     } else {
         None
     };
-    let mut runs = vec![vec![Vec::new(); args.kinds.len()]; CASES.len()];
+    let cases = cases(args);
+    let mut runs = vec![vec![Vec::new(); args.kinds.len()]; cases.len()];
     for _ in 0..args.repeat {
-        for (case, &(_, threads)) in CASES.iter().enumerate() {
+        for (case, &(_, threads)) in cases.iter().enumerate() {
             for (k, &kind) in args.kinds.iter().enumerate() {
                 runs[case][k].push(run_once(kind, region, threads, args.ops)?);
             }
@@ -115,7 +147,7 @@ fn bench_on(args: &BenchMcasArgs, path: &Path, region: &Region) -> anyhow::Resul
     if let Some(processor) = processor {
         processor.stop()?;
     }
-    report(args, &runs)
+    report(args, &cases, &runs)
 }
 
 /// A running processor for the benchmark, stopped cleanly at the end.
@@ -167,8 +199,7 @@ fn start_processor(place: Place, path: &Path, region: &Region) -> anyhow::Result
 }
 
 /// One run: `threads` threads each perform `ops` CAS attempts incrementing the same word.
-/// Returns nanoseconds per operation of the slowest thread.
-fn run_once(kind: BenchKind, region: &Region, threads: usize, ops: u64) -> anyhow::Result<f64> {
+fn run_once(kind: BenchKind, region: &Region, threads: usize, ops: u64) -> anyhow::Result<Run> {
     let target = region.targets().start;
     let word = region.target(target).expect("the first target exists");
     let before = word.load(Ordering::SeqCst);
@@ -181,10 +212,12 @@ fn run_once(kind: BenchKind, region: &Region, threads: usize, ops: u64) -> anyho
         .collect();
     let mut slowest = Duration::ZERO;
     let mut won = 0;
+    let mut samples = Vec::new();
     for worker in workers {
-        let (elapsed, wins) = worker.join().expect("benchmark thread panicked")?;
+        let (elapsed, wins, sampled) = worker.join().expect("benchmark thread panicked")?;
         slowest = slowest.max(elapsed);
         won += wins;
+        samples.extend(sampled);
     }
     let after = word.load(Ordering::SeqCst);
     if after.wrapping_sub(before) != won {
@@ -193,7 +226,17 @@ fn run_once(kind: BenchKind, region: &Region, threads: usize, ops: u64) -> anyho
             after - before
         );
     }
-    Ok(slowest.as_nanos() as f64 / ops as f64)
+    samples.sort_unstable();
+    let at = |q: f64| {
+        samples
+            .get(((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1)))
+            .map_or(0.0, |&ns| ns as f64)
+    };
+    Ok(Run {
+        ns_per_op: slowest.as_nanos() as f64 / ops as f64,
+        p50_ns: at(0.5),
+        p99_ns: at(0.99),
+    })
 }
 
 fn worker(
@@ -202,7 +245,7 @@ fn worker(
     client: u32,
     ops: u64,
     barrier: &Barrier,
-) -> anyhow::Result<(Duration, u64)> {
+) -> anyhow::Result<(Duration, u64, Vec<u64>)> {
     let target = region.targets().start;
     let word = region.target(target).expect("the first target exists");
     let mcas = match kind {
@@ -213,8 +256,10 @@ fn worker(
     let mcas = mcas.transpose()?;
     let mut seen = word.load(Ordering::SeqCst);
     let mut won = 0;
+    let mut sampled = Vec::with_capacity((ops / EVERY_SAMPLED + 1) as usize);
     let start = Instant::now();
-    for _ in 0..ops {
+    for i in 0..ops {
+        let timed = (i % EVERY_SAMPLED == 0).then(Instant::now);
         let previous = match &mcas {
             None => {
                 match word.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire) {
@@ -223,6 +268,9 @@ fn worker(
             }
             Some(mcas) => mcas.cas(target, seen, seen + 1)?,
         };
+        if let Some(t) = timed {
+            sampled.push(t.elapsed().as_nanos() as u64);
+        }
         if previous == seen {
             won += 1;
             seen += 1;
@@ -230,10 +278,14 @@ fn worker(
             seen = previous;
         }
     }
-    Ok((start.elapsed(), won))
+    Ok((start.elapsed(), won, sampled))
 }
 
-fn report(args: &BenchMcasArgs, runs: &[Vec<Vec<f64>>]) -> anyhow::Result<()> {
+fn report(
+    args: &BenchMcasArgs,
+    cases: &[(String, usize)],
+    runs: &[Vec<Vec<Run>>],
+) -> anyhow::Result<()> {
     println!(
         "mcas bench: {} CAS/thread, median of {} runs, nmp processor: {:?}, evict: {}",
         args.ops,
@@ -242,22 +294,34 @@ fn report(args: &BenchMcasArgs, runs: &[Vec<Vec<f64>>]) -> anyhow::Result<()> {
         podkv_hw::persist::evict_kind().name()
     );
     println!(
-        "{:<12} {:>7} {:<10} {:>10} {:>9}",
-        "case", "threads", "kind", "ns/op", "x cpu"
+        "{:<12} {:>7} {:<10} {:>10} {:>9} {:>9} {:>9}",
+        "case", "threads", "kind", "ns/op", "x cpu", "p50 ns", "p99 ns"
     );
     let cpu = args.kinds.iter().position(|&k| k == BenchKind::Cpu);
-    for (case, &(name, threads)) in CASES.iter().enumerate() {
+    let context = crate::process_stats::context();
+    let med =
+        |runs: &[Run], f: fn(&Run) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
+    for (case, (name, threads)) in cases.iter().enumerate() {
         for (k, kind) in args.kinds.iter().enumerate() {
-            let ns = median(&mut runs[case][k].clone());
-            let ratio = cpu.map(|c| ns / median(&mut runs[case][c].clone()));
+            let these = &runs[case][k];
+            let ns = med(these, |r| r.ns_per_op);
+            let (p50, p99) = (med(these, |r| r.p50_ns), med(these, |r| r.p99_ns));
+            let ratio = cpu.map(|c| ns / med(&runs[case][c], |r| r.ns_per_op));
             let shown = ratio.map_or("-".to_string(), |r| format!("{r:.1}"));
-            println!("{name:<12} {threads:>7} {kind:<10} {ns:>10.1} {shown:>9}");
+            println!(
+                "{name:<12} {threads:>7} {kind:<10} {ns:>10.1} {shown:>9} {p50:>9.0} {p99:>9.0}"
+            );
             if let Some(path) = &args.json {
                 let record = serde_json::json!({
-                    "bench": "mcas", "case": name, "threads": threads, "kind": kind.to_string(),
+                    "bench": "mcas", "kind": "mcas", "case": name, "threads": threads,
+                    "processes": 1, "cas": kind.to_string(),
                     "ops_per_thread": args.ops, "ns_per_op_median": ns,
-                    "ns_per_op_runs": runs[case][k], "ratio_to_cpu": ratio,
+                    "ns_per_op_runs": these.iter().map(|r| r.ns_per_op).collect::<Vec<_>>(),
+                    "p50_ns": p50, "p99_ns": p99, "ratio_to_cpu": ratio,
                     "processor": format!("{:?}", args.processor).to_lowercase(),
+                    "git_commit": crate::process_stats::git_commit(),
+                    "command": context.command, "suite": context.suite, "figure": context.figure,
+                    "oversubscribed": crate::process_stats::oversubscribed(*threads),
                 });
                 append_ndjson(path, &record)?;
             }

@@ -1,5 +1,6 @@
-//! `podkv bench threadtest|xmalloc`: allocator microbenchmarks, podkv against mimalloc and the
-//! system allocator in the same binary, with real processes sharing one heap for podkv.
+//! `podkv bench threadtest|xmalloc`: allocator microbenchmarks, podkv against mimalloc,
+//! jemalloc (feature `baselines`) and the system allocator in the same binary, with real
+//! processes sharing one heap for podkv.
 //!
 //! # Map
 //! - [`workload`]: the two loops; [`alloc`]: the allocators behind one trait;
@@ -136,6 +137,19 @@ pub struct Record {
     pub timed_out: bool,
     /// The commit of the binary.
     pub git_commit: &'static str,
+    /// The `podkv` command line that made the record.
+    pub command: String,
+    /// The suite that ran it (its file's stem), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suite: Option<String>,
+    /// The paper figure that suite reproduces, if it says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub figure: Option<String>,
+    /// Whether the workers outnumbered the machine's CPUs.
+    pub oversubscribed: bool,
+    /// With `--coherence mcas`: the mCAS implementation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcas_impl: Option<&'static str>,
 }
 
 /// Runs a benchmark as the command line asked: every repeat of every allocator, then the table.
@@ -190,7 +204,7 @@ fn validate(kind: Kind, args: &BenchArgs, threads: usize) -> anyhow::Result<()> 
     );
     anyhow::ensure!(
         args.processes == 1 || args.allocator.iter().all(|a| a.spans_processes()),
-        "only podkv can run with --processes > 1: mimalloc and system memory cannot be shared across processes"
+        "only podkv can run with --processes > 1: the other allocators' memory is process-local"
     );
     anyhow::ensure!(
         kind != Kind::Xmalloc || workers >= 2,
@@ -234,6 +248,7 @@ fn run_once(
         AllocatorName::PodkvNonrecoverable => run_podkv(args, spec, false, args.coherence)?,
         AllocatorName::PodkvLimited => run_podkv(args, spec, true, Coherence::Limited)?,
         AllocatorName::Mimalloc => (run_local(spec, alloc::mimalloc)?, None),
+        AllocatorName::Jemalloc => (run_jemalloc(spec)?, None),
         AllocatorName::System => (run_local(spec, alloc::system)?, None),
     };
     let mut tally = runner::metrics::Tally::new(1);
@@ -242,6 +257,12 @@ fn run_once(
     }
     let ops = tally.total();
     let seconds = tally.elapsed_ns_max.max(1) as f64 / 1e9;
+    let context = process_stats::context();
+    let coherence = match allocator {
+        AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable => Some(args.coherence.name()),
+        AllocatorName::PodkvLimited => Some(Coherence::Limited.name()),
+        AllocatorName::Mimalloc | AllocatorName::Jemalloc | AllocatorName::System => None,
+    };
     Ok(Record {
         kind: kind.name(),
         allocator: allocator.name(),
@@ -256,14 +277,13 @@ fn run_once(
         page_faults: reports.iter().map(|r| r.page_faults).sum(),
         repeat,
         timed_out: ops < budget,
-        coherence: match allocator {
-            AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable => {
-                Some(args.coherence.name())
-            }
-            AllocatorName::PodkvLimited => Some(Coherence::Limited.name()),
-            AllocatorName::Mimalloc | AllocatorName::System => None,
-        },
+        coherence,
         git_commit: process_stats::git_commit(),
+        command: context.command,
+        suite: context.suite,
+        figure: context.figure,
+        oversubscribed: process_stats::oversubscribed(threads * args.processes),
+        mcas_impl: (coherence == Some(Coherence::Mcas.name())).then(|| args.mcas_impl.name()),
     })
 }
 
@@ -278,6 +298,17 @@ fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64
         duration,
         pin: true,
         pacing: crate::runner::pacing::Pacing::Closed,
+    }
+}
+
+/// jemalloc, when the binary has it.
+fn run_jemalloc(spec: RunSpec) -> anyhow::Result<Vec<ProcessReport>> {
+    #[cfg(feature = "baselines")]
+    return run_local(spec, alloc::jemalloc);
+    #[cfg(not(feature = "baselines"))]
+    {
+        drop(spec);
+        anyhow::bail!("jemalloc is not in this binary: build podkv with `--features baselines`")
     }
 }
 

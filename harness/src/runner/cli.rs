@@ -57,6 +57,13 @@ pub struct SuiteCommand {
     /// Only list the runs.
     #[arg(long)]
     pub list: bool,
+    /// The scale of a suite with `[scale.NAME]` tables (`tiny`, `quick`, `paper`)
+    /// [default: quick].
+    #[arg(long, value_name = "NAME")]
+    pub scale: Option<String>,
+    /// Append every record here instead of the suite's own `json`.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// `podkv plot RESULTS.ndjson -o OUT.svg|png`.

@@ -109,6 +109,18 @@ pub struct RunRecord {
     pub wall_seconds: f64,
     /// The commit of the binary.
     pub git_commit: String,
+    /// The `podkv` command line that made the record.
+    #[serde(default)]
+    pub command: String,
+    /// The suite that ran it (its file's stem), if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub suite: Option<String>,
+    /// The paper figure that suite reproduces, if it says.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub figure: Option<String>,
+    /// Whether the workers outnumbered the machine's CPUs.
+    #[serde(default)]
+    pub oversubscribed: bool,
 }
 
 fn latency_from_send() -> String {
@@ -123,6 +135,7 @@ impl RunRecord {
         wall: Duration,
     ) -> anyhow::Result<Self> {
         let tally = merge(spec, reports)?;
+        let context = process_stats::context();
         let us = tally.ns_per_tick() / 1000.0;
         let at = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 * us;
         let mut per_op = BTreeMap::new();
@@ -179,6 +192,10 @@ impl RunRecord {
             cpu_ns_per_op: tally.cpu_ns_sum as f64 / ops.max(1) as f64,
             wall_seconds: wall.as_secs_f64(),
             git_commit: process_stats::git_commit().into(),
+            command: context.command,
+            suite: context.suite,
+            figure: context.figure,
+            oversubscribed: process_stats::oversubscribed(spec.workers()),
         })
     }
 
