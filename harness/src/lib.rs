@@ -10,10 +10,13 @@
 //!   and `podkv plot` (processes, targets, metrics, NDJSON, plots);
 //! - [`bench`](mod@bench): `podkv bench threadtest|xmalloc|huge` (allocator microbenchmarks on the
 //!   runner's processes) and `podkv bench mcas` (nanoseconds per mCAS);
-//! - [`chaos`]: `podkv heap chaos` (kill -9 rounds on a shared heap, each checked).
+//! - [`chaos`]: `podkv heap chaos` (kill -9 rounds on a shared heap, each checked);
+//! - [`evaluation`]: `podkv report` (the paper's figures from the records: pages, plots,
+//!   manifest).
 
 pub mod bench;
 pub mod chaos;
+pub mod evaluation;
 pub mod helpers;
 pub mod process_stats;
 pub mod runner;

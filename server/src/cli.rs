@@ -53,6 +53,10 @@ pub enum Command {
     Suite(run_cli::SuiteCommand),
     /// Plot NDJSON results: throughput and memory against workers, a panel per workload.
     Plot(run_cli::PlotCommand),
+    /// The CXLALLOC paper's evaluation from NDJSON records: a Markdown page per figure
+    /// (Figs. 8-12, tables), a PNG per panel, manifest.json. Example: `podkv report
+    /// results/*.ndjson -o docs/results/` (scripts/evaluate runs every suite, then this).
+    Report(podkv_harness::evaluation::ReportCommand),
     /// Run the software near-memory processor that performs mCAS for a region (CXLALLOC §4).
     ///
     /// Claims the region (taking it over from a processor whose heartbeat stopped), then
@@ -112,6 +116,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(c) => run_cli::replay(&c),
         Command::Suite(c) => runner::suite::run(&c),
         Command::Plot(c) => runner::plot::plot(&c.input, &c.output),
+        Command::Report(c) => podkv_harness::evaluation::run(&c),
         Command::RunWorker {
             control,
             process,

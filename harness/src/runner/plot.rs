@@ -6,7 +6,7 @@
 //! `kind`), `target` (or `allocator`), `processes × threads`, `ops_per_sec`, `pss_bytes`.
 //! Several records of one point (repeats) are drawn as their median. SVG needs no font;
 //! PNG renders text with a TrueType font found on the system (DejaVu Sans, or the file
-//! named by `PODKV_FONT`).
+//! named by `PODKV_FONT`). [`chart`] draws one panel of `podkv report`.
 
 use crate::helpers::median;
 use plotters::coord::Shift;
@@ -84,6 +84,78 @@ pub fn plot(input: &Path, output: &Path) -> anyhow::Result<()> {
         _ => anyhow::bail!("{}: the output must end in .svg or .png", output.display()),
     }
     eprintln!("wrote {}", output.display());
+    Ok(())
+}
+
+/// One curve of a [`chart`]: its name and (x, y) points, x ascending.
+pub type Curve = (String, Vec<(f64, f64)>);
+
+/// Draws one panel of the report as a PNG: `curves` against `x_label`, every point marked,
+/// a legend; `oversubscribed_from` shades the x-values past the machine's CPUs.
+pub fn chart(
+    output: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    curves: &[Curve],
+    oversubscribed_from: Option<f64>,
+) -> anyhow::Result<()> {
+    register_font()?;
+    let root = BitMapBackend::new(output, (640, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let points = curves.iter().flat_map(|(_, p)| p.iter());
+    let x_max = points.clone().map(|p| p.0).fold(1.0f64, f64::max);
+    let y_max = points.map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x_max + 0.5, 0.0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_label_formatter(&|x| {
+            if x.fract() == 0.0 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .draw()
+        .map_err(err)?;
+    if let Some(from) = oversubscribed_from.filter(|&f| f < x_max + 0.5) {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(from, 0.0), (x_max + 0.5, y_max)],
+                RGBColor(200, 200, 200).mix(0.4).filled(),
+            )))
+            .map_err(err)?;
+    }
+    for (index, (name, line)) in curves.iter().enumerate() {
+        let color = Palette99::pick(index).to_rgba();
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
+    }
+    if !curves.is_empty() {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present()?;
     Ok(())
 }
 

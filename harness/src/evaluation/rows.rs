@@ -1,0 +1,288 @@
+//! Records as the report sees them: every NDJSON record (a run's, a benchmark's, a suite's
+//! skipped point) placed at one (figure, panel, series, x) with its values or its reason.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Where a record belongs in the report.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Place {
+    /// `fig8` … `fig12`.
+    pub figure: String,
+    /// The panel's title without its metric (`YCSB-A`, `xmalloc 64 B, threads`).
+    pub panel: String,
+    /// The curve (`embedded`, `podkv, 2 processes`, `flush-cas`).
+    pub series: String,
+    /// Threads, workers or processes: the figure's x axis.
+    pub x: u64,
+}
+
+/// One record, read.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Where it goes.
+    pub place: Place,
+    /// Its values by metric (`throughput`, `pss`, `p50`, `p99`, `hwcc`); empty when skipped.
+    pub values: BTreeMap<&'static str, f64>,
+    /// Why it has no values (a skipped point, a timed-out run).
+    pub reason: Option<String>,
+    /// The command line that made it.
+    pub command: Option<String>,
+    /// The commit of the binary that made it.
+    pub commit: Option<String>,
+    /// Its workers outnumbered the CPUs.
+    pub oversubscribed: bool,
+    /// A trace replay from a generated (not recorded) trace.
+    pub synthetic: bool,
+}
+
+/// Reads every record of `inputs`.
+pub fn read(inputs: &[impl AsRef<Path>]) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for input in inputs {
+        let input = input.as_ref();
+        let text = std::fs::read_to_string(input)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", input.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(line)
+                .map_err(|e| anyhow::anyhow!("{}:{}: {e}", input.display(), n + 1))?;
+            rows.extend(row_of(&v));
+        }
+    }
+    Ok(rows)
+}
+
+fn str_of<'v>(v: &'v Value, key: &str) -> Option<&'v str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+fn u64_of(v: &Value, key: &str) -> Option<u64> {
+    v.get(key).and_then(|x| {
+        x.as_u64()
+            .or_else(|| x.as_str().and_then(|s| s.parse().ok()))
+    })
+}
+
+fn f64_of(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64)
+}
+
+/// The figure of a record: its suite's, or the one its kind belongs to.
+fn figure_of(v: &Value, kind: &str) -> Option<String> {
+    if let Some(f) = str_of(v, "figure") {
+        return Some(f.to_owned());
+    }
+    let huge = u64_of(v, "size").is_some_and(|s| s > 512 << 10);
+    let coherence = str_of(v, "coherence").unwrap_or("hardware");
+    Some(
+        match kind {
+            "ycsb" | "replay" => "fig8",
+            "threadtest" | "xmalloc" if huge => "fig10",
+            "threadtest" | "xmalloc" if coherence != "hardware" => "fig12",
+            "threadtest" | "xmalloc" => "fig9",
+            "mcas" => "fig11",
+            _ => return None,
+        }
+        .to_owned(),
+    )
+}
+
+/// The panel name of a YCSB workload or a trace file: `YCSB-A`, `MC-12`.
+pub fn workload_panel(workload: &str) -> String {
+    let stem = workload.split('.').next().unwrap_or(workload);
+    let digits: String = stem
+        .trim_start_matches("mc")
+        .trim_start_matches("cluster")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    match stem {
+        "load" => "YCSB-Load".into(),
+        "cxlalloc-a" => "YCSB-A".into(),
+        "cxlalloc-d" => "YCSB-D".into(),
+        _ if !digits.is_empty() && (stem.starts_with("mc") || stem.starts_with("cluster")) => {
+            format!("MC-{digits}")
+        }
+        other => other.to_owned(),
+    }
+}
+
+/// Why a record has no values: a skipped point's reason, or a timed-out run.
+fn reason_of(v: &Value) -> Option<String> {
+    let status = str_of(v, "status").unwrap_or("ok");
+    let timed_out = v.get("timed_out").and_then(Value::as_bool) == Some(true);
+    let reason = (status != "ok").then(|| str_of(v, "reason").unwrap_or(status).to_owned());
+    if timed_out {
+        let command = str_of(v, "command").unwrap_or_default();
+        return Some(format!(
+            "timed out ({})",
+            command
+                .split_once("--timeout ")
+                .map_or("its --duration".into(), |(_, t)| format!(
+                    "after {} s",
+                    t.split_whitespace().next().unwrap_or("?")
+                ))
+        ));
+    }
+    reason
+}
+
+/// The (panel, series, x) places of a record of `kind` in `figure`.
+fn places(
+    v: &Value,
+    figure: &str,
+    kind: &str,
+    threads: u64,
+    processes: u64,
+) -> Vec<(String, String, u64)> {
+    let allocator = str_of(v, "allocator").unwrap_or("?");
+    let size = u64_of(v, "size").unwrap_or(0);
+    let mut panels: Vec<(String, String, u64)> = Vec::new();
+    match figure {
+        "fig8" => {
+            let workload = str_of(v, "workload").unwrap_or("?");
+            let target = str_of(v, "target").unwrap_or("?");
+            panels.push((workload_panel(workload), target.into(), threads * processes));
+        }
+        "fig9" => {
+            let suite = str_of(v, "suite").unwrap_or_default();
+            let by_threads = if suite.contains("processes") {
+                false
+            } else if suite.contains("threads") {
+                true
+            } else {
+                processes == 1
+            };
+            let by_processes = suite.contains("processes") || (suite.is_empty() && threads == 1);
+            if by_threads {
+                panels.push((
+                    format!("{kind} {size} B, threads"),
+                    allocator.into(),
+                    threads,
+                ));
+            }
+            if by_processes {
+                panels.push((
+                    format!("{kind} {size} B, processes"),
+                    allocator.into(),
+                    processes,
+                ));
+            }
+        }
+        "fig10" => {
+            let series = if allocator == "podkv" {
+                format!(
+                    "podkv, {processes} process{}",
+                    if processes == 1 { "" } else { "es" }
+                )
+            } else {
+                allocator.to_owned()
+            };
+            panels.push((kind.to_owned(), series, threads));
+        }
+        "fig11" => {
+            let cas = str_of(v, "cas")
+                .or_else(|| str_of(v, "kinds"))
+                .unwrap_or("?");
+            for cas in cas.split(',') {
+                panels.push(("CAS latency".into(), cas.into(), threads));
+            }
+        }
+        "fig12" => {
+            let coherence = str_of(v, "coherence").unwrap_or("hardware");
+            let series = match (coherence, str_of(v, "mcas_impl").or(str_of(v, "mcas-impl"))) {
+                ("mcas", Some(imp)) => format!("podkv-mcas-{imp}"),
+                (mode, _) => format!("podkv-{mode}"),
+            };
+            panels.push((kind.to_owned(), series, threads));
+        }
+        _ => {}
+    }
+    panels
+}
+
+/// The rows of one record (a fig9 record with one worker is on two panels: its threads
+/// sweep and its processes sweep).
+fn row_of(v: &Value) -> Vec<Row> {
+    let kind = str_of(v, "kind")
+        .or_else(|| str_of(v, "bench"))
+        .unwrap_or("?")
+        .to_owned();
+    let Some(figure) = figure_of(v, &kind) else {
+        return Vec::new();
+    };
+    let threads = u64_of(v, "threads").unwrap_or(1);
+    let processes = u64_of(v, "processes").unwrap_or(1);
+    let reason = reason_of(v);
+    let panels = places(v, &figure, &kind, threads, processes);
+    let mut values = BTreeMap::new();
+    if reason.is_none() {
+        for (metric, key) in [
+            ("throughput", "ops_per_sec"),
+            ("pss", "pss_bytes"),
+            ("hwcc", "hwcc_bytes"),
+            ("p50", "p50_ns"),
+            ("p99", "p99_ns"),
+        ] {
+            if let Some(x) = f64_of(v, key) {
+                values.insert(metric, x);
+            }
+        }
+    }
+    let workload = str_of(v, "workload").unwrap_or_default();
+    panels
+        .into_iter()
+        .map(|(panel, series, x)| Row {
+            place: Place {
+                figure: figure.clone(),
+                panel,
+                series,
+                x,
+            },
+            values: values.clone(),
+            reason: reason.clone(),
+            command: str_of(v, "command")
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned),
+            commit: str_of(v, "git_commit").map(str::to_owned),
+            oversubscribed: v.get("oversubscribed").and_then(Value::as_bool) == Some(true),
+            synthetic: kind == "replay" && workload.contains("synthetic"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_find_their_figure_panel_and_series() {
+        let run = json!({"kind": "replay", "workload": "mc37-synthetic.parquet",
+            "target": "embedded", "threads": 2, "processes": 1, "ops_per_sec": 5.0,
+            "command": "podkv replay", "git_commit": "abc"});
+        let rows = row_of(&run);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].place.figure, "fig8");
+        assert_eq!(rows[0].place.panel, "MC-37");
+        assert!(rows[0].synthetic);
+        assert_eq!(rows[0].values["throughput"], 5.0);
+        let skipped = json!({"kind": "xmalloc", "allocator": "mimalloc", "size": 8,
+            "threads": 1, "processes": 3, "status": "skipped", "reason": "cannot span",
+            "suite": "fig9-processes", "figure": "fig9"});
+        let rows = row_of(&skipped);
+        assert_eq!(rows[0].place.panel, "xmalloc 8 B, processes");
+        assert_eq!(rows[0].place.x, 3);
+        assert_eq!(rows[0].reason.as_deref(), Some("cannot span"));
+        let huge = json!({"kind": "threadtest", "allocator": "system", "size": 1u64 << 30,
+            "threads": 1, "processes": 1, "timed_out": true,
+            "command": "podkv bench huge --timeout 30"});
+        let rows = row_of(&huge);
+        assert_eq!(rows[0].place.figure, "fig10");
+        assert_eq!(rows[0].reason.as_deref(), Some("timed out (after 30 s)"));
+    }
+}
