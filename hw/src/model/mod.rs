@@ -204,4 +204,20 @@ mod stub {
     /// The model's cache of one heap: never made without the feature.
     #[derive(Debug)]
     pub enum Cache {}
+
+    impl Cache {
+        /// Never called: callers map a cache only when [`active`] (always false here).
+        ///
+        /// # Safety
+        /// As the model's own `Cache::map`.
+        pub unsafe fn map(
+            _base: *mut u8,
+            _fd: libc::c_int,
+            _start: usize,
+            _eager_end: usize,
+            _total: usize,
+        ) -> std::io::Result<Cache> {
+            unreachable!("no cache is mapped without the coherence-model feature")
+        }
+    }
 }
