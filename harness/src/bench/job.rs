@@ -34,6 +34,10 @@ pub enum AllocatorName {
     /// The pod heap in `limited` coherence mode (SWcc protocol on descriptors), to measure
     /// what the mode costs against `podkv` in one run (one process only).
     PodkvLimited,
+    /// The pod heap in `lease` liveness mode (heartbeats watched, lapsed owners fenced), to
+    /// measure what the mode costs against `podkv` (process mode) in one run (one process
+    /// only).
+    PodkvLease,
     /// mimalloc, linked in (process-local).
     Mimalloc,
     /// jemalloc, linked in with the `baselines` feature (process-local).
@@ -44,7 +48,8 @@ pub enum AllocatorName {
 
 impl AllocatorName {
     /// Whether workers of several processes can share it (only the pod heap's memory is
-    /// shared; `podkv-nonrecoverable` and `podkv-limited` are one-process comparisons).
+    /// shared; `podkv-nonrecoverable`, `podkv-limited` and `podkv-lease` are one-process
+    /// comparisons).
     pub fn spans_processes(self) -> bool {
         self == AllocatorName::Podkv
     }
@@ -55,6 +60,7 @@ impl AllocatorName {
             AllocatorName::Podkv => "podkv",
             AllocatorName::PodkvNonrecoverable => "podkv-nonrecoverable",
             AllocatorName::PodkvLimited => "podkv-limited",
+            AllocatorName::PodkvLease => "podkv-lease",
             AllocatorName::Mimalloc => "mimalloc",
             AllocatorName::Jemalloc => "jemalloc",
             AllocatorName::System => "system",

@@ -36,7 +36,7 @@ use crate::runner::spec::{Job, RunSpec};
 use crate::runner::targets::TargetSpec;
 use alloc::BenchAlloc;
 pub use job::{AllocatorName, Backing, BenchJob, Kind};
-use podkv_alloc::{Config, Heap};
+use podkv_alloc::{Config, Heap, Liveness};
 use podkv_hw::Coherence;
 use ring::Ring;
 use std::alloc::Layout;
@@ -244,9 +244,14 @@ fn run_once(
     };
     let spec = spec_of(job, args.processes, threads, args.duration);
     let (reports, hwcc_bytes) = match allocator {
-        AllocatorName::Podkv => run_podkv(args, spec, true, args.coherence)?,
-        AllocatorName::PodkvNonrecoverable => run_podkv(args, spec, false, args.coherence)?,
-        AllocatorName::PodkvLimited => run_podkv(args, spec, true, Coherence::Limited)?,
+        AllocatorName::Podkv => run_podkv(args, spec, true, args.coherence, Liveness::Process)?,
+        AllocatorName::PodkvNonrecoverable => {
+            run_podkv(args, spec, false, args.coherence, Liveness::Process)?
+        }
+        AllocatorName::PodkvLimited => {
+            run_podkv(args, spec, true, Coherence::Limited, Liveness::Process)?
+        }
+        AllocatorName::PodkvLease => run_podkv(args, spec, true, args.coherence, Liveness::Lease)?,
         AllocatorName::Mimalloc => (run_local(spec, alloc::mimalloc)?, None),
         AllocatorName::Jemalloc => (run_jemalloc(spec)?, None),
         AllocatorName::System => (run_local(spec, alloc::system)?, None),
@@ -259,7 +264,9 @@ fn run_once(
     let seconds = tally.elapsed_ns_max.max(1) as f64 / 1e9;
     let context = process_stats::context();
     let coherence = match allocator {
-        AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable => Some(args.coherence.name()),
+        AllocatorName::Podkv | AllocatorName::PodkvNonrecoverable | AllocatorName::PodkvLease => {
+            Some(args.coherence.name())
+        }
         AllocatorName::PodkvLimited => Some(Coherence::Limited.name()),
         AllocatorName::Mimalloc | AllocatorName::Jemalloc | AllocatorName::System => None,
     };
@@ -351,6 +358,7 @@ fn run_podkv(
     spec: RunSpec,
     recoverable: bool,
     coherence: Coherence,
+    liveness: Liveness,
 ) -> anyhow::Result<(Vec<ProcessReport>, Option<u64>)> {
     let temp = args.heap.is_none();
     let path = args.heap.clone().unwrap_or_else(|| {
@@ -366,6 +374,7 @@ fn run_podkv(
         large_bytes: args.heap_bytes,
         recoverable,
         coherence,
+        liveness,
         huge_bytes: args.huge_bytes,
         huge_backing: args.huge_backing.to_alloc(),
         mcas: args.mcas_impl,
@@ -457,6 +466,13 @@ fn print_table(args: &BenchArgs, records: &[Record]) {
             "podkv in limited coherence mode runs at {:.1}% of podkv in {} mode",
             100.0 * limited / median_of("podkv"),
             args.coherence.name()
+        );
+    }
+    let lease = median_of("podkv-lease");
+    if lease > 0.0 && median_of("podkv") > 0.0 {
+        println!(
+            "podkv in lease liveness mode runs at {:.1}% of podkv in process mode",
+            100.0 * lease / median_of("podkv")
         );
     }
     let (on, off) = (median_of("podkv"), median_of("podkv-nonrecoverable"));
