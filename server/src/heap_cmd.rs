@@ -65,10 +65,17 @@ pub enum HeapCommand {
         seed: u64,
     },
     /// Recover every thread slot whose owner died: finish its logged step, give its slabs
-    /// back, release it; prints what each recovery did.
+    /// back, release it; prints what each recovery did. In a lease heap it first watches every
+    /// slot for a lease, fencing owners silent that long, and lists the fenced slots: another
+    /// host's are recovered only with `--host-down`.
     Recover {
         /// Heap file.
         path: PathBuf,
+        /// Also recover the fenced slots of host HOST (lease mode), which you know is stopped:
+        /// powered off, or none of its podkv processes left. A host only paused would wake up
+        /// writing into memory others reuse.
+        #[arg(long, value_name = "HOST")]
+        host_down: Option<u16>,
     },
     /// Kill worker processes with SIGKILL at random moments while they allocate, free and hand
     /// blocks to each other; after each kill recover, restart, and prove nothing leaked, was
@@ -178,7 +185,7 @@ pub fn run(command: &HeapCommand) -> anyhow::Result<()> {
             Ok(())
         }
         HeapCommand::Check { path, expect_empty } => check(path, *expect_empty),
-        HeapCommand::Recover { path } => recover(path),
+        HeapCommand::Recover { path, host_down } => recover(path, *host_down),
         HeapCommand::Chaos(args) => podkv_harness::chaos::run(args),
         HeapCommand::ChaosWorker {
             path,
@@ -313,9 +320,17 @@ fn check(path: &PathBuf, expect_empty: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn recover(path: &PathBuf) -> anyhow::Result<()> {
+fn recover(path: &PathBuf, host_down: Option<u16>) -> anyhow::Result<()> {
     let heap = open_existing(path)?;
-    let recovered = heap.recover_dead();
+    if heap.geometry().liveness == podkv_alloc::Liveness::Lease {
+        watch_leases(&heap, host_down);
+    } else if host_down.is_some() {
+        anyhow::bail!("--host-down applies to lease heaps only; this heap judges owners by pid");
+    }
+    let mut recovered = heap.recover_dead();
+    if let Some(host) = host_down {
+        recovered.extend(heap.recover_host(host));
+    }
     if recovered.is_empty() {
         println!("no dead slot: nothing to recover");
     }
@@ -336,6 +351,39 @@ fn recover(path: &PathBuf) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Watches every slot of a lease heap for a lease (an owner is judged lapsed only after a
+/// whole lease of watching, by this process's clock), then lists the fenced slots.
+fn watch_leases(heap: &Heap, host_down: Option<u16>) {
+    use podkv_alloc::process::SlotLife;
+    let until = std::time::Instant::now()
+        + podkv_alloc::process::LEASE
+        + std::time::Duration::from_millis(200);
+    let mut fenced = Vec::new();
+    while std::time::Instant::now() < until {
+        fenced = (0..heap.geometry().slots())
+            .filter_map(|i| match heap.slot_life(i) {
+                SlotLife::Fenced(word) => Some((i, podkv_alloc::slot::Owner::unpack(word)?)),
+                _ => None,
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for (i, owner) in fenced {
+        let next = if host_down == Some(owner.host) {
+            "recovering it (--host-down)".to_owned()
+        } else {
+            format!(
+                "kept until its owner resumes, or `podkv heap recover --host-down {}` once that host is stopped",
+                owner.host
+            )
+        };
+        println!(
+            "slot {i}: fenced (host {} pid {}: silent for a lease); {next}",
+            owner.host, owner.pid
+        );
+    }
 }
 
 fn print_geometry(heap: &Heap) {

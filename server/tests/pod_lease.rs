@@ -165,3 +165,60 @@ fn a_lease_pod_member_stopped_for_two_leases_resumes_while_the_other_serves() {
     let out = run(&["store", "check", &heap]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// The runbook's steps for a dead host: `heap recover` lists the fenced slots of a stopped
+/// server of another host and leaves them; with `--host-down` it recovers them.
+#[test]
+fn heap_recover_lists_a_stopped_hosts_fenced_slots_and_recovers_them_when_told_it_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap").display().to_string();
+    let out = run(&[
+        "heap",
+        "create",
+        &heap,
+        "--liveness",
+        "lease",
+        "--huge-bytes",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let port = free_ports(1);
+    let mut server = pod_support::podkv()
+        .args(["serve", "--heap", &heap, "--threads", "1", "--host-id", "7"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut c = loop {
+        if let Ok(c) =
+            podkv_harness::runner::memcached::Client::connect(&[format!("127.0.0.1:{port}")])
+        {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(set(&mut c, b"k", b"v").unwrap(), Reply::Stored);
+    // SAFETY: stopping our own child.
+    assert_eq!(unsafe { libc::kill(server.id() as i32, libc::SIGSTOP) }, 0);
+    let out = run(&["heap", "recover", &heap]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("fenced (host 7") && said.contains("--host-down 7"),
+        "{said}"
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let out = run(&["heap", "recover", &heap, "--host-down", "7"]);
+    let said = text(&out);
+    assert!(
+        out.status.success() && said.contains("slot released"),
+        "{said}"
+    );
+    let out = run(&["heap", "check", &heap]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(&["store", "check", &heap]);
+    assert!(out.status.success(), "{}", text(&out));
+}
