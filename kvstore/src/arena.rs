@@ -42,6 +42,11 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn hwcc_block(&self, thread: &Self::Thread, size: usize) -> Result<u64, StoreError> {
         alloc_zeroed::<Self>(thread, View::new(self.base()), size)
     }
+    /// Whether `len` bytes at `at` lie in HWcc memory as [`Arena::hwcc_block`] hands it out
+    /// (`check` holds the store's shared words to it). Process memory: anywhere.
+    fn is_hwcc(&self, _at: u64, _len: u64) -> bool {
+        true
+    }
     /// Gives back a block from [`Arena::hwcc_block`] that was never published (its creator
     /// lost the root CAS).
     fn hwcc_unused(&self, thread: &Self::Thread, at: u64) {
@@ -162,6 +167,12 @@ impl Arena for PodArena {
                 return Ok(area.range().start + at);
             }
         }
+    }
+
+    fn is_hwcc(&self, at: u64, len: u64) -> bool {
+        let area = self.heap.hwcc_user();
+        let range = area.range();
+        range.start + 64 <= at && at + len <= range.start + area.backed()
     }
 
     /// Nothing: a block carved from the HWcc area stays carved (the cursor only grows, so

@@ -169,6 +169,16 @@ impl<A: Arena> Walk<'_, A> {
         self.report.used_approx = hw.used.word.load(Ordering::Relaxed);
         self.report.capacity = d.capacity;
         self.report.hwcc_bytes = self.map.hwcc_bytes();
+        if !self
+            .map
+            .arena
+            .is_hwcc(self.map.hwcc_at, self.report.hwcc_bytes)
+        {
+            self.report.problems.push(format!(
+                "the store's shared words at {:#x} ({} bytes) are not in the heap's HWcc area",
+                self.map.hwcc_at, self.report.hwcc_bytes
+            ));
+        }
         self.report.buckets_log2 = self.map.buckets_log2();
         for (i, seg) in hw.directory.iter().enumerate() {
             let seg = seg.load(Ordering::Relaxed);
