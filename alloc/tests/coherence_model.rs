@@ -17,6 +17,7 @@
 use podkv_alloc::stress;
 use podkv_alloc::{Config, Heap};
 use podkv_hw::mcas::McasKind;
+use podkv_hw::sync::mapped::Ordering::{AcqRel, Acquire, Relaxed};
 use podkv_hw::Coherence;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -56,10 +57,13 @@ const SITES: &[(&str, Kind)] = &[
     ("alloc.hazard.release.cas", Kind::HookCas),
     ("alloc.hazard.withdraw.write_back", Kind::Swcc),
     ("alloc.huge.allocate.write_back", Kind::Swcc),
+    ("alloc.huge.check.invalidate_log", Kind::Swcc),
     ("alloc.huge.check.invalidate_record", Kind::Swcc),
     ("alloc.huge.free.write_back", Kind::Swcc),
+    ("alloc.huge.log.write_back", Kind::Swcc),
     ("alloc.huge.read.invalidate", Kind::Swcc),
     ("alloc.huge.reclaim.write_back", Kind::Swcc),
+    ("alloc.huge.recover.invalidate_log", Kind::Swcc),
     ("alloc.huge.recover.write_back", Kind::Swcc),
     ("alloc.huge.reserve.cas", Kind::HookCas),
     ("alloc.huge.unreserve.cas", Kind::HookCas),
@@ -96,11 +100,16 @@ fn config((coherence, mcas): (Coherence, McasKind)) -> Config {
         slots: 64,
         coherence,
         mcas,
+        liveness: podkv_alloc::Liveness::Lease,
         ..Config::default()
     }
 }
 
 /// The child's entry point: runs only when re-executed with the role variable set.
+///
+/// Rounds of: two stress workers (each claims a slot, so slots pass between processes from
+/// round to round), one thread handing huge blocks over ([`huge_worker`]), and one claiming
+/// and releasing slots as fast as it can ([`claim_storm`]).
 #[test]
 fn model_child() {
     let Ok(spec) = std::env::var(ENV_CHILD) else {
@@ -116,22 +125,177 @@ fn model_child() {
         "the parent sets PODKV_COHERENCE_MODEL"
     );
     let heap = Heap::open(path, &config(mode)).expect("child opens the shared heap");
-    let threads: Vec<_> = (0..2)
-        .map(|t| {
-            let heap = heap.clone();
-            std::thread::spawn(move || stress::worker(&heap, index * 10 + t, ops))
-        })
-        .collect();
-    for thread in threads {
-        let report = thread.join().unwrap();
-        assert_eq!(
-            report.corrupt, 0,
-            "corrupt blocks seen by child {index}: {report:?}"
-        );
+    for round in 0..COUNT_ROUNDS {
+        let seed = (index * COUNT_ROUNDS + round) * 10;
+        let mut threads: Vec<_> = (0..2)
+            .map(|t| {
+                let heap = heap.clone();
+                std::thread::spawn(move || {
+                    let report = stress::worker(&heap, seed + t, ops / COUNT_ROUNDS);
+                    assert_eq!(report.corrupt, 0, "corrupt blocks seen: {report:?}");
+                })
+            })
+            .collect();
+        let h = heap.clone();
+        threads.push(std::thread::spawn(move || huge_worker(&h, seed + 5)));
+        let h = heap.clone();
+        threads.push(std::thread::spawn(move || claim_storm(&h, seed + 6)));
+        for thread in threads {
+            thread.join().unwrap();
+        }
     }
     drop(heap);
     for (site, hits) in podkv_hw::model::sites_hit() {
         println!("site {site} {hits}");
+    }
+}
+
+const COUNT_ROUNDS: u64 = 3;
+/// The header root word of the huge blocks' hand-over stack (the stress stack is root 31).
+const ROOT_HUGE: usize = 30;
+const SIZE_HUGE_MIN: usize = 600 << 10;
+
+/// A huge block's byte `i`, from its seed.
+fn huge_byte(seed: u64, i: usize) -> u8 {
+    (seed as usize).wrapping_add(i.wrapping_mul(31)) as u8
+}
+
+/// Allocates huge blocks, fills and writes them back, and hands them to any process through
+/// a stack at [`ROOT_HUGE`] (a block starts `[next, size, seed]`); pops blocks others
+/// pushed, reads them fresh, checks them and frees them (a remote huge free).
+fn huge_worker(heap: &Heap, seed: u64) {
+    let t = heap.thread().expect("a slot");
+    let coherence = heap.geometry().coherence;
+    let mut rng = stress::Rng::new(seed);
+    for _ in 0..6 {
+        if rng.below(2) == 0 {
+            let size = SIZE_HUGE_MIN + rng.below(1 << 20) as usize;
+            let layout = std::alloc::Layout::from_size_align(size, 4096).unwrap();
+            let Ok(off) = t.allocate(layout) else {
+                continue;
+            };
+            let at = t.resolve(off);
+            let seed = rng.next_u64();
+            // SAFETY: a fresh block of `size` bytes, ours until pushed.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(at, size) };
+            for (i, b) in bytes.iter_mut().enumerate().skip(24) {
+                *b = huge_byte(seed, i);
+            }
+            let words = at as *const podkv_hw::sync::mapped::AtomicU64;
+            // SAFETY: the block's first three words, aligned (4096).
+            unsafe {
+                (*words.add(1)).store(size as u64, Relaxed);
+                (*words.add(2)).store(seed, Relaxed);
+            }
+            coherence.write_back(at, size);
+            push_huge(heap, &t, off);
+        } else if let Some(off) = pop_huge(heap, &t) {
+            assert!(
+                check_huge(heap, &t, off),
+                "a huge block handed over was corrupt"
+            );
+            t.free(off);
+        }
+    }
+}
+
+fn node_huge(t: &podkv_alloc::ThreadHandle, off: u64) -> &[podkv_hw::sync::mapped::AtomicU64; 3] {
+    // SAFETY: `off` names a huge block (4096-aligned, over 600 KiB) on the stack or just
+    // popped; the first touch maps it here (the fault handler).
+    unsafe {
+        &*(t.resolve(podkv_alloc::Offset(off)) as *const [podkv_hw::sync::mapped::AtomicU64; 3])
+    }
+}
+
+fn push_huge(heap: &Heap, t: &podkv_alloc::ThreadHandle, off: podkv_alloc::Offset) {
+    let head = heap.root(ROOT_HUGE);
+    let mut cur = head.load(Acquire);
+    loop {
+        node_huge(t, off.0)[0].store(cur, Relaxed);
+        heap.geometry().coherence.write_back(t.resolve(off), 8);
+        match head.compare_exchange(cur, off.0, AcqRel, Acquire) {
+            Ok(_) => return,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// Pops a huge block: takes the whole stack (swap to zero), keeps its head and pushes the
+/// rest back, so a block freed and reallocated meanwhile cannot confuse a pop (no ABA).
+fn pop_huge(heap: &Heap, t: &podkv_alloc::ThreadHandle) -> Option<podkv_alloc::Offset> {
+    let head = heap.root(ROOT_HUGE);
+    loop {
+        let cur = head.load(Acquire);
+        if cur == 0 {
+            return None;
+        }
+        // Claim the whole stack (swap to zero), keep one, push the rest back: no ABA.
+        if head.compare_exchange(cur, 0, AcqRel, Acquire).is_err() {
+            continue;
+        }
+        heap.geometry()
+            .coherence
+            .invalidate(t.resolve(podkv_alloc::Offset(cur)), 8);
+        let mut rest = node_huge(t, cur)[0].load(Relaxed);
+        while rest != 0 {
+            heap.geometry()
+                .coherence
+                .invalidate(t.resolve(podkv_alloc::Offset(rest)), 8);
+            let next = node_huge(t, rest)[0].load(Relaxed);
+            push_huge(heap, t, podkv_alloc::Offset(rest));
+            rest = next;
+        }
+        return Some(podkv_alloc::Offset(cur));
+    }
+}
+
+fn check_huge(heap: &Heap, t: &podkv_alloc::ThreadHandle, off: podkv_alloc::Offset) -> bool {
+    let coherence = heap.geometry().coherence;
+    let at = t.resolve(off);
+    coherence.invalidate(at, 24);
+    let (size, seed) = (
+        node_huge(t, off.0)[1].load(Relaxed) as usize,
+        node_huge(t, off.0)[2].load(Relaxed),
+    );
+    if !(SIZE_HUGE_MIN..SIZE_HUGE_MIN + (1 << 20)).contains(&size) {
+        return false;
+    }
+    coherence.invalidate(at, size);
+    // SAFETY: a block of `size` bytes, ours since the pop.
+    let bytes = unsafe { std::slice::from_raw_parts(at, size) };
+    bytes
+        .iter()
+        .enumerate()
+        .skip(24)
+        .all(|(i, &b)| b == huge_byte(seed, i))
+}
+
+/// Claims a slot, allocates a block, writes it, checks it survived, frees it and releases
+/// the slot, over and over: two processes doing this race for the same free slots, so a
+/// claim that is not atomic across processes gives one slot two owners, which hand out the
+/// same block twice.
+fn claim_storm(heap: &Heap, seed: u64) {
+    let layout = std::alloc::Layout::from_size_align(64, 8).unwrap();
+    for i in 0..30 {
+        let t = heap.thread().expect("a slot");
+        let off = t.allocate(layout).expect("a block");
+        let word = t.resolve(off) as *const podkv_hw::sync::mapped::AtomicU64;
+        let mine = seed << 16 | i;
+        // SAFETY: a fresh 64-byte block, ours.
+        unsafe { (*word).store(mine, Relaxed) };
+        std::thread::yield_now();
+        // SAFETY: as above.
+        assert_eq!(
+            // SAFETY: as above.
+            unsafe { (*word).load(Relaxed) },
+            mine,
+            "a block of mine was handed out twice"
+        );
+        // The block's bytes go back with it: without this write-back the dirty line stays in
+        // this process's cache, and its eviction later clobbers whatever another process
+        // keeps there after the slab moved on (the model shows it within seconds).
+        heap.geometry().coherence.write_back(word.cast(), 8);
+        t.free(off);
     }
 }
 
@@ -157,6 +321,12 @@ fn run(m: usize, off: Option<&str>, seed: u64, ops: u64) -> Run {
                 .env("PODKV_COHERENCE_MODEL", "1")
                 .env("PODKV_COHERENCE_SEED", (seed * 7 + i).to_string())
                 .env("PODKV_COHERENCE_SITE_OFF", off.unwrap_or(""))
+                // Fewer random evictions when a site is off: each one may repair the missing
+                // write-back before anyone reads it (both are legal cache behaviours).
+                .env(
+                    "PODKV_COHERENCE_EVICT",
+                    if off.is_some() { "32" } else { "4" },
+                )
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -228,6 +398,14 @@ fn check(path: &std::path::Path, mode: (Coherence, McasKind)) -> Option<String> 
         Ok((_, corrupt)) => return Some(format!("{corrupt} corrupt blocks on the stack")),
         Err(_) => return Some("drain panicked".to_owned()),
     }
+    let t = heap.thread().expect("a slot");
+    while let Some(off) = pop_huge(&heap, &t) {
+        if !check_huge(&heap, &t, off) {
+            return Some("a corrupt huge block on the stack".to_owned());
+        }
+        t.free(off);
+    }
+    drop(t);
     let report = heap.check();
     if !report.is_valid() {
         return Some(format!("check: {}", report.problems.join("; ")));

@@ -14,7 +14,7 @@
 use super::{HugeStep, HugeView, RunWord, ALIGN_HUGE, DESC_EMPTY, DESC_FREED, DESC_LIVE};
 use crate::hazard::COUNT_HAZARDS;
 use crate::layout::Geometry;
-use podkv_hw::sync::Ordering::Acquire;
+use podkv_hw::sync::{AtomicU64, Ordering::Acquire};
 
 /// What the huge heap holds, as [`crate::Heap::check`] saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,6 +108,10 @@ fn check_ranges(view: &HugeView, report: &mut HugeReport, problems: &mut Vec<Str
 
 fn check_slot(view: &HugeView, slot: u32, report: &mut HugeReport, problems: &mut Vec<String>) {
     let local = view.local(slot);
+    if podkv_hw::site!("alloc.huge.check.invalidate_log") {
+        view.coherence
+            .invalidate((&local.log as *const AtomicU64).cast(), 8);
+    }
     if let Some(step) = HugeStep::from_word(local.log.load(Acquire)) {
         problems.push(format!("slot {slot} left huge step {step:?} half made"));
     }

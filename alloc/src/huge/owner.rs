@@ -28,7 +28,7 @@ use crate::error::AllocError;
 use crate::offset::Offset;
 use crate::recovery::{InFlight, Op};
 use crate::slots::Slots;
-use podkv_hw::sync::Ordering;
+use podkv_hw::sync::{AtomicU64, Ordering};
 use std::alloc::Layout as AllocLayout;
 
 /// Most released slots one sweep claims (each reclaims every freed descriptor it holds).
@@ -228,10 +228,20 @@ impl HugeOwner<'_> {
     }
 
 
-    /// Logs the step about to start (`None`: the step is over).
+    /// Logs the step about to start (`None`: the step is over), written back (SWcc): the
+    /// log lives in the slot's `HugeLocal`, which the slot's release does not write back, and
+    /// the slot's next owner (another host, adopting or claiming) or a checker reads it. Huge
+    /// steps map or unmap memory, so a line written back per step costs nothing that shows.
     pub(crate) fn log(&self, step: Option<HugeStep>) {
         let word = step.map_or(0, HugeStep::to_word);
-        self.local().log.store(word, Ordering::Release);
+        let log = &self.local().log;
+        log.store(word, Ordering::Release);
+        if podkv_hw::site!("alloc.huge.log.write_back") {
+            self.huge
+                .view
+                .coherence
+                .write_back((log as *const AtomicU64).cast(), 8);
+        }
     }
 
     /// Whether descriptor `desc` is freed and no live process maps it.
@@ -319,7 +329,14 @@ impl HugeOwner<'_> {
     /// the step names and, for a free, the one descriptor it names. Returns the step and the
     /// block it leaves the application to settle.
     pub(crate) fn recover(&self) -> Option<(HugeStep, InFlight)> {
-        let step = HugeStep::from_word(self.local().log.load(Ordering::Acquire))?;
+        let log = &self.local().log;
+        if podkv_hw::site!("alloc.huge.recover.invalidate_log") {
+            self.huge
+                .view
+                .coherence
+                .invalidate((log as *const AtomicU64).cast(), 8);
+        }
+        let step = HugeStep::from_word(log.load(Ordering::Acquire))?;
         let in_flight = match step {
             // Crashed while claiming: give back whatever of the run it got but did not use.
             HugeStep::ClaimRun { first, count } => {

@@ -444,6 +444,10 @@ impl ThreadHandle {
     /// been freed since. Panics on an offset that is not an allocated block it can recognise
     /// (outside the heap, inside a block, or a double free within the owning slot).
     ///
+    /// SWcc (`limited`, `mcas`): the caller has written back whatever it wrote in the block
+    /// (a free moves the block's ownership, and the slab may go to another host): a dirty
+    /// line left in this host's cache would be evicted later over the next owner's bytes.
+    ///
     /// The fast path sets the block's bit in a sized slab this slot owns: plain loads and
     /// stores again, after logging the block. A word that fills up may mean an empty slab:
     /// that check is cold.

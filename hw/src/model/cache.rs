@@ -32,6 +32,8 @@ const EMPTY: u8 = 0;
 const UNTOUCHED: u8 = 1;
 const BUSY: u8 = 2;
 const FILLED: u8 = 3;
+/// The grain at which [`HeapCache::forget`] skips what was never cached.
+const SIZE_CHUNK: usize = 2 << 20;
 /// Recently filled pages, for random evictions to pick from.
 const COUNT_RING: usize = 1024;
 
@@ -50,6 +52,8 @@ pub(super) struct HeapCache {
     /// Bytes of the cached range: `total - start`.
     span: usize,
     states: usize,
+    /// One byte per `SIZE_CHUNK` of the span: set once a page of it was attached or filled.
+    chunks: usize,
     memfd: libc::c_int,
     ring: [AtomicU32; COUNT_RING],
     ring_next: AtomicUsize,
@@ -93,6 +97,7 @@ impl HeapCache {
         let backstage = mmap(0, 2 * span, RW, shared, memfd, 0)?;
         let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         let states = mmap(0, span / SIZE_PAGE, RW, anon, -1, 0)?;
+        let chunks = mmap(0, span.div_ceil(SIZE_CHUNK), RW, anon, -1, 0)?;
         mmap(
             base + start,
             eager_end - start,
@@ -111,6 +116,7 @@ impl HeapCache {
             backstage,
             span,
             states,
+            chunks,
             memfd,
             ring: [const { AtomicU32::new(0) }; COUNT_RING],
             ring_next: AtomicUsize::new(0),
@@ -179,6 +185,7 @@ impl HeapCache {
     }
 
     fn fill(&self, page: usize) {
+        self.chunk(page).store(1, Ordering::Release);
         for line in 0..SIZE_PAGE / SIZE_LINE {
             let at = line * SIZE_LINE;
             let mem = self.words(self.mem(page) + at);
@@ -314,34 +321,49 @@ impl HeapCache {
         }
         self.write_back(addr, first - addr);
         self.write_back(end, addr + len - end);
-        // Every page is held BUSY until the punch is done, so no thread refills one before
-        // its memory is gone.
+        // Chunk by chunk, skipping chunks never cached (a heap's close forgets its whole
+        // huge range, a terabyte of address space).
+        let mut piece = first;
+        while piece < end {
+            let piece_end = ((piece + SIZE_CHUNK) & !(SIZE_CHUNK - 1)).min(end);
+            if self.chunk(self.page_of(piece)).load(Ordering::Acquire) != 0 {
+                self.forget_pages(piece, piece_end, mapped);
+            }
+            piece = piece_end;
+        }
+    }
+
+    /// [`HeapCache::forget`] for whole pages of one chunk. Every page is held BUSY until the
+    /// punch is done, so no thread refills one before its memory is gone.
+    fn forget_pages(&self, first: usize, end: usize, mapped: bool) {
         let pages = self.page_of(first)..self.page_of(end - 1) + 1;
-        let next: Vec<u8> = pages
-            .clone()
-            .map(|page| {
-                let was = self.hold(page);
-                if was == FILLED {
-                    for line in 0..SIZE_PAGE / SIZE_LINE {
-                        self.write_back_line(page, line);
-                    }
-                    let at = self.base + self.start + page * SIZE_PAGE;
-                    // SAFETY: the cache page is ours; PROT_NONE makes the next touch fault
-                    // and reload.
-                    unsafe { libc::mprotect(at as *mut _, SIZE_PAGE, libc::PROT_NONE) };
+        let mut next = [EMPTY; SIZE_CHUNK / SIZE_PAGE];
+        for (i, page) in pages.clone().enumerate() {
+            let was = self.hold(page);
+            if was == FILLED {
+                for line in 0..SIZE_PAGE / SIZE_LINE {
+                    self.write_back_line(page, line);
                 }
-                if mapped && was != EMPTY {
-                    UNTOUCHED
-                } else {
-                    EMPTY
-                }
-            })
-            .collect();
+                let at = self.base + self.start + page * SIZE_PAGE;
+                // SAFETY: the cache page is ours; PROT_NONE makes the next touch fault and
+                // reload.
+                unsafe { libc::mprotect(at as *mut _, SIZE_PAGE, libc::PROT_NONE) };
+            }
+            if mapped && was != EMPTY {
+                next[i] = UNTOUCHED;
+            }
+        }
         self.punch(first - self.base - self.start, end - first);
         fence(Ordering::SeqCst);
-        for (page, next) in pages.zip(next) {
-            self.state(page).store(next, Ordering::Release);
+        for (i, page) in pages.enumerate() {
+            self.state(page).store(next[i], Ordering::Release);
         }
+    }
+
+    /// The flag of the chunk holding `page`: set once any page of it was attached or filled.
+    fn chunk(&self, page: usize) -> &AtomicU8 {
+        // SAFETY: `chunks` holds one byte per chunk of the span; `page` is in the span.
+        unsafe { &*((self.chunks + page * SIZE_PAGE / SIZE_CHUNK) as *const AtomicU8) }
     }
 
     /// Takes page `page` BUSY from whatever state it is in; returns that state.
@@ -378,6 +400,11 @@ impl HeapCache {
             return true;
         }
         let off = addr - self.base - self.start;
+        for p in (page..page + len.div_ceil(SIZE_PAGE)).step_by(SIZE_CHUNK / SIZE_PAGE) {
+            self.chunk(p).store(1, Ordering::Release);
+        }
+        self.chunk(page + len.div_ceil(SIZE_PAGE) - 1)
+            .store(1, Ordering::Release);
         let flags = libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED;
         if mmap(addr, len, libc::PROT_NONE, flags, self.memfd, off).is_err() {
             return false;
@@ -407,6 +434,7 @@ impl Drop for HeapCache {
             libc::munmap(self.memory as *mut _, self.total);
             libc::munmap(self.backstage as *mut _, 2 * self.span);
             libc::munmap(self.states as *mut _, self.span / SIZE_PAGE);
+            libc::munmap(self.chunks as *mut _, self.span.div_ceil(SIZE_CHUNK));
             libc::close(self.memfd);
         }
     }

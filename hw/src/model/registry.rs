@@ -104,7 +104,9 @@ fn random() -> u64 {
 /// Evicts at random moments that no SWcc call marks, as a busy cache does.
 fn evictor() {
     loop {
-        std::thread::sleep(Duration::from_micros(50 + random() % 500));
+        // One in `EVICT_ONE_IN` SWcc calls evicts; the thread's pace follows the same knob.
+        let pace = 125 * EVICT_ONE_IN.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_micros(50 + random() % pace.max(1)));
         for i in 0..COUNT_REGIONS {
             use_entry(i, |region| region.evict_some(random()));
         }
