@@ -284,7 +284,6 @@ fn claim_storm(heap: &Heap, seed: u64) {
         // SAFETY: a fresh 64-byte block, ours.
         unsafe { (*word).store(mine, Relaxed) };
         std::thread::yield_now();
-        // SAFETY: as above.
         assert_eq!(
             // SAFETY: as above.
             unsafe { (*word).load(Relaxed) },
