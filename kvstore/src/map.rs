@@ -439,8 +439,9 @@ impl<A: Arena> Handle<A> {
         memcached::flush_all(self.parts(), delay);
     }
 
-    /// `mg` with `T`, `N` or `R` (or of a stale item): one update that may touch, create, or
-    /// win the token, deciding `W` by the replace CAS. `None`: a miss.
+    /// `mg`: a plain read when nothing in it can change the item, else one update that may
+    /// touch, create, or win the token, deciding `W` by the replace CAS (a plain read's
+    /// answer when that update finds no room). `None`: a miss.
     pub fn meta_get(&self, key: &[u8], read: Read) -> Result<Option<MetaRead<'_, A>>, StoreError> {
         meta::get(self.parts(), key, read)
     }

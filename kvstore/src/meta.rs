@@ -44,9 +44,50 @@ pub struct MetaRead<'h, A: Arena> {
     pub shown_expiry: u32,
 }
 
-/// `mg` with `T`, `N` or `R` (or of a stale item): one update that may touch, create, or
-/// win the token, deciding `W` by the replace CAS. `None`: a miss.
+/// `mg`: a plain read when nothing in it can change the item (no `T`, `N`, `R`, and the
+/// item not stale with its token out), else one update that may touch, create, or win the
+/// token, deciding `W` by the replace CAS. When that update finds no room for the copy it
+/// needs, the answer is the plain read's. `None`: a miss.
+#[inline]
 pub(crate) fn get<'h, A: Arena>(
+    p: Parts<'h, A>,
+    key: &[u8],
+    read: Read,
+) -> Result<Option<MetaRead<'h, A>>, StoreError> {
+    let changes = read.touch.is_some() || read.recache.is_some() || read.vivify.is_some();
+    if !changes {
+        if let Some(found) = peek(p, key)? {
+            return Ok(Some(found));
+        }
+    }
+    match change(p, key, read) {
+        // No room for the copy a win or touch needs (even after eviction).
+        Err(error) if !matches!(error, StoreError::KeyLength { .. }) => peek(p, key),
+        result => result,
+    }
+}
+
+/// The item as a plain read sees it, when that read would not win the token (a stale item
+/// whose token is not out must go through [`change`]); `None` also for a miss.
+#[inline]
+fn peek<'h, A: Arena>(p: Parts<'h, A>, key: &[u8]) -> Result<Option<MetaRead<'h, A>>, StoreError> {
+    let Some(guard) = memcached::get(p, key)? else {
+        return Ok(None);
+    };
+    let lease = guard.lease();
+    if lease.read_would_win() {
+        return Ok(None);
+    }
+    let shown_expiry = guard.expiry();
+    Ok(Some(MetaRead {
+        guard,
+        lease,
+        shown_expiry,
+    }))
+}
+
+/// `mg`'s update: touch, create or win the token in one pass of the write loop.
+fn change<'h, A: Arena>(
     p: Parts<'h, A>,
     key: &[u8],
     read: Read,

@@ -122,20 +122,6 @@ impl Backend {
         }
     }
 
-    /// `mg` as a plain read, when nothing in it can change the item: `None` when it must go
-    /// through the store's `meta_get` (a miss, or a stale item whose token is not out).
-    fn meta_peek(&self, key: &[u8]) -> Option<MetaItem> {
-        let guard = self.handle.get(key).ok().flatten()?;
-        let lease = guard.lease();
-        if lease.read_would_win() {
-            return None;
-        }
-        Some(MetaItem {
-            item: self.item(&guard, guard.expiry()),
-            lease,
-        })
-    }
-
     /// Counts an `mg` as memcached does: a touch when it had `T`, else a get.
     fn count_meta_get(&self, touch: bool, hit: bool) {
         if !touch {
@@ -242,23 +228,14 @@ impl Storage for Backend {
     // `u` changes nothing here: lookups never write shared memory (see the module doc).
     fn meta_get(&self, key: &[u8], read: Read, _no_bump: bool) -> Option<MetaItem> {
         self.counters.bump(Counter::CmdMeta);
-        let touch = read.touch.is_some();
-        let changes = touch || read.recache.is_some() || read.vivify.is_some();
-        if !changes {
-            if let Some(hit) = self.meta_peek(key) {
-                self.count_meta_get(false, true);
-                return Some(hit);
-            }
-        }
-        let hit = match self.handle.meta_get(key, read) {
-            Ok(found) => found.map(|read| MetaItem {
-                item: self.item(&read.guard, read.shown_expiry),
-                lease: read.lease,
-            }),
-            // No room for the copy a win or touch needs: answer as a plain read.
-            Err(_) => self.meta_peek(key),
-        };
-        self.count_meta_get(touch, hit.is_some());
+        // The store answers a plain read itself when nothing can change the item, and when
+        // a change finds no room.
+        let hit = self.handle.meta_get(key, read).ok().flatten();
+        let hit = hit.map(|found| MetaItem {
+            item: self.item(&found.guard, found.shown_expiry),
+            lease: found.lease,
+        });
+        self.count_meta_get(read.touch.is_some(), hit.is_some());
         hit
     }
 
