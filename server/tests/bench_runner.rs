@@ -117,7 +117,7 @@ fn baselines_run_in_one_process_and_refuse_more() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("only podkv can run with --processes > 1"),
+        err.contains("can run with --processes > 1") && err.contains("process-local"),
         "{err}"
     );
 }
@@ -165,4 +165,42 @@ fn duration_stops_runs_and_every_block_is_freed() {
         assert!(r["seconds"].as_f64().unwrap() < 30.0, "{r}");
     }
     stdout_ok(&["heap", "check", heap, "--expect-empty"]);
+}
+
+/// boost.interprocess spans processes: with the `baselines` feature (and boost's headers at
+/// build time) xmalloc hands blocks between two processes through one segment; without it
+/// the run is refused with the reason.
+#[test]
+fn boost_spans_processes_or_says_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("b.ndjson");
+    let args = [
+        "bench",
+        "xmalloc",
+        "--allocator",
+        "boost",
+        "--processes",
+        "2",
+        "--threads",
+        "1",
+        "--ops",
+        "20000",
+        "--repeat",
+        "1",
+        "--json",
+        s(&json),
+    ];
+    let out = run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        assert!(
+            stderr.contains("boost.interprocess is not in this binary"),
+            "{stderr}"
+        );
+        return;
+    }
+    let r = &records(&json)[0];
+    assert_eq!(r["allocator"], "boost");
+    assert_eq!(r["processes"], 2);
+    assert_eq!(r["ops"], 20000, "{r}");
 }

@@ -44,14 +44,16 @@ pub enum AllocatorName {
     Jemalloc,
     /// The system allocator (process-local).
     System,
+    /// boost.interprocess's `managed_shared_memory` (feature `baselines`; may span processes).
+    Boost,
 }
 
 impl AllocatorName {
-    /// Whether workers of several processes can share it (only the pod heap's memory is
-    /// shared; `podkv-nonrecoverable`, `podkv-limited` and `podkv-lease` are one-process
-    /// comparisons).
+    /// Whether workers of several processes can share it (the pod heap's memory and a boost
+    /// segment are shared; `podkv-nonrecoverable`, `podkv-limited` and `podkv-lease` are
+    /// one-process comparisons).
     pub fn spans_processes(self) -> bool {
-        self == AllocatorName::Podkv
+        matches!(self, AllocatorName::Podkv | AllocatorName::Boost)
     }
 
     /// The name in flags and results.
@@ -64,6 +66,7 @@ impl AllocatorName {
             AllocatorName::Mimalloc => "mimalloc",
             AllocatorName::Jemalloc => "jemalloc",
             AllocatorName::System => "system",
+            AllocatorName::Boost => "boost",
         }
     }
 }
@@ -105,8 +108,9 @@ pub struct BenchJob {
     pub window: usize,
     /// podkv: how every process backs huge blocks.
     pub huge_backing: Backing,
-    /// podkv: the heap file every worker process opens.
+    /// podkv: the heap file every worker process opens; boost: the segment's name.
     pub heap: Option<PathBuf>,
-    /// podkv: worker `w`'s output ring, as an offset in the heap.
+    /// podkv, boost: worker `w`'s output ring, as an offset in the heap (a handle in the
+    /// segment).
     pub rings: Vec<u64>,
 }

@@ -20,6 +20,7 @@
 //! by [`crate::helpers::append_ndjson`], as the runner's own.
 
 pub mod alloc;
+pub mod boost;
 pub mod huge;
 pub mod job;
 pub mod mcas;
@@ -204,7 +205,7 @@ fn validate(kind: Kind, args: &BenchArgs, threads: usize) -> anyhow::Result<()> 
     );
     anyhow::ensure!(
         args.processes == 1 || args.allocator.iter().all(|a| a.spans_processes()),
-        "only podkv can run with --processes > 1: the other allocators' memory is process-local"
+        "only podkv and boost can run with --processes > 1: the other allocators' memory is process-local"
     );
     anyhow::ensure!(
         kind != Kind::Xmalloc || workers >= 2,
@@ -254,6 +255,7 @@ fn run_once(
         AllocatorName::PodkvLease => run_podkv(args, spec, true, args.coherence, Liveness::Lease)?,
         AllocatorName::Mimalloc => (run_local(spec, alloc::mimalloc)?, None),
         AllocatorName::Jemalloc => (run_jemalloc(spec)?, None),
+        AllocatorName::Boost => (run_boost(args, spec)?, None),
         AllocatorName::System => (run_local(spec, alloc::system)?, None),
     };
     let mut tally = runner::metrics::Tally::new(1);
@@ -268,7 +270,10 @@ fn run_once(
             Some(args.coherence.name())
         }
         AllocatorName::PodkvLimited => Some(Coherence::Limited.name()),
-        AllocatorName::Mimalloc | AllocatorName::Jemalloc | AllocatorName::System => None,
+        AllocatorName::Mimalloc
+        | AllocatorName::Jemalloc
+        | AllocatorName::System
+        | AllocatorName::Boost => None,
     };
     Ok(Record {
         kind: kind.name(),
@@ -317,6 +322,36 @@ fn run_jemalloc(spec: RunSpec) -> anyhow::Result<Vec<ProcessReport>> {
         drop(spec);
         anyhow::bail!("jemalloc is not in this binary: build podkv with `--features baselines`")
     }
+}
+
+/// boost.interprocess: one segment (at most 1 GiB, or `--heap-bytes`) holding the rings;
+/// workers are threads of this process, or of `podkv run-worker` processes that open it.
+fn run_boost(args: &BenchArgs, mut spec: RunSpec) -> anyhow::Result<Vec<ProcessReport>> {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "podkv-bench-boost-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    );
+    let segment = boost::Segment::create(&name, args.heap_bytes.min(1 << 30))?;
+    let workers = spec.workers();
+    let job = job_of(&mut spec);
+    for _ in 0..workers {
+        job.rings.push(segment.alloc_zeroed(Ring::SIZE)?);
+    }
+    job.heap = Some(PathBuf::from(&name));
+    let job = job.clone();
+    let handle = segment.handle();
+    let rings: Vec<&Ring> = job
+        .rings
+        .iter()
+        // SAFETY: each ring is a zeroed block of the segment, live until `segment` drops.
+        .map(|&h| unsafe { &*(handle.addr(h) as *const Ring) })
+        .collect();
+    let (reports, _) = runner::launch_processes(&spec, &|ctl| {
+        process::run_process(&spec, &job, ctl, &rings, 0, &|| segment.handle())
+    })?;
+    Ok(reports)
 }
 
 /// The benchmark job of a spec made by [`spec_of`].

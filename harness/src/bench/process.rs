@@ -33,8 +33,8 @@ use std::alloc::Layout;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// `podkv run-worker` for a benchmark: opens the shared heap and runs this process's
-/// workers. Only podkv spans processes (validated by the launcher).
+/// `podkv run-worker` for a benchmark: opens the shared heap (or boost segment) and runs
+/// this process's workers. Only podkv and boost span processes (validated by the launcher).
 pub fn worker_process(
     spec: &RunSpec,
     job: &BenchJob,
@@ -46,6 +46,9 @@ pub fn worker_process(
         "{} cannot run in a worker process: its memory is process-local",
         job.allocator.name()
     );
+    if job.allocator == super::AllocatorName::Boost {
+        return boost_worker(spec, job, ctl, process);
+    }
     let path = job
         .heap
         .as_ref()
@@ -60,6 +63,29 @@ pub fn worker_process(
     run_process(spec, job, ctl, &rings, process, &|| {
         heap.thread().expect("a free thread slot")
     })
+}
+
+/// A worker process of the boost baseline: the launcher's segment, opened by name.
+fn boost_worker(
+    spec: &RunSpec,
+    job: &BenchJob,
+    ctl: &Control,
+    process: usize,
+) -> anyhow::Result<ProcessReport> {
+    let name = job
+        .heap
+        .as_ref()
+        .context("a boost benchmark names its segment")?;
+    let segment = super::boost::Segment::open(&name.to_string_lossy())?;
+    let handle = segment.handle();
+    let rings: Vec<&Ring> = job
+        .rings
+        .iter()
+        // SAFETY: the launcher allocated and zeroed each ring in the segment before any
+        // worker started, and frees the segment only after every worker process has exited.
+        .map(|&h| unsafe { &*(handle.addr(h) as *const Ring) })
+        .collect();
+    run_process(spec, job, ctl, &rings, process, &|| segment.handle())
 }
 
 /// The rings at `offsets` in `heap`.

@@ -92,7 +92,7 @@ pub const FIGURES: [Figure; 5] = [
         ],
         metrics: &[THROUGHPUT, PSS],
         x_label: "threads (or processes)",
-        series: &["podkv", "mimalloc", "jemalloc", "system"],
+        series: &["podkv", "boost", "mimalloc", "jemalloc", "system"],
     },
     Figure {
         id: "fig10",
