@@ -201,11 +201,15 @@ mod stub {
         unreachable!("no site is off without the coherence-model feature")
     }
 
-    /// The model's cache of one heap: never made without the feature.
-    #[derive(Debug)]
-    pub enum Cache {}
+    /// The model's cache of one heap, as callers name it in either build.
+    pub type Cache = NoCache;
 
-    impl Cache {
+    /// The model's cache of one heap: never made without the feature (a type of its own
+    /// name, so the real `Cache` in `registry.rs` is the only one).
+    #[derive(Debug)]
+    pub enum NoCache {}
+
+    impl NoCache {
         /// Never called: callers map a cache only when [`active`] (always false here).
         ///
         /// # Safety
@@ -216,7 +220,7 @@ mod stub {
             _start: usize,
             _eager_end: usize,
             _total: usize,
-        ) -> std::io::Result<Cache> {
+        ) -> std::io::Result<NoCache> {
             unreachable!("no cache is mapped without the coherence-model feature")
         }
     }
