@@ -23,6 +23,7 @@
 use crate::huge::HugeView;
 use std::cell::UnsafeCell;
 use podkv_hw::sync::mapped::{AtomicU64, Ordering::SeqCst};
+use podkv_hw::segv::{self, Previous};
 use std::sync::{Once, OnceLock};
 
 /// Heaps one process may have open at once with a huge heap.
@@ -58,14 +59,6 @@ static REGISTRY: [Entry; COUNT_HEAPS_MAX] = [ENTRY; COUNT_HEAPS_MAX];
 static INSTALL: Once = Once::new();
 static PREVIOUS: OnceLock<Previous> = OnceLock::new();
 
-/// The SIGSEGV disposition found at installation, to chain to.
-struct Previous(libc::sigaction);
-
-// SAFETY: a plain C struct of integers and function pointers, written once before the handler
-// that reads it is installed.
-unsafe impl Sync for Previous {}
-// SAFETY: as above.
-unsafe impl Send for Previous {}
 
 /// A heap's place in the registry; leaving it (drop) waits for handlers using it.
 #[derive(Debug)]
@@ -145,39 +138,5 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         return;
     }
     // SAFETY: forwarding the kernel's own arguments to the previous disposition.
-    unsafe { chain(sig, info, ctx) }
-}
-
-/// Passes a fault that is not the heap's to the previous disposition. For the default (or
-/// ignore) it restores the default and returns, so the faulting instruction runs again and the
-/// kernel kills the process with SIGSEGV, exactly as without this handler.
-///
-/// # Safety
-/// Only from the SIGSEGV handler, with the kernel's arguments.
-unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let Some(Previous(prev)) = PREVIOUS.get() else {
-        return restore_default(sig);
-    };
-    match prev.sa_sigaction {
-        libc::SIG_DFL | libc::SIG_IGN => restore_default(sig),
-        handler if prev.sa_flags & libc::SA_SIGINFO != 0 => {
-            // SAFETY: a SA_SIGINFO handler has this signature; it was installed for SIGSEGV.
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                unsafe { std::mem::transmute(handler) };
-            f(sig, info, ctx)
-        }
-        handler => {
-            // SAFETY: a plain handler has this signature.
-            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-            f(sig)
-        }
-    }
-}
-
-fn restore_default(sig: libc::c_int) {
-    // SAFETY: sigaction is plain data; all-zero with SIG_DFL (0) is the default disposition.
-    let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
-    dfl.sa_sigaction = libc::SIG_DFL;
-    // SAFETY: sigaction is async-signal-safe; installing the default disposition.
-    unsafe { libc::sigaction(sig, &dfl, std::ptr::null_mut()) };
+    unsafe { segv::chain(PREVIOUS.get(), sig, info, ctx) }
 }

@@ -42,6 +42,7 @@ pub mod coherence;
 pub mod mcas;
 pub mod model;
 pub mod persist;
+pub mod segv;
 pub mod swcc;
 pub mod sync;
 pub mod topology;
