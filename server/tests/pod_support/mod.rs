@@ -122,20 +122,37 @@ pub fn text(out: &Output) -> String {
 }
 
 /// A base port with `n` free consecutive loopback ports after it.
+///
+/// Taken below the kernel's ephemeral range, never from it: a port the kernel hands out for
+/// `bind(0)` is also what it hands out as the source port of any outgoing connection, so
+/// between this check and the member's own bind another test's client could take it (the
+/// member then exits at start). A per-process cursor, started at a place of this process's
+/// own, keeps the parallel tests of one binary, and concurrent binaries, on different ports.
 pub fn free_ports(n: u16) -> u16 {
-    for _ in 0..100 {
-        let base = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if base.checked_add(n).is_some()
-            && (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-        {
+    static CURSOR: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let (low, high) = below_ephemeral();
+    let span = (high - low) as usize;
+    let start = (std::process::id() as usize * 97) % span;
+    let _ = CURSOR.compare_exchange(usize::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..1000 {
+        let at = CURSOR.fetch_add(n as usize, Ordering::Relaxed) % span;
+        let base = low + at as u16;
+        if base + n <= high && (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return base;
         }
     }
-    panic!("no {n} consecutive free ports");
+    panic!("no {n} consecutive free ports in {low}..{high}");
+}
+
+/// Ports `low..high` that the kernel does not hand out as ephemeral ones: the ten thousand
+/// below `ip_local_port_range`'s start (32768 by default).
+fn below_ephemeral() -> (u16, u16) {
+    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let high = first.max(12_000);
+    (high - 10_000, high)
 }
 
 /// One connection to one server.
