@@ -2,18 +2,19 @@
 //! prove the accounting equation
 //!
 //! ```text
-//! live blocks of the heap == 1 descriptor + 1 slot array + segments
-//!                            + items + limbo bags + limbo entries
+//! live blocks of the heap == 1 descriptor + 1 slot array + items + bucket blocks
+//!                            + limbo bags + limbo entries
 //! ```
-//! with every block counted once (a block reached twice — an item both linked and in limbo, or
-//! in two limbo lists — is a *double reference*; a live block reached never is a *leak*).
-//! Sentinels live inside segments: each linked one must be on the list exactly once, at its
-//! bucket's slot, and each one on the list must be marked linked or claimed.
+//! with every block counted once (a block reached twice — an item both in a bucket and in
+//! limbo, or in two buckets, or in two limbo lists — is a *double reference*; a live block
+//! reached never is a *leak*). Each item must sit in a bucket that holds its hash's items
+//! (its bucket or an ancestor); segments of bucket words are HWcc memory, not heap blocks.
 
 use crate::arena::Arena;
+use crate::buckets;
+use crate::index;
 use crate::item::{self, View};
 use crate::layout::*;
-use crate::list::MARK;
 use crate::shared::Shared;
 use podkv_hw::sync::mapped::Ordering;
 use std::collections::HashSet;
@@ -21,15 +22,16 @@ use std::collections::HashSet;
 /// What a walk of the store found.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StoreReport {
-    /// Items linked in the index (visible or not).
+    /// Items in the index (visible or not).
     pub items: u64,
-    /// Linked items marked deleted but not yet snipped (a thread stopped mid-unlink).
-    pub marked: u64,
-    /// Bucket sentinels on the list.
-    pub sentinels: u64,
-    /// Sentinels claimed but never marked linked (a claimer stopped mid-link).
-    pub sentinels_claimed: u64,
-    /// Bucket segments made.
+    /// Buckets made.
+    pub buckets: u64,
+    /// Bucket blocks (buckets of two items or more).
+    pub blocks_bucket: u64,
+    /// Buckets frozen for a split nobody finished (a splitter stopped; the next write to
+    /// the bucket finishes it).
+    pub frozen: u64,
+    /// Segments of bucket words made (HWcc memory).
     pub segments: u64,
     /// log2 of the bucket count.
     pub buckets_log2: u32,
@@ -37,9 +39,9 @@ pub struct StoreReport {
     pub bags: u64,
     /// Retired nodes waiting in limbo.
     pub limbo_entries: u64,
-    /// Bytes of linked items (header + key + value).
+    /// Bytes of items (header + key + value).
     pub item_bytes: u64,
-    /// Bytes of keys + values of linked items.
+    /// Bytes of keys + values of items.
     pub payload_bytes: u64,
     /// Blocks the store references (all kinds above, plus descriptor and slot array).
     pub blocks: u64,
@@ -89,12 +91,12 @@ impl CheckReport {
         self.problems.is_empty()
     }
 
-    /// Heap bytes per linked item (all live blocks, metadata included).
+    /// Heap bytes per item (all live blocks, metadata included).
     pub fn heap_bytes_per_item(&self) -> f64 {
         self.heap_live_bytes as f64 / self.store.items.max(1) as f64
     }
 
-    /// The heap's HWcc bytes per linked item.
+    /// The heap's HWcc bytes per item.
     pub fn hwcc_bytes_per_item(&self) -> f64 {
         self.heap_hwcc_bytes as f64 / self.store.items.max(1) as f64
     }
@@ -130,11 +132,9 @@ pub(crate) fn walk<A: Arena>(shared: &Shared<A>) -> StoreReport {
         map: shared,
         view: shared.view(),
         seen: HashSet::new(),
-        sentinels: HashSet::new(),
         report: StoreReport::default(),
     };
     w.header();
-    w.list();
     w.buckets();
     w.limbo();
     w.report.blocks = w.seen.len() as u64;
@@ -145,7 +145,6 @@ struct Walk<'m, A: Arena> {
     map: &'m Shared<A>,
     view: View,
     seen: HashSet<u64>,
-    sentinels: HashSet<u64>,
     report: StoreReport,
 }
 
@@ -169,116 +168,97 @@ impl<A: Arena> Walk<'_, A> {
         self.report.used_approx = hw.used.word.load(Ordering::Relaxed);
         self.report.capacity = d.capacity;
         self.report.hwcc_bytes = self.map.hwcc_bytes();
-        if !self
-            .map
-            .arena
-            .is_hwcc(self.map.hwcc_at, self.report.hwcc_bytes)
-        {
+        let arena = &self.map.arena;
+        if !arena.is_hwcc(self.map.hwcc_at, size_hwcc_block(d.slots) as u64) {
             self.report.problems.push(format!(
-                "the store's shared words at {:#x} ({} bytes) are not in the heap's HWcc area",
-                self.map.hwcc_at, self.report.hwcc_bytes
+                "the store's shared words at {:#x} are not in the heap's HWcc area",
+                self.map.hwcc_at
             ));
         }
         self.report.buckets_log2 = self.map.buckets_log2();
-        for (i, seg) in hw.directory.iter().enumerate() {
-            let seg = seg.load(Ordering::Relaxed);
-            if seg != 0 && self.block(seg, &format!("segment {i}")) {
-                self.report.segments += 1;
+        for (i, seg) in self.map.segments() {
+            self.report.segments += 1;
+            if !arena.is_hwcc(seg, SIZE_SEGMENT as u64) {
+                self.report.problems.push(format!(
+                    "segment {i} of bucket words at {seg:#x} is not in the heap's HWcc area"
+                ));
             }
         }
     }
 
-    /// The one list from bucket 0's sentinel: strictly increasing (order, key).
-    fn list(&mut self) {
-        let head = self.map.hw().directory[0].load(Ordering::Relaxed);
-        self.sentinels.insert(head);
-        let mut at = self.view.word(head).load(Ordering::Relaxed);
-        let mut last: Option<(u64, Vec<u8>)> = None;
-        while at != 0 {
-            let fresh = if self.view.is_item(at) {
-                self.block(at, "item")
-            } else {
-                self.sentinel(at)
-            };
-            if !fresh {
-                return;
-            }
-            let next = self.view.word(at).load(Ordering::Relaxed);
-            self.node(at, next & MARK != 0, &mut last);
-            at = next & !MARK;
-        }
-    }
-
-    /// A sentinel met on the list: at its bucket's slot, claimed or linked, met once.
-    fn sentinel(&mut self, at: u64) -> bool {
-        let bucket = self.view.order(at).reverse_bits();
-        let seg =
-            self.map.hw().directory[(bucket / COUNT_SEGMENT) as usize].load(Ordering::Relaxed);
-        let home = seg + (bucket % COUNT_SEGMENT) * item::SIZE_SENTINEL as u64;
-        if seg == 0 || home != at || !self.sentinels.insert(at) {
-            self.report.problems.push(format!(
-                "sentinel of bucket {bucket} at {at:#x}: not its slot, or met twice"
-            ));
-            return false;
-        }
-        true
-    }
-
-    fn node(&mut self, at: u64, marked: bool, last: &mut Option<(u64, Vec<u8>)>) {
-        let order = self.view.order(at);
-        let key = if self.view.is_item(at) {
-            self.view.key(at).to_vec()
-        } else {
-            Vec::new()
-        };
-        if self.view.is_item(at) {
-            self.report.items += 1;
-            self.report.marked += u64::from(marked);
-            let size = self.view.item_size(at) as u64;
-            self.report.item_bytes += size;
-            self.report.payload_bytes += size - item::SIZE_HEADER as u64;
-            if item::item_order(item::hash(&key)) != order {
-                self.report
-                    .problems
-                    .push(format!("item {at:#x}: order is not its key's hash"));
-            }
-        } else {
-            self.report.sentinels += 1;
-        }
-        let this = (order, key);
-        if !marked {
-            if let Some(prev) = last.as_ref() {
-                if *prev >= this {
-                    self.report
-                        .problems
-                        .push(format!("node {at:#x} out of order"));
-                }
-            }
-            *last = Some(this);
-        }
-    }
-
-    /// Every sentinel marked linked is on the list; claimed-only ones are counted.
+    /// Every made bucket: its word, its block, and the items it owns.
     fn buckets(&mut self) {
-        let hw = self.map.hw();
-        for (s, seg) in hw.directory.iter().enumerate() {
-            let seg = seg.load(Ordering::Relaxed);
-            if seg == 0 {
+        let log2 = self.map.buckets_log2();
+        for b in 0..1u64 << log2 {
+            let Some(word) = buckets::bucket_word(self.map, b) else {
+                continue;
+            };
+            let w = word.load(Ordering::Relaxed);
+            if w == 0 {
+                if b == 0 {
+                    self.report.problems.push("bucket 0 is not made".into());
+                }
                 continue;
             }
-            for i in 0..COUNT_SEGMENT {
-                let at = seg + i * item::SIZE_SENTINEL as u64;
-                let state = self.view.sentinel_state(at).load(Ordering::Relaxed);
-                let bucket = s as u64 * COUNT_SEGMENT + i;
-                if state & item::SENTINEL_LINKED != 0 && !self.sentinels.contains(&at) {
-                    self.report
-                        .problems
-                        .push(format!("bucket {bucket}: linked sentinel not on the list"));
-                }
-                if state != 0 && state & item::SENTINEL_LINKED == 0 {
-                    self.report.sentinels_claimed += 1;
-                }
+            self.bucket(b, w);
+        }
+    }
+
+    fn bucket(&mut self, b: u64, w: u64) {
+        self.report.buckets += 1;
+        self.report.frozen += u64::from(index::is_frozen(w));
+        if index::is_block(w) {
+            let at = index::object(w);
+            if !self.block(at, &format!("bucket {b}'s block")) {
+                return;
             }
+            self.report.blocks_bucket += 1;
+            let len = self.view.block_len(at);
+            if len < 2 || self.view.retire_claim(at, true) != 0 {
+                self.report.problems.push(format!(
+                    "bucket {b}'s block {at:#x}: {len} entries, or claimed while in use"
+                ));
+            }
+        }
+        let mut items = Vec::new();
+        let skip = index::split_of(b, w).filter(|&(c, _)| {
+            buckets::bucket_word(self.map, c).is_some_and(|cw| cw.load(Ordering::Relaxed) != 0)
+        });
+        buckets::entries(self.view, w, |tag, item| {
+            if skip.is_none_or(|(c, mask)| tag & mask != c) {
+                items.push((tag, item));
+            }
+            true
+        });
+        // Bucket `b` holds the items of every hash whose low bits up to b's top bit are b's.
+        let mask = if b == 0 {
+            0
+        } else {
+            (2u64 << (63 - b.leading_zeros())) - 1
+        };
+        for (tag, at) in items {
+            if !self.block(at, &format!("bucket {b}'s item")) {
+                continue;
+            }
+            self.item(b, tag & mask == b, tag, at);
+        }
+    }
+
+    fn item(&mut self, b: u64, home: bool, tag: u64, at: u64) {
+        self.report.items += 1;
+        let size = self.view.item_size(at) as u64;
+        self.report.item_bytes += size;
+        self.report.payload_bytes += size - item::SIZE_HEADER as u64;
+        let key_tag = index::tag(item::hash(self.view.key(at)));
+        if !home || key_tag != tag || self.view.tag(at) != tag {
+            self.report.problems.push(format!(
+                "bucket {b}'s item {at:#x}: its tag, order or key's hash do not match the bucket"
+            ));
+        }
+        if self.view.retire_claim(at, false) != 0 {
+            self.report
+                .problems
+                .push(format!("bucket {b}'s item {at:#x} is claimed while in use"));
         }
     }
 

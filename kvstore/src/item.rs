@@ -1,8 +1,8 @@
-//! Items and bucket sentinels: the two kinds of list node.
+//! Items and bucket blocks: what bucket words name (see `index`).
 //!
 //! # Item layout (one block: [`SIZE_HEADER`] = 48 bytes of header, then key, then value)
 //! ```text
-//!  0 next    u64  link | MARK       CAS by any writer (list protocol); read by anyone
+//!  0 (zero)  u64                    reserved
 //!  8 order   u64  reverse(hash)|1   written once before publication; read by anyone
 //! 16 cas     u64  CAS token         written once before publication
 //! 24 expiry  u32  unix s, 0 = never written once before publication
@@ -12,39 +12,41 @@
 //! 40 klen    u16  key bytes         written once before publication
 //! 42 kind    u8   KIND_ITEM         written once before publication
 //! 43 lease   u8   LEASE_* bits      written once before publication (meta protocol state)
-//! 44 claim   u32  retirer slot + 1  CAS 0 → slot + 1 by the one snipper (or recoverer) retiring it
+//! 44 claim   u32  retirer slot + 1  CAS 0 → slot + 1 by the one remover (or recoverer) retiring it
 //! 48 key, then value
 //! ```
-//! Everything but `next` and `claim` is immutable once the item is linked: a change is a new
-//! item that replaces the old one by one CAS (see `list`), so readers need no locks and no
-//! copies. That includes `lease`, memcached's per-item meta state (`ITEM_TOKEN_SENT`,
-//! `ITEM_STALE`): winning a recache token or marking an item stale replaces the item, so the
-//! replace CAS decides the one winner, and a concurrent touch or replace can never lose a bit
-//! (see `meta`). Per-item overhead: **48 bytes** (memcached's header is 48–56 B), plus the
-//! allocator's rounding to its size class.
+//! Everything but `claim` is immutable once the item is published: a change is a new item
+//! that replaces the old one by one CAS of its bucket word (see `index`), so readers need no
+//! locks and no copies. That includes `lease`, memcached's per-item meta state
+//! (`ITEM_TOKEN_SENT`, `ITEM_STALE`): winning a recache token or marking an item stale
+//! replaces the item, so the replace CAS decides the one winner, and a concurrent touch or
+//! replace can never lose a bit (see `meta`). Per-item overhead: **48 bytes** (memcached's
+//! header is 48–56 B), plus the allocator's rounding to its size class.
 //!
-//! # Sentinels
-//! A bucket's sentinel (split-ordered lists, Shalev–Shavit) is a 16-byte node *inside its
-//! bucket segment* (no allocation): `next`, then a state word `reverse(bucket) | flags`. Bit 0
-//! is clear (it sorts before every item of its bucket); bits 1–2 are free in a reversed bucket
-//! number (buckets < 2^26) and hold [`SENTINEL_CLAIMED`] and [`SENTINEL_LINKED`]. The state
-//! word goes `0 → order|CLAIMED` (one CAS: the one thread that may link it) `→ order|LINKED`
-//! (after the insert CAS). A sentinel that is not linked is simply not used: searches start
-//! from the nearest linked ancestor, which is always correct in a split-ordered list, so a
-//! claimer that dies only slows its bucket down (slot recovery may finish the link).
+//! # Bucket block layout ([`SIZE_BLOCK_HEADER`] + 16 bytes per entry)
+//! ```text
+//!  0 len     u32  entries           written once before publication
+//!  4 claim   u32  retirer slot + 1  as an item's
+//!  8 entries (tag u64, item u64)    written once before publication; tag = hash | 1 << 63
+//! ```
+//!
+//! # Claims
+//! The thread whose CAS removed an item or block from its bucket retires it; if that thread
+//! dies between its CAS and the retirement, its recoverer must do it, and if a writer dies
+//! between publishing a block or item and clearing its log, its recoverer cannot tell
+//! "never published" from "published, then removed by a live thread". So the retirer first
+//! claims the object (CAS of `claim`, 0 → slot + 1), and so does a recoverer for the dead
+//! slot: exactly one of them retires it (`recover`).
 
-use crate::list::{Nodes, Probe};
 use podkv_hw::sync::mapped::{AtomicU32, AtomicU64, Ordering};
 use std::cmp::Ordering as Order;
 
 /// Bytes of item header before the key.
 pub const SIZE_HEADER: usize = 48;
-/// Bytes of a bucket sentinel (in its segment).
-pub const SIZE_SENTINEL: usize = 16;
-/// Sentinel state bit: a thread claimed the sentinel to link it.
-pub const SENTINEL_CLAIMED: u64 = 2;
-/// Sentinel state bit: the sentinel is linked; searches may start from it.
-pub const SENTINEL_LINKED: u64 = 4;
+/// Bytes of a bucket block's header before its entries.
+pub const SIZE_BLOCK_HEADER: usize = 8;
+/// Bytes of a bucket block entry.
+pub const SIZE_ENTRY: usize = 16;
 /// `kind` of an item ('I').
 pub const KIND_ITEM: u8 = 0x49;
 /// `lease` bit: a client was sent the recache token (`W`); later readers see `Z`.
@@ -69,16 +71,16 @@ pub struct Meta {
     pub lease: u8,
 }
 
-/// The split order of a key's hash: bit-reversed, low bit set (items sort after sentinels).
+/// Bytes of a bucket block of `len` entries.
+#[inline]
+pub fn block_size(len: usize) -> usize {
+    SIZE_BLOCK_HEADER + len * SIZE_ENTRY
+}
+
+/// The split order of a key's hash: bit-reversed, low bit set (the dump's order).
 #[inline]
 pub fn item_order(hash: u64) -> u64 {
     hash.reverse_bits() | 1
-}
-
-/// The split order of bucket `b`'s sentinel.
-#[inline]
-pub fn sentinel_order(bucket: u64) -> u64 {
-    bucket.reverse_bits()
 }
 
 /// Hashes a key (64-bit multiply–xorshift over 8-byte words; good low and high bits).
@@ -167,51 +169,77 @@ impl View {
         unsafe { self.ptr(at).read() }
     }
 
-    /// The node's split order (a sentinel's state flags masked off).
+    /// An item's split order (`reverse(hash) | 1`).
     #[inline]
     pub fn order(self, at: u64) -> u64 {
-        let raw = self.word(at + 8).load(Ordering::Relaxed);
-        if raw & 1 == 0 {
-            raw & !(SENTINEL_CLAIMED | SENTINEL_LINKED)
-        } else {
-            raw
-        }
+        self.u64_at(at + 8)
     }
 
-    /// A sentinel's state word (`order | flags`; zero: never claimed).
+    /// An item's tag (`index::tag` of its key's hash), from its split order.
     #[inline]
-    pub fn sentinel_state<'a>(self, at: u64) -> &'a AtomicU64 {
-        self.word(at + 8)
+    pub fn tag(self, at: u64) -> u64 {
+        self.order(at).reverse_bits()
     }
 
-    /// Whether the node is an item (not a sentinel).
+    /// The claim word of item or block `at` (see # Claims).
     #[inline]
-    pub fn is_item(self, at: u64) -> bool {
-        self.order(at) & 1 == 1
+    fn claim_word<'a>(self, at: u64, block: bool) -> &'a AtomicU32 {
+        let off = if block { 4 } else { 44 };
+        // SAFETY: the `u32` at 44 of a pinned item or at 4 of a pinned block, 4-aligned; only
+        // ever accessed atomically after publication (written zero before).
+        unsafe { &*(self.ptr(at + off) as *const AtomicU32) }
     }
 
-    /// The claim word of item `at` (see [`View::claim_retire`]).
+    /// Claims, for `slot`, the right to retire the removed item or block `at` (CAS of its
+    /// claim word 0 → `slot + 1`; see # Claims).
     #[inline]
-    fn claim_word<'a>(self, at: u64) -> &'a AtomicU32 {
-        // SAFETY: the `u32` at 44 of a pinned item, 4-aligned; only ever accessed atomically
-        // after publication (written zero by `write_item` before).
-        unsafe { &*(self.ptr(at + 44) as *const AtomicU32) }
-    }
-
-    /// Claims, for `slot`, the right to retire the unlinked item `at` (CAS of its claim word
-    /// 0 → `slot + 1`): the snipper that wins it retires the item; recovery of a slot killed
-    /// right after its snip claims it too, so exactly one of them retires it (`recover`).
-    #[inline]
-    pub fn claim_retire(self, at: u64, slot: u32) -> bool {
-        self.claim_word(at)
+    pub fn claim_retire(self, at: u64, block: bool, slot: u32) -> bool {
+        self.claim_word(at, block)
             .compare_exchange(0, slot + 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 
-    /// Who claimed item `at`'s retirement: `slot + 1`, or zero.
+    /// Who claimed `at`'s retirement: `slot + 1`, or zero.
     #[inline]
-    pub fn retire_claim(self, at: u64) -> u32 {
-        self.claim_word(at).load(Ordering::Acquire)
+    pub fn retire_claim(self, at: u64, block: bool) -> u32 {
+        self.claim_word(at, block).load(Ordering::Acquire)
+    }
+
+    /// Entries of bucket block `at`.
+    #[inline]
+    pub fn block_len(self, at: u64) -> usize {
+        self.u32_at(at) as usize
+    }
+
+    /// Entry `i` of bucket block `at`: `(tag, item)`.
+    #[inline]
+    pub fn block_entry(self, at: u64, i: usize) -> (u64, u64) {
+        let e = at + (SIZE_BLOCK_HEADER + i * SIZE_ENTRY) as u64;
+        (self.u64_at(e), self.u64_at(e + 8))
+    }
+
+    /// Starts a new, unpublished bucket block of `len` entries at `at` (a fresh block of
+    /// `block_size(len)` bytes); [`write_entry`](Self::write_entry) fills the entries.
+    #[inline]
+    pub fn write_block(self, at: u64, len: usize) {
+        let p = self.ptr(at);
+        // SAFETY: `at` is a fresh block this thread allocated and has not published, of
+        // `block_size(len)` bytes, 8-aligned; nobody else can see it.
+        unsafe {
+            (p as *mut u32).write(len as u32);
+            (p.add(4) as *mut u32).write(0);
+        }
+    }
+
+    /// Writes entry `i` of the unpublished bucket block at `at`.
+    #[inline]
+    pub fn write_entry(self, at: u64, i: usize, (tag, item): (u64, u64)) {
+        let e = self.ptr(at + (SIZE_BLOCK_HEADER + i * SIZE_ENTRY) as u64) as *mut u64;
+        // SAFETY: as `write_block`: entry `i` lies inside the fresh block (`i < len`).
+        unsafe {
+            e.write(tag);
+            e.add(1).write(item);
+        }
     }
 
     /// An item's CAS token (one field of [`meta`](Self::meta), for a write that needs only it).
@@ -289,22 +317,6 @@ impl View {
     }
 }
 
-impl Nodes for View {
-    #[inline]
-    fn next(&self, at: u64) -> &AtomicU64 {
-        self.word(at)
-    }
-
-    #[inline]
-    fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
-        let order = View::order(*self, at);
-        match order.cmp(&probe.order) {
-            Order::Equal if order & 1 == 1 => compare_keys(self.key(at), probe.key),
-            other => other,
-        }
-    }
-}
-
 /// `a.cmp(b)` without reading past either key. A slice comparison calls `memcmp`, whose AVX2
 /// version loads 32 bytes at once: for an 8-byte key at item offset 48 that is offset 48..80,
 /// the item's *second* cache line, one more miss per lookup (callgrind: 0.83 of the 3.0 D1
@@ -335,23 +347,12 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    /// Split order: an item lies after its bucket's sentinel and before every other sentinel
-    /// that sorts after that one, at every table size.
+    /// An item's tag is its key's hash with the top bit set, whatever the key.
     #[test]
-    fn items_sort_between_their_sentinel_and_the_next() {
+    fn an_items_tag_is_its_hash_with_the_top_bit() {
         for key in [&b"a"[..], b"key:1", b"a much longer key than eight bytes"] {
             let h = hash(key);
-            for log2 in [0u32, 1, 4, 10] {
-                let bucket = h & ((1u64 << log2) - 1);
-                assert!(sentinel_order(bucket) < item_order(h));
-                for other in (0..1u64 << log2).filter(|&b| b != bucket) {
-                    let o = sentinel_order(other);
-                    assert!(
-                        o < sentinel_order(bucket) || o > item_order(h),
-                        "{key:?} {log2} {other}"
-                    );
-                }
-            }
+            assert_eq!(item_order(h).reverse_bits(), crate::index::tag(h));
         }
     }
 

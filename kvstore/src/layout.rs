@@ -3,12 +3,13 @@
 //!
 //! ```text
 //! root[0] ─► Descriptor ─ hwcc_at ─► HwccWords (size, epoch, counters, flush marks,
-//!                       │            directory[i] ─► Segment i: COUNT_SEGMENT sentinels)
+//!                       │            directory[i] ─► Segment i: COUNT_SEGMENT bucket words)
 //!                       │            then one announcement line per slot
 //!                       └ slots_at ─► [SlotRecord; slots] ─ limbo ─► Bag ─► Bag ─► …
 //! ```
-//! Bucket `b`'s sentinel is slot `b % COUNT_SEGMENT` of segment `b / COUNT_SEGMENT`; it is all
-//! zero until a writer links it into the one split-ordered list (see `item`, # Sentinels).
+//! Bucket `b`'s word is word `b % COUNT_SEGMENT` of segment `b / COUNT_SEGMENT`, a block of the
+//! heap's user HWcc area like the `HwccWords`; it is zero until the bucket is made (see
+//! `index`).
 
 use podkv_hw::sync::mapped::AtomicU64;
 
@@ -16,14 +17,17 @@ use podkv_hw::sync::mapped::AtomicU64;
 pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;
 /// Layout version of the descriptor (2: items carry a `lease` byte; slots count evictions;
 /// 3: a limbo entry's stamp carries the item's size, see [`Stamp`]; 4: the multi-writer words
-/// and the announcements live in a [`HwccWords`] block, in the heap's user HWcc area).
-pub const VERSION: u64 = 4;
-/// Buckets per segment (a 64 KiB block of sentinels).
+/// and the announcements live in a [`HwccWords`] block, in the heap's user HWcc area; 5: the
+/// index is copy-on-write buckets, HWcc bucket words naming bucket blocks, see `index`).
+pub const VERSION: u64 = 5;
+/// Buckets per segment (a 32 KiB block of bucket words in the HWcc area).
 pub const COUNT_SEGMENT: u64 = 4096;
 /// Segments in the directory: at most `COUNT_SEGMENT * COUNT_SEGMENTS` = 2^26 buckets.
 pub const COUNT_SEGMENTS: usize = 16384;
 /// log2 of the most buckets.
 pub const SHIFT_BUCKETS_MAX: u64 = 26;
+/// Bytes of a segment of bucket words.
+pub const SIZE_SEGMENT: usize = COUNT_SEGMENT as usize * 8;
 /// Buckets of a new growing table (log2).
 pub const SHIFT_BUCKETS_START: u64 = 10;
 /// Entries in a limbo bag (a 512-byte block).
@@ -69,7 +73,8 @@ pub struct Descriptor {
 }
 
 /// The store's multi-writer words: every word of the store that any thread of any process
-/// CASes or stores, except the list's links and sentinels (see README, Coherence). In the
+/// CASes or stores, but the bucket words (in their segments) and the claim words of removed
+/// items and blocks (see README, Coherence). In the
 /// pod heap the block lies in the heap's user HWcc area (`podkv_alloc::HwccUser`: HWcc memory
 /// in a `limited` heap, mCAS targets in an `mcas` one); one line per slot's announcement
 /// follows it ([`size_hwcc_block`]). Carved and initialised by the descriptor's creator
@@ -94,7 +99,8 @@ pub struct HwccWords {
     pub oldest_live: Line,
     /// `flush_all`: items with a smaller CAS token are flushed (0: none). As `oldest_live`.
     pub oldest_cas: Line,
-    /// Segment offsets (0: not yet made), each installed once by CAS 0 → offset.
+    /// Offsets of segments of bucket words (0: not yet made), each installed once by CAS
+    /// 0 → offset by the writer that first needs a bucket in it.
     pub directory: [AtomicU64; COUNT_SEGMENTS],
 }
 
@@ -111,26 +117,30 @@ pub const fn size_hwcc_block(slots: u64) -> usize {
 /// Bit 63 of `size`: the table is fixed-size.
 pub const FIXED: u64 = 1 << 63;
 
-/// One thread slot's epoch state (one cache line, padded: blocks are only 8-aligned).
+/// One thread slot's own words: its limbo head, its log words (see `recover`) and its
+/// eviction count (two cache lines, padded: blocks are only 8-aligned).
 ///
 /// # Fields (who may touch them)
 #[repr(C)]
 #[derive(Debug)]
 pub struct SlotRecord {
-    /// Reserved (zero): the slot's announcement is in the store's HWcc block.
-    pub reserved: AtomicU64,
+    /// The old word the owner's next bucket CAS replaces (its block is retired by the CAS
+    /// winner, see `index::Memory::replacing`); zero: none. Written by the owner before the
+    /// CAS, cleared once the block is in limbo; settled by recovery.
+    pub replacing: AtomicU64,
     /// Offset of the first limbo bag (0: none). Written and read only by the slot's owner
     /// (and by `check`, on a quiescent heap).
     pub limbo: AtomicU64,
-    /// The owner's item step (a `log` tag below: allocating an item or segment, an item
-    /// written but maybe not published, freeing an unpublished item). Written by the owner
-    /// before the step; settled (CAS to idle) by recovery. See `recover`.
+    /// The owner's item step (a `log` tag below: allocating an item, an item written but
+    /// maybe not published, freeing an unpublished item). Written by the owner before the
+    /// step; settled (CAS to idle) by recovery. See `recover`.
     pub log: AtomicU64,
     /// The owner's limbo step (allocating a bag, freeing a limbo entry or bag).
     pub limbo_log: AtomicU64,
     /// Where the limbo step's block was referenced from (the entry or link word's offset).
     pub limbo_at: AtomicU64,
-    /// The owner's snip: the marked item whose unlinking CAS it is about to try (0: none).
+    /// The item the owner's next bucket CAS removes (replaced or deleted; 0: none): written
+    /// before the CAS, cleared once the item is in limbo.
     pub unlink: AtomicU64,
     /// The allocator's step word when the owner logged its last `ALLOC_*` step: unchanged at
     /// recovery means that allocation never started.
@@ -139,7 +149,13 @@ pub struct SlotRecord {
     /// owner only, summed by `Map::evictions` from any process. Never reset: it lives in the
     /// heap, so a dead process's evictions still count, and the slot's next owner adds on.
     pub evictions: AtomicU64,
+    /// The owner's bucket block step (a `block_log` tag below), as `log` is for items.
+    pub block_log: AtomicU64,
+    _pad: [u64; 7],
 }
+
+/// Bytes of a [`SlotRecord`].
+pub const SIZE_SLOT_RECORD: usize = std::mem::size_of::<SlotRecord>();
 
 /// Tag bits of a [`SlotRecord`] log word (offsets are 8-aligned); the steps are listed in
 /// `recover`'s table.
@@ -150,8 +166,12 @@ pub const ALLOC_ITEM: u64 = 1;
 pub const ITEM: u64 = 2;
 /// `log`: freeing unpublished item `x`.
 pub const FREE_ITEM: u64 = 3;
-/// `log`: allocating the segment for the directory entry at the offset.
-pub const ALLOC_SEGMENT: u64 = 4;
+/// `block_log`: allocating a bucket block.
+pub const ALLOC_BLOCK: u64 = 1;
+/// `block_log`: bucket block `x` written, maybe published.
+pub const BLOCK: u64 = 2;
+/// `block_log`: freeing unpublished bucket block `x`.
+pub const FREE_BLOCK: u64 = 3;
 /// `limbo_log`: allocating a bag.
 pub const ALLOC_BAG: u64 = 1;
 /// `limbo_log`: freeing limbo entry `x` (its entry word at `limbo_at`).
@@ -209,9 +229,7 @@ impl Stamp {
 
 /// Bytes of a [`Bag`].
 pub const SIZE_BAG: usize = std::mem::size_of::<Bag>();
-/// Bytes of a segment.
-pub const SIZE_SEGMENT: usize = COUNT_SEGMENT as usize * crate::item::SIZE_SENTINEL;
 
-const _: () = assert!(std::mem::size_of::<SlotRecord>() == 64 && std::mem::size_of::<Line>() == 64);
+const _: () = assert!(SIZE_SLOT_RECORD == 128 && std::mem::size_of::<Line>() == 64);
 const _: () = assert!(std::mem::align_of::<Descriptor>() == 8 && std::mem::align_of::<Bag>() == 8);
 const _: () = assert!(SIZE_HWCC_WORDS % 64 == 0);

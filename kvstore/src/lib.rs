@@ -1,11 +1,12 @@
 //! podkv-store: a lock-free hash index with epoch reclamation across processes, in the pod heap.
 //!
 //! # Map
-//! pod heap → root 0 → descriptor → bucket directory → 4096-bucket segments → sentinels; one
-//! split-ordered Harris–Michael list of items (48-byte header + key + value, one block each)
-//! threads all buckets. Every insert, replace and delete is one CAS on a link; lookups only
-//! load. Retired items wait in per-slot limbo bags in the heap until the global epoch has moved
-//! two steps past them. memcached 1.6 semantics sit on one write loop (`Parts::update`).
+//! pod heap → root 0 → descriptor → bucket directory → segments of 4096 bucket words (HWcc)
+//! → one item (48-byte header + key + value, one block), or an immutable bucket block of
+//! `(tag, item)` entries. Every insert, replace and delete builds the bucket's next word and
+//! publishes it by one CAS (copy-on-write, [`index`]); lookups only load. Removed items and
+//! blocks wait in per-slot limbo bags in the heap until the global epoch has moved two steps
+//! past them. memcached 1.6 semantics sit on one write loop (`Parts::update`).
 //!
 //! A [`Map`] (= [`Store`] in the pod heap) is the open store: `shared::Shared` (arena,
 //! descriptor, clock). A [`Handle`] is one thread's seat, made of owned components, each with
@@ -17,12 +18,12 @@
 //!
 //! # Who owns what (bottom up; no module imports one above it)
 //! - leaves: [`error`], [`config`], [`layout`] (heap structures, log tags), [`item`] (item
-//!   layout, `View`), [`list`] (link protocol), [`command`] (request/reply types, expiry and
+//!   and bucket block layout, `View`), [`index`] (the bucket protocol), [`command`] (request/reply types, expiry and
 //!   counter rules), [`kvmap`] (the driver trait), [`arena`] (the pod heap);
 //! - `shared`: opening, `create`, descriptor facts, visibility; `slot`: the claimed slot;
 //! - [`reclaim`]: [`epoch`] (the rule), `limbo` (the heap list and its walk), `spare`,
 //!   `reclaimer` (`Reclaim`);
-//! - `buckets`: sentinels, lazy linking, growth; [`maintain`]: capacity, eviction, crawl;
+//! - `buckets`: segments, the store's side of [`index`] (blocks, their logs), growth; [`maintain`]: capacity, eviction, crawl;
 //! - `writer`: new items (spare or allocator) and the write loop;
 //! - [`recover`]: settling a dead slot's log; [`memcached`], [`meta`]: the commands;
 //! - [`map`]: `Map` and `Handle` (thin); [`store`], `crawler`, [`check`]; `driven`: the
@@ -58,8 +59,8 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod index;
 pub mod kvmap;
-pub mod list;
 pub mod reclaim;
 
 pub use reclaim::epoch;

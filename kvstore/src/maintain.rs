@@ -19,13 +19,12 @@
 //! victims are reclaimed (`writer`: `Parts::room_after_oom`).
 
 use crate::arena::Arena;
-use crate::buckets::{self, Buckets};
-use crate::item::{self, View};
+use crate::buckets::{Buckets, Table};
+use crate::index::{self, Change, Memory};
 use crate::layout::COUNT_SEGMENT;
-use crate::list::{self, Probe, MARK};
 use crate::reclaim::Reclaim;
 use crate::StoreError;
-use podkv_hw::sync::mapped::{AtomicU64, Ordering};
+use podkv_hw::sync::mapped::Ordering;
 
 /// Items examined per eviction.
 pub const COUNT_SAMPLE: usize = 8;
@@ -123,9 +122,10 @@ fn sample_oldest<A: Arena>(
     let view = shared.view();
     let mut best: Option<(bool, u8, u64, u64)> = None; // (visible, rank, cas, item)
     let mut seen = 0;
+    let table = Table { reclaim };
     for _ in 0..buckets_max {
-        let head = buckets.sample(shared);
-        walk_bucket(view, head, |at| {
+        let (bucket, word) = buckets.sample(reclaim);
+        index::owned(&table, bucket, word, |_, at| {
             let Some(rank) = rank(at) else {
                 return true;
             };
@@ -153,38 +153,37 @@ fn remove_victim<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, victim: Vict
     removed
 }
 
-/// Calls `visit` on each unmarked item from sentinel `head` to the next sentinel, while it
-/// returns true. Read-only. The caller is pinned.
-fn walk_bucket(view: View, head: &AtomicU64, mut visit: impl FnMut(u64) -> bool) {
-    let mut at = head.load(Ordering::Acquire) & !MARK;
-    while at != 0 && view.is_item(at) {
-        let next = view.word(at).load(Ordering::Acquire);
-        if next & MARK == 0 && !visit(at) {
-            return;
-        }
-        at = next & !MARK;
-    }
-}
-
-/// Deletes `item` if it is still linked and unmarked: one CAS; whether this call did it.
+/// Removes `item` if its bucket still holds it: one CAS; whether this call did it.
 fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) -> bool {
     let _pin = reclaim.pin();
     let slot = reclaim.slot();
     let shared = slot.shared();
     let view = shared.view();
-    let key = view.key(item);
-    let order = view.meta(item).order;
-    let probe = Probe { order, key };
-    let head = buckets::head_for_write(reclaim, item::hash(key));
-    let nodes = slot.nodes();
-    let mut retire = |n| reclaim.retire(n);
-    let pos = list::find(&nodes, head, &probe, &mut retire);
-    if !pos.found || pos.curr != item || !list::try_delete(&view, &pos) {
-        return false;
+    let table = Table { reclaim };
+    let h = view.tag(item);
+    loop {
+        let Ok((word, w)) = index::write_target(&table, h, shared.buckets_log2()) else {
+            return false;
+        };
+        if index::find(&table, w, h, |at| at == item) == 0 {
+            return false;
+        }
+        let mut change = Change::of(w);
+        change.drop = item;
+        let Ok(next) = table.make(&change) else {
+            return false;
+        };
+        slot.record().unlink.store(item, Ordering::Relaxed);
+        table.replacing(w);
+        let won = table.cas(word, w, next);
+        table.replaced(w, next, won);
+        if won {
+            buckets.account(shared, -1, -(view.item_size(item) as i64));
+            reclaim.retire(item);
+            return true;
+        }
+        slot.record().unlink.store(0, Ordering::Relaxed);
     }
-    buckets.account(shared, -1, -(view.item_size(item) as i64));
-    list::unlink(&nodes, head, &pos, &probe, &mut retire);
-    true
 }
 
 /// One pass of the expiry crawler over every made bucket: removes invisible items.
@@ -193,16 +192,20 @@ pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlR
     let shared = reclaim.slot().shared();
     let count = 1u64 << shared.buckets_log2();
     let now = shared.now();
+    let table = Table { reclaim };
     for bucket in 0..count {
-        if bucket % COUNT_SEGMENT == 0 && buckets::segment_missing(shared, bucket) {
+        if bucket % COUNT_SEGMENT == 0 && table.bucket(bucket, false).is_none() {
             continue;
         }
-        let Some(head) = buckets::made_head(shared, bucket) else {
-            continue;
-        };
         let mut dead = Vec::new();
         let _pin = reclaim.pin();
-        walk_bucket(shared.view(), head, |at| {
+        let Some(word) = table.bucket(bucket, false).map(|w| table.load(w)) else {
+            continue;
+        };
+        if word == 0 {
+            continue;
+        }
+        index::owned(&table, bucket, word, |_, at| {
             report.visited += 1;
             if !shared.visible(at, now) {
                 dead.push(at);

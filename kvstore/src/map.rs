@@ -247,7 +247,7 @@ impl Map<PodArena> {
     }
 
     /// Walks the store and the allocator and proves every live block belongs to exactly one
-    /// item, sentinel, segment, limbo bag or limbo entry (or the descriptor / slot array).
+    /// item, bucket block, limbo bag or limbo entry (or the descriptor / slot array).
     /// Run on a quiescent heap.
     pub fn check(&self) -> CheckReport {
         check::reconcile(self.walk(), &self.heap().check())

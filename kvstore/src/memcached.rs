@@ -28,10 +28,10 @@
 //!   answers `NotStored`. Other commands leave the old item as it was.
 
 use crate::arena::Arena;
-use crate::buckets;
+use crate::buckets::Table;
 use crate::command::{Lease, Step};
+use crate::index;
 use crate::item::{self, View, SIZE_HEADER};
-use crate::list::{self, Probe};
 use crate::reclaim::Pin;
 use crate::writer::Parts;
 use crate::StoreError;
@@ -98,11 +98,11 @@ pub(crate) fn get<'h, A: Arena>(
     let h = item::hash(key);
     let pin = p.pin();
     let view = shared.view();
-    let probe = Probe {
-        order: item::item_order(h),
-        key,
-    };
-    let at = list::lookup(&view, buckets::head_for_read(shared, h), &probe);
+    let table = Table { reclaim: p.reclaim };
+    let (_, word) = index::read(&table, h, shared.buckets_log2());
+    let at = index::find(&table, word, index::tag(h), |at| {
+        item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
+    });
     if at == 0 || !shared.visible_when(at, || shared.now()) {
         return Ok(None);
     }

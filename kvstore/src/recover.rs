@@ -4,45 +4,51 @@
 //! # What the allocator's log does not cover
 //! The allocator (`podkv_alloc::Heap::recover_dead`) finishes a dead slot's allocator step and
 //! reports the block an allocation or free concerned (`InFlight`). What that block *means* —
-//! an item not yet linked, a limbo bag not yet on the slot's list, an item unlinked but not
-//! yet in limbo — only the store knows. Each such step is written, before it happens, into the
+//! an item or bucket block not yet published, a limbo bag not yet on the slot's list, an item
+//! or block removed but not yet in limbo — only the store knows. Each such step is written, before it happens, into the
 //! slot's record ([`crate::layout::SlotRecord`], tags in `layout`, written by `slot::Slot`),
 //! one word per kind of step so that steps that
-//! nest (a snip inside the search of a write whose new item is already logged) never overwrite
+//! nest (a bucket block made for a write whose new item is already logged) never overwrite
 //! each other:
 //!
 //! | word        | step                         | set before                    | cleared after          |
 //! |-------------|------------------------------|-------------------------------|------------------------|
 //! | `log`       | `ALLOC_ITEM`                 | allocating an item            | logging `ITEM(x)`      |
-//! | `log`       | `ITEM(x)`                    | the insert / replace CAS      | the CAS succeeding     |
+//! | `log`       | `ITEM(x)`                    | the bucket CAS publishing it  | the CAS succeeding     |
 //! | `log`       | `FREE_ITEM(x)`               | freeing an unpublished item   | the free               |
-//! | `log`       | `ALLOC_SEGMENT(entry)`       | allocating a bucket segment   | the directory CAS      |
+//! | `block_log` | `ALLOC_BLOCK`                | allocating a bucket block     | logging `BLOCK(x)`     |
+//! | `block_log` | `BLOCK(x)`                   | the bucket CAS publishing it  | the CAS succeeding     |
+//! | `block_log` | `FREE_BLOCK(x)`              | freeing an unpublished block  | the free               |
 //! | `limbo_log` | `ALLOC_BAG`                  | allocating a limbo bag        | linking it             |
 //! | `limbo_log` | `FREE_ENTRY(x)` @ entry      | zeroing a limbo entry         | freeing `x`            |
 //! | `limbo_log` | `FREE_BAG(b)` @ link         | unlinking an empty bag        | freeing `b`            |
 //! | `limbo_log` | `TAKE_ENTRY(x)` @ entry      | zeroing a spare's entry       | logging `ITEM(x)`      |
-//! | `unlink`    | `x`                          | the snip CAS of marked `x`    | `x` is in limbo        |
+//! | `unlink`    | item `x`                     | the bucket CAS removing it    | `x` is in limbo        |
+//! | `replacing` | block `x`                    | the bucket CAS removing it    | `x` is in limbo        |
 //!
 //! # Settling (one bounded `match` per word, no heap scan)
 //! Run by a live handle (pinned) before the dead slot's announcement is released, so nothing
 //! the dead thread could reach has been freed: its announcement still holds the epoch.
-//! - `ALLOC_ITEM` / `ALLOC_BAG` / `ALLOC_SEGMENT`: the allocator reports `Alloc(x)` and its
+//! - `ALLOC_ITEM` / `ALLOC_BLOCK` / `ALLOC_BAG`: the allocator reports `Alloc(x)` and its
 //!   step word differs from the one snapshot (`alloc_step`) before the step was logged (an
-//!   unchanged word names an earlier, finished allocation): free `x` unless the structure holds it (the slot's limbo head is `x`; the directory entry is `x`).
-//!   An item is never published under `ALLOC_ITEM`, so its block is freed.
-//! - `ITEM(x)`: the item was written; it is published iff it is *marked* (published, then
-//!   removed by someone, who retires it) or reachable from its bucket (one walk of that
-//!   bucket, comparing the block, not the key: a live process may have re-inserted the key).
-//!   Otherwise it never was, and is freed.
+//!   unchanged word names an earlier, finished allocation): free `x` unless the structure
+//!   holds it (the slot's limbo head is `x`). Nothing is published under `ALLOC_*`.
+//! - `ITEM(x)` / `BLOCK(x)`: written, maybe published. Reachable from its bucket (the
+//!   bucket's chain of ancestors, comparing the block, not the key: a live process may have
+//!   re-inserted the key): published and live, kept. Otherwise it was never published, or a
+//!   live thread removed it since (and retires it): recovery claims it for the dead slot
+//!   (`item`, # Claims) and retires it if the claim is its own; a remover that claims first
+//!   retires it itself.
 //! - `FREE_*(x)`: done if the allocator reports `Free(x)`; else, if the entry / link word no
 //!   longer names `x` (`FREE_ITEM`: always), free `x`.
 //! - `TAKE_ENTRY(x)` (a reclaimable limbo item reused for a new item, `Reclaim::take_spare`):
 //!   if the entry still names `x`, nothing was taken (the limbo keeps it); if the `log` word
 //!   names `ITEM(x)`, that arm decides; else `x` was taken and never written: free it.
-//! - `unlink = x`: if `x` is still reachable, a later search snips and retires it. If not, the
-//!   snip happened (ours or a live thread's): the item's claim word decides who retires it —
-//!   every snipper CASes it `0 → slot + 1` before retiring, and so does recovery, for the
-//!   dead slot. Claimed by the dead slot but not its head bag's last entry: retire it here.
+//! - `unlink = x` / `replacing = x`: if `x` is still reachable, the dead slot's CAS did not
+//!   remove it. If not, a CAS removed it (the dead slot's or a live thread's): the claim word
+//!   decides who retires it — every remover CASes it `0 → slot + 1` before retiring, and so
+//!   does recovery, for the dead slot. Claimed by the dead slot but not its head bag's last
+//!   entry: retire it here.
 //!
 //! # When settling happens
 //! Always while the slot is held, so no new owner's log is taken for the dead one's:
@@ -62,12 +68,13 @@
 //! alone and frees not redone (a possible leak, never a double free).
 
 use crate::arena::Arena;
-use crate::buckets;
+use crate::buckets::Table;
+use crate::index::{self, Memory};
+use crate::item;
 use crate::layout::{
-    SlotRecord, ALLOC_BAG, ALLOC_ITEM, ALLOC_SEGMENT, FREE_BAG, FREE_ENTRY, FREE_ITEM, ITEM,
-    MASK_TAG, TAKE_ENTRY,
+    SlotRecord, ALLOC_BAG, ALLOC_BLOCK, ALLOC_ITEM, BLOCK, FREE_BAG, FREE_BLOCK, FREE_ENTRY,
+    FREE_ITEM, ITEM, MASK_TAG, TAKE_ENTRY,
 };
-use crate::list::MARK;
 use crate::reclaim::{limbo, Reclaim};
 use crate::slot::Slot;
 use podkv_alloc::{InFlight, Offset};
@@ -86,8 +93,12 @@ pub struct Settled {
     pub log: u64,
     /// The limbo step it named.
     pub limbo_log: u64,
-    /// The item whose snip it logged.
+    /// The item whose removal it logged.
     pub unlink: u64,
+    /// The bucket block step it named.
+    pub block_log: u64,
+    /// The bucket block whose removal it logged.
+    pub replacing: u64,
     /// What the allocator reported.
     pub in_flight: Option<InFlight>,
 }
@@ -96,7 +107,7 @@ pub struct Settled {
 /// is what the allocator reported, `None` when unknown), then releases its announcement
 /// if it still holds the value it had. Only the thread whose CAS takes a log word settles
 /// it. The slot's limbo stays in its record: the slot's next owner frees it. Run by a live
-/// handle's `reclaim` (it pins, and may retire the dead slot's snipped item).
+/// handle's `reclaim` (it pins, and may retire what the dead slot removed).
 pub(crate) fn settle<A: Arena>(
     reclaim: &Reclaim<A>,
     dead: u32,
@@ -128,16 +139,23 @@ pub(crate) fn settle<A: Arena>(
         log: 0,
         limbo_log: 0,
         unlink: 0,
+        block_log: 0,
+        replacing: 0,
         in_flight,
     };
-    // The limbo step first: `unlink` below looks at the limbo head.
+    // The limbo step first: the removal arms below look at the limbo head.
     settle_limbo_step(slot, record, allocated, &mut done);
-    settle_item_step(slot, record, allocated, &mut done);
+    settle_item_step(reclaim, dead, record, allocated, &mut done);
+    settle_block_step(reclaim, dead, record, allocated, &mut done);
     let x = take(&record.unlink);
     done.unlink = x;
-    if x != 0 && !reachable(slot, x) && owes_retire(slot, dead, x) {
-        reclaim.push_limbo(x);
-        done.retired += 1;
+    if x != 0 && !reachable(reclaim, x, false) && owes_retire(slot, dead, x, false) {
+        retire(reclaim, x, false, &mut done);
+    }
+    let x = take(&record.replacing);
+    done.replacing = x;
+    if x != 0 && !reachable(reclaim, x, true) && owes_retire(slot, dead, x, true) {
+        retire(reclaim, x, true, &mut done);
     }
     // Our own slot (a handle settling what its slot's previous owner left) pins and
     // unpins it itself.
@@ -179,27 +197,61 @@ fn settle_limbo_step<A: Arena>(
     }
 }
 
-/// The `log` arm of [`settle`]: takes the word and frees the item or segment block its step
-/// left referenced by nothing.
+/// The `log` arm of [`settle`]: takes the word and frees or retires the item its step left
+/// referenced by nothing.
 fn settle_item_step<A: Arena>(
-    slot: &Slot<A>,
+    reclaim: &Reclaim<A>,
+    dead: u32,
     record: &SlotRecord,
     allocated: u64,
     done: &mut Settled,
 ) {
+    let slot = reclaim.slot();
     let word = take(&record.log);
     done.log = word;
     let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
-    let view = slot.view();
     match tag {
         ALLOC_ITEM if allocated != 0 => free(slot, allocated, done),
-        ITEM if !published(slot, x) => free(slot, x, done),
-        FREE_ITEM if done.in_flight.is_some() && !freed_by_heap(done, x) => free(slot, x, done),
-        ALLOC_SEGMENT if allocated != 0 && view.word(x).load(Ordering::Acquire) != allocated => {
-            free(slot, allocated, done)
+        ITEM if !reachable(reclaim, x, false) && slot.view().claim_retire(x, false, dead) => {
+            retire(reclaim, x, false, done)
         }
+        FREE_ITEM if done.in_flight.is_some() && !freed_by_heap(done, x) => free(slot, x, done),
         _ => {}
     }
+}
+
+/// The `block_log` arm of [`settle`]: as the `log` arm, for a bucket block.
+fn settle_block_step<A: Arena>(
+    reclaim: &Reclaim<A>,
+    dead: u32,
+    record: &SlotRecord,
+    allocated: u64,
+    done: &mut Settled,
+) {
+    let slot = reclaim.slot();
+    let word = take(&record.block_log);
+    done.block_log = word;
+    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
+    match tag {
+        ALLOC_BLOCK if allocated != 0 => free(slot, allocated, done),
+        BLOCK if !reachable(reclaim, x, true) && slot.view().claim_retire(x, true, dead) => {
+            retire(reclaim, x, true, done)
+        }
+        FREE_BLOCK if done.in_flight.is_some() && !freed_by_heap(done, x) => free(slot, x, done),
+        _ => {}
+    }
+}
+
+/// Retires removed (or never published) item or block `x`, claimed for the dead slot.
+fn retire<A: Arena>(reclaim: &Reclaim<A>, x: u64, block: bool, done: &mut Settled) {
+    let view = reclaim.slot().view();
+    let size = if block {
+        item::block_size(view.block_len(x))
+    } else {
+        view.item_size(x)
+    };
+    reclaim.push_limbo(x, size);
+    done.retired += 1;
 }
 
 /// Whether the allocator reported freeing `x` itself (its step was that free).
@@ -213,40 +265,43 @@ fn free<A: Arena>(slot: &Slot<A>, x: u64, done: &mut Settled) {
     done.freed += 1;
 }
 
-/// Whether written item `x` was ever published: marked (removed since) or reachable.
-fn published<A: Arena>(slot: &Slot<A>, x: u64) -> bool {
-    slot.view().word(x).load(Ordering::Acquire) & MARK != 0 || reachable(slot, x)
-}
-
-/// Whether block `x` (an item) is reachable from its bucket: one walk of the bucket,
-/// through marked nodes, up to the first node ordered after it.
-fn reachable<A: Arena>(slot: &Slot<A>, x: u64) -> bool {
-    let view = slot.view();
-    let order = view.order(x);
-    let key = view.key(x);
-    let mut curr =
-        buckets::head_for_read(slot.shared(), crate::item::hash(key)).load(Ordering::Acquire);
-    while curr != 0 {
-        if curr == x {
-            return true;
-        }
-        if view.order(curr) > order {
+/// Whether item or block `x` is reachable from its bucket: its bucket's word, or the word of
+/// an ancestor that holds the bucket's items, names it (a block) or owns an entry naming it
+/// (an item).
+fn reachable<A: Arena>(reclaim: &Reclaim<A>, x: u64, block: bool) -> bool {
+    let view = reclaim.slot().view();
+    let table = Table { reclaim };
+    let tag = match block {
+        true if view.block_len(x) == 0 => return false,
+        true => view.block_entry(x, 0).0,
+        false => view.tag(x),
+    };
+    let log2 = reclaim.slot().shared().buckets_log2();
+    index::chain(index::bucket_of(tag, log2)).any(|b| {
+        let Some(w) = table.bucket(b, false).map(|word| table.load(word)) else {
             return false;
+        };
+        if block {
+            return index::is_block(w) && index::object(w) == x;
         }
-        curr = view.word(curr).load(Ordering::Acquire) & !MARK;
-    }
-    false
+        let mut hit = false;
+        index::owned(&table, b, w, |_, at| {
+            hit = at == x;
+            !hit
+        });
+        hit
+    })
 }
 
-/// Unlinked item `x` whose snip slot `dead` logged: whether the dead slot (so recovery)
-/// must retire it — nobody claimed it yet (recovery claims it now for the dead slot), or
-/// the dead slot claimed it and died before it reached its limbo head bag.
-fn owes_retire<A: Arena>(slot: &Slot<A>, dead: u32, x: u64) -> bool {
+/// Removed item or block `x` whose removal slot `dead` logged: whether the dead slot (so
+/// recovery) must retire it — nobody claimed it yet (recovery claims it now for the dead
+/// slot), or the dead slot claimed it and died before it reached its limbo head bag.
+fn owes_retire<A: Arena>(slot: &Slot<A>, dead: u32, x: u64, block: bool) -> bool {
     let view = slot.view();
-    if view.claim_retire(x, dead) {
+    if view.claim_retire(x, block, dead) {
         return true;
     }
-    if view.retire_claim(x) != dead + 1 {
+    if view.retire_claim(x, block) != dead + 1 {
         return false;
     }
     let head = slot.shared().slot(dead).limbo.load(Ordering::Relaxed);

@@ -8,7 +8,8 @@
 
 use crate::arena::{alloc_zeroed, Arena};
 use crate::config::{Clock, Eviction, StoreConfig, Table};
-use crate::item::{self, View, SENTINEL_LINKED};
+use crate::index;
+use crate::item::{self, View};
 use crate::layout::*;
 use crate::StoreError;
 use podkv_hw::sync::mapped::{AtomicU64, AtomicUsize, Ordering};
@@ -128,9 +129,21 @@ impl<A: Arena> Shared<A> {
         self.view.word(self.announce_at(i))
     }
 
-    /// Bytes of HWcc memory this store's words take (its [`HwccWords`] and announcements).
+    /// Bytes of HWcc memory this store's words take: its [`HwccWords`] and announcements,
+    /// and the segments of bucket words made so far.
     pub(crate) fn hwcc_bytes(&self) -> u64 {
-        size_hwcc_block(self.desc().slots) as u64
+        let segments = self.segments().count() as u64;
+        size_hwcc_block(self.desc().slots) as u64 + segments * SIZE_SEGMENT as u64
+    }
+
+    /// The offsets of the segments of bucket words made so far, with their index.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.hw()
+            .directory
+            .iter()
+            .map(|entry| entry.load(Ordering::Acquire))
+            .enumerate()
+            .filter(|&(_, seg)| seg != 0)
     }
 
     /// Offset of slot record `i`.
@@ -241,8 +254,8 @@ impl<A: Arena> Shared<A> {
     }
 }
 
-/// Makes a descriptor, its slot records and segment 0 (holding bucket 0's sentinel), installs it at
-/// the root; returns whichever descriptor won. If another process's descriptor won, the slot
+/// Makes a descriptor, its slot records and segment 0 (holding bucket 0's word, made
+/// empty), installs it at the root; returns whichever descriptor won. If another process's descriptor won, the slot
 /// this claimed may be one its dead owner used in that store: the report of the adoption is
 /// taken at once (it belongs to this claim only) and returned for settling.
 pub(crate) fn create<A: Arena>(
@@ -255,12 +268,11 @@ pub(crate) fn create<A: Arena>(
     let slots = u64::from(arena.slots());
     // The HWcc block first: a heap without room for it is refused before a block is taken.
     let hwcc_at = arena.hwcc_block(&thread, size_hwcc_block(slots))?;
+    let seg0 = arena.hwcc_block(&thread, SIZE_SEGMENT)?;
     let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
-    let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * 64)?;
-    let seg0 = alloc_zeroed::<A>(&thread, view, SIZE_SEGMENT)?;
-    // Bucket 0's sentinel is the list's head: linked from birth.
-    view.sentinel_state(seg0)
-        .store(item::sentinel_order(0) | SENTINEL_LINKED, Ordering::Relaxed);
+    let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * SIZE_SLOT_RECORD)?;
+    // Bucket 0 is the ancestor of every bucket: made from birth.
+    view.word(seg0).store(index::EMPTY, Ordering::Relaxed);
     // SAFETY: a fresh zeroed block of `size_of::<Descriptor>()` bytes, unpublished.
     let d = unsafe { &mut *(view.ptr(desc_at) as *mut Descriptor) };
     d.magic = MAGIC;
@@ -286,9 +298,10 @@ pub(crate) fn create<A: Arena>(
     let desc_at = match root.compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => desc_at,
         Err(winner) => {
-            for at in [seg0, slots_at, desc_at] {
+            for at in [slots_at, desc_at] {
                 A::free(&thread, at);
             }
+            arena.hwcc_unused(&thread, seg0);
             arena.hwcc_unused(&thread, hwcc_at);
             winner
         }

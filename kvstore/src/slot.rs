@@ -8,11 +8,9 @@
 use crate::arena::{alloc_zeroed, Arena};
 use crate::item::View;
 use crate::layout::SlotRecord;
-use crate::list::{Nodes, Probe};
 use crate::shared::Shared;
 use crate::StoreError;
 use podkv_hw::sync::mapped::{AtomicU64, Ordering};
-use std::cmp::Ordering as Order;
 use std::sync::Arc;
 
 /// A claimed arena slot and its record (see the module doc). Not `Send`: the arena's thread
@@ -69,15 +67,6 @@ impl<A: Arena> Slot<A> {
         self.view().word(self.announce_at)
     }
 
-    /// This slot's logging view of the nodes (see [`Logged`]).
-    #[inline]
-    pub(crate) fn nodes(&self) -> Logged<'_> {
-        Logged {
-            view: self.view(),
-            unlink: &self.record().unlink,
-        }
-    }
-
     /// Snapshots the allocator's step word before an `ALLOC_*` step is logged.
     #[inline]
     pub(crate) fn before_alloc(&self) {
@@ -89,6 +78,12 @@ impl<A: Arena> Slot<A> {
     #[inline]
     pub(crate) fn log(&self, tag: u64, at: u64) {
         self.record().log.store(at | tag, Ordering::Relaxed);
+    }
+
+    /// Writes this slot's bucket block step.
+    #[inline]
+    pub(crate) fn block_log(&self, tag: u64, at: u64) {
+        self.record().block_log.store(at | tag, Ordering::Relaxed);
     }
 
     /// Writes this slot's limbo step and where its block is referenced from.
@@ -108,28 +103,5 @@ impl<A: Arena> Slot<A> {
     #[inline]
     pub(crate) fn free(&self, at: u64) {
         A::free(&self.thread, at);
-    }
-}
-
-/// The nodes of a writer: a [`View`] that logs each snip in the slot's `unlink` word.
-pub(crate) struct Logged<'a> {
-    pub(crate) view: View,
-    pub(crate) unlink: &'a AtomicU64,
-}
-
-impl Nodes for Logged<'_> {
-    #[inline]
-    fn next(&self, at: u64) -> &AtomicU64 {
-        self.view.word(at)
-    }
-
-    #[inline]
-    fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
-        Nodes::order(&self.view, at, probe)
-    }
-
-    #[inline]
-    fn snipping(&self, at: u64) {
-        self.unlink.store(at, Ordering::Relaxed);
     }
 }

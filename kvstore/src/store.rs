@@ -128,9 +128,10 @@ mod tests {
         assert_ne!(store.heap().root(0).load(Ordering::Acquire), 0);
     }
 
-    /// The store's shared words take one block of the heap's HWcc area: its size is in the
-    /// store's report and inside the heap's `hwcc_bytes`, and a heap without room for it is
-    /// refused with one line naming `--hwcc-bytes`.
+    /// The store's shared words take one block of the heap's HWcc area, and its bucket words
+    /// one segment at first: their size is in the store's report and inside the heap's
+    /// `hwcc_bytes`, and a heap without room for them is refused with one line naming
+    /// `--hwcc-bytes`.
     #[test]
     fn the_stores_hwcc_block_is_counted_and_a_heap_without_room_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -144,7 +145,7 @@ mod tests {
         let slots = store.heap().geometry().slots();
         assert_eq!(
             report.store.hwcc_bytes,
-            crate::layout::size_hwcc_block(slots) as u64
+            (crate::layout::size_hwcc_block(slots) + crate::layout::SIZE_SEGMENT) as u64
         );
         assert!(report.heap_hwcc_bytes >= report.store.hwcc_bytes);
         assert_eq!(report.heap_hwcc_bytes, store.heap().hwcc_bytes());

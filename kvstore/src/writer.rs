@@ -9,11 +9,11 @@
 //! CAS tokens and its count of lost races.
 
 use crate::arena::Arena;
-use crate::buckets::{self, Buckets};
+use crate::buckets::{Buckets, Table};
 use crate::command::{Outcome, Step};
+use crate::index::{self, Change, Memory};
 use crate::item::{self, Meta, SIZE_HEADER};
 use crate::layout::{ALLOC_ITEM, FREE_ITEM, ITEM};
-use crate::list::{self, Probe};
 use crate::maintain;
 use crate::reclaim::epoch;
 use crate::reclaim::{Pin, Reclaim};
@@ -339,7 +339,9 @@ impl<'h, A: Arena> Parts<'h, A> {
         true
     }
 
-    /// One run of the write loop, pinned (see [`update`](Self::update)).
+    /// One run of the write loop, pinned (see [`update`](Self::update)): the bucket's word
+    /// is made and read, `decide` chooses from the visible item, and the bucket's next word
+    /// (`index::Change`) is published by one CAS, whose winner retires what it removed.
     #[inline]
     fn update_pinned(
         self,
@@ -351,52 +353,69 @@ impl<'h, A: Arena> Parts<'h, A> {
         let (slot, reclaim, buckets) = (self.slot(), self.reclaim, self.buckets);
         let shared = slot.shared();
         let view = shared.view();
-        let probe = Probe {
-            order: item::item_order(h),
-            key,
-        };
-        let head = buckets::head_for_write(reclaim, h);
-        let nodes = slot.nodes();
-        let mut retire = |n| reclaim.retire(n);
+        let table = Table { reclaim };
+        let tag = index::tag(h);
         loop {
-            let pos = list::find(&nodes, head, &probe, &mut retire);
+            let (word, w) = index::write_target(&table, h, shared.buckets_log2())?;
+            let found = index::find(&table, w, tag, |at| {
+                item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
+            });
             let visible =
-                (pos.found && shared.visible_when(pos.curr, || shared.now())).then_some(pos.curr);
-            match decide(visible)? {
+                (found != 0 && shared.visible_when(found, || shared.now())).then_some(found);
+            let mut change = Change::of(w);
+            let (new, outcome) = match decide(visible)? {
                 Step::Keep(outcome) => return Ok(outcome),
                 Step::Put(new, outcome) => {
-                    let done = if pos.found {
-                        list::try_replace(&view, &pos, new)
-                    } else {
-                        list::try_insert(&view, &pos, new)
-                    };
-                    if !done {
-                        self.writer.count_lost();
-                        self.free_unpublished(new);
-                        continue;
+                    match found {
+                        0 => change.add = Some((tag, new)),
+                        old => change.swap = Some((old, new)),
                     }
-                    slot.log(0, 0); // published: recovery must not look at it again
-                    let size = view.item_size(new) as i64;
-                    if pos.found {
-                        // One update for the replace: +1 − 1 items, new − old bytes.
-                        buckets.account(shared, 0, size - view.item_size(pos.curr) as i64);
-                        list::unlink(&nodes, head, &pos, &probe, &mut retire);
-                    } else {
-                        buckets.account(shared, 1, size);
-                    }
-                    buckets.link_owed(reclaim);
-                    return Ok(outcome);
+                    (new, outcome)
                 }
+                Step::Remove(outcome) if found == 0 => return Ok(outcome),
                 Step::Remove(outcome) => {
-                    if !list::try_delete(&view, &pos) {
-                        self.writer.count_lost();
-                        continue;
-                    }
-                    buckets.account(shared, -1, -(view.item_size(pos.curr) as i64));
-                    list::unlink(&nodes, head, &pos, &probe, &mut retire);
-                    return Ok(outcome);
+                    change.drop = found;
+                    (0, outcome)
                 }
+            };
+            let next = match table.make(&change) {
+                Ok(next) => next,
+                Err(e) => {
+                    if new != 0 {
+                        self.free_unpublished(new);
+                    }
+                    return Err(e);
+                }
+            };
+            slot.record().unlink.store(found, Ordering::Relaxed);
+            table.replacing(w);
+            let won = table.cas(word, w, next);
+            table.replaced(w, next, won);
+            if !won {
+                slot.record().unlink.store(0, Ordering::Relaxed);
+                self.writer.count_lost();
+                if new != 0 {
+                    self.free_unpublished(new);
+                }
+                continue;
             }
+            if new != 0 {
+                slot.log(0, 0); // published: recovery must not look at it again
+            }
+            let added = if new != 0 {
+                view.item_size(new) as i64
+            } else {
+                0
+            };
+            if found != 0 {
+                let removed = view.item_size(found) as i64;
+                buckets.account(shared, i64::from(new != 0) - 1, added - removed);
+                reclaim.retire(found);
+            } else {
+                buckets.account(shared, 1, added);
+            }
+            buckets.split_owed(reclaim);
+            return Ok(outcome);
         }
     }
 }

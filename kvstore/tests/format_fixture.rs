@@ -1,10 +1,11 @@
 //! A heap and store written by an earlier build open and check clean with this one: the
-//! fixture `fixtures/heap7-store4.zst` was written (heap format 7, store format 4) with
-//! `write_fixture` below by the build that introduced store format 4, and every item it holds
+//! fixture `fixtures/heap7-store5.zst` was written (heap format 7, store format 5) with
+//! `write_fixture` below by the build that introduced store format 5, and every item it holds
 //! reads back as written. A heap of an older format (`fixtures/heap6-store3.zst`, written by
-//! `main` at 38e26c2) and a store of an older format in a current heap
-//! (`fixtures/heap7-store3.zst`, by `main` at d1f2bbe) are refused with one line that names
-//! the way across: `podkv store dump|load`.
+//! `main` at 38e26c2) and stores of older formats in a current heap
+//! (`fixtures/heap7-store3.zst`, by `main` at d1f2bbe; `fixtures/heap7-store4.zst`, by the
+//! build that introduced store format 4) are refused with one line that names the way
+//! across: `podkv store dump|load`.
 //!
 //! Regenerate it (only when the format changes on purpose, with a version bump; keep the
 //! old one for the refusal test):
@@ -20,7 +21,7 @@ const COUNT_ITEMS: u32 = 600;
 const EXPIRY_FAR: i64 = 2_000_000_000;
 
 fn fixture_path() -> PathBuf {
-    fixture("heap7-store4.zst")
+    fixture("heap7-store5.zst")
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -118,6 +119,7 @@ fn a_heap_or_store_of_an_older_format_is_refused_with_one_line_naming_dump_and_l
     for (old, said) in [
         ("heap6-store3.zst", "heap "),
         ("heap7-store3.zst", "the heap's store has format version 3"),
+        ("heap7-store4.zst", "the heap's store has format version 4"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = unpack(&fixture(old), dir.path());

@@ -1,165 +1,251 @@
-//! Loom models of the link CAS protocol (`list`) and of epoch advancement (`epoch`), run on
-//! ordinary memory: `RUSTFLAGS="--cfg podkv_loom" cargo test -p podkv-store --release --test loom`.
-//! Capacities are tiny (3–5 nodes, 2 threads); that changes no logic. Run with
-//! `LOOM_MAX_PREEMPTIONS=3` (the CI setting) to bound the search.
+//! Loom models of the copy-on-write bucket protocol (`index`) and of epoch advancement
+//! (`epoch`), run on ordinary memory:
+//! `RUSTFLAGS="--cfg podkv_loom" cargo test -p podkv-store --release --test loom`.
+//! Capacities are tiny (4 buckets, a few items, 2 threads and a reader); that changes no
+//! logic. Run with `LOOM_MAX_PREEMPTIONS=3` (the CI setting) to bound the search.
 #![cfg(podkv_loom)]
 
 use podkv_hw::sync::{model, spawn, Arc, AtomicU64, Ordering, UnsafeCell};
 use podkv_store::epoch;
-use podkv_store::list::{self, Nodes, Position, Probe};
-use std::cmp::Ordering as Order;
+use podkv_store::index::{self, Change, Memory, EMPTY, TAG_ITEM};
+use std::collections::BTreeSet;
 
-/// Nodes `1..=N` at offsets `8 * i`; node `i` has key `KEYS[i]` (one byte).
-struct Arena {
-    head: AtomicU64,
-    next: Vec<AtomicU64>,
-    keys: Vec<u8>,
+/// Buckets in the model.
+const COUNT_BUCKETS: usize = 4;
+/// Offsets of blocks start here (items are `8 * i` for small `i`).
+const BLOCKS_AT: u64 = 8 * 1000;
+
+/// Items `1..` at offsets `8 * i`, each with a key and a hash; blocks made by `make` at
+/// `BLOCKS_AT + 8 * k`; what was retired and freed.
+struct Table {
+    words: Vec<AtomicU64>,
+    keys: Vec<(u8, u64)>,
+    blocks: loom::sync::Mutex<Vec<Vec<(u64, u64)>>>,
     retired: loom::sync::Mutex<Vec<u64>>,
+    freed: loom::sync::Mutex<Vec<u64>>,
 }
 
-impl Arena {
-    fn new(keys: &[u8], linked: &[usize]) -> Arena {
-        let a = Arena {
-            head: AtomicU64::new(0),
-            next: (0..=keys.len()).map(|_| AtomicU64::new(0)).collect(),
-            keys: std::iter::once(0).chain(keys.iter().copied()).collect(),
+impl Table {
+    /// Items of `(key, hash)`; bucket 0 holds `linked` (by index), the others are unmade.
+    fn new(items: &[(u8, u64)], linked: &[usize]) -> Table {
+        let t = Table {
+            words: (0..COUNT_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            keys: std::iter::once((0, 0))
+                .chain(items.iter().copied())
+                .collect(),
+            blocks: loom::sync::Mutex::new(Vec::new()),
             retired: loom::sync::Mutex::new(Vec::new()),
+            freed: loom::sync::Mutex::new(Vec::new()),
         };
-        let mut link = &a.head;
-        for &i in linked {
-            link.store(8 * i as u64, Ordering::Relaxed);
-            link = &a.next[i];
-        }
-        a
-    }
-
-    fn probe(key: &u8) -> Probe<'_> {
-        Probe {
-            order: u64::from(*key),
-            key: std::slice::from_ref(key),
-        }
-    }
-
-    fn retire(&self, at: u64) {
-        self.retired.lock().unwrap().push(at);
-    }
-
-    /// Unmarked keys from the head, in order.
-    fn keys_now(&self) -> Vec<(u8, u64)> {
-        let mut out = Vec::new();
-        let mut at = self.head.load(Ordering::Acquire);
-        while at != 0 {
-            let next = self.next(at).load(Ordering::Acquire);
-            if next & list::MARK == 0 {
-                out.push((self.keys[at as usize / 8], at));
+        let entries: Vec<(u64, u64)> = linked
+            .iter()
+            .map(|&i| (index::tag(t.keys[i].1), 8 * i as u64))
+            .collect();
+        let word = match entries.len() {
+            0 => EMPTY,
+            1 => entries[0].1 | TAG_ITEM,
+            _ => {
+                let mut blocks = t.blocks.lock().unwrap();
+                blocks.push(entries);
+                BLOCKS_AT + 8 * (blocks.len() as u64 - 1)
             }
-            at = next & !list::MARK;
-        }
-        out
+        };
+        t.words[0].store(word, Ordering::Relaxed);
+        t
     }
 
-    /// The store's write loop, reduced: replace-or-insert `new`.
-    fn put(&self, new: u64) {
-        let key = self.keys[new as usize / 8];
-        let probe = Arena::probe(&key);
-        let mut retire = |n| self.retire(n);
+    fn key(&self, item: u64) -> u8 {
+        self.keys[item as usize / 8].0
+    }
+
+    fn hash(&self, item: u64) -> u64 {
+        self.keys[item as usize / 8].1
+    }
+
+    /// The write loop, reduced: put `new` (replacing its key's item) or, with `new == 0`,
+    /// delete `key`; whether it changed anything.
+    fn write(&self, key: u8, hash: u64, new: u64, log2: u32) -> bool {
+        let tag = index::tag(hash);
         loop {
-            let pos: Position<'_> = list::find(self, &self.head, &probe, &mut retire);
-            let done = if pos.found {
-                list::try_replace(self, &pos, new)
-            } else {
-                list::try_insert(self, &pos, new)
-            };
-            if done {
-                if pos.found {
-                    list::unlink(self, &self.head, &pos, &probe, &mut retire);
+            let Ok((word, w)) = index::write_target(self, hash, log2);
+            let found = index::find(self, w, tag, |at| self.key(at) == key);
+            let mut change = Change::of(w);
+            match (found, new) {
+                (0, 0) => return false,
+                (old, 0) => change.drop = old,
+                (0, new) => change.add = Some((tag, new)),
+                (old, new) => change.swap = Some((old, new)),
+            }
+            let Ok(next) = self.make(&change);
+            self.replacing(w);
+            let won = self.cas(word, w, next);
+            self.replaced(w, next, won);
+            if won {
+                if found != 0 {
+                    self.retired.lock().unwrap().push(found);
                 }
+                return true;
+            }
+        }
+    }
+
+    /// A lookup: the item of `key`, or 0.
+    fn get(&self, key: u8, hash: u64, log2: u32) -> u64 {
+        let (_, w) = index::read(self, hash, log2);
+        index::find(self, w, index::tag(hash), |at| self.key(at) == key)
+    }
+
+    /// `(key, item)` of every item owned by a made bucket, sorted; and whether any word is
+    /// still frozen.
+    fn contents(&self) -> (Vec<(u8, u64)>, bool) {
+        let mut out = Vec::new();
+        let mut frozen = false;
+        for b in 0..COUNT_BUCKETS as u64 {
+            let w = self.words[b as usize].load(Ordering::Acquire);
+            if w == 0 {
+                continue;
+            }
+            frozen |= index::is_frozen(w);
+            index::owned(self, b, w, |_, at| {
+                out.push((self.key(at), at));
+                true
+            });
+        }
+        out.sort();
+        (out, frozen)
+    }
+}
+
+impl Memory for Table {
+    type Error = std::convert::Infallible;
+
+    fn bucket(&self, b: u64, _make: bool) -> Option<&AtomicU64> {
+        self.words.get(b as usize)
+    }
+
+    fn load(&self, word: &AtomicU64) -> u64 {
+        word.load(Ordering::Acquire)
+    }
+
+    fn cas(&self, word: &AtomicU64, old: u64, new: u64) -> bool {
+        word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn entries(&self, word: u64, mut f: impl FnMut(u64, u64) -> bool) {
+        let at = index::object(word);
+        if word & EMPTY != 0 || at == 0 {
+            return;
+        }
+        if index::is_item(word) {
+            f(index::tag(self.hash(at)), at);
+            return;
+        }
+        let entries = self.blocks.lock().unwrap()[((at - BLOCKS_AT) / 8) as usize].clone();
+        for (tag, item) in entries {
+            if !f(tag, item) {
                 return;
             }
         }
     }
 
-    /// Deletes `key`; whether it was there.
-    fn delete(&self, key: u8) -> bool {
-        let probe = Arena::probe(&key);
-        let mut retire = |n| self.retire(n);
-        loop {
-            let pos = list::find(self, &self.head, &probe, &mut retire);
-            if !pos.found {
-                return false;
+    fn make(&self, change: &Change) -> Result<u64, Self::Error> {
+        let mut entries = Vec::new();
+        self.entries(change.from, |tag, item| {
+            if change.keeps(tag, item) {
+                let item = match change.swap {
+                    Some((old, new)) if old == item => new,
+                    _ => item,
+                };
+                entries.push((tag, item));
             }
-            if list::try_delete(self, &pos) {
-                list::unlink(self, &self.head, &pos, &probe, &mut retire);
-                return true;
+            true
+        });
+        entries.extend(change.add);
+        Ok(match entries.len() {
+            0 => EMPTY,
+            1 => entries[0].1 | TAG_ITEM,
+            _ => {
+                let mut blocks = self.blocks.lock().unwrap();
+                blocks.push(entries);
+                BLOCKS_AT + 8 * (blocks.len() as u64 - 1)
             }
+        })
+    }
+
+    fn replacing(&self, _old: u64) {}
+
+    fn replaced(&self, old: u64, new: u64, won: bool) {
+        if won && index::is_block(old) {
+            self.retired.lock().unwrap().push(index::object(old));
+        }
+        if !won && index::is_block(new) {
+            self.freed.lock().unwrap().push(index::object(new));
         }
     }
 }
 
-impl Nodes for Arena {
-    fn next(&self, at: u64) -> &AtomicU64 {
-        &self.next[at as usize / 8]
-    }
-
-    fn order(&self, at: u64, probe: &Probe<'_>) -> Order {
-        self.keys[at as usize / 8].cmp(&probe.key[0])
-    }
+/// Nothing was retired twice, and nothing both retired and freed unpublished.
+fn assert_each_once(t: &Table) {
+    let retired = t.retired.lock().unwrap().clone();
+    let freed = t.freed.lock().unwrap().clone();
+    let all: BTreeSet<u64> = retired.iter().chain(&freed).copied().collect();
+    assert_eq!(
+        all.len(),
+        retired.len() + freed.len(),
+        "{retired:?} {freed:?}"
+    );
 }
 
-/// Two replaces of one key race: one wins last, the key is never absent to a reader, and each
-/// replaced node is retired exactly once.
+/// Two replaces of one key in a bucket of two race: one wins last, the key is never absent
+/// to a reader, the replaced item and each replaced block are retired exactly once.
 #[test]
 fn replace_replace_and_lookup() {
     model(|| {
-        // node 1: key 5 (linked); nodes 2, 3: key 5 replacements; node 4: key 9 (linked)
-        let a = Arc::new(Arena::new(&[5, 5, 5, 9], &[1, 4]));
-        let (a1, a2) = (a.clone(), a.clone());
-        let t1 = spawn(move || a1.put(16));
-        let t2 = spawn(move || a2.put(24));
-        let seen = list::lookup(&*a, &a.head, &Arena::probe(&5));
-        assert_ne!(seen, 0, "a replace never makes the key absent");
-        t1.join().unwrap();
-        t2.join().unwrap();
-        let keys = a.keys_now();
+        // item 1: key 5 (linked); items 2, 3: key 5 replacements; item 4: key 9 (linked)
+        let t = Arc::new(Table::new(&[(5, 0), (5, 0), (5, 0), (9, 4)], &[1, 4]));
+        let (t1, t2) = (t.clone(), t.clone());
+        let a = spawn(move || assert!(t1.write(5, 0, 16, 0)));
+        let b = spawn(move || assert!(t2.write(5, 0, 24, 0)));
+        assert_ne!(t.get(5, 0, 0), 0, "a replace never makes the key absent");
+        a.join().unwrap();
+        b.join().unwrap();
+        let (keys, _) = t.contents();
         assert_eq!(keys.len(), 2, "{keys:?}");
-        assert!(keys[0].1 == 16 || keys[0].1 == 24);
-        let mut retired = a.retired.lock().unwrap().clone();
-        retired.sort();
-        let loser = if keys[0].1 == 16 { 24 } else { 16 };
-        assert_eq!(
-            retired,
-            vec![8, loser]
-                .into_iter()
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect::<Vec<_>>()
+        let winner = keys[0].1;
+        assert!(winner == 16 || winner == 24);
+        let loser = 40 - winner;
+        let retired = t.retired.lock().unwrap().clone();
+        assert!(
+            retired.contains(&8) && retired.contains(&loser),
+            "{retired:?}"
         );
+        assert_each_once(&t);
     });
 }
 
-/// Replace of one key, then an insert after it, race with the delete of its successor:
-/// nothing is lost, nothing resurrects, every unlinked node is retired once.
+/// A write that splits bucket 1 off bucket 0 (the table doubled) races a write to bucket 0
+/// and a reader of a key that moves: nothing is lost, the moving key is never absent, the
+/// split finishes, and each block is retired once.
 #[test]
-fn replace_delete_insert_neighbours() {
+fn split_races_write_and_lookup() {
     model(|| {
-        // 1: key 3 (linked), 2: key 5 (linked), 3: key 5 (replacement), 4: key 7 (linked), 5: key 6
-        let a = Arc::new(Arena::new(&[3, 5, 5, 7, 6], &[1, 2, 4]));
-        let a1 = a.clone();
-        let t1 = spawn(move || {
-            a1.put(24);
-            a1.put(40);
-        });
-        assert!(a.delete(7));
-        t1.join().unwrap();
-        let keys: Vec<_> = a.keys_now();
-        assert_eq!(keys, vec![(3, 8), (5, 24), (6, 40)]);
-        let mut retired = a.retired.lock().unwrap().clone();
-        retired.sort();
-        assert_eq!(
-            retired,
-            vec![16, 32],
-            "each unlinked node retired exactly once"
-        );
+        // items 1, 2: keys 1 and 3 in bucket 1 (hash 1, 3); item 3: key 2 in bucket 0;
+        // item 4: a new key 4 for bucket 0; item 5: a new value of key 3
+        let items = [(1, 1), (3, 3), (2, 2), (4, 4), (3, 3)];
+        let t = Arc::new(Table::new(&items, &[1, 2, 3]));
+        let (t1, t2) = (t.clone(), t.clone());
+        let a = spawn(move || assert!(t1.write(3, 3, 40, 1)));
+        let b = spawn(move || assert!(t2.write(4, 4, 32, 1)));
+        let seen = t.get(1, 1, 1);
+        assert_eq!(seen, 8, "key 1 is never absent while it moves");
+        a.join().unwrap();
+        b.join().unwrap();
+        let (keys, frozen) = t.contents();
+        assert!(!frozen, "every split met was finished");
+        assert_eq!(keys, vec![(1, 8), (2, 24), (3, 40), (4, 32)]);
+        assert_ne!(t.words[1].load(Ordering::Acquire), 0, "bucket 1 made");
+        assert_each_once(&t);
     });
 }
 
@@ -167,14 +253,23 @@ fn replace_delete_insert_neighbours() {
 #[test]
 fn delete_delete() {
     model(|| {
-        let a = Arc::new(Arena::new(&[4, 8], &[1, 2]));
-        let a1 = a.clone();
-        let t = spawn(move || a1.delete(4));
-        let mine = a.delete(4);
-        let theirs = t.join().unwrap();
-        assert!(mine ^ theirs);
-        assert_eq!(a.keys_now(), vec![(8, 16)]);
-        assert_eq!(*a.retired.lock().unwrap(), vec![8]);
+        let t = Arc::new(Table::new(&[(7, 0), (8, 0)], &[1, 2]));
+        let t1 = t.clone();
+        let a = spawn(move || t1.write(7, 0, 0, 0));
+        let mine = t.write(7, 0, 0, 0);
+        let theirs = a.join().unwrap();
+        assert!(mine ^ theirs, "exactly one delete wins");
+        assert_eq!(t.contents().0, vec![(8, 16)]);
+        assert_eq!(
+            t.retired
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|&&x| x == 8)
+                .count(),
+            1
+        );
+        assert_each_once(&t);
     });
 }
 

@@ -107,8 +107,8 @@ fn stats(path: &Path, json: bool) -> anyhow::Result<()> {
         s.item_bytes, s.payload_bytes
     );
     println!(
-        "buckets         2^{} ({} sentinels, {} segments)",
-        s.buckets_log2, s.sentinels, s.segments
+        "buckets         2^{} ({} made, {} blocks, {} segments)",
+        s.buckets_log2, s.buckets, s.blocks_bucket, s.segments
     );
     println!(
         "limbo           {} entries in {} bags",

@@ -31,10 +31,10 @@ pub(crate) fn is_empty<A: Arena>(slot: &Slot<A>) -> bool {
             && bag(slot, head).next.load(Ordering::Relaxed) == 0)
 }
 
-/// Puts an unlinked, claimed node on `slot`'s limbo list, stamped with the epoch now; false
+/// Puts a removed, claimed node of `size` bytes on `slot`'s limbo list, stamped with the epoch now; false
 /// when there was no room for a new bag (the node leaks, counted by `check` as unreachable:
 /// bags are 512 B and items are freed first, so this needs a heap with no free slab).
-pub(crate) fn push<A: Arena>(slot: &Slot<A>, node: u64) -> bool {
+pub(crate) fn push<A: Arena>(slot: &Slot<A>, node: u64, size: usize) -> bool {
     let record = slot.record();
     let mut head = record.limbo.load(Ordering::Relaxed);
     if head == 0 || bag(slot, head).len.load(Ordering::Relaxed) == COUNT_BAG as u64 {
@@ -52,8 +52,7 @@ pub(crate) fn push<A: Arena>(slot: &Slot<A>, node: u64) -> bool {
     let bag = bag(slot, head);
     let len = bag.len.load(Ordering::Relaxed) as usize;
     let epoch = epoch::retire_epoch(&slot.shared().hw().epoch.word);
-    // The node was just unlinked by this thread: its header is in cache.
-    let stamp = Stamp::new(epoch, slot.view().item_size(node));
+    let stamp = Stamp::new(epoch, size);
     bag.entries[len][0].store(node, Ordering::Relaxed);
     bag.entries[len][1].store(stamp.0, Ordering::Relaxed);
     bag.len.store(len as u64 + 1, Ordering::Relaxed);

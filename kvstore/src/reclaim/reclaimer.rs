@@ -112,19 +112,31 @@ impl<A: Arena> Reclaim<A> {
         }
     }
 
-    /// Retires a node this thread just snipped: claims the retirement (recovery of a killed
-    /// snipper may race for it, see `recover`), then puts it on the slot's limbo list.
+    /// Retires an item this thread's bucket CAS just removed: claims the retirement
+    /// (recovery of a killed remover may race for it, see `recover`), then puts it on the
+    /// slot's limbo list.
     pub(crate) fn retire(&self, node: u64) {
         let slot = &self.slot;
-        if slot.view().claim_retire(node, slot.index) {
-            self.push_limbo(node);
+        if slot.view().claim_retire(node, false, slot.index) {
+            self.push_limbo(node, slot.view().item_size(node));
         }
         slot.record().unlink.store(0, Ordering::Relaxed);
     }
 
-    /// Puts an unlinked, claimed node on the slot's limbo list, stamped with the epoch now.
-    pub(crate) fn push_limbo(&self, node: u64) {
-        if limbo::push(&self.slot, node) {
+    /// As [`retire`](Self::retire), for a bucket block.
+    pub(crate) fn retire_block(&self, block: u64) {
+        let slot = &self.slot;
+        if slot.view().claim_retire(block, true, slot.index) {
+            let len = slot.view().block_len(block);
+            self.push_limbo(block, crate::item::block_size(len));
+        }
+        slot.record().replacing.store(0, Ordering::Relaxed);
+    }
+
+    /// Puts a removed, claimed item or block of `size` bytes on the slot's limbo list,
+    /// stamped with the epoch now.
+    pub(crate) fn push_limbo(&self, node: u64, size: usize) {
+        if limbo::push(&self.slot, node, size) {
             self.retired_since.set(self.retired_since.get() + 1);
         }
     }

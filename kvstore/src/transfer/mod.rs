@@ -21,12 +21,12 @@
 //! - `checksum` is FNV-1a 64 over every byte before it, header included; `records` counts the
 //!   records. A reader refuses a stream whose magic, version, count or checksum disagree, that
 //!   stops before its end mark, or that has bytes after it.
-//! - Records come in split order (the list's own order, the same for every table size), so
+//! - Records come in split order (`(reverse(hash), key)`, the same for every table size), so
 //!   two stores holding the same items dump the same stream.
 //!
 //! # Dumping a live store
 //! [`dump`] is one more reader of the store: it takes a handle (a thread slot) and walks the
-//! list through the normal epoch-pinned read path, a chunk at a time (`walk`). It never
+//! buckets through the normal epoch-pinned read path, a chunk at a time (`walk`). It never
 //! writes an item and never holds the epoch for more than one chunk, so a server keeps
 //! serving (and reclaiming) while it runs. What it guarantees with writers running is in
 //! `walk`: each key at most once, every key untouched during the dump exactly once.

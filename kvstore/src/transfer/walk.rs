@@ -4,32 +4,37 @@
 //! process's reclamation — is never held back for longer than one chunk's copy. It never
 //! writes the store.
 //!
-//! The split-ordered list is sorted by `(order, key)` whatever the table's size, so the walk
-//! follows it in that order and resumes each chunk after the last item it passed (the
-//! [`Cursor`]), entering the list again at the nearest linked sentinel before that item (a
-//! lookup's entry point). Hence, with writers running: an item present and unchanged for the
-//! whole walk is seen exactly once; a key written during the walk is seen at most once, with
-//! a value it held at some moment of the walk.
+//! The walk goes through the items in split order, `(order, key)`, one bucket's range at a
+//! time: at any table size, bucket `b` of `2^k` holds exactly the split orders whose top `k`
+//! bits are `b` reversed, and a doubling splits each range in two, so the ranges stay in
+//! order as the table grows. The [`Cursor`] holds where the next range starts and the last
+//! item passed; each chunk reads a bucket as a lookup does (its nearest made ancestor) and
+//! takes its items past the cursor, sorted. Hence, with writers running: an item present and
+//! unchanged for the whole walk is seen exactly once; a key written during the walk is seen
+//! at most once, with a value it held at some moment of the walk.
 
 use crate::arena::Arena;
-use crate::buckets;
+use crate::buckets::Table;
+use crate::index;
 use crate::item::{self, View};
-use crate::list::MARK;
 use crate::reclaim::Reclaim;
 use crate::transfer::stream::{self, Record};
-use podkv_hw::sync::mapped::Ordering;
 use std::cmp::Ordering as Order;
 
 /// Items a chunk copies at most under one pin.
 pub const COUNT_CHUNK: usize = 256;
 /// Bytes a chunk copies at most under one pin (a chunk takes at least one item).
 pub const SIZE_CHUNK: usize = 1 << 20;
+/// Buckets a chunk reads at most under one pin (most may be empty).
+const COUNT_CHUNK_BUCKETS: usize = 4096;
 
-/// Where the walk stands: the `(order, key)` of the last item passed (`None`: not started).
+/// Where the walk stands: the split order where the next bucket's range starts, and the
+/// `(order, key)` of the last item passed (`None`: not started).
 #[derive(Debug, Default)]
 pub(crate) struct Cursor {
+    from: u64,
     last: Option<(u64, Vec<u8>)>,
-    /// The walk reached the end of the list.
+    /// The walk passed the last bucket.
     pub(crate) done: bool,
 }
 
@@ -47,7 +52,7 @@ impl Cursor {
 }
 
 /// Appends the next chunk's visible items to `out` as stream records, under one pin;
-/// returns how many it appended. Sets `cursor.done` at the end of the list.
+/// returns how many it appended. Sets `cursor.done` after the last bucket.
 pub(crate) fn next_chunk<A: Arena>(
     reclaim: &Reclaim<A>,
     cursor: &mut Cursor,
@@ -56,30 +61,49 @@ pub(crate) fn next_chunk<A: Arena>(
     let _pin = reclaim.pin();
     let shared = reclaim.slot().shared();
     let view = shared.view();
+    let table = Table { reclaim };
     let now = shared.now();
-    let hash = cursor.last.as_ref().map_or(0, |(_, key)| item::hash(key));
-    let mut at = buckets::head_for_read(shared, hash).load(Ordering::Acquire) & !MARK;
+    let log2 = shared.buckets_log2();
+    let mask = (1u64 << log2) - 1;
     let (mut passed, mut visible, start) = (0, 0, out.len());
-    let mut last = 0;
-    while at != 0 {
-        let next = view.word(at).load(Ordering::Acquire);
-        if next & MARK == 0 && view.is_item(at) && cursor.passed_by(view, at) {
+    for _ in 0..COUNT_CHUNK_BUCKETS {
+        let b = cursor.from.reverse_bits() & mask;
+        let (made, word) = index::read(&table, b, log2);
+        let mut items = Vec::new();
+        index::owned(&table, made, word, |tag, at| {
+            if tag & mask == b && cursor.passed_by(view, at) {
+                items.push(at);
+            }
+            true
+        });
+        items.sort_by(|&x, &y| (view.order(x), view.key(x)).cmp(&(view.order(y), view.key(y))));
+        let count = items.len();
+        for (i, at) in items.into_iter().enumerate() {
             if shared.visible(at, now) {
                 put_item(out, view, at);
                 visible += 1;
             }
             passed += 1;
-            last = at;
+            cursor.last = Some((view.order(at), view.key(at).to_vec()));
             if passed == COUNT_CHUNK || out.len() - start >= SIZE_CHUNK {
+                if i + 1 < count {
+                    return visible;
+                }
                 break;
             }
         }
-        at = next & !MARK;
+        // Bucket `b`'s range is done: the next starts past it (`2^(64 − log2)` orders wide).
+        let width = 1u128 << (64 - log2);
+        let next = u128::from(cursor.from) + width;
+        if next > u128::from(u64::MAX) {
+            cursor.done = true;
+            return visible;
+        }
+        cursor.from = next as u64;
+        if passed == COUNT_CHUNK || out.len() - start >= SIZE_CHUNK {
+            break;
+        }
     }
-    if last != 0 {
-        cursor.last = Some((view.order(last), view.key(last).to_vec()));
-    }
-    cursor.done = at == 0;
     visible
 }
 

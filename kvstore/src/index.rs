@@ -1,0 +1,316 @@
+//! The index protocol: copy-on-write buckets whose 8-byte words are the only shared CAS
+//! targets. Written over [`Memory`] so that `tests/loom.rs` checks it as it is.
+//!
+//! # Bucket words
+//! A bucket's word (in the store's HWcc area, `buckets`) is one of:
+//! - `0`: the bucket is not made yet; its items live in its nearest made ancestor;
+//! - [`EMPTY`]: made, no item;
+//! - `item | TAG_ITEM`: made, one item, named directly (no block, no extra miss);
+//! - `block`: made, an immutable **bucket block** (SWcc) of `(tag, item)` entries;
+//! - any of the last three `| FROZEN | bit << SHIFT_SPLIT`: being split (see # Growth).
+//!
+//! Blocks and items are immutable once published: a write builds the bucket's next block,
+//! writes it back, and publishes it by one CAS of the word. The CAS winner is the one retirer
+//! of what the CAS removed (the old block, the replaced or deleted item).
+//!
+//! # Growth (lazy splits)
+//! Bucket `c = p + 2^j` (`p < 2^j`, its *parent*) is made on the first write that needs it:
+//! the writer freezes `p`'s word (CAS `w → w | FROZEN | j << SHIFT_SPLIT`), installs `c`'s
+//! word (CAS `0 → entries of w whose tag ≡ c mod 2^(j+1)`), then replaces `p`'s word (CAS
+//! frozen → the other entries) and retires `w`'s block. A frozen word names its split, so
+//! any thread that meets it finishes the split ([`finish_split`]) before writing; readers
+//! read a frozen word's entries as they are (the items are all there).
+//!
+//! A reader of an unmade bucket reads its nearest made ancestor, then checks that the child
+//! on its path is still unmade: a split installs the child before it replaces the parent, so
+//! the parent's word it read held the key's items ([`read`]).
+
+use podkv_hw::sync::AtomicU64;
+
+/// Tag bit of a word naming one item directly.
+pub const TAG_ITEM: u64 = 1;
+/// The word is frozen for a split (see # Growth).
+pub const FROZEN: u64 = 2;
+/// A made bucket without items.
+pub const EMPTY: u64 = 4;
+/// Bits 58.. of a frozen word: the split's bit `j`.
+pub const SHIFT_SPLIT: u32 = 58;
+/// The object (block or item offset) bits of a word.
+pub const MASK_AT: u64 = ((1 << SHIFT_SPLIT) - 1) & !7;
+/// Bit 63 of every tag: a tag is never zero.
+const TAG_TOP: u64 = 1 << 63;
+
+/// An item's tag in a block: its key's hash with the top bit set.
+#[inline]
+pub fn tag(hash: u64) -> u64 {
+    hash | TAG_TOP
+}
+
+/// The block or item a word names (zero for `0` and [`EMPTY`]).
+#[inline]
+pub fn object(word: u64) -> u64 {
+    word & MASK_AT
+}
+
+/// Whether the word names one item directly.
+#[inline]
+pub fn is_item(word: u64) -> bool {
+    word & TAG_ITEM != 0
+}
+
+/// Whether the word names a block.
+#[inline]
+pub fn is_block(word: u64) -> bool {
+    word & (TAG_ITEM | EMPTY) == 0 && object(word) != 0
+}
+
+/// Whether the word is frozen for a split.
+#[inline]
+pub fn is_frozen(word: u64) -> bool {
+    word & FROZEN != 0
+}
+
+/// A frozen word as it was before the freeze (other words unchanged).
+#[inline]
+pub fn unfrozen(word: u64) -> u64 {
+    word & !FROZEN & ((1 << SHIFT_SPLIT) - 1)
+}
+
+/// For a word of bucket `b`: the child bucket its split installs and the mask that tells the
+/// child's tags (`tag & mask == child`), if the word is frozen.
+#[inline]
+pub fn split_of(b: u64, word: u64) -> Option<(u64, u64)> {
+    is_frozen(word).then(|| {
+        let j = (word >> SHIFT_SPLIT) as u32;
+        (b | 1u64 << j, (2u64 << j) - 1)
+    })
+}
+
+/// The bucket a bucket is split from: its highest set bit cleared.
+#[inline]
+pub fn parent(bucket: u64) -> u64 {
+    if bucket == 0 {
+        0
+    } else {
+        bucket & !(1u64 << (63 - bucket.leading_zeros()))
+    }
+}
+
+/// Bucket `hash` falls in at `2^log2` buckets.
+#[inline]
+pub fn bucket_of(hash: u64, log2: u32) -> u64 {
+    hash & ((1u64 << log2) - 1)
+}
+
+/// What a new word is made of: the entries of `from` that `keep` admits, with `swap`'s old
+/// item replaced by its new one and `add` appended.
+#[derive(Clone, Copy, Debug)]
+pub struct Change {
+    /// The word whose entries the new word starts from (unfrozen or frozen).
+    pub from: u64,
+    /// Entries whose tag is `tag & mask == keep.1` survive (`keep.0 == 0`: all).
+    pub keep: (u64, u64),
+    /// `(old item, new item)`: the entry naming the old item names the new one instead.
+    pub swap: Option<(u64, u64)>,
+    /// The item (and its tag) to drop.
+    pub drop: u64,
+    /// `(tag, item)` to add.
+    pub add: Option<(u64, u64)>,
+}
+
+impl Change {
+    /// `from` unchanged in entries (a start to set fields on).
+    pub fn of(from: u64) -> Change {
+        Change {
+            from,
+            keep: (0, 0),
+            swap: None,
+            drop: 0,
+            add: None,
+        }
+    }
+
+    /// Whether the entry `(tag, item)` of `from` survives.
+    #[inline]
+    pub fn keeps(&self, tag: u64, item: u64) -> bool {
+        item != self.drop && (self.keep.0 == 0 || tag & self.keep.0 == self.keep.1)
+    }
+}
+
+/// The memory the index lives in: bucket words (HWcc), blocks and items (SWcc), and the
+/// store's allocation, logging and retirement of blocks.
+pub trait Memory {
+    /// Why a block could not be made.
+    type Error;
+    /// Bucket `b`'s word, if its segment is made (`make`: make the segment if needed; `None`
+    /// then means there is no room for it).
+    fn bucket(&self, b: u64, make: bool) -> Option<&AtomicU64>;
+    /// A fresh load of a bucket word.
+    fn load(&self, word: &AtomicU64) -> u64;
+    /// The CAS of a bucket word (through the heap's hook); whether it succeeded.
+    fn cas(&self, word: &AtomicU64, old: u64, new: u64) -> bool;
+    /// Calls `f(tag, item)` for each entry of the word's object, read fresh, while it returns
+    /// true.
+    fn entries(&self, word: u64, f: impl FnMut(u64, u64) -> bool);
+    /// Makes the word for `change` (zero entries: [`EMPTY`]; one: the item itself; more: a
+    /// new block, written back and logged as this slot's unpublished block).
+    fn make(&self, change: &Change) -> Result<u64, Self::Error>;
+    /// Logs that the next CAS replaces `old` (its block, if any, is retired by the winner).
+    fn replacing(&self, old: u64);
+    /// After the CAS that was to replace `old` by `new`: retires `old`'s block if `won`,
+    /// else frees `new`'s block (never published); clears the logs of both.
+    fn replaced(&self, old: u64, new: u64, won: bool);
+}
+
+/// The nearest made bucket for `hash` at `2^log2` buckets and its word: what a reader
+/// reads. Never writes.
+#[inline]
+pub fn read<M: Memory>(m: &M, hash: u64, log2: u32) -> (u64, u64) {
+    'again: loop {
+        let mut b = bucket_of(hash, log2);
+        let mut child: Option<u64> = None;
+        loop {
+            if let Some(word) = m.bucket(b, false) {
+                let w = m.load(word);
+                if w != 0 {
+                    if let Some(c) = child {
+                        if m.bucket(c, false).is_some_and(|cw| m.load(cw) != 0) {
+                            continue 'again;
+                        }
+                    }
+                    return (b, w);
+                }
+            }
+            if b == 0 {
+                return (0, EMPTY);
+            }
+            child = Some(b);
+            b = parent(b);
+        }
+    }
+}
+
+/// The bucket word a write for `hash` changes and its value now (made, not frozen), making
+/// the bucket first (splitting its parent) and finishing any split met on the way. When a
+/// segment or block cannot be made for want of room, the write goes to the nearest made
+/// ancestor instead (a correct place: the unmade bucket's items live there).
+pub fn write_target<M: Memory>(m: &M, hash: u64, log2: u32) -> Result<(&AtomicU64, u64), M::Error> {
+    let mut b = bucket_of(hash, log2);
+    loop {
+        match made(m, b)? {
+            Some(found) => return Ok(found),
+            None => b = parent(b),
+        }
+    }
+}
+
+/// Bucket `b`'s word and value, made and unfrozen; `None` when its segment cannot be made.
+fn made<M: Memory>(m: &M, b: u64) -> Result<Option<(&AtomicU64, u64)>, M::Error> {
+    let Some(word) = m.bucket(b, true) else {
+        return Ok(None);
+    };
+    loop {
+        let w = m.load(word);
+        if w == 0 {
+            if split(m, b)?.is_none() {
+                return Ok(None);
+            }
+        } else if is_frozen(w) {
+            finish_split(m, b, word, w)?;
+        } else {
+            return Ok(Some((word, w)));
+        }
+    }
+}
+
+/// Makes bucket `c` (≠ 0) from its parent: freeze, install, replace. `None` when the
+/// parent's segment cannot be made (then nor can the child be written).
+fn split<M: Memory>(m: &M, c: u64) -> Result<Option<()>, M::Error> {
+    let p = parent(c);
+    let Some((pword, pw)) = made(m, p)? else {
+        return Ok(None);
+    };
+    let Some(cword) = m.bucket(c, true) else {
+        return Ok(None);
+    };
+    if m.load(cword) != 0 {
+        return Ok(Some(()));
+    }
+    let j = 63 - c.leading_zeros();
+    let frozen = pw | FROZEN | u64::from(j) << SHIFT_SPLIT;
+    if m.cas(pword, pw, frozen) {
+        finish_split(m, p, pword, frozen)?;
+    }
+    Ok(Some(()))
+}
+
+/// Finishes the split that froze bucket `p`'s word as `frozen`: installs the child's word
+/// (unless done), then replaces the parent's (unless done). Any thread may run it.
+pub fn finish_split<M: Memory>(
+    m: &M,
+    p: u64,
+    pword: &AtomicU64,
+    frozen: u64,
+) -> Result<(), M::Error> {
+    let Some((c, mask)) = split_of(p, frozen) else {
+        return Ok(());
+    };
+    let from = unfrozen(frozen);
+    let cword = m
+        .bucket(c, false)
+        .expect("the splitter made the child's segment before it froze the parent");
+    if m.load(cword) == 0 {
+        let mut change = Change::of(from);
+        change.keep = (mask, c);
+        let new = m.make(&change)?;
+        m.replacing(0);
+        let won = m.cas(cword, 0, new);
+        m.replaced(0, new, won);
+    }
+    if m.load(pword) == frozen {
+        let mut change = Change::of(from);
+        change.keep = (mask, p & mask);
+        let new = m.make(&change)?;
+        // The entries stay (they moved); only the old block goes, with `from`.
+        m.replacing(from);
+        let won = m.cas(pword, frozen, new);
+        m.replaced(from, new, won);
+    }
+    Ok(())
+}
+
+/// The item whose key `same` accepts among the entries of `word` tagged `tag` (0: none).
+#[inline]
+pub fn find<M: Memory>(m: &M, word: u64, tag: u64, mut same: impl FnMut(u64) -> bool) -> u64 {
+    let mut found = 0;
+    m.entries(word, |t, item| {
+        if t == tag && same(item) {
+            found = item;
+            return false;
+        }
+        true
+    });
+    found
+}
+
+/// Calls `f(tag, item)` for each entry that bucket `b`'s word `word` *owns*, while it
+/// returns true: all its entries, except, in a frozen word whose split already installed
+/// the child, the child's (they are the child's now, and may be retired there).
+pub fn owned<M: Memory>(m: &M, b: u64, word: u64, mut f: impl FnMut(u64, u64) -> bool) {
+    let skip =
+        split_of(b, word).filter(|&(c, _)| m.bucket(c, false).is_some_and(|cw| m.load(cw) != 0));
+    m.entries(word, |tag, item| match skip {
+        Some((c, mask)) if tag & mask == c => true,
+        _ => f(tag, item),
+    });
+}
+
+/// Bucket `b` and its ancestors, nearest first.
+pub fn chain(b: u64) -> impl Iterator<Item = u64> {
+    let mut next = Some(b);
+    std::iter::from_fn(move || {
+        let b = next?;
+        next = (b != 0).then(|| parent(b));
+        Some(b)
+    })
+}
