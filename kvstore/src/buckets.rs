@@ -269,13 +269,19 @@ impl<A: Arena> Memory for Table<'_, A> {
             _ => {}
         }
         let slot = self.slot();
-        slot.before_alloc();
-        slot.block_log(ALLOC_BLOCK, 0);
-        let at = match A::allocate(&slot.thread, item::block_size(len)) {
-            Ok(at) => at,
-            Err(_) => {
-                slot.block_log(0, 0);
-                return Err(StoreError::OutOfMemory);
+        let size = item::block_size(len);
+        let at = match self.reclaim.take_spare(size) {
+            Some(at) => at,
+            None => {
+                slot.before_alloc();
+                slot.block_log(ALLOC_BLOCK, 0);
+                match A::allocate(&slot.thread, size) {
+                    Ok(at) => at,
+                    Err(_) => {
+                        slot.block_log(0, 0);
+                        return Err(StoreError::OutOfMemory);
+                    }
+                }
             }
         };
         view.write_block(at, len);
@@ -291,6 +297,7 @@ impl<A: Arena> Memory for Table<'_, A> {
             view.write_entry(at, i, add);
         }
         slot.block_log(BLOCK, at);
+        crate::reclaim::spare::end_take(slot);
         Ok(at)
     }
 

@@ -22,7 +22,7 @@
 //! | `limbo_log` | `ALLOC_BAG`                  | allocating a limbo bag        | linking it             |
 //! | `limbo_log` | `FREE_ENTRY(x)` @ entry      | zeroing a limbo entry         | freeing `x`            |
 //! | `limbo_log` | `FREE_BAG(b)` @ link         | unlinking an empty bag        | freeing `b`            |
-//! | `limbo_log` | `TAKE_ENTRY(x)` @ entry      | zeroing a spare's entry       | logging `ITEM(x)`      |
+//! | `limbo_log` | `TAKE_ENTRY(x)` @ entry      | zeroing a spare's entry       | logging `ITEM`/`BLOCK(x)` |
 //! | `unlink`    | item `x`                     | the bucket CAS removing it    | `x` is in limbo        |
 //! | `replacing` | block `x`                    | the bucket CAS removing it    | `x` is in limbo        |
 //!
@@ -41,9 +41,10 @@
 //!   retires it itself.
 //! - `FREE_*(x)`: done if the allocator reports `Free(x)`; else, if the entry / link word no
 //!   longer names `x` (`FREE_ITEM`: always), free `x`.
-//! - `TAKE_ENTRY(x)` (a reclaimable limbo item reused for a new item, `Reclaim::take_spare`):
-//!   if the entry still names `x`, nothing was taken (the limbo keeps it); if the `log` word
-//!   names `ITEM(x)`, that arm decides; else `x` was taken and never written: free it.
+//! - `TAKE_ENTRY(x)` (a reclaimable limbo block reused for a new item or bucket block,
+//!   `Reclaim::take_spare`): if the entry still names `x`, nothing was taken (the limbo keeps
+//!   it); if the `log` word names `ITEM(x)` or `block_log` names `BLOCK(x)`, that arm
+//!   decides; else `x` was taken and never written: free it.
 //! - `unlink = x` / `replacing = x`: if `x` is still reachable, the dead slot's CAS did not
 //!   remove it. If not, a CAS removed it (the dead slot's or a live thread's): the claim word
 //!   decides who retires it — every remover CASes it `0 → slot + 1` before retiring, and so
@@ -178,7 +179,8 @@ fn settle_limbo_step<A: Arena>(
     let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
     let view = slot.view();
     let from = record.limbo_at.load(Ordering::Relaxed);
-    let item_logged = record.log.load(Ordering::Acquire) == x | ITEM;
+    let item_logged = record.log.load(Ordering::Acquire) == x | ITEM
+        || record.block_log.load(Ordering::Acquire) == x | BLOCK;
     match tag {
         ALLOC_BAG if allocated != 0 && record.limbo.load(Ordering::Relaxed) != allocated => {
             free(slot, allocated, done)
