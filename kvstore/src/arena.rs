@@ -28,6 +28,14 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn base(&self) -> *mut u8;
     /// Allocates `size` bytes aligned to 8.
     fn allocate(thread: &Self::Thread, size: usize) -> Result<u64, AllocError>;
+    /// Allocates `size` bytes aligned to `align` (a power of two, at most 64).
+    fn allocate_aligned(
+        thread: &Self::Thread,
+        size: usize,
+        _align: usize,
+    ) -> Result<u64, AllocError> {
+        Self::allocate(thread, size)
+    }
     /// Frees a block from [`Arena::allocate`] of any thread.
     fn free(thread: &Self::Thread, at: u64);
     /// The root word that holds the store descriptor's offset (zero: no store yet).
@@ -132,6 +140,17 @@ impl Arena for PodArena {
     }
 
     #[inline]
+    fn allocate_aligned(
+        thread: &ThreadHandle,
+        size: usize,
+        align: usize,
+    ) -> Result<u64, AllocError> {
+        let layout = Layout::from_size_align(size, align)
+            .map_err(|_| AllocError::Unsupported { size, align })?;
+        thread.allocate(layout).map(|o| o.0)
+    }
+
+    #[inline]
     fn free(thread: &ThreadHandle, at: u64) {
         thread.free(Offset(at));
     }
@@ -215,6 +234,22 @@ impl Arena for PodArena {
     fn step(thread: &ThreadHandle) -> u64 {
         let slot = thread.slot();
         slot.recovery.load(Ordering::Relaxed)
+    }
+}
+
+/// Allocates an item or bucket block of `size` bytes: under SWcc on whole lines (64-aligned,
+/// in a class of 64-byte multiples), so no line is shared with another block whose owner
+/// writes it back (whole-line write-backs would clobber each other).
+#[inline]
+pub(crate) fn allocate_object<A: Arena>(
+    thread: &A::Thread,
+    view: View,
+    size: usize,
+) -> Result<u64, AllocError> {
+    if view.is_swcc() {
+        A::allocate_aligned(thread, size, 64)
+    } else {
+        A::allocate(thread, size)
     }
 }
 

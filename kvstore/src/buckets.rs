@@ -182,9 +182,11 @@ pub(crate) fn entries(view: View, word: u64, mut f: impl FnMut(u64, u64) -> bool
         return;
     }
     if index::is_item(word) {
+        view.fresh_item(at);
         f(view.tag(at), at);
         return;
     }
+    view.fresh_block(at);
     for i in 0..view.block_len(at) {
         let (tag, item) = view.block_entry(at, i);
         if !f(tag, item) {
@@ -206,6 +208,10 @@ impl<A: Arena> Table<'_, A> {
     /// Frees a block this thread made and never published.
     fn free_block(&self, at: u64) {
         let slot = self.slot();
+        let view = slot.view();
+        if view.is_swcc() && podkv_hw::site!("store.block.free_write_back") {
+            view.write_back(at, item::block_size(view.block_len(at)));
+        }
         slot.block_log(FREE_BLOCK, at);
         slot.free(at);
         slot.block_log(0, 0);
@@ -275,7 +281,7 @@ impl<A: Arena> Memory for Table<'_, A> {
             None => {
                 slot.before_alloc();
                 slot.block_log(ALLOC_BLOCK, 0);
-                match A::allocate(&slot.thread, size) {
+                match crate::arena::allocate_object::<A>(&slot.thread, view, size) {
                     Ok(at) => at,
                     Err(_) => {
                         slot.block_log(0, 0);
@@ -295,6 +301,9 @@ impl<A: Arena> Memory for Table<'_, A> {
         });
         if let Some(add) = change.add {
             view.write_entry(at, i, add);
+        }
+        if view.is_swcc() && podkv_hw::site!("store.block.write_back") {
+            view.write_back(at, size);
         }
         slot.block_log(BLOCK, at);
         crate::reclaim::spare::end_take(slot);

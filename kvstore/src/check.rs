@@ -240,6 +240,7 @@ impl<A: Arena> Walk<'_, A> {
             if !self.block(at, &format!("bucket {b}'s item")) {
                 continue;
             }
+            self.view.fresh_item(at);
             self.item(b, tag & mask == b, tag, at);
         }
     }

@@ -39,6 +39,7 @@
 //! slot: exactly one of them retires it (`recover`).
 
 use podkv_hw::sync::mapped::{AtomicU32, AtomicU64, Ordering};
+use podkv_hw::Coherence;
 use std::cmp::Ordering as Order;
 
 /// Bytes of item header before the key.
@@ -111,6 +112,10 @@ pub fn hash(key: &[u8]) -> u64 {
 #[derive(Clone, Copy, Debug)]
 pub struct View {
     base: *mut u8,
+    /// How the memory is kept coherent: under SWcc (`limited`, `mcas`) a writer writes an
+    /// item or block back before publishing it and a reader invalidates it before reading
+    /// (README, Coherence); nothing under `Hardware`.
+    coherence: Coherence,
 }
 
 // SAFETY: a view is a base address; the memory it names is shared deliberately and accessed
@@ -120,9 +125,61 @@ unsafe impl Send for View {}
 unsafe impl Sync for View {}
 
 impl View {
-    /// A view over memory starting at `base`.
+    /// A view over memory starting at `base`, kept coherent by hardware.
     pub fn new(base: *mut u8) -> View {
-        View { base }
+        View {
+            base,
+            coherence: Coherence::Hardware,
+        }
+    }
+
+    /// The same view over memory kept coherent as `coherence` says.
+    pub fn with_coherence(self, coherence: Coherence) -> View {
+        View { coherence, ..self }
+    }
+
+    /// Whether items and blocks follow the SWcc rules here (and sit on whole lines).
+    #[inline]
+    pub fn is_swcc(self) -> bool {
+        self.coherence.is_swcc()
+    }
+
+    /// Writes back `len` bytes at `at` (the SWcc writer's rule; nothing under `Hardware`).
+    #[inline]
+    pub fn write_back(self, at: u64, len: usize) {
+        self.coherence.write_back(self.ptr(at), len);
+    }
+
+    /// Drops any stale copy of `len` bytes at `at` (the SWcc reader's rule).
+    #[inline]
+    pub fn invalidate(self, at: u64, len: usize) {
+        self.coherence.invalidate(self.ptr(at), len);
+    }
+
+    /// Makes item `at` fresh before reading it: its header line (the lengths), then the
+    /// rest. Items are immutable once published and, under SWcc, sit on whole lines.
+    #[inline]
+    pub fn fresh_item(self, at: u64) {
+        if self.is_swcc() && podkv_hw::site!("store.item.invalidate") {
+            self.invalidate(at, 64);
+            let size = self.item_size(at);
+            if size > 64 {
+                self.invalidate(at + 64, size - 64);
+            }
+        }
+    }
+
+    /// Makes bucket block `at` fresh before reading it: its header line (the length), then
+    /// its entries.
+    #[inline]
+    pub fn fresh_block(self, at: u64) {
+        if self.is_swcc() && podkv_hw::site!("store.block.invalidate") {
+            self.invalidate(at, 64);
+            let size = block_size(self.block_len(at));
+            if size > 64 {
+                self.invalidate(at + 64, size - 64);
+            }
+        }
     }
 
     /// This process's address of `at`. A null base is the local arena, whose offsets are
@@ -191,17 +248,31 @@ impl View {
     }
 
     /// Claims, for `slot`, the right to retire the removed item or block `at` (CAS of its
-    /// claim word 0 → `slot + 1`; see # Claims).
+    /// claim word 0 → `slot + 1`; see # Claims). Under SWcc the claim's line (the object's
+    /// first, its own) is read fresh and written back at once; the CAS is on this host's
+    /// copy, so two hosts claiming at once are told apart only by recovery's grace period
+    /// (README, Coherence).
     #[inline]
     pub fn claim_retire(self, at: u64, block: bool, slot: u32) -> bool {
-        self.claim_word(at, block)
+        if self.is_swcc() && podkv_hw::site!("store.claim.invalidate") {
+            self.invalidate(at, 64);
+        }
+        let won = self
+            .claim_word(at, block)
             .compare_exchange(0, slot + 1, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+            .is_ok();
+        if won && self.is_swcc() && podkv_hw::site!("store.claim.write_back") {
+            self.write_back(at, 64);
+        }
+        won
     }
 
     /// Who claimed `at`'s retirement: `slot + 1`, or zero.
     #[inline]
     pub fn retire_claim(self, at: u64, block: bool) -> u32 {
+        if self.is_swcc() && podkv_hw::site!("store.claim.read_invalidate") {
+            self.invalidate(at, 64);
+        }
         self.claim_word(at, block).load(Ordering::Acquire)
     }
 

@@ -126,6 +126,7 @@ fn sample_oldest<A: Arena>(
     for _ in 0..buckets_max {
         let (bucket, word) = buckets.sample(reclaim);
         index::owned(&table, bucket, word, |_, at| {
+            view.fresh_item(at);
             let Some(rank) = rank(at) else {
                 return true;
             };
@@ -206,6 +207,7 @@ pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlR
             continue;
         }
         index::owned(&table, bucket, word, |_, at| {
+            shared.view().fresh_item(at);
             report.visited += 1;
             if !shared.visible(at, now) {
                 dead.push(at);

@@ -273,6 +273,10 @@ fn free<A: Arena>(slot: &Slot<A>, x: u64, done: &mut Settled) {
 fn reachable<A: Arena>(reclaim: &Reclaim<A>, x: u64, block: bool) -> bool {
     let view = reclaim.slot().view();
     let table = Table { reclaim };
+    match block {
+        true => view.fresh_block(x),
+        false => view.fresh_item(x),
+    }
     let tag = match block {
         true if view.block_len(x) == 0 => return false,
         true => view.block_entry(x, 0).0,

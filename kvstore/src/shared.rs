@@ -53,7 +53,7 @@ impl<A: Arena> Shared<A> {
         config: &StoreConfig,
         seen: u64,
     ) -> Result<(Shared<A>, Option<Created<A>>), StoreError> {
-        let view = View::new(arena.base());
+        let view = View::new(arena.base()).with_coherence(arena.coherence());
         let mut desc_at = seen;
         let mut created = None;
         if desc_at == 0 {
@@ -70,6 +70,9 @@ impl<A: Arena> Shared<A> {
             clock: config.clock.clone(),
             value_max: AtomicUsize::new(0),
         };
+        if view.is_swcc() && podkv_hw::site!("store.open.invalidate") {
+            view.invalidate(desc_at, std::mem::size_of::<Descriptor>());
+        }
         shared.validate_descriptor()?;
         shared.hwcc_at = shared.desc().hwcc_at;
         shared.hw = shared.view.ptr(shared.hwcc_at) as *const HwccWords;
@@ -294,6 +297,10 @@ pub(crate) fn create<A: Arena>(
     hw.size.word.store(size, Ordering::Relaxed);
     hw.epoch.word.store(2, Ordering::Relaxed);
     hw.directory[0].store(seg0, Ordering::Relaxed);
+    if view.is_swcc() && podkv_hw::site!("store.create.write_back") {
+        view.write_back(desc_at, std::mem::size_of::<Descriptor>());
+        view.write_back(slots_at, slots as usize * SIZE_SLOT_RECORD);
+    }
     let root: &AtomicU64 = arena.root();
     let desc_at = match root.compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => desc_at,

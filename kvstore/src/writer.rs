@@ -180,7 +180,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         reclaim.count_recycling(|c| c.allocations += 1);
         slot.before_alloc();
         slot.log(ALLOC_ITEM, 0);
-        let made = A::allocate(&slot.thread, size);
+        let made = crate::arena::allocate_object::<A>(&slot.thread, slot.view(), size);
         if made.is_err() {
             slot.log(0, 0);
         }
@@ -202,6 +202,11 @@ impl<'h, A: Arena> Parts<'h, A> {
     /// Frees a node this thread allocated and never published.
     pub(crate) fn free_unpublished(self, at: u64) {
         let slot = self.slot();
+        let view = slot.view();
+        // What this thread wrote goes out before the block changes owner (SWcc).
+        if view.is_swcc() && podkv_hw::site!("store.item.free_write_back") {
+            view.write_back(at, view.item_size(at));
+        }
         slot.log(FREE_ITEM, at);
         slot.free(at);
         slot.log(0, 0);
@@ -251,7 +256,11 @@ impl<'h, A: Arena> Parts<'h, A> {
             flags,
             lease,
         };
-        shared.view().write_item(at, &meta, key, value, vlen);
+        let view = shared.view();
+        view.write_item(at, &meta, key, value, vlen);
+        if view.is_swcc() && podkv_hw::site!("store.item.write_back") {
+            view.write_back(at, SIZE_HEADER + key.len() + vlen);
+        }
         self.slot().log(ITEM, at);
         crate::reclaim::spare::end_take(self.slot());
         Ok(at)
@@ -358,6 +367,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         loop {
             let (word, w) = index::write_target(&table, h, shared.buckets_log2())?;
             let found = index::find(&table, w, tag, |at| {
+                view.fresh_item(at);
                 item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
             });
             let visible =

@@ -71,6 +71,7 @@ pub(crate) fn next_chunk<A: Arena>(
         let (made, word) = index::read(&table, b, log2);
         let mut items = Vec::new();
         index::owned(&table, made, word, |tag, at| {
+            view.fresh_item(at);
             if tag & mask == b && cursor.passed_by(view, at) {
                 items.push(at);
             }
