@@ -80,6 +80,24 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether the command only reads files and prints a report (no socket, no child, no
+    /// long-running service), so a closed stdout may simply end it.
+    pub fn only_reads_and_prints(&self) -> bool {
+        match self {
+            Command::Heap(c) => matches!(
+                c,
+                HeapCommand::Create { .. }
+                    | HeapCommand::Info { .. }
+                    | HeapCommand::Recover { .. }
+                    | HeapCommand::Check { .. }
+            ),
+            Command::Store(_) | Command::Trace(_) => true,
+            _ => false,
+        }
+    }
+}
+
 /// `podkv bench` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {

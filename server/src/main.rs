@@ -17,9 +17,23 @@ const FILTER_DEFAULT: &str = "warn,podkv=info,podkv_alloc=info,podkv_store=info,
 fn main() {
     init_logging();
     let cli = podkv::cli::Cli::parse();
+    if cli.command.only_reads_and_prints() {
+        die_quietly_on_closed_stdout();
+    }
     if let Err(err) = podkv::cli::run(cli) {
         eprintln!("podkv: {err}");
         std::process::exit(1);
+    }
+}
+
+/// Restores `SIGPIPE`'s default action, which Rust's runtime ignores, so that `podkv heap
+/// check | head` ends quietly when `head` has read enough, as Unix tools do, instead of
+/// panicking at the next `println!`. Only for commands whose output is a report: a server or
+/// a client would then die on a peer's closed socket or pipe instead of seeing an error.
+fn die_quietly_on_closed_stdout() {
+    // SAFETY: called once at start, before any thread is spawned; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -281,3 +281,31 @@ fn create_with_a_placement_then_info_shows_it_and_the_nodes() {
     assert!(err.contains("node 7 is not online"), "{err}");
     assert!(!absent.exists(), "a refused placement created the heap");
 }
+
+/// `podkv heap info HEAP` into a pipe whose reader is gone (as after `| head -1`): the report
+/// ends quietly by SIGPIPE, as Unix tools do, not with a panic message on stderr.
+#[test]
+fn a_report_into_a_closed_pipe_ends_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap");
+    let heap = heap.to_str().unwrap();
+    create(heap, "1GiB", &[]);
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are fresh from pipe(2) and owned by nobody else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_podkv"))
+        .args(["heap", "info", heap])
+        .stdout(Stdio::from(writer))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+}
