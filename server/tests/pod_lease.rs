@@ -1,25 +1,23 @@
 //! A lease-mode pod (issue 20 items 3 and 4): each member is a host of its own (`serve
 //! --host-id`), `pod status` shows the mode and the ids, a killed member's slots are recovered
-//! once its lease has lapsed, and a member stopped (SIGSTOP) for two leases while the other
-//! serves resumes and carries on: no client error at the live member, nothing lost, and the
-//! heap checks clean afterwards.
+//! once its lease has lapsed, and a member stopped (SIGSTOP) for two leases under `podkv ycsb`
+//! spread over the pod resumes and carries on: no client error at the live members, and the
+//! heap and the store check clean afterwards.
 
 mod pod_support;
 
 use pod_support::{client, free_ports, get, run, set, text, Pod};
 use podkv_harness::runner::memcached::Reply;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The members' lease (`podkv_alloc::process::LEASE`, the default every member opens with).
 const LEASE: Duration = podkv_alloc::process::LEASE;
 
-fn up_lease(pod: &Pod) -> Vec<String> {
-    let base = free_ports(2);
+fn up_lease(pod: &Pod, hosts: u16) -> Vec<String> {
+    let base = free_ports(hosts);
     pod.up(&[
         "--hosts",
-        "2",
+        &hosts.to_string(),
         "--net",
         "loopback",
         "--liveness",
@@ -34,29 +32,10 @@ fn member_pid(pod: &Pod, i: usize) -> i32 {
     pod.status()["members"][i]["pid"].as_u64().unwrap() as i32
 }
 
-/// Sets and reads back keys on `addr` until `stop`; every failure is returned.
-fn hammer(addr: String, tag: &'static str, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
-    let mut c = client(&addr);
-    let (mut ops, mut errors) = (0u64, Vec::new());
-    while !stop.load(Ordering::Relaxed) {
-        let key = format!("{tag}{}", ops % 300);
-        match set(&mut c, key.as_bytes(), key.as_bytes()) {
-            Ok(Reply::Stored) => {}
-            other => errors.push(format!("set {key}: {other:?}")),
-        }
-        match get(&mut c, key.as_bytes()) {
-            Ok(Some(v)) if v == key.as_bytes() => {}
-            other => errors.push(format!("get {key}: {other:?}")),
-        }
-        ops += 2;
-    }
-    (ops, errors)
-}
-
 #[test]
 fn a_lease_pod_gives_members_host_ids_and_recovers_a_killed_member_after_its_lease() {
     let pod = Pod::new();
-    let addrs = up_lease(&pod);
+    let addrs = up_lease(&pod, 2);
     let status = pod.status();
     assert_eq!(status["liveness"], "lease", "{status}");
     assert_eq!(status["members"][0]["host_id"], 1, "{status}");
@@ -107,54 +86,72 @@ fn a_lease_pod_gives_members_host_ids_and_recovers_a_killed_member_after_its_lea
     }
 }
 
+/// Issue 20's figure: `podkv ycsb --target memcached://…` spread over a 3-member lease pod
+/// while member 0 is stopped (SIGSTOP) for two leases and resumed. The target's timeout
+/// counts each failed request against its member: the live members see none, the stopped
+/// one sees its requests fail while stopped and succeed again once resumed.
 #[test]
-fn a_lease_pod_member_stopped_for_two_leases_resumes_while_the_other_serves() {
+fn a_lease_pod_member_stopped_for_two_leases_fails_only_its_own_requests_under_ycsb() {
     let pod = Pod::new();
-    let addrs = up_lease(&pod);
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let (addr, stop) = (addrs[1].clone(), stop.clone());
-        std::thread::spawn(move || hammer(addr, "live", stop))
-    };
-    let before = {
-        let (addr, stop) = (addrs[0].clone(), Arc::new(AtomicBool::new(false)));
-        let s = stop.clone();
-        let t = std::thread::spawn(move || hammer(addr, "stopped", s));
-        std::thread::sleep(Duration::from_millis(300));
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap()
-    };
-    assert!(before.1.is_empty(), "{:?}", before.1);
+    let addrs = up_lease(&pod, 3);
     let victim = member_pid(&pod, 0);
-    // SAFETY: as above.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ycsb.ndjson");
+    let target = format!("memcached://{}?timeout_ms=500", addrs.join(","));
+    let stopped_for = 2 * LEASE;
+    let lead = Duration::from_millis(1500);
+    let duration = lead + stopped_for + Duration::from_millis(2500);
+    let ycsb = pod_support::podkv()
+        .args(["ycsb", "--workload", "a", "--records", "1000"])
+        .args(["--ops", "1000000000", "--threads", "2", "--no-pin"])
+        .args(["--duration", &duration.as_secs_f64().to_string()])
+        .args(["--target", &target, "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(lead);
+    // SAFETY: kill has no memory preconditions; `victim` is a member of the test's pod.
     assert_eq!(unsafe { libc::kill(victim, libc::SIGSTOP) }, 0);
-    std::thread::sleep(2 * LEASE + Duration::from_millis(500));
+    std::thread::sleep(stopped_for);
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(victim, libc::SIGCONT) }, 0);
-    let after = {
-        let (addr, stop) = (addrs[0].clone(), Arc::new(AtomicBool::new(false)));
-        let s = stop.clone();
-        let t = std::thread::spawn(move || hammer(addr, "resumed", s));
-        std::thread::sleep(Duration::from_secs(1));
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap()
+    let out = ycsb.wait_with_output().unwrap();
+    assert!(out.status.success(), "ycsb: {}", text(&out));
+    let record: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&json).unwrap().trim()).unwrap();
+    let servers = record["servers"].as_array().expect("per-server tallies");
+    let tally = |addr: &str| {
+        let s = servers.iter().find(|s| s["server"] == addr).unwrap();
+        (
+            s["requests"].as_u64().unwrap(),
+            s["errors"].as_u64().unwrap(),
+        )
     };
-    stop.store(true, Ordering::Relaxed);
-    let (ops, errors) = load.join().unwrap();
     eprintln!(
-        "member 1 served {ops} ops while member 0 was stopped {:?} and resumed; member 0 \
-         served {} ops after",
-        2 * LEASE,
-        after.0
+        "ycsb over {} members, member 0 stopped {stopped_for:?}: {}",
+        addrs.len(),
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let (requests, errors) = tally(a);
+                format!("member {i}: {requests} requests, {errors} errors")
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     );
-    assert!(
-        errors.is_empty(),
-        "the live member failed meanwhile: {errors:?}"
-    );
-    assert!(
-        after.1.is_empty() && after.0 > 0,
-        "the resumed member: {:?}",
-        after.1
+    for live in &addrs[1..] {
+        let (requests, errors) = tally(live);
+        assert!(requests > 0 && errors == 0, "live member {live}: {record}");
+    }
+    // The stopped member answers again, as the same process.
+    let mut c = client(&addrs[0]);
+    assert_eq!(set(&mut c, b"resumed", b"yes").unwrap(), Reply::Stored);
+    assert_eq!(
+        get(&mut c, b"resumed").unwrap().as_deref(),
+        Some(&b"yes"[..])
     );
     assert_eq!(member_pid(&pod, 0), victim, "it resumed, not restarted");
     let out = pod.pod("down", &[]);

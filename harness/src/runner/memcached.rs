@@ -11,9 +11,13 @@
 use super::targets::{Outcome, Session, Target};
 use anyhow::Context;
 use podkv_traces::{key_hash, Command};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// One request of a pipeline.
 #[derive(Clone, Copy, Debug)]
@@ -95,6 +99,45 @@ struct Connection {
     out: Vec<u8>,
 }
 
+impl Connection {
+    /// Connects to `server` (`HOST:PORT`); with a `timeout`, connecting, reading and writing
+    /// each give up after it.
+    fn open(server: &str, timeout: Option<Duration>) -> anyhow::Result<Self> {
+        let cannot = || format!("cannot connect to memcached at {server}");
+        let stream = match timeout {
+            None => TcpStream::connect(server).with_context(cannot)?,
+            Some(t) => {
+                let addr = server
+                    .to_socket_addrs()
+                    .with_context(cannot)?
+                    .next()
+                    .with_context(cannot)?;
+                let stream = TcpStream::connect_timeout(&addr, t).with_context(cannot)?;
+                stream.set_read_timeout(Some(t))?;
+                stream.set_write_timeout(Some(t))?;
+                stream
+            }
+        };
+        stream.set_nodelay(true)?;
+        Ok(Connection {
+            reader: BufReader::with_capacity(64 * 1024, stream),
+            out: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Sends one composed request (in `out`) and reads its reply.
+    fn exchange(&mut self, line: &mut Vec<u8>, r: &Request<'_>) -> anyhow::Result<Reply> {
+        self.reader.get_mut().write_all(&self.out)?;
+        self.out.clear();
+        read_reply(&mut self.reader, line, r)
+    }
+}
+
+/// The server (index among `count`) that holds `key`.
+fn server_of(key: &[u8], count: usize) -> usize {
+    ((u128::from(key_hash(key)) * count as u128) >> 64) as usize
+}
+
 /// A client of one or more memcached servers.
 pub struct Client {
     connections: Vec<Connection>,
@@ -107,15 +150,7 @@ impl Client {
         anyhow::ensure!(!servers.is_empty(), "no memcached server given");
         let connections = servers
             .iter()
-            .map(|s| {
-                let stream = TcpStream::connect(s)
-                    .with_context(|| format!("cannot connect to memcached at {s}"))?;
-                stream.set_nodelay(true)?;
-                Ok(Connection {
-                    reader: BufReader::with_capacity(64 * 1024, stream),
-                    out: Vec::with_capacity(4096),
-                })
-            })
+            .map(|s| Connection::open(s, None))
             .collect::<anyhow::Result<_>>()?;
         Ok(Self {
             connections,
@@ -125,7 +160,7 @@ impl Client {
 
     /// The server (index) that holds `key`.
     pub fn server_of(&self, key: &[u8]) -> usize {
-        ((u128::from(key_hash(key)) * self.connections.len() as u128) >> 64) as usize
+        server_of(key, self.connections.len())
     }
 
     /// Sends every request, then reads every reply, in order.
@@ -152,9 +187,7 @@ impl Client {
         let s = self.server_of(request.key);
         let c = &mut self.connections[s];
         compose(&mut c.out, &request)?;
-        c.reader.get_mut().write_all(&c.out)?;
-        c.out.clear();
-        read_reply(&mut c.reader, &mut self.line, &request)
+        c.exchange(&mut self.line, &request)
     }
 }
 
@@ -275,29 +308,144 @@ fn read_reply(
 /// `--target memcached://…`: one client (connection per server) per worker thread.
 pub struct MemcachedTarget {
     servers: Vec<String>,
+    /// `?timeout_ms=`: count failures per server instead of ending the run.
+    timeout: Option<Duration>,
+    /// Requests and errors per server, summed over the sessions (tolerant targets only).
+    counts: Arc<[Counts]>,
+}
+
+/// One server's requests and errors, counted by every session of a tolerant target.
+#[derive(Default)]
+struct Counts {
+    requests: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// What one server of a tolerant memcached target saw: requests sent to it, and how many
+/// failed (timed out, connection lost or refused, error reply, or sent while it was down).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerTally {
+    /// `HOST:PORT`.
+    pub server: String,
+    /// Requests for keys it holds.
+    pub requests: u64,
+    /// Of those, the failed.
+    pub errors: u64,
 }
 
 impl MemcachedTarget {
-    /// A target over `servers`.
-    pub fn new(servers: Vec<String>) -> Self {
-        Self { servers }
+    /// A target over `servers`: the first failure ends the run, or, with a `timeout`, each is
+    /// counted against its server (see the module docs).
+    pub fn new(servers: Vec<String>, timeout: Option<Duration>) -> Self {
+        let counts = servers.iter().map(|_| Counts::default()).collect();
+        Self {
+            servers,
+            timeout,
+            counts,
+        }
     }
 }
 
 /// A worker's client, remembering its `gets` tokens for `cas`.
 pub struct MemcachedSession {
-    client: Client,
+    link: Link,
     tokens: HashMap<Box<[u8]>, u64>,
+}
+
+/// How a session reaches the servers.
+enum Link {
+    /// Every server connected up front; the first failure is the run's.
+    Strict(Client),
+    /// Each server on its own: failures counted, the server retried after the timeout.
+    Tolerant(Tolerant),
+}
+
+/// A tolerant session's servers (see the module docs).
+struct Tolerant {
+    servers: Vec<String>,
+    /// Each server's connection, `None` while down.
+    connections: Vec<Option<Connection>>,
+    /// When each down server is tried again.
+    retry_at: Vec<Instant>,
+    timeout: Duration,
+    counts: Arc<[Counts]>,
+    out: Vec<u8>,
+    line: Vec<u8>,
+}
+
+impl Tolerant {
+    /// One request; `None` when it failed (counted against its server).
+    fn request(&mut self, r: &Request<'_>) -> anyhow::Result<Option<Reply>> {
+        self.out.clear();
+        compose(&mut self.out, r)?;
+        let s = server_of(r.key, self.servers.len());
+        self.counts[s].requests.fetch_add(1, Ordering::Relaxed);
+        let reply = match self.exchange(s, r) {
+            Ok(Reply::Error(_)) | Err(_) => None,
+            Ok(reply) => Some(reply),
+        };
+        if reply.is_none() {
+            self.counts[s].errors.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(reply)
+    }
+
+    fn exchange(&mut self, s: usize, r: &Request<'_>) -> anyhow::Result<Reply> {
+        let c = match &mut self.connections[s] {
+            Some(c) => c,
+            None => {
+                anyhow::ensure!(Instant::now() >= self.retry_at[s], "server down");
+                self.retry_at[s] = Instant::now() + self.timeout;
+                self.connections[s].insert(Connection::open(&self.servers[s], Some(self.timeout))?)
+            }
+        };
+        c.out.clear();
+        c.out.extend_from_slice(&self.out);
+        let reply = c.exchange(&mut self.line, r);
+        if reply.is_err() {
+            // Its stream may still carry the late reply: never read it as another's.
+            self.connections[s] = None;
+            self.retry_at[s] = Instant::now() + self.timeout;
+        }
+        reply
+    }
 }
 
 impl Target for MemcachedTarget {
     type Session<'t> = MemcachedSession;
 
     fn session(&self, _worker: usize) -> anyhow::Result<MemcachedSession> {
+        let link = match self.timeout {
+            None => Link::Strict(Client::connect(&self.servers)?),
+            Some(timeout) => Link::Tolerant(Tolerant {
+                servers: self.servers.clone(),
+                connections: self.servers.iter().map(|_| None).collect(),
+                retry_at: vec![Instant::now(); self.servers.len()],
+                timeout,
+                counts: self.counts.clone(),
+                out: Vec::new(),
+                line: Vec::new(),
+            }),
+        };
         Ok(MemcachedSession {
-            client: Client::connect(&self.servers)?,
+            link,
             tokens: HashMap::new(),
         })
+    }
+
+    fn server_tallies(&self) -> Vec<ServerTally> {
+        if self.timeout.is_none() {
+            return Vec::new();
+        }
+        self.servers
+            .iter()
+            .zip(self.counts.iter())
+            .map(|(server, c)| ServerTally {
+                server: server.clone(),
+                requests: c.requests.load(Ordering::Relaxed),
+                errors: c.errors.load(Ordering::Relaxed),
+            })
+            .collect()
     }
 }
 
@@ -310,7 +458,14 @@ impl Session for MemcachedSession {
                 None => return Ok(Outcome::Miss),
             }
         }
-        let reply = self.client.request(request)?;
+        let reply = match &mut self.link {
+            Link::Strict(client) => client.request(request)?,
+            // A failed request counts as a miss here, and as an error of its server.
+            Link::Tolerant(t) => match t.request(&request)? {
+                Some(reply) => reply,
+                None => return Ok(Outcome::Miss),
+            },
+        };
         if let (Command::Gets, Reply::Value { cas: Some(t), .. }) = (command, &reply) {
             self.tokens.insert(key.into(), *t);
         }

@@ -1,5 +1,6 @@
 //! A run's results: one [`RunRecord`], printed as a table and appended as one NDJSON line.
 
+use super::memcached::ServerTally;
 use super::metrics::{Tally, TallyWire};
 use super::pacing::Pacing;
 use super::spec::{Job, RunSpec};
@@ -23,6 +24,9 @@ pub struct ProcessReport {
     pub page_faults: u64,
     /// The target's HWcc bytes, for heap targets.
     pub hwcc_bytes: Option<u64>,
+    /// Requests and failures per server (a memcached target with a timeout).
+    #[serde(default)]
+    pub servers: Vec<ServerTally>,
 }
 
 /// Merges the reports of all processes.
@@ -32,6 +36,21 @@ pub fn merge(spec: &RunSpec, reports: &[ProcessReport]) -> anyhow::Result<Tally>
         tally.merge(&r.tally.decode()?);
     }
     Ok(tally)
+}
+
+/// The processes' per-server tallies, summed by server.
+fn merge_servers(reports: &[ProcessReport]) -> Vec<ServerTally> {
+    let mut all: Vec<ServerTally> = Vec::new();
+    for s in reports.iter().flat_map(|r| &r.servers) {
+        match all.iter_mut().find(|a| a.server == s.server) {
+            Some(a) => {
+                a.requests += s.requests;
+                a.errors += s.errors;
+            }
+            None => all.push(s.clone()),
+        }
+    }
+    all
 }
 
 /// Latency and outcomes of one operation kind.
@@ -102,6 +121,10 @@ pub struct RunRecord {
     pub target_rate: Option<f64>,
     /// Per-kind details (kinds that ran).
     pub per_op: BTreeMap<String, KindSummary>,
+    /// Requests and failures per server, every phase, summed over processes (a memcached
+    /// target with `?timeout_ms=`; failed requests count as misses above).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub servers: Vec<ServerTally>,
     /// CPU nanoseconds the workers' timed loops spent per operation (against
     /// `--target null`: the runner's own cost, immune to other processes' load).
     pub cpu_ns_per_op: f64,
@@ -189,6 +212,7 @@ impl RunRecord {
                 Pacing::Closed | Pacing::Timestamps { .. } => None,
             },
             per_op,
+            servers: merge_servers(reports),
             cpu_ns_per_op: tally.cpu_ns_sum as f64 / ops.max(1) as f64,
             wall_seconds: wall.as_secs_f64(),
             git_commit: process_stats::git_commit().into(),
@@ -254,6 +278,17 @@ impl RunRecord {
             self.p999_us,
             self.max_us
         );
+        self.print_servers();
+    }
+
+    /// Prints the per-server requests and errors, if counted.
+    fn print_servers(&self) {
+        for s in &self.servers {
+            println!(
+                "  server {:<21} {:>12} requests {:>12} errors",
+                s.server, s.requests, s.errors
+            );
+        }
     }
 
     /// Appends the record as one line of JSON.

@@ -41,8 +41,12 @@ fn run_target(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<P
         }
         TargetSpec::Mimalloc => run_sources(spec, ctl, process, &StoreTarget::local()?),
         TargetSpec::Embedded { heap } => run_sources(spec, ctl, process, &StoreTarget::open(heap)?),
-        TargetSpec::Memcached { servers } => {
-            let target = crate::runner::memcached::MemcachedTarget::new(servers.clone());
+        TargetSpec::Memcached {
+            servers,
+            timeout_ms,
+        } => {
+            let timeout = timeout_ms.map(std::time::Duration::from_millis);
+            let target = crate::runner::memcached::MemcachedTarget::new(servers.clone(), timeout);
             run_sources(spec, ctl, process, &target)
         }
     }
@@ -161,6 +165,7 @@ fn run_threads<T: Target, S: Source + Send>(
         pss_bytes: process_stats::pss_bytes(),
         page_faults: process_stats::minor_faults().saturating_sub(faults?),
         hwcc_bytes: target.hwcc_bytes(),
+        servers: target.server_tallies(),
     })
 }
 

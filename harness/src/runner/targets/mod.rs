@@ -12,7 +12,7 @@
 //! | `dashmap` | `podkv_store::DashBaseline` through `KvMap` ([`kv`]) | 1 |
 //! | `mimalloc` | the podkv index in process-local mimalloc memory ([`store`]) | 1 |
 //! | `embedded` | the podkv store in a pod heap file ([`store`]) | any |
-//! | `memcached://H:P[,H:P…]` | memcached text protocol over TCP, keys spread by hash | any |
+//! | `memcached://H:P[,H:P…][?timeout_ms=MS]` | memcached text protocol over TCP, keys spread by hash; with a timeout, failures are counted per server instead of ending the run | any |
 
 pub mod kv;
 pub mod null;
@@ -62,6 +62,12 @@ pub trait Target: Sync {
     fn hwcc_bytes(&self) -> Option<u64> {
         None
     }
+
+    /// Requests and failures per server, for targets that count them (a memcached target
+    /// with a timeout).
+    fn server_tallies(&self) -> Vec<crate::runner::memcached::ServerTally> {
+        Vec::new()
+    }
 }
 
 /// A parsed `--target`.
@@ -82,6 +88,10 @@ pub enum TargetSpec {
     Memcached {
         /// `HOST:PORT` of each server.
         servers: Vec<String>,
+        /// `?timeout_ms=`: a request unanswered this long fails, counted against its server,
+        /// and the run goes on (none: the first failure ends the run).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
     },
 }
 
@@ -96,15 +106,33 @@ impl TargetSpec {
                 heap: heap.unwrap_or_else(fresh_heap_path),
             },
             _ => match text.strip_prefix("memcached://") {
-                Some(list) => {
+                Some(rest) => {
+                    let bad = || {
+                        anyhow::anyhow!(
+                            "bad target {text:?}: expected memcached://HOST:PORT[,HOST:PORT...][?timeout_ms=MS]"
+                        )
+                    };
+                    let (list, query) = rest.split_once('?').unwrap_or((rest, ""));
                     let servers: Vec<String> = list.split(',').map(str::to_owned).collect();
                     anyhow::ensure!(
                         servers.iter().all(|s| s.rsplit_once(':').is_some_and(|(h, p)| {
                             !h.is_empty() && p.parse::<u16>().is_ok()
                         })),
-                        "bad target {text:?}: expected memcached://HOST:PORT[,HOST:PORT...]"
+                        bad()
                     );
-                    TargetSpec::Memcached { servers }
+                    let timeout_ms = match query {
+                        "" => None,
+                        q => Some(
+                            q.strip_prefix("timeout_ms=")
+                                .and_then(|ms| ms.parse::<u64>().ok())
+                                .filter(|&ms| ms > 0)
+                                .ok_or_else(bad)?,
+                        ),
+                    };
+                    TargetSpec::Memcached {
+                        servers,
+                        timeout_ms,
+                    }
                 }
                 None => anyhow::bail!(
                     "unknown target {text:?}: expected embedded, mimalloc, dashmap, null or memcached://HOST:PORT[,...]"
@@ -120,7 +148,13 @@ impl TargetSpec {
             TargetSpec::Dashmap => "dashmap".into(),
             TargetSpec::Mimalloc => "mimalloc".into(),
             TargetSpec::Embedded { .. } => "embedded".into(),
-            TargetSpec::Memcached { servers } => format!("memcached://{}", servers.join(",")),
+            TargetSpec::Memcached {
+                servers,
+                timeout_ms,
+            } => {
+                let query = timeout_ms.map_or(String::new(), |ms| format!("?timeout_ms={ms}"));
+                format!("memcached://{}{query}", servers.join(","))
+            }
         }
     }
 
@@ -145,9 +179,20 @@ mod tests {
         assert_eq!(
             TargetSpec::parse("memcached://a:1,b:2", None).unwrap(),
             TargetSpec::Memcached {
-                servers: vec!["a:1".into(), "b:2".into()]
+                servers: vec!["a:1".into(), "b:2".into()],
+                timeout_ms: None,
             }
         );
+        let tolerant = TargetSpec::parse("memcached://a:1,b:2?timeout_ms=500", None).unwrap();
+        assert_eq!(
+            tolerant,
+            TargetSpec::Memcached {
+                servers: vec!["a:1".into(), "b:2".into()],
+                timeout_ms: Some(500),
+            }
+        );
+        assert_eq!(tolerant.name(), "memcached://a:1,b:2?timeout_ms=500");
+        assert!(TargetSpec::parse("memcached://a:1?timeout=5", None).is_err());
         assert!(TargetSpec::parse("memcached://a", None).is_err());
         assert!(TargetSpec::parse("redis", None).is_err());
         assert!(!TargetSpec::Dashmap.spans_processes());
