@@ -11,6 +11,9 @@
 //! - remote frees pending in slots' batches (`crate::pending`) count as freed: `remote`
 //!   above is the slab's remote word less them, and only sized, detached or disowned slabs
 //!   have any; a released slot has none;
+//! - a morphing slab (`crate::morph`): both classes valid and its sets fit; no free bit on a
+//!   blocked block, nothing between the sets, no old-set bit past the old class; its remote
+//!   count may exceed the capacity by at most its old set;
 //! - a released slot holds no list;
 //! - the huge heap's invariants (`huge/check.rs`).
 //!
@@ -18,6 +21,7 @@
 
 use crate::class::Kind;
 use crate::global::List;
+use crate::morph::Morph;
 use crate::shared::Shared;
 use crate::slabs::SlabHeap;
 use crate::pending::Pending;
@@ -60,6 +64,9 @@ pub struct SlabHeapStats {
     /// Blocks freed remotely whose count waits in a slot's pending batch (`crate::pending`):
     /// free, not yet on their slab's remote word.
     pub pending_blocks: u64,
+    /// Slabs morphing (`crate::morph`), also counted by their state: their live blocks are
+    /// counted at their new class's size, old ones too.
+    pub morphing: u64,
 }
 
 /// One thread slot as the checker saw it.
@@ -305,12 +312,24 @@ impl Walk<'_> {
         let detached = remote::is_detached(remote_word);
         let bits = desc.count_bits();
         let class = usize::from(meta.class);
-        let free = if class < heap.classes.len {
-            bits.saturating_sub(crate::slab::phantom_bits(heap.classes.count[class]))
-        } else {
-            bits
-        };
         let name = heap.kind.name();
+        let morph = match meta.old {
+            0 => None,
+            old => match Morph::of(heap.classes, class, usize::from(old) - 1) {
+                Some(morph) => Some(morph),
+                None => return self.problem(format!("{name} slab {slab} cannot morph: {meta:?}")),
+            },
+        };
+        let free = match morph {
+            Some(morph) => desc.count_free(morph.count_new),
+            None if class < heap.classes.len => {
+                bits.saturating_sub(crate::slab::phantom_bits(heap.classes.count[class]))
+            }
+            None => bits,
+        };
+        if let Some(problem) = morph.and_then(|m| m.problem(desc)) {
+            return self.problem(format!("{name} slab {slab} morphing: {problem}"));
+        }
         let pending = self.pending[heap.kind as usize]
             .get(&slab)
             .copied()
@@ -327,7 +346,7 @@ impl Walk<'_> {
             (Some(Place::Sized(i, class)), State::Sized) => {
                 expect_owner(i)
                     && usize::from(meta.class) == class
-                    && self.sized_ok(heap, slab, meta, free, count - pending.min(count), detached)
+                    && self.sized_ok(heap, slab, (meta, morph), free, count - pending.min(count), detached)
                     && count >= pending
             }
             (None, State::Detached) => {
@@ -365,7 +384,7 @@ impl Walk<'_> {
         &mut self,
         heap: &SlabHeap,
         slab: u32,
-        meta: Meta,
+        (meta, morph): (Meta, Option<Morph>),
         free: u32,
         count: u32,
         detached: bool,
@@ -375,8 +394,13 @@ impl Walk<'_> {
         }
         let capacity = heap.classes.count[usize::from(meta.class)];
         let desc = heap.desc(slab);
-        let stray = desc_bits_beyond(desc, capacity);
-        free <= capacity && count >= free && count <= capacity && !detached && !stray
+        // A morphing slab's old blocks are counted too, and its old set lies past the
+        // capacity (checked by `Morph::problem`).
+        let (old, stray) = match morph {
+            Some(morph) => (morph.count_old_set(desc), false),
+            None => (0, desc_bits_beyond(desc, capacity)),
+        };
+        free <= capacity && count >= free && count <= capacity + old && !detached && !stray
     }
 
     fn class_ok(&mut self, heap: &SlabHeap, slab: u32, meta: Meta) -> bool {
@@ -395,6 +419,7 @@ impl Walk<'_> {
     fn count_slab(&mut self, heap: &SlabHeap, state: State, meta: Meta, free: u32, count: u32) {
         let stats = &mut self.report.heaps[heap.kind as usize];
         *stats.slabs_by_state.entry(state_name(state)).or_default() += 1;
+        stats.morphing += u64::from(meta.old != 0);
         let live = match state {
             State::Sized => count - free,
             State::Detached | State::Disowned => count,

@@ -52,6 +52,11 @@ pub const POINTS: &[&str] = &[
     "disown.logged",
     "disown.meta",
     "disown.empty",
+    "morph.logged",
+    "morph.old",
+    "morph.meta",
+    "morph.carved",
+    "morph.counted",
     // The huge heap (`huge/`): claiming a run, allocating, freeing, unmapping, reclaiming,
     // giving runs back, and the sweep of released slots.
     "huge_claim.logged",

@@ -41,6 +41,7 @@
 //! | `shared` | `Shared`: the components, the mapping, the mCAS hook — what a [`Heap`] and its handles hold; starts the backer and the lease renewer |
 //! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook |
 //! | [`heap`] | [`Heap`]: opening (its steps, `heap/open.rs`, [`Config`]), the public API over the components |
+//! | [`morph`] | a morphing slab's two sets in its bitset: which new blocks are blocked, which offsets are old blocks |
 //! | [`check`], [`crash`], [`stress`], [`api`] | the heap checker, the named crash points, the stress drivers, `allocator_api2` |
 //!
 //! # Where a change goes
@@ -111,6 +112,7 @@ not_under_loom! {
     pub mod layout;
     pub mod lease;
     mod mcas;
+    pub mod morph;
     pub mod pending;
     pub mod process;
     pub mod recovery;

@@ -19,7 +19,8 @@
 //! - payload: a block offset / 8 (42 bits: heaps up to 32 TiB) or a slab step's fields:
 //!   slab (bits 0..24), class (24..31), heap kind (31), `from_list` (32: the slab was the head
 //!   of the slot's unsized list), `after_free` (33: the step continues the free of the block
-//!   in the slot's `aux` word), a count (34..41), `warm` (41: the warm global list).
+//!   in the slot's `aux` word), a count or a morph's old class (34..41), `warm` (41: the warm
+//!   global list).
 
 use crate::offset::Offset;
 
@@ -68,10 +69,14 @@ pub enum Op {
     /// Flushing the slot's pending remote frees of `slab` (the count is in the pending word):
     /// one detectable CAS on the slab's remote word, then the pending word is cleared.
     Flush = 14,
+    /// `sized_to_morphing`: the sized `slab` of class `count` (its old class) becomes a
+    /// morphing slab of class `class` (`crate::morph`; a detectable CAS rebases its remote
+    /// word), moving to the head of that class's sized list.
+    Morph = 15,
 }
 
 impl Op {
-    const ALL: [Op; 15] = [
+    const ALL: [Op; 16] = [
         Op::Idle,
         Op::Alloc,
         Op::Free,
@@ -87,6 +92,7 @@ impl Op {
         Op::TookSlab,
         Op::Keep,
         Op::Flush,
+        Op::Morph,
     ];
 
     /// The operation's name (for reports).
@@ -107,6 +113,7 @@ impl Op {
             Op::TookSlab => "took_slab",
             Op::Keep => "keep_unsized",
             Op::Flush => "flush_remote_frees",
+            Op::Morph => "sized_to_morphing",
         }
     }
 }

@@ -138,6 +138,20 @@ pub fn reattach(word: &AtomicU64, writer: &impl Writer) {
     );
 }
 
+/// The owner morphed a sized slab (`crate::morph`): its `free_old` free bits of the old class
+/// gave way to `free_new` free bits of the new class. One CAS, so remote frees counted before
+/// or after it stay counted: `count == free_bits + live` holds across the morph.
+#[inline]
+pub fn rebase(word: &AtomicU64, free_old: u32, free_new: u32, writer: &impl Writer) {
+    update(word, writer, |p| {
+        debug_assert!(
+            p & DETACHED == 0 && p & MASK_COUNT >= free_old,
+            "morphing a detached slab or one with fewer blocks than free bits"
+        );
+        p - free_old + free_new
+    });
+}
+
 /// What giving up a slab with free bits did.
 #[must_use]
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -222,6 +236,17 @@ mod tests {
         let word = AtomicU64::new(5);
         assert_eq!(disown(&word, 5, &W), Disown::Empty);
         assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 0);
+    }
+
+    #[test]
+    fn a_rebase_keeps_remote_frees_made_before_and_after_it() {
+        let word = AtomicU64::new(0);
+        reset(&word, 10, &W); // 8 free bits, 2 live
+        let _ = free_remote(&word, &W); // one live block freed remotely: 9
+        rebase(&word, 8, 5, &W); // 5 new free bits, 1 live
+        assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 6);
+        let _ = free_remote(&word, &W);
+        assert_eq!(disown(&word, 5, &W), Disown::Empty);
     }
 
     #[test]

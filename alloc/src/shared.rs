@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     /// This process as a slot owner.
     pub(crate) me: Owner,
     pub(crate) recoverable: bool,
+    /// Whether this process's threads morph sparse slabs ([`crate::Config::morph`]).
+    pub(crate) morph: bool,
     /// Started once this process holds a slot of a lease heap (`Shared::hold`).
     pub(crate) renewer: OnceLock<()>,
 }

@@ -67,7 +67,10 @@ impl State {
     }
 }
 
-/// A decoded `meta` word.
+/// The `meta` bits holding a morphing slab's old class plus one ([`Meta::old`]).
+pub const MASK_MORPH: u64 = 0xFF << 48;
+
+/// A decoded `meta` word: `owner | class << 32 | state << 40 | (old + 1) << 48`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
     /// Owning slot plus one; zero when nobody owns the slab.
@@ -76,6 +79,10 @@ pub struct Meta {
     pub class: u8,
     /// The state; `None` for a value no valid heap holds.
     pub state: Option<State>,
+    /// A morphing slab's old class plus one (`crate::morph`); zero for any other slab. Its
+    /// bits lie outside those the owner's fast free path compares, so every free of a
+    /// morphing slab's blocks takes the slow path.
+    pub old: u8,
 }
 
 impl Meta {
@@ -92,6 +99,7 @@ impl Meta {
             owner: word as u32,
             class: (word >> 32) as u8,
             state: State::from_u8((word >> 40) as u8),
+            old: (word >> 48) as u8,
         }
     }
 }
@@ -130,10 +138,26 @@ impl SlabDesc {
         Meta::unpack(self.meta.load(Relaxed))
     }
 
-    /// Sets owner, class and state.
+    /// Sets owner, class and state. A slab that keeps its class (`Sized`, `Detached`,
+    /// `Disowned`) keeps its morph byte ([`Meta::old`]); `Free` and `Unsized` clear it.
     #[inline]
     pub fn set_meta(&self, owner: u32, class: u8, state: State) {
-        self.meta.store(Meta::pack(owner, class, state), Relaxed);
+        let keep = match state {
+            State::Sized | State::Detached | State::Disowned => {
+                self.meta.load(Relaxed) & MASK_MORPH
+            }
+            State::Free | State::Unsized => 0,
+        };
+        self.meta
+            .store(Meta::pack(owner, class, state) | keep, Relaxed);
+    }
+
+    /// Makes the slab a morphing one of class `class` whose old blocks are of class `old`
+    /// (`crate::morph`), sized and owned by `owner`.
+    #[inline]
+    pub fn set_meta_morphing(&self, owner: u32, class: u8, old: u8) {
+        let word = Meta::pack(owner, class, State::Sized) | u64::from(old + 1) << 48;
+        self.meta.store(word, Relaxed);
     }
 
     /// `next + 1` in the slab's list.
@@ -219,9 +243,15 @@ impl SlabDesc {
         (0..words).all(full)
     }
 
-    /// Free blocks of a slab of `capacity` blocks: set bits, less the phantom ones.
+    /// Free blocks of a slab of `capacity` blocks: set bits of the capacity's words, less the
+    /// phantom ones. (Words past them are zero, or a morphing slab's old blocks.)
     pub fn count_free(&self, capacity: u32) -> u32 {
-        self.count_bits() - phantom_bits(capacity)
+        let words = (capacity.div_ceil(64) as usize).min(COUNT_BITSET_WORDS);
+        let bits: u32 = self.bits[..words]
+            .iter()
+            .map(|w| w.load(Relaxed).count_ones())
+            .sum();
+        bits - phantom_bits(capacity)
     }
 
     /// Set bits in the bitset (the checker's recount of `free`).
@@ -336,7 +366,8 @@ mod tests {
             Meta {
                 owner: 7,
                 class: 3,
-                state: Some(State::Detached)
+                state: Some(State::Detached),
+                old: 0,
             }
         );
         assert_eq!(
@@ -344,7 +375,8 @@ mod tests {
             Meta {
                 owner: 0,
                 class: 0,
-                state: Some(State::Free)
+                state: Some(State::Free),
+                old: 0,
             }
         );
         assert_eq!(Meta::unpack(9 << 40).state, None);

@@ -52,6 +52,20 @@ pub struct Config {
     /// sparse file: only the prefix its user backs counts in `hwcc_bytes`. 256 MiB by
     /// default: 2^25 words, room for the store's largest table.
     pub hwcc_user_bytes: u64,
+    /// Whether this process's threads morph sparse slabs of one class to serve another when
+    /// they would otherwise take a new slab (`crate::morph`; this process's choice). On by
+    /// default unless the environment says `PODKV_MORPH=0` ([`ENV_MORPH`]), so benchmarks
+    /// compare with and without it.
+    pub morph: bool,
+}
+
+/// The environment variable whose value `0`, `off` or `false` turns [`Config::morph`]'s
+/// default off.
+pub const ENV_MORPH: &str = "PODKV_MORPH";
+
+/// [`Config::morph`]'s default: on, unless [`ENV_MORPH`] turns it off.
+pub fn morph_default() -> bool {
+    !std::env::var(ENV_MORPH).is_ok_and(|v| matches!(v.as_str(), "0" | "off" | "false"))
 }
 
 impl Default for Config {
@@ -70,6 +84,7 @@ impl Default for Config {
             mcas: McasKind::FlushCas,
             placement: Placement::Default,
             hwcc_user_bytes: 256 << 20,
+            morph: morph_default(),
         }
     }
 }

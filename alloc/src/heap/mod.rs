@@ -49,7 +49,7 @@ mod place;
 
 use open::{install_or_read_geometry, open_huge, refuse_truncated};
 
-pub use config::{default_path, Config};
+pub use config::{default_path, morph_default, Config, ENV_MORPH};
 
 use crate::backer::Backer;
 use crate::check::HeapReport;
@@ -171,6 +171,7 @@ impl Heap {
                 lists,
                 me,
                 recoverable: config.recoverable,
+                morph: config.morph,
                 slots,
                 renewer: OnceLock::new(),
             }),

@@ -47,6 +47,7 @@ use std::sync::Arc;
 
 mod adopt;
 mod current;
+mod morph;
 mod recover;
 mod transition;
 pub(crate) use adopt::Adoptions;

@@ -27,6 +27,7 @@ use crate::slot::{pack_ends, unpack_ends};
 use crate::class::Kind;
 use crate::dcas;
 use crate::global::List;
+use crate::morph::Morph;
 use crate::slabs::SlabHeap;
 use crate::offset::Offset;
 use crate::pending::Pending;
@@ -149,6 +150,7 @@ impl Adopter<'_> {
                 self.freed(step)
             }
             Op::Disown => self.finish_disown(&heap, class, slab, ver),
+            Op::Morph => self.finish_morph(&heap, class, usize::from(step.count), slab, ver),
         }
     }
 
@@ -272,6 +274,36 @@ impl Adopter<'_> {
             if remote::disown(word, free, self.0) == remote::Disown::Empty {
                 self.slabs().took_slab(heap, slab);
             }
+        }
+        InFlight::None
+    }
+
+    /// `sized_to_morphing` (`morph.rs`): while `meta` still names the old class, undo (the
+    /// old set's words back to zero, the slab back on its old class's list); once it names
+    /// the new class, finish: carve again (nothing was allocated from the new class before
+    /// the next step was logged), redo the rebase unless it took effect, list the slab.
+    fn finish_morph(&self, heap: &SlabHeap, class: usize, old: usize, slab: u32, ver: u16) -> InFlight {
+        let Some(morph) = Morph::of(heap.classes, class, old) else {
+            return InFlight::None;
+        };
+        let desc = heap.desc(slab);
+        if desc.meta().old == 0 {
+            morph.clear_old(desc);
+            if !self.in_sized(heap, old, slab) {
+                self.slabs().sized_push_back(heap, old, slab);
+            }
+            return InFlight::None;
+        }
+        let free_new = morph.carve(desc);
+        let word = heap.remote(slab);
+        if !self.took(word, ver) {
+            self.next_ver();
+            self.log_step(Op::Morph, heap, slab, class, |s| s.count = old as u8);
+            let free_old = morph.count_old - morph.count_old_set(desc);
+            remote::rebase(word, free_old, free_new, self.0);
+        }
+        if !self.in_sized(heap, class, slab) {
+            self.slabs().sized_push_front(heap, class, slab);
         }
         InFlight::None
     }

@@ -8,17 +8,12 @@
 //! (`allocate_generic`, `free_generic`, …) call in here with their attributes unchanged.
 
 use super::current::Current;
+use super::morph::Morpher;
 use super::ThreadHandle;
 use crate::slot::{pack_ends, unpack_ends};
-use crate::class::is_block_start;
-use crate::class::{Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_COUNT, SMALL_RECIP};
-use crate::crash_point;
-use crate::dcas;
-use crate::error::AllocError;
-use crate::global::List;
-use crate::offset::Offset;
+use crate::class::{is_block_start, Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_COUNT, SMALL_RECIP};
 use crate::pending::{Pending, COUNT_MAX};
-use crate::recovery::Op;
+use crate::{crash_point, dcas, error::AllocError, global::List, offset::Offset, recovery::Op};
 use crate::remote::{self, Disown, RemoteFree};
 use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
@@ -54,14 +49,14 @@ impl SlabOwner<'_> {
 
     /// Whether the full head slab `slab` stays attached (sized, at the back of its list) while
     /// a fresh slab goes in front of it, instead of being detached: when it is the class's only
-    /// sized slab and no other thread has freed into it (its remote count is still every block,
-    /// so no remote freer can be waiting for it to be taken). A thread that fills a slab and
+    /// sized slab, does not morph, and no other thread has freed into it (its remote count is
+    /// still every block, so no remote freer can be waiting for it to be taken). A thread that fills a slab and
     /// frees its blocks again itself then sends no CAS at all: no detach, and its local frees
     /// take the fast path instead of reattaching. At most one full slab per class stays
     /// attached: a slab goes in front of it only when it is the list's only one, and when it
     /// is the head again with another slab behind it, it is detached as usual.
     pub(super) fn keeps_full(&self, heap: &SlabHeap, class: usize, slab: u32) -> bool {
-        if heap.desc(slab).next() != 0 {
+        if heap.desc(slab).next() != 0 || heap.desc(slab).meta().old != 0 {
             return false;
         }
         // An HWcc (uncachable in an `mcas` heap) load: no request to a processor.
@@ -93,7 +88,7 @@ impl SlabOwner<'_> {
         if desc.meta().state == Some(State::Detached) {
             self.detached_to_sized(heap, class, slab);
         }
-        if desc.is_empty_of(heap.classes.count[class]) {
+        if Morpher(self.0).is_empty(heap, desc, slab, class) {
             self.sized_to_unsized(heap, class, slab);
         }
         self.after_free.set(false);
@@ -489,6 +484,9 @@ impl SlabOwner<'_> {
                     continue;
                 }
             }
+            if Morpher(self.0).try_morph(&heap, class) {
+                continue;
+            }
             let (slab, from_list) = self.take_unsized(&heap)?;
             self.unsized_to_sized(&heap, slab, class, from_list);
         }
@@ -507,6 +505,9 @@ impl SlabOwner<'_> {
                 .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
         }
         let meta = desc.meta();
+        if meta.old != 0 {
+            return Morpher(self.0).free(&heap, slab, in_slab, meta, offset);
+        }
         let class = meta.class as usize;
         let block = heap.classes.block_index(class, in_slab);
         let valid_block = class < heap.classes.len
@@ -542,7 +543,8 @@ impl SlabOwner<'_> {
         // SWcc reader rule: another thread's descriptor is read fresh, not from this cache —
         // unless this slot's pending batch already counts blocks of the slab: it was read
         // fresh when the batch began, and while the batch holds live blocks of the slab
-        // nobody can re-size it, so its class (all this free reads) is still right.
+        // nobody can re-size it. (A morph may: a block that passes as one of the class read
+        // is counted as it must be; one that does not goes generic and reads afresh.)
         let meta = if self.coherence.is_swcc() && !self.batches(Kind::Small, slab) {
             let desc = self.small_desc(slab);
             if podkv_hw::site!("alloc.transition.free_remote_small.invalidate") {

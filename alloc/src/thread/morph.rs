@@ -1,0 +1,175 @@
+//! `sized_to_morphing` and the frees of a morphing slab's blocks ([`crate::morph`]): a slot
+//! that needs a slab for a class and keeps no empty one turns one of its own sparse sized
+//! slabs of another class into that class's, instead of taking a fresh slab.
+//!
+//! # The move, logged first (constitution rule 5)
+//! 1. log [`Op::Morph`] (slab, new class, old class);
+//! 2. write the old set at the top of the bitset (the old class's free bits stay as they
+//!    were) — `morph.old`;
+//! 3. unlink the slab from its old class's sized list;
+//! 4. write the old set back, then `meta` names the new class and the old one (the point of
+//!    no return), written back — `morph.meta`;
+//! 5. carve the new class's free bits from the old set — `morph.carved`;
+//! 6. rebase the remote word by one detectable CAS (old free bits out, new ones in) —
+//!    `morph.counted`;
+//! 7. push the slab on the new class's sized list.
+//!
+//! Recovery (`recover.rs`) undoes a move whose `meta` still names the old class (the old set
+//! words back to zero, the slab back on its list) and finishes one whose `meta` names the new
+//! class: carving again is idempotent (nothing is allocated from the new class before the next
+//! step is logged), the CAS is redone unless it took effect, the slab is pushed unless listed.
+
+use super::transition::SlabOwner;
+use super::ThreadHandle;
+use crate::crash_point;
+use crate::morph::{Morph, COUNT_SCAN_MAX, OCCUPANCY_MAX_PERCENT};
+use crate::offset::Offset;
+use crate::recovery::Op;
+use crate::remote;
+use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
+use crate::slabs::SlabHeap;
+use crate::slot::unpack_ends;
+use podkv_hw::sync::Ordering::{Acquire, Relaxed};
+use std::ops::Deref;
+
+/// A thread handle as the owner of its slabs, morphing them and freeing into morphing ones.
+#[derive(Clone, Copy)]
+pub(super) struct Morpher<'a>(pub(super) &'a ThreadHandle);
+
+impl Deref for Morpher<'_> {
+    type Target = ThreadHandle;
+
+    #[inline]
+    fn deref(&self) -> &ThreadHandle {
+        self.0
+    }
+}
+
+impl Morpher<'_> {
+    fn owner(&self) -> SlabOwner<'_> {
+        SlabOwner(self.0)
+    }
+
+    /// Morphs a sparse slab of another class to serve `class`, when this process morphs and
+    /// the slot keeps no empty slab: whether it did (the slab is then `class`'s list head).
+    #[cold]
+    pub(super) fn try_morph(&self, heap: &SlabHeap, class: usize) -> bool {
+        let (unsized_head, _) = unpack_ends(self.lists(heap.kind).unsized_list.load(Relaxed));
+        if !self.shared.morph || unsized_head != 0 {
+            return false;
+        }
+        match self.candidate(heap, class) {
+            Some((slab, old, morph)) => {
+                self.sized_to_morphing(heap, slab, class, old, &morph);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The first of this slot's sized slabs of another class (at most [`COUNT_SCAN_MAX`]
+    /// looked at) that does not morph already, is at most [`OCCUPANCY_MAX_PERCENT`] in use
+    /// and would leave at least half of `class`'s blocks free.
+    fn candidate(&self, heap: &SlabHeap, class: usize) -> Option<(u32, usize, Morph)> {
+        let mut budget = COUNT_SCAN_MAX;
+        for old in 0..heap.classes.len {
+            let Some(morph) = Morph::of(heap.classes, class, old) else {
+                continue;
+            };
+            let (mut link, _) = unpack_ends(self.lists(heap.kind).sized[old].load(Relaxed));
+            while link != 0 {
+                if budget == 0 {
+                    return None;
+                }
+                budget -= 1;
+                let desc = heap.desc(link - 1);
+                let used = morph.count_old - desc.count_free(morph.count_old);
+                if desc.meta().old == 0
+                    && used * 100 <= morph.count_old * OCCUPANCY_MAX_PERCENT
+                    && morph.preview_free(desc) * 2 >= morph.count_new
+                {
+                    return Some((link - 1, old, morph));
+                }
+                link = desc.next();
+            }
+        }
+        None
+    }
+
+    /// `sized_to_morphing` (module docs): sized slab `slab` of class `old` becomes a morphing
+    /// slab of `class`, at the head of its sized list.
+    fn sized_to_morphing(&self, heap: &SlabHeap, slab: u32, class: usize, old: usize, morph: &Morph) {
+        self.next_ver();
+        self.log_step(Op::Morph, heap, slab, class, |s| s.count = old as u8);
+        crash_point!("morph.logged");
+        let desc = heap.desc(slab);
+        morph.write_old(desc);
+        crash_point!("morph.old");
+        self.owner().sized_unlink(heap, old, slab);
+        // SWcc writer rule: freers of old blocks read the old set once `meta` says so.
+        if podkv_hw::site!("alloc.morph.old.write_back") {
+            let old_set = &desc.bits[morph.old_at()..];
+            self.coherence
+                .write_back(old_set.as_ptr().cast(), std::mem::size_of_val(old_set));
+        }
+        desc.set_meta_morphing(self.me, class as u8, old as u8);
+        if podkv_hw::site!("alloc.morph.meta.write_back") {
+            self.coherence
+                .write_back((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+        }
+        crash_point!("morph.meta");
+        let free_new = morph.carve(desc);
+        crash_point!("morph.carved");
+        let free_old = morph.count_old - morph.count_old_set(desc);
+        remote::rebase(heap.remote(slab), free_old, free_new, self.0);
+        crash_point!("morph.counted");
+        self.owner().sized_push_front(heap, class, slab);
+    }
+
+    /// A free of `offset`, at byte `in_slab` of morphing slab `slab` whose `meta` is `meta`
+    /// (from `free_generic`): an old block of the old set is counted on the remote word by
+    /// whoever frees it; a new block is freed as in any sized slab.
+    pub(super) fn free(&self, heap: &SlabHeap, slab: u32, in_slab: u64, meta: Meta, offset: Offset) {
+        let desc = heap.desc(slab);
+        let (class, old) = (usize::from(meta.class), usize::from(meta.old) - 1);
+        let morph = Morph::of(heap.classes, class, old);
+        let live = matches!(meta.state, Some(State::Sized | State::Detached | State::Disowned));
+        let Some(morph) = morph.filter(|_| live) else {
+            panic!("podkv: free of {offset} in a slab that cannot morph ({:?} slab {slab}: {meta:?})", heap.kind);
+        };
+        // SWcc reader rule: another thread's old set is read fresh.
+        if meta.owner != self.me && podkv_hw::site!("alloc.morph.free.invalidate") {
+            let old_set = &desc.bits[morph.old_at()..];
+            self.coherence
+                .invalidate(old_set.as_ptr().cast(), std::mem::size_of_val(old_set));
+        }
+        if morph.old_block(desc, in_slab).is_some() {
+            return self.owner().remote_free_block(heap.kind, slab, offset);
+        }
+        let size = u64::from(morph.size_new);
+        let block = (in_slab / size) as u32;
+        let valid = in_slab % size == 0 && block < morph.count_new && !morph.blocked(desc, block);
+        match meta.state {
+            Some(State::Sized | State::Detached) if meta.owner == self.me && valid => {
+                self.owner().free_local(heap, desc, slab, class, block, offset)
+            }
+            _ if meta.owner != self.me && valid => {
+                self.owner().remote_free_block(heap.kind, slab, offset)
+            }
+            _ => panic!("podkv: free of {offset}, which is not an allocated block (morphing {:?} slab {slab}: {meta:?})", heap.kind),
+        }
+    }
+
+    /// Whether the owner's sized slab `slab` of `class` holds no live block, asked after a
+    /// local free set a bit. A morphing slab's blocked blocks never come free in its bitset,
+    /// so its remote word tells: `count == free bits` means no live block, old or new, and no
+    /// remote free pending; nobody else can then change it.
+    pub(super) fn is_empty(&self, heap: &SlabHeap, desc: &SlabDesc, slab: u32, class: usize) -> bool {
+        let capacity = heap.classes.count[class];
+        if desc.meta().old == 0 {
+            return desc.is_empty_of(capacity);
+        }
+        // An HWcc (uncachable in an `mcas` heap) load: no request to a processor.
+        remote::count(heap.remote(slab).load(Acquire)) == desc.count_free(capacity)
+    }
+}

@@ -1,0 +1,222 @@
+//! Slab morphing (`podkv_alloc::morph`): a slot whose slabs of one class went sparse serves a
+//! new class from them instead of growing the heap, its old blocks keep their bytes and are
+//! freed locally, by another thread and by another process, and the heap checks clean with
+//! no live block afterwards; with `Config::morph` off the same workload grows the heap.
+
+use podkv_alloc::{Config, Heap, Offset, ThreadHandle};
+use podkv_hw::mcas::McasKind;
+use podkv_hw::Coherence;
+use std::alloc::Layout;
+use std::path::Path;
+use std::process::Command;
+
+const ENV_CHILD: &str = "PODKV_MORPH_TEST_CHILD";
+const OLD: usize = 48;
+const NEW: usize = 100;
+/// Old blocks allocated: several 64 KiB slabs of 48 B blocks.
+const COUNT_OLD: usize = 6000;
+
+fn config(coherence: Coherence, morph: bool) -> Config {
+    Config {
+        small_bytes: 64 << 20,
+        large_bytes: 64 << 20,
+        slots: 16,
+        huge_bytes: 0,
+        coherence,
+        mcas: McasKind::FlushCas,
+        morph,
+        ..Config::default()
+    }
+}
+
+fn layout(size: usize) -> Layout {
+    Layout::from_size_align(size, 8).unwrap()
+}
+
+fn fill(t: &ThreadHandle, off: Offset, size: usize, tag: u64) {
+    // SAFETY: `off` is a live block of `size` bytes this test allocated.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(t.resolve(off), size) };
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = (tag as usize + i) as u8;
+    }
+}
+
+fn intact(t: &ThreadHandle, off: Offset, size: usize, tag: u64) -> bool {
+    // SAFETY: as in `fill`.
+    let bytes = unsafe { std::slice::from_raw_parts(t.resolve(off), size) };
+    bytes
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == (tag as usize + i) as u8)
+}
+
+/// Old blocks kept: every tenth of the `COUNT_OLD` allocated (the slabs are 10% in use), and
+/// the new blocks then allocated, as many bytes as the old ones freed.
+struct Shift {
+    old: Vec<Offset>,
+    new: Vec<Offset>,
+    grown: u32,
+}
+
+/// Runs the size shift on thread `a`: returns the blocks it holds and the slabs the small
+/// heap grew by during the new class's allocations.
+fn shift(heap: &Heap, a: &ThreadHandle) -> Shift {
+    let all: Vec<Offset> = (0..COUNT_OLD)
+        .map(|i| {
+            let off = a.allocate(layout(OLD)).unwrap();
+            fill(a, off, OLD, i as u64);
+            off
+        })
+        .collect();
+    let mut old = Vec::new();
+    for (i, off) in all.into_iter().enumerate() {
+        if i % 10 == 0 {
+            old.push(off);
+        } else {
+            a.free(off);
+        }
+    }
+    let small = *heap.slab_heap(podkv_alloc::Kind::Small);
+    let before = heap.len(&small);
+    let new: Vec<Offset> = (0..COUNT_OLD * 9 / 10 * OLD / NEW)
+        .map(|i| {
+            let off = a.allocate(layout(NEW)).unwrap();
+            fill(a, off, NEW, 1000 + i as u64);
+            off
+        })
+        .collect();
+    Shift {
+        old,
+        new,
+        grown: heap.len(&small) - before,
+    }
+}
+
+#[test]
+fn sparse_slabs_serve_a_new_class_and_their_old_blocks_stay_valid_until_freed() {
+    if std::env::var_os(ENV_CHILD).is_some() {
+        return;
+    }
+    for coherence in [Coherence::Hardware, Coherence::Limited, Coherence::Mcas] {
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &config(coherence, true)).unwrap();
+        let a = heap.thread().unwrap();
+        let s = shift(&heap, &a);
+        let report = heap.check();
+        assert!(report.is_valid(), "{coherence:?}: {:?}", report.problems);
+        let morphing = report.heaps[0].morphing;
+        assert!(morphing >= 3, "{coherence:?}: {morphing} slabs morphing");
+        assert_eq!(
+            s.grown, 0,
+            "{coherence:?}: the new class fits the sparse slabs"
+        );
+        for (i, &off) in s.old.iter().enumerate() {
+            assert!(
+                intact(&a, off, OLD, (i * 10) as u64),
+                "{coherence:?}: old block {i}"
+            );
+        }
+        for (i, &off) in s.new.iter().enumerate() {
+            assert!(
+                intact(&a, off, NEW, 1000 + i as u64),
+                "{coherence:?}: new block {i}"
+            );
+        }
+        // Old blocks: half freed by their owner, half by another thread; new ones by the owner.
+        let b = heap.thread().unwrap();
+        for (i, &off) in s.old.iter().enumerate() {
+            if i % 2 == 0 {
+                a.free(off);
+            } else {
+                b.free(off);
+            }
+        }
+        b.flush_remote_frees();
+        a.flush_remote_frees();
+        for &off in &s.new {
+            a.free(off);
+        }
+        drop(b);
+        drop(a);
+        let report = heap.check();
+        assert!(report.is_valid(), "{coherence:?}: {:?}", report.problems);
+        assert_eq!(report.live_blocks(), 0, "{coherence:?}");
+        assert_eq!(report.heaps[0].morphing, 0, "{coherence:?}: all given back");
+    }
+}
+
+#[test]
+fn with_morphing_off_the_same_shift_grows_the_heap() {
+    if std::env::var_os(ENV_CHILD).is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let heap = Heap::open(dir.path().join("heap"), &config(Coherence::Hardware, false)).unwrap();
+    let a = heap.thread().unwrap();
+    let s = shift(&heap, &a);
+    assert_eq!(heap.check().heaps[0].morphing, 0);
+    assert!(s.grown >= 3, "grew by {}", s.grown);
+    for off in s.old.into_iter().chain(s.new) {
+        a.free(off);
+    }
+}
+
+/// Another process frees the old blocks (their offsets in the environment) while their
+/// owner still holds its morphing slabs.
+#[test]
+fn another_process_frees_old_blocks_of_a_morphing_slab() {
+    if let Ok(spec) = std::env::var(ENV_CHILD) {
+        return child(&spec);
+    }
+    for coherence in [Coherence::Hardware, Coherence::Limited, Coherence::Mcas] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        let heap = Heap::open(&path, &config(coherence, true)).unwrap();
+        let a = heap.thread().unwrap();
+        let s = shift(&heap, &a);
+        assert!(heap.check().heaps[0].morphing > 0);
+        let offsets: Vec<String> = s.old.iter().map(|o| o.0.to_string()).collect();
+        let mode = format!("{coherence:?}");
+        let spec = format!("{}|{mode}|{}", path.display(), offsets.join(","));
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "another_process_frees_old_blocks_of_a_morphing_slab",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ENV_CHILD, spec)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{mode}: child failed: {status}");
+        for &off in &s.new {
+            a.free(off);
+        }
+        drop(a);
+        let report = heap.check();
+        assert!(report.is_valid(), "{mode}: {:?}", report.problems);
+        assert_eq!(report.live_blocks(), 0, "{mode}");
+    }
+}
+
+fn child(spec: &str) {
+    let mut parts = spec.split('|');
+    let path = Path::new(parts.next().unwrap());
+    let coherence = match parts.next().unwrap() {
+        "Hardware" => Coherence::Hardware,
+        "Limited" => Coherence::Limited,
+        _ => Coherence::Mcas,
+    };
+    let heap = Heap::open(
+        path,
+        &Config {
+            create: false,
+            ..config(coherence, true)
+        },
+    )
+    .unwrap();
+    let t = heap.thread().unwrap();
+    for off in parts.next().unwrap().split(',') {
+        t.free(Offset(off.parse().unwrap()));
+    }
+}
