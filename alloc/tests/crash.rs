@@ -185,11 +185,48 @@ fn workload(heap_path: &Path, record_path: &Path, mode: &str) {
         app.free(&a, s);
         app.free(&a, t);
         drop(b);
+        morph_workload(&heap, &mut app, &a);
         huge_workload(&heap, &mut app, &a);
         drop(a);
     }
     // Reaching here means the armed point was never passed.
     std::process::exit(3);
+}
+
+/// A morph (`sized_to_morphing`): a fresh slot keeping no empty slab fills part of a 48 B
+/// slab, frees 95% of it, then asks for 100 B blocks: the sparse slab morphs. Its old blocks
+/// are freed by their owner (counted as a remote free) and by `a`, its new ones by the owner,
+/// then the slot is given back with the slab holding nothing.
+fn morph_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
+    let m = heap.thread().unwrap();
+    let old: Vec<usize> = (0..200).map(|_| app.alloc(&m, 48)).collect();
+    // An empty slab kept on the slot's unsized list would serve the new class first: use
+    // them up, one class each.
+    let mut spacers = Vec::new();
+    while m.slot().lists[0].unsized_list.load(Relaxed) as u32 != 0 {
+        spacers.push(app.alloc(&m, 200 + 100 * spacers.len()));
+    }
+    let mut kept = Vec::new();
+    for (n, i) in old.into_iter().enumerate() {
+        if n % 20 == 0 {
+            kept.push(i);
+        } else {
+            app.free(&m, i);
+        }
+    }
+    let new: Vec<usize> = (0..5).map(|_| app.alloc(&m, 100)).collect();
+    for (n, i) in kept.into_iter().enumerate() {
+        if n % 2 == 0 {
+            app.free(&m, i);
+        } else {
+            app.free(a, i);
+        }
+    }
+    a.flush_remote_frees();
+    for i in new.into_iter().chain(spacers) {
+        app.free(&m, i);
+    }
+    drop(m);
 }
 
 /// The huge heap's transitions: claiming a run, allocating and mapping, a local free (unmap,
