@@ -79,7 +79,11 @@ pub const MAGIC: u64 = 0x564B50;
 /// word bits 58–63), so the store's multi-writer words can be HWcc (and mCAS targets). In a
 /// lease heap, 7 also changed the slot's lease line from a wall-clock deadline to a pid-tagged
 /// heartbeat, and an owner word's bit 23 to the fence flag (`lease.rs`).
-pub const FORMAT_VERSION: u64 = 7;
+///
+/// 8: a slab may be morphing (`crate::morph`): its descriptor's `meta` holds its old class in
+/// bits 48–55 and its bitset an old set at the top; the recovery word has the step
+/// `sized_to_morphing`. A build of 7 would take such a slab's old blocks for new ones.
+pub const FORMAT_VERSION: u64 = 8;
 /// Process lines of an `mcas` heap's region: the mCAS client lines a process borrows for the
 /// requests it makes without a thread slot of its own (claiming a slot or a hazard record),
 /// one per process at a time (`mcas.rs`, "Process lines").

@@ -427,6 +427,13 @@ fn a_format_6_heap_without_a_user_hwcc_area_is_refused_by_version() {
     assert_refused_as_format(6);
 }
 
+/// Format 7 knew no morphing slab (`podkv_alloc::morph`): a build of 7 would take a morphing
+/// slab's old blocks for blocks of its new class, so a format 7 heap is refused by version too.
+#[test]
+fn a_format_7_heap_without_morphing_slabs_is_refused_by_version() {
+    assert_refused_as_format(7);
+}
+
 #[test]
 fn read_only_files_are_refused() {
     use std::os::unix::fs::PermissionsExt;

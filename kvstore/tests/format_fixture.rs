@@ -1,11 +1,13 @@
 //! A heap and store written by an earlier build open and check clean with this one: the
-//! fixture `fixtures/heap7-store5.zst` was written (heap format 7, store format 5) with
-//! `write_fixture` below by the build that introduced store format 5, and every item it holds
-//! reads back as written. A heap of an older format (`fixtures/heap6-store3.zst`, written by
-//! `main` at 38e26c2) and stores of older formats in a current heap
-//! (`fixtures/heap7-store3.zst`, by `main` at d1f2bbe; `fixtures/heap7-store4.zst`, by the
-//! build that introduced store format 4) are refused with one line that names the way
-//! across: `podkv store dump|load`.
+//! fixture `fixtures/heap8-store5.zst` was written (heap format 8, store format 5) with
+//! `write_fixture` below by the build that introduced heap format 8, and every item it holds
+//! reads back as written. Heaps of older formats (`fixtures/heap6-store3.zst`, written by
+//! `main` at 38e26c2; `fixtures/heap7-store5.zst`, by the build that introduced store format
+//! 5) and stores of older formats in a current heap (`fixtures/heap7-store3.zst`, by `main` at
+//! d1f2bbe; `fixtures/heap7-store4.zst`, by the build that introduced store format 4; their
+//! heap version byte raised to the current one, as heap format 8 only added what a heap of 7
+//! never holds: morphing slabs) are refused with one line that names the way across:
+//! `podkv store dump|load`.
 //!
 //! Regenerate it (only when the format changes on purpose, with a version bump; keep the
 //! old one for the refusal test):
@@ -21,7 +23,7 @@ const COUNT_ITEMS: u32 = 600;
 const EXPIRY_FAR: i64 = 2_000_000_000;
 
 fn fixture_path() -> PathBuf {
-    fixture("heap7-store5.zst")
+    fixture("heap8-store5.zst")
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -116,13 +118,20 @@ fn unpack(fixture: &Path, dir: &Path) -> PathBuf {
 
 #[test]
 fn a_heap_or_store_of_an_older_format_is_refused_with_one_line_naming_dump_and_load() {
-    for (old, said) in [
-        ("heap6-store3.zst", "heap "),
-        ("heap7-store3.zst", "the heap's store has format version 3"),
-        ("heap7-store4.zst", "the heap's store has format version 4"),
+    for (old, said, current_heap) in [
+        ("heap6-store3.zst", "heap ", false),
+        ("heap7-store3.zst", "the heap's store has format version 3", true),
+        ("heap7-store4.zst", "the heap's store has format version 4", true),
+        ("heap7-store5.zst", "heap ", false),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = unpack(&fixture(old), dir.path());
+        if current_heap {
+            let mut bytes = std::fs::read(&path).unwrap();
+            assert_eq!(bytes[3], 7, "{old}: the heap format version byte");
+            bytes[3] = podkv_alloc::layout::FORMAT_VERSION as u8;
+            std::fs::write(&path, &bytes).unwrap();
+        }
         let before = std::fs::read(&path).unwrap();
         let refused = [
             Store::open(&path, config()).map(drop).unwrap_err(),
