@@ -20,6 +20,10 @@
 //! pages released), `sized_to_disowned` (the owner's slot is released with live blocks left),
 //! and `*_to_unsized` by whoever frees the last block of a detached or disowned slab.
 //!
+//! A sized slab may also be *morphing* (`sized_to_morphing`, [`crate::morph`]): it serves a
+//! new class while old blocks of its old class are still live. It keeps that mark (the morph
+//! byte of `meta`) while detached or disowned; it loses it when it becomes unsized.
+//!
 //! # Fields
 //! Every field is written only by the slab's owner (or, for a slab nobody owns, by the one
 //! thread that just took it); `meta` is read by any freer, `links.next` by global-list poppers.

@@ -1,5 +1,5 @@
 //! Loom models of the two lock-free protocols every process shares: the global free list and
-//! the remote-free counter. Run with
+//! the remote-free counter (with a morph's rebase of it). Run with
 //! `RUSTFLAGS="--cfg podkv_loom" cargo test -p podkv-alloc --release --test loom`.
 //! They build the protocols on ordinary memory (loom cannot see a mapped file); the code under
 //! test is the same `free_list` and `remote` the heap uses.
@@ -253,6 +253,29 @@ fn disown_and_remote_frees_leave_exactly_one_owner() {
             .map(|tid| spawn(remote_freer(&word, &recs, tid, 1)))
             .collect();
         let owner_keeps = remote::disown(&word, 1, owner.begin()) == Disown::Empty;
+        let took: usize = freers
+            .into_iter()
+            .map(|f| usize::from(f.join().unwrap() == RemoteFree::TookSlab))
+            .sum();
+        assert_eq!(took + usize::from(owner_keeps), 1);
+    });
+}
+
+/// A morph rebases the remote word (2 old free bits out, 3 new ones in) while the slab's two
+/// old blocks are freed remotely, then the owner disowns it: the frees made before and after
+/// the rebase all count, so exactly one party ends up owning the empty slab.
+#[test]
+fn a_morph_rebase_races_remote_frees_of_old_blocks_and_one_party_takes_the_slab() {
+    model(|| {
+        let recs = recs(3);
+        let owner = ModelWriter::new(3, &recs);
+        let word = Arc::new(AtomicU64::new(0));
+        remote::reset(&word, 4, owner.begin());
+        let freers: Vec<_> = (1..=2)
+            .map(|tid| spawn(remote_freer(&word, &recs, tid, 1)))
+            .collect();
+        remote::rebase(&word, 2, 3, owner.begin());
+        let owner_keeps = remote::disown(&word, 3, owner.begin()) == Disown::Empty;
         let took: usize = freers
             .into_iter()
             .map(|f| usize::from(f.join().unwrap() == RemoteFree::TookSlab))

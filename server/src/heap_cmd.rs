@@ -475,12 +475,16 @@ fn print_stats(report: &HeapReport) {
             .map(|(s, n)| format!("{s} {n}"))
             .collect();
         println!(
-            "{:<11} slabs: {}",
+            "{:<11} slabs: {}{}",
             kind.name(),
             if states.is_empty() {
                 "none".into()
             } else {
                 states.join(", ")
+            },
+            match stats.morphing {
+                0 => String::new(),
+                n => format!(" ({n} of them morphing)"),
             }
         );
         for stats in stats.classes.values() {
@@ -535,7 +539,7 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
                 .map(|c| serde_json::json!({"block_bytes": c.block_bytes, "slabs": c.slabs, "live_blocks": c.live_blocks, "free_blocks": c.free_blocks}))
                 .collect();
             serde_json::json!({"kind": kind.name(), "len": s.len, "max": s.max, "slabs_by_state": s.slabs_by_state,
-                "live_bytes": s.live_bytes, "live_blocks": s.live_blocks, "classes": classes})
+                "morphing": s.morphing, "live_bytes": s.live_bytes, "live_blocks": s.live_blocks, "classes": classes})
         })
         .collect();
     serde_json::json!({
