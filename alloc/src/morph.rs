@@ -21,10 +21,11 @@
 //!
 //! # Which slab, and when
 //! When the owner needs a slab for a class and its unsized list is empty, it looks (at most
-//! [`COUNT_SCAN_MAX`] slabs) through its sized lists of other classes for a slab at most
-//! [`OCCUPANCY_MAX_PERCENT`] in use (by its clear bits) whose morph leaves at least half the
-//! new class's blocks free, and whose two sets fit the bitset ([`Morph::fits`]); slabs that
-//! morph already are skipped. `thread/morph.rs` makes the move, logged and recoverable.
+//! [`COUNT_SCAN_MAX`] slabs) through its sized lists of other classes, behind their heads
+//! (which their classes allocate from), for a slab at most [`OCCUPANCY_MAX_PERCENT`] in use
+//! (by its clear bits) whose morph leaves at least half the new class's blocks free, and
+//! whose two sets fit the bitset ([`Morph::fits`]); slabs that morph already are skipped.
+//! `thread/morph.rs` makes the move, logged and recoverable.
 
 use crate::class::Classes;
 use crate::slab::{allocatable, phantom_bits, SlabDesc, COUNT_BITSET_WORDS};

@@ -193,13 +193,13 @@ fn workload(heap_path: &Path, record_path: &Path, mode: &str) {
     std::process::exit(3);
 }
 
-/// A morph (`sized_to_morphing`): a fresh slot keeping no empty slab fills part of a 48 B
-/// slab, frees 95% of it, then asks for 100 B blocks: the sparse slab morphs. Its old blocks
-/// are freed by their owner (counted as a remote free) and by `a`, its new ones by the owner,
-/// then the slot is given back with the slab holding nothing.
+/// A morph (`sized_to_morphing`): a fresh slot keeping no empty slab fills two 512 B slabs,
+/// frees 95% of their blocks, then asks for 100 B blocks: the sparse slab behind the list's
+/// head morphs. Its old blocks are freed by their owner (counted as a remote free) and by
+/// `a`, its new ones by the owner, then the slot is given back with the slab holding nothing.
 fn morph_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
     let m = heap.thread().unwrap();
-    let old: Vec<usize> = (0..200).map(|_| app.alloc(&m, 48)).collect();
+    let old: Vec<usize> = (0..200).map(|_| app.alloc(&m, 512)).collect();
     // An empty slab kept on the slot's unsized list would serve the new class first: use
     // them up, one class each.
     let mut spacers = Vec::new();

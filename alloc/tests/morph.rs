@@ -51,7 +51,8 @@ fn intact(t: &ThreadHandle, off: Offset, size: usize, tag: u64) -> bool {
 }
 
 /// Old blocks kept: every tenth of the `COUNT_OLD` allocated (the slabs are 10% in use), and
-/// the new blocks then allocated, as many bytes as the old ones freed.
+/// the new blocks then allocated, half as many bytes as the old ones freed (the last slab of
+/// the old class, its list's head, does not morph).
 struct Shift {
     old: Vec<Offset>,
     new: Vec<Offset>,
@@ -78,7 +79,7 @@ fn shift(heap: &Heap, a: &ThreadHandle) -> Shift {
     }
     let small = *heap.slab_heap(podkv_alloc::Kind::Small);
     let before = heap.len(&small);
-    let new: Vec<Offset> = (0..COUNT_OLD * 9 / 10 * OLD / NEW)
+    let new: Vec<Offset> = (0..COUNT_OLD * 9 / 10 * OLD / NEW / 2)
         .map(|i| {
             let off = a.allocate(layout(NEW)).unwrap();
             fill(a, off, NEW, 1000 + i as u64);
@@ -105,7 +106,7 @@ fn sparse_slabs_serve_a_new_class_and_their_old_blocks_stay_valid_until_freed() 
         let report = heap.check();
         assert!(report.is_valid(), "{coherence:?}: {:?}", report.problems);
         let morphing = report.heaps[0].morphing;
-        assert!(morphing >= 3, "{coherence:?}: {morphing} slabs morphing");
+        assert!(morphing >= 2, "{coherence:?}: {morphing} slabs morphing");
         assert_eq!(
             s.grown, 0,
             "{coherence:?}: the new class fits the sparse slabs"
@@ -155,7 +156,7 @@ fn with_morphing_off_the_same_shift_grows_the_heap() {
     let a = heap.thread().unwrap();
     let s = shift(&heap, &a);
     assert_eq!(heap.check().heaps[0].morphing, 0);
-    assert!(s.grown >= 3, "grew by {}", s.grown);
+    assert!(s.grown >= 2, "grew by {}", s.grown);
     for off in s.old.into_iter().chain(s.new) {
         a.free(off);
     }

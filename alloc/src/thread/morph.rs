@@ -69,14 +69,17 @@ impl Morpher<'_> {
 
     /// The first of this slot's sized slabs of another class (at most [`COUNT_SCAN_MAX`]
     /// looked at) that does not morph already, is at most [`OCCUPANCY_MAX_PERCENT`] in use
-    /// and would leave at least half of `class`'s blocks free.
+    /// and would leave at least half of `class`'s blocks free. A list's head is passed over:
+    /// its class allocates from it, so a fresh one is sparse without being calcified, and
+    /// taking it would only send that class for a slab in turn.
     fn candidate(&self, heap: &SlabHeap, class: usize) -> Option<(u32, usize, Morph)> {
         let mut budget = COUNT_SCAN_MAX;
         for old in 0..heap.classes.len {
             let Some(morph) = Morph::of(heap.classes, class, old) else {
                 continue;
             };
-            let (mut link, _) = unpack_ends(self.lists(heap.kind).sized[old].load(Relaxed));
+            let (head, _) = unpack_ends(self.lists(heap.kind).sized[old].load(Relaxed));
+            let mut link = if head == 0 { 0 } else { heap.desc(head - 1).next() };
             while link != 0 {
                 if budget == 0 {
                     return None;
