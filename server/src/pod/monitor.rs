@@ -13,6 +13,13 @@
 //!   after a back-off that doubles up to `BACKOFF_MAX`, so a member that cannot run does not
 //!   spin the machine (and never delays watching the others).
 //!
+//! # Lease pods
+//! In a lease-mode pod (members with host ids) the monitor keeps the heap open and, every
+//! `INTERVAL_WATCH`, judges every slot once ([`Heap::slot_life`]): it watches the members'
+//! beats all along, so the slots of a member that stops are fenced one lease after its last
+//! beat, and those of one that exited are recovered then — not a lease after the monitor
+//! first looked. (Watching from the exit on cost a whole lease more plus the poll.)
+//!
 //! # Log
 //! One `tracing` event for each member start (`member started`), exit (`member exited`, a
 //! warning), restart (`member restarted`, listening `ms_since_exit` after the exit was noticed)
@@ -27,9 +34,10 @@
 use super::error::PodError;
 use super::member::{self, Program, Spawned};
 use super::net::{self, Mode};
-use super::recover::{recover_member, Recovery};
+use super::recover::{open_heap, recover_member, recover_member_in, Recovery};
 use super::signals;
 use super::state::{now_ms, Phase, PodState, Proc, StateDir};
+use podkv_alloc::Heap;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -37,6 +45,9 @@ use std::time::{Duration, Instant};
 pub(super) const TIMEOUT_MONITOR: Duration = Duration::from_secs(60);
 
 const INTERVAL_POLL: Duration = Duration::from_millis(50);
+/// Polls of a lease pod: the watch's granularity (a lapse is seen at most this late, and the
+/// last beat's time is known to within this).
+const INTERVAL_WATCH: Duration = Duration::from_millis(20);
 /// Polls while a member starts, so a restart is counted as soon as it listens.
 const INTERVAL_STARTING: Duration = Duration::from_millis(5);
 const TIMEOUT_STOP: Duration = Duration::from_secs(10);
@@ -77,6 +88,9 @@ pub struct Monitor {
     state: PodState,
     program: Program,
     slots: Vec<Slot>,
+    /// A lease pod's heap, open while the monitor runs (see the module docs); `Err` once it
+    /// could not be opened (then each recovery opens it, as in a process-mode pod).
+    heap: Option<Result<Heap, ()>>,
 }
 
 impl Monitor {
@@ -99,6 +113,7 @@ impl Monitor {
             state,
             program,
             slots,
+            heap: None,
         }
     }
 
@@ -139,7 +154,11 @@ impl Monitor {
 
     /// Watches the members until asked to stop, then stops them.
     pub fn run(&mut self) -> Result<(), PodError> {
+        let lease = self.state.members.iter().any(|m| m.host_id.is_some());
         while !signals::stop_requested() {
+            if lease {
+                self.watch_beats();
+            }
             for i in 0..self.slots.len() {
                 self.step(i)?;
             }
@@ -149,12 +168,29 @@ impl Monitor {
                 .any(|s| matches!(s.life, Life::Starting { .. }));
             std::thread::sleep(if starting {
                 INTERVAL_STARTING
+            } else if lease {
+                INTERVAL_WATCH
             } else {
                 INTERVAL_POLL
             });
         }
         self.stop();
         Ok(())
+    }
+
+    /// A lease pod: judges every slot of the heap once, opening it the first time (see the
+    /// module docs). Fencing a lapsed owner is the heap's watch's own doing.
+    fn watch_beats(&mut self) {
+        let heap = self.heap.get_or_insert_with(|| {
+            open_heap(&self.state.heap).map_err(|e| {
+                tracing::warn!(error = %e, "cannot keep the heap open to watch the members");
+            })
+        });
+        if let Ok(heap) = heap {
+            for i in 0..heap.geometry().slots() {
+                heap.slot_life(i);
+            }
+        }
     }
 
     /// Moves member `i` through its life by at most one transition; never blocks.
@@ -200,7 +236,12 @@ impl Monitor {
         self.slots[i].noticed_at = Some(Instant::now());
         let pid = m.proc.pid;
         let host = m.host_id;
-        let recovery = match recover_member(&self.state.heap, pid, host) {
+        let recovered = match &self.heap {
+            Some(Ok(heap)) => Ok(recover_member_in(heap, pid, host)),
+            _ => recover_member(&self.state.heap, pid, host),
+        };
+        self.state.members[i].recovered_ms = Some(now_ms());
+        let recovery = match recovered {
             Ok(r) => {
                 log_recovery(i, &r);
                 r.to_string()
@@ -335,6 +376,7 @@ mod tests {
                 started_ms: 0,
                 last_exit: None,
                 last_recovery: None,
+                recovered_ms: None,
             }],
         }
     }

@@ -3,7 +3,9 @@
 //! One function, [`recover_member`], is the monitor's only way in: it opens the heap (refusing
 //! a foreign or damaged file, constitution rule 8), notes the slots the dead process still
 //! holds, and runs [`Heap::recover_dead`], which adopts every dead slot, finishes its logged
-//! step and releases it — without stopping or waiting for the members still running.
+//! step and releases it — without stopping or waiting for the members still running. A
+//! lease-mode pod's monitor keeps the heap open instead ([`open_heap`]) and watches its
+//! members' beats all along ([`recover_member_in`] then recovers in that heap).
 
 use super::error::PodError;
 use podkv_alloc::process::SlotLife;
@@ -58,15 +60,26 @@ impl std::fmt::Display for Recovery {
 /// its lease has lapsed and they are fenced (watched here for up to two leases), as
 /// [`Heap::recover_host`] of a host known stopped — the monitor reaped its process.
 pub fn recover_member(heap_path: &Path, pid: u32, host: Option<u16>) -> Result<Recovery, PodError> {
+    Ok(recover_member_in(&open_heap(heap_path)?, pid, host))
+}
+
+/// Opens the pod's heap (an existing one, with this process's default lease).
+pub fn open_heap(heap_path: &Path) -> Result<Heap, PodError> {
     let config = Config {
         create: false,
         ..Config::default()
     };
-    let heap = Heap::open(heap_path, &config)?;
+    Ok(Heap::open(heap_path, &config)?)
+}
+
+/// [`recover_member`] in a heap already open: the monitor's own, whose watch has seen the
+/// member's beats before it died, so its slots are fenced a lease after its last beat
+/// rather than a lease after the monitor noticed the exit.
+pub fn recover_member_in(heap: &Heap, pid: u32, host: Option<u16>) -> Recovery {
     if let Some(host) = host {
-        return Ok(recover_host(&heap, pid, host, config.lease));
+        return recover_host(heap, pid, host, Config::default().lease);
     }
-    let dead = dead_slots(&heap, pid);
+    let dead = dead_slots(heap, pid);
     let each: Vec<SlotRecovery> = heap
         .recover_dead()
         .iter()
@@ -80,12 +93,12 @@ pub fn recover_member(heap_path: &Path, pid: u32, host: Option<u16>) -> Result<R
             })
         })
         .collect();
-    Ok(Recovery {
+    Recovery {
         pid,
         slots: dead.iter().map(|(slot, _)| *slot).collect(),
         recovered: each.len(),
         each,
-    })
+    }
 }
 
 /// [`recover_member`] for a member on host `host` whose process `pid` the monitor reaped:
@@ -114,7 +127,7 @@ fn recover_host(heap: &Heap, pid: u32, host: u16, lease: Duration) -> Recovery {
         if !waiting || std::time::Instant::now() >= deadline {
             break;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(5));
     }
     // A member whose host id happens to be this machine's is known dead by its pid instead.
     let mut recovered = heap.recover_host(host);

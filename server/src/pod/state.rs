@@ -98,6 +98,9 @@ pub struct MemberState {
     pub last_exit: Option<String>,
     /// What recovering the previous incarnation's thread slots did.
     pub last_recovery: Option<String>,
+    /// When that recovery ended (ms since the Unix epoch).
+    #[serde(default)]
+    pub recovered_ms: Option<u64>,
 }
 
 /// A pod heap's coherence mode, as `pod status` shows it.
@@ -345,6 +348,7 @@ mod tests {
                 started_ms: 0,
                 last_exit: None,
                 last_recovery: None,
+                recovered_ms: None,
             }],
         }
     }

@@ -19,6 +19,8 @@ struct MemberView<'a> {
     uptime_s: Option<u64>,
     last_exit: Option<&'a str>,
     last_recovery: Option<&'a str>,
+    /// When the last recovery ended (ms since the Unix epoch).
+    recovered_ms: Option<u64>,
 }
 
 /// The pod as `pod status --json` shows it.
@@ -72,6 +74,7 @@ impl<'a> MemberView<'a> {
             uptime_s: alive.then(|| now.saturating_sub(m.started_ms) / 1000),
             last_exit: m.last_exit.as_deref(),
             last_recovery: m.last_recovery.as_deref(),
+            recovered_ms: m.recovered_ms,
         }
     }
 }

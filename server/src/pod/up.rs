@@ -166,6 +166,7 @@ fn plan(
         started_ms: 0,
         last_exit: None,
         last_recovery: None,
+        recovered_ms: None,
     };
     Ok(PodState {
         name: name.clone(),
