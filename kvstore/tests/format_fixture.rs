@@ -120,8 +120,16 @@ fn unpack(fixture: &Path, dir: &Path) -> PathBuf {
 fn a_heap_or_store_of_an_older_format_is_refused_with_one_line_naming_dump_and_load() {
     for (old, said, current_heap) in [
         ("heap6-store3.zst", "heap ", false),
-        ("heap7-store3.zst", "the heap's store has format version 3", true),
-        ("heap7-store4.zst", "the heap's store has format version 4", true),
+        (
+            "heap7-store3.zst",
+            "the heap's store has format version 3",
+            true,
+        ),
+        (
+            "heap7-store4.zst",
+            "the heap's store has format version 4",
+            true,
+        ),
         ("heap7-store5.zst", "heap ", false),
     ] {
         let dir = tempfile::tempdir().unwrap();

@@ -19,7 +19,6 @@
 //! class: carving again is idempotent (nothing is allocated from the new class before the next
 //! step is logged), the CAS is redone unless it took effect, the slab is pushed unless listed.
 
-use super::transition::SlabOwner;
 use super::ThreadHandle;
 use crate::crash_point;
 use crate::morph::{Morph, COUNT_SCAN_MAX, OCCUPANCY_MAX_PERCENT};
@@ -46,10 +45,6 @@ impl Deref for Morpher<'_> {
 }
 
 impl Morpher<'_> {
-    fn owner(&self) -> SlabOwner<'_> {
-        SlabOwner(self.0)
-    }
-
     /// Morphs a sparse slab of another class to serve `class`, when this process morphs and
     /// the slot keeps no empty slab: whether it did (the slab is then `class`'s list head).
     #[cold]
@@ -108,7 +103,7 @@ impl Morpher<'_> {
         let desc = heap.desc(slab);
         morph.write_old(desc);
         crash_point!("morph.old");
-        self.owner().sized_unlink(heap, old, slab);
+        self.slabs().sized_unlink(heap, old, slab);
         // SWcc writer rule: freers of old blocks read the old set once `meta` says so.
         if podkv_hw::site!("alloc.morph.old.write_back") {
             let old_set = &desc.bits[morph.old_at()..];
@@ -126,7 +121,7 @@ impl Morpher<'_> {
         let free_old = morph.count_old - morph.count_old_set(desc);
         remote::rebase(heap.remote(slab), free_old, free_new, self.0);
         crash_point!("morph.counted");
-        self.owner().sized_push_front(heap, class, slab);
+        self.slabs().sized_push_front(heap, class, slab);
     }
 
     /// A free of `offset`, at byte `in_slab` of morphing slab `slab` whose `meta` is `meta`
@@ -147,17 +142,17 @@ impl Morpher<'_> {
                 .invalidate(old_set.as_ptr().cast(), std::mem::size_of_val(old_set));
         }
         if morph.old_block(desc, in_slab).is_some() {
-            return self.owner().remote_free_block(heap.kind, slab, offset);
+            return self.slabs().remote_free_block(heap.kind, slab, offset);
         }
         let size = u64::from(morph.size_new);
         let block = (in_slab / size) as u32;
         let valid = in_slab % size == 0 && block < morph.count_new && !morph.blocked(desc, block);
         match meta.state {
             Some(State::Sized | State::Detached) if meta.owner == self.me && valid => {
-                self.owner().free_local(heap, desc, slab, class, block, offset)
+                self.slabs().free_local(heap, desc, slab, class, block, offset)
             }
             _ if meta.owner != self.me && valid => {
-                self.owner().remote_free_block(heap.kind, slab, offset)
+                self.slabs().remote_free_block(heap.kind, slab, offset)
             }
             _ => panic!("podkv: free of {offset}, which is not an allocated block (morphing {:?} slab {slab}: {meta:?})", heap.kind),
         }
