@@ -254,14 +254,18 @@ pub(crate) fn allocate_object<A: Arena>(
 }
 
 /// Allocates a zeroed block of `size` bytes from `thread` (store metadata: descriptor, slot
-/// records, segments, limbo bags).
+/// records, limbo bags), on whole lines under SWcc as items are ([`allocate_object`]): a slot
+/// writes its record's and bags' lines back one by one.
 pub(crate) fn alloc_zeroed<A: Arena>(
     thread: &A::Thread,
     view: View,
     size: usize,
 ) -> Result<u64, StoreError> {
-    let at = A::allocate(thread, size).map_err(|_| StoreError::OutOfMemory)?;
+    let at = allocate_object::<A>(thread, view, size).map_err(|_| StoreError::OutOfMemory)?;
     // SAFETY: a fresh block of `size` bytes this thread owns and has not published.
     unsafe { std::ptr::write_bytes(view.ptr(at), 0, size) };
+    if view.is_swcc() && podkv_hw::site!("store.zeroed.write_back") {
+        view.write_back(at, size);
+    }
     Ok(at)
 }

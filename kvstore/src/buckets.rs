@@ -313,10 +313,8 @@ impl<A: Arena> Memory for Table<'_, A> {
     #[inline]
     fn replacing(&self, old: u64) {
         if index::is_block(old) {
-            let record = self.slot().record();
-            record
-                .replacing
-                .store(index::object(old), Ordering::Relaxed);
+            let slot = self.slot();
+            slot.put(&slot.record().replacing, index::object(old));
         }
     }
 
@@ -332,7 +330,7 @@ impl<A: Arena> Memory for Table<'_, A> {
             }
         } else {
             if index::is_block(old) {
-                slot.record().replacing.store(0, Ordering::Relaxed);
+                slot.put(&slot.record().replacing, 0);
             }
             if index::is_block(new) {
                 self.free_block(index::object(new));

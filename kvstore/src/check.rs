@@ -265,11 +265,18 @@ impl<A: Arena> Walk<'_, A> {
 
     fn limbo(&mut self) {
         let d = self.map.desc();
+        let view = self.view;
         for slot in 0..d.slots as u32 {
+            if view.is_swcc() && podkv_hw::site!("store.check.invalidate_slot") {
+                view.invalidate(self.map.slot_at(slot), SIZE_SLOT_RECORD);
+            }
             let mut bag = self.map.slot(slot).limbo.load(Ordering::Relaxed);
             while bag != 0 {
                 if !self.block(bag, "limbo bag") {
                     break;
+                }
+                if view.is_swcc() && podkv_hw::site!("store.check.invalidate_bag") {
+                    view.invalidate(bag, SIZE_BAG);
                 }
                 self.report.bags += 1;
                 self.bag(bag, slot);

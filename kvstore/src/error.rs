@@ -40,7 +40,7 @@ pub enum StoreError {
     /// would lose updates and read stale items. Refused before anything is written.
     #[cfg(not(podkv_loom))]
     #[error(
-        "the heap's coherence mode is {mode}, which the store does not serve yet: it needs a heap created with --coherence hardware"
+        "the heap's coherence mode is {mode}, which the store does not serve yet: it needs a heap created with --coherence hardware or --coherence limited"
     )]
     UnservedCoherence {
         /// The heap's mode.

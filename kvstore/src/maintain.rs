@@ -149,7 +149,9 @@ fn remove_victim<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, victim: Vict
     let removed = remove_exact(reclaim, buckets, victim.at);
     if removed && victim.visible {
         let counter = &reclaim.slot().record().evictions;
-        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        reclaim
+            .slot()
+            .put(counter, counter.load(Ordering::Relaxed) + 1);
     }
     removed
 }
@@ -174,7 +176,7 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
         let Ok(next) = table.make(&change) else {
             return false;
         };
-        slot.record().unlink.store(item, Ordering::Relaxed);
+        slot.put(&slot.record().unlink, item);
         table.replacing(w);
         let won = table.cas(word, w, next);
         table.replaced(w, next, won);
@@ -183,7 +185,7 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
             reclaim.retire(item);
             return true;
         }
-        slot.record().unlink.store(0, Ordering::Relaxed);
+        slot.put(&slot.record().unlink, 0);
     }
 }
 

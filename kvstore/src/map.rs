@@ -215,9 +215,11 @@ impl<A: Arena> Map<A> {
     }
 }
 
-/// The coherence modes whose heaps the store serves. Its link CASes, epoch words and item
-/// bytes assume caches coherent across hosts, which only a `hardware` heap promises.
-pub const SERVED_COHERENCE: &[Coherence] = &[Coherence::Hardware];
+/// The coherence modes whose heaps the store serves. `limited`: the store's multi-writer
+/// words are in the heap's HWcc area, and items, bucket blocks and slot words follow the
+/// SWcc rules (README, Coherence). Not yet `mcas`: those words are changed by CPU CAS, not
+/// through the heap's hook.
+pub const SERVED_COHERENCE: &[Coherence] = &[Coherence::Hardware, Coherence::Limited];
 
 impl Map<PodArena> {
     /// Opens (creating if needed) the heap at `path` and the store in it. Any number of

@@ -121,6 +121,7 @@ pub(crate) fn settle<A: Arena>(
         known => known,
     };
     let shared = slot.shared();
+    slot.fresh_slot(dead);
     let record = shared.slot(dead);
     let announce = shared.announce(dead);
     let announced = announce.load(Ordering::Acquire);
@@ -146,14 +147,23 @@ pub(crate) fn settle<A: Arena>(
     };
     // The limbo step first: the removal arms below look at the limbo head.
     settle_limbo_step(slot, record, allocated, &mut done);
+    let words = [
+        &record.log,
+        &record.block_log,
+        &record.unlink,
+        &record.replacing,
+    ];
+    if words.iter().any(|w| w.load(Ordering::Relaxed) != 0) {
+        grace(slot, dead);
+    }
     settle_item_step(reclaim, dead, record, allocated, &mut done);
     settle_block_step(reclaim, dead, record, allocated, &mut done);
-    let x = take(&record.unlink);
+    let x = take(slot, &record.unlink);
     done.unlink = x;
     if x != 0 && !reachable(reclaim, x, false) && owes_retire(slot, dead, x, false) {
         retire(reclaim, x, false, &mut done);
     }
-    let x = take(&record.replacing);
+    let x = take(slot, &record.replacing);
     done.replacing = x;
     if x != 0 && !reachable(reclaim, x, true) && owes_retire(slot, dead, x, true) {
         retire(reclaim, x, true, &mut done);
@@ -174,7 +184,7 @@ fn settle_limbo_step<A: Arena>(
     allocated: u64,
     done: &mut Settled,
 ) {
-    let word = take(&record.limbo_log);
+    let word = take(slot, &record.limbo_log);
     done.limbo_log = word;
     let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
     let view = slot.view();
@@ -209,7 +219,7 @@ fn settle_item_step<A: Arena>(
     done: &mut Settled,
 ) {
     let slot = reclaim.slot();
-    let word = take(&record.log);
+    let word = take(slot, &record.log);
     done.log = word;
     let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
     match tag {
@@ -231,7 +241,7 @@ fn settle_block_step<A: Arena>(
     done: &mut Settled,
 ) {
     let slot = reclaim.slot();
-    let word = take(&record.block_log);
+    let word = take(slot, &record.block_log);
     done.block_log = word;
     let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
     match tag {
@@ -265,6 +275,33 @@ fn freed_by_heap(done: &Settled, x: u64) -> bool {
 fn free<A: Arena>(slot: &Slot<A>, x: u64, done: &mut Settled) {
     slot.free(x);
     done.freed += 1;
+}
+
+/// How long recovery waits at most for live removers to finish (see [`grace`]).
+const TIME_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Under SWcc, before recovery claims what the dead slot published or removed: waits
+/// (yielding, at most [`TIME_GRACE`]) until every other slot pinned now has unpinned or
+/// pinned again. A live thread that removed one of those items or blocks did so pinned,
+/// and claims it and writes the claim back before it unpins; the claim CAS acts on each
+/// host's own copy of the line, so this wait is what orders the two claims. Nothing under
+/// `Hardware`, where the CAS itself decides.
+fn grace<A: Arena>(slot: &Slot<A>, dead: u32) {
+    if !slot.view().is_swcc() {
+        return;
+    }
+    let shared = slot.shared();
+    let pinned: Vec<(u32, u64)> = (0..shared.arena.slots())
+        .filter(|&i| i != dead && i != slot.index)
+        .map(|i| (i, shared.announce(i).load(Ordering::Acquire)))
+        .filter(|&(_, a)| a & crate::reclaim::epoch::PINNED != 0)
+        .collect();
+    let start = std::time::Instant::now();
+    for (i, seen) in pinned {
+        while shared.announce(i).load(Ordering::Acquire) == seen && start.elapsed() < TIME_GRACE {
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// Whether item or block `x` is reachable from its bucket: its bucket's word, or the word of
@@ -320,13 +357,21 @@ fn owes_retire<A: Arena>(slot: &Slot<A>, dead: u32, x: u64, block: bool) -> bool
 }
 
 /// Takes a log word (CAS to zero): zero if it was idle or another thread took it.
-fn take(word: &AtomicU64) -> u64 {
+/// Under SWcc the word's line is written back at once (it is the dead slot's, read by its
+/// next owner); only the recoverer holding the slot takes its words.
+fn take<A: Arena>(slot: &Slot<A>, word: &AtomicU64) -> u64 {
     let w = word.load(Ordering::Acquire);
     if w == 0 {
         return 0;
     }
     match word.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Relaxed) {
-        Ok(_) => w,
+        Ok(_) => {
+            let view = slot.view();
+            if view.is_swcc() && podkv_hw::site!("store.recover.take_write_back") {
+                view.write_back(view.offset_of(word), 8);
+            }
+            w
+        }
         Err(_) => 0,
     }
 }

@@ -211,7 +211,13 @@ impl<A: Arena> Shared<A> {
     /// Items evicted since the store was made, by every process (the per-slot counters).
     pub(crate) fn evictions(&self) -> u64 {
         (0..self.arena.slots())
-            .map(|i| self.slot(i).evictions.load(Ordering::Relaxed))
+            .map(|i| {
+                let word = &self.slot(i).evictions;
+                if self.view.is_swcc() && podkv_hw::site!("store.evictions.invalidate") {
+                    self.view.invalidate(self.view.offset_of(word), 8);
+                }
+                word.load(Ordering::Relaxed)
+            })
             .sum()
     }
 

@@ -32,12 +32,32 @@ impl<A: Arena> Slot<A> {
         let index = A::slot_index(&thread);
         let record_at = shared.slot_at(index);
         let announce_at = shared.announce_at(index);
-        Slot {
+        let slot = Slot {
             shared,
             thread,
             index,
             record_at,
             announce_at,
+        };
+        slot.fresh_slot(index);
+        slot
+    }
+
+    /// Makes slot `i`'s record and limbo bags fresh: this slot's last owner, or the dead
+    /// owner of slot `i` that this thread recovers, may have been another host (SWcc;
+    /// nothing under `Hardware`).
+    pub(crate) fn fresh_slot(&self, i: u32) {
+        let view = self.view();
+        if !view.is_swcc() {
+            return;
+        }
+        self.fresh_record(self.shared.slot_at(i));
+        let mut bag = self.shared.slot(i).limbo.load(Ordering::Relaxed);
+        while bag != 0 {
+            if podkv_hw::site!("store.slot.adopt_invalidate") {
+                view.invalidate(bag, crate::layout::SIZE_BAG);
+            }
+            bag = view.word(bag).load(Ordering::Relaxed);
         }
     }
 
@@ -67,31 +87,52 @@ impl<A: Arena> Slot<A> {
         self.view().word(self.announce_at)
     }
 
+    /// Stores a word of this slot's own (its record, its limbo bags): under SWcc the word's
+    /// line is written back at once, so a recoverer or the slot's next owner (another host,
+    /// after this one died or released the slot) reads what the step said (rule 5).
+    #[inline]
+    pub(crate) fn put(&self, word: &AtomicU64, value: u64) {
+        word.store(value, Ordering::Relaxed);
+        let view = self.view();
+        if view.is_swcc() && podkv_hw::site!("store.slot.write_back") {
+            view.write_back(view.offset_of(word), 8);
+        }
+    }
+
+    /// Makes this slot's record fresh (a slot taken over from another host, or a dead
+    /// slot's record read by its recoverer).
+    pub(crate) fn fresh_record(&self, at: u64) {
+        let view = self.view();
+        if view.is_swcc() && podkv_hw::site!("store.slot.invalidate") {
+            view.invalidate(at, crate::layout::SIZE_SLOT_RECORD);
+        }
+    }
+
     /// Snapshots the allocator's step word before an `ALLOC_*` step is logged.
     #[inline]
     pub(crate) fn before_alloc(&self) {
         let step = A::step(&self.thread);
-        self.record().alloc_step.store(step, Ordering::Relaxed);
+        self.put(&self.record().alloc_step, step);
     }
 
     /// Writes this slot's item step.
     #[inline]
     pub(crate) fn log(&self, tag: u64, at: u64) {
-        self.record().log.store(at | tag, Ordering::Relaxed);
+        self.put(&self.record().log, at | tag);
     }
 
     /// Writes this slot's bucket block step.
     #[inline]
     pub(crate) fn block_log(&self, tag: u64, at: u64) {
-        self.record().block_log.store(at | tag, Ordering::Relaxed);
+        self.put(&self.record().block_log, at | tag);
     }
 
     /// Writes this slot's limbo step and where its block is referenced from.
     #[inline]
     pub(crate) fn limbo_log(&self, tag: u64, block: u64, from: u64) {
         let record = self.record();
-        record.limbo_at.store(from, Ordering::Relaxed);
-        record.limbo_log.store(block | tag, Ordering::Relaxed);
+        self.put(&record.limbo_at, from);
+        self.put(&record.limbo_log, block | tag);
     }
 
     /// A zeroed block of `size` bytes from this slot's allocator (the caller logged the step).

@@ -73,7 +73,6 @@ mod tests {
     #[test]
     fn a_heap_whose_coherence_is_not_served_is_refused_before_any_write() {
         let unserved = [
-            (Coherence::Limited, McasKind::FlushCas),
             (Coherence::Mcas, McasKind::FlushCas),
             (Coherence::Mcas, McasKind::Nmp),
         ];
@@ -114,6 +113,24 @@ mod tests {
             ));
             assert_eq!(heap.root(0).load(Ordering::Acquire), 0);
         }
+    }
+
+    /// A `limited` heap is served (its store words are HWcc, its items and blocks follow
+    /// the SWcc rules): a write reads back, and the check is clean.
+    #[test]
+    fn a_limited_heap_is_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            heap: heap_config(Coherence::Limited, McasKind::FlushCas),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path().join("heap"), config).unwrap();
+        let h = store.handle().unwrap();
+        h.set(b"k", b"v", 0, 0).unwrap();
+        assert_eq!(h.get(b"k").unwrap().unwrap().value(), b"v");
+        drop(h);
+        let report = store.check();
+        assert!(report.is_valid(), "{:?}", report.problems);
     }
 
     #[test]

@@ -397,12 +397,12 @@ impl<'h, A: Arena> Parts<'h, A> {
                     return Err(e);
                 }
             };
-            slot.record().unlink.store(found, Ordering::Relaxed);
+            slot.put(&slot.record().unlink, found);
             table.replacing(w);
             let won = table.cas(word, w, next);
             table.replaced(w, next, won);
             if !won {
-                slot.record().unlink.store(0, Ordering::Relaxed);
+                slot.put(&slot.record().unlink, 0);
                 self.writer.count_lost();
                 if new != 0 {
                     self.free_unpublished(new);

@@ -167,7 +167,12 @@ fn kill_rounds(slots: u64) {
             "round {round}: the epoch advances past a killed process"
         );
         drop(h);
-        let report = store.check();
+        // Under the model of non-coherent caches this process's copies of what the child
+        // changed are stale: a fresh opener checks, at the end.
+        let report = match modelled() {
+            true => continue,
+            false => store.check(),
+        };
         if !report.is_valid() {
             let heap = store.heap().check();
             let classes: Vec<_> = heap
@@ -186,6 +191,9 @@ fn kill_rounds(slots: u64) {
             );
         }
     }
+    drop(store);
+    let report = podkv_store::check_path(&heap).unwrap();
+    assert!(report.is_valid(), "{:?}", report.problems);
     took.sort();
     eprintln!(
         "{} kills: recover_dead median {:?}, max {:?}; {} blocks freed, {} items retired by recovery",
@@ -195,4 +203,9 @@ fn kill_rounds(slots: u64) {
         settled.0,
         settled.1
     );
+}
+
+/// Whether the heaps of this run are opened under the model of non-coherent caches.
+fn modelled() -> bool {
+    std::env::var("PODKV_COHERENCE_MODEL").is_ok_and(|v| v == "1")
 }

@@ -1,5 +1,5 @@
 //! Every front door to the store refuses a heap whose coherence mode the store does not serve
-//! (`limited`, `mcas`): `podkv serve`, `podkv ycsb` / `podkv replay` with `--target
+//! (`mcas`): `podkv serve`, `podkv ycsb` / `podkv replay` with `--target
 //! embedded`, and `podkv pod up` (asked to create such a heap, or given one). One clear line,
 //! a non-zero exit, and the heap holds no store afterwards (`pod up` makes no heap at all).
 
@@ -17,8 +17,7 @@ fn stderr(out: &Output) -> String {
 }
 
 /// The unserved modes, as `podkv heap create` flags.
-const UNSERVED: [(&str, &[&str]); 3] = [
-    ("limited", &["--coherence", "limited"]),
+const UNSERVED: [(&str, &[&str]); 2] = [
     ("mcas", &["--coherence", "mcas", "--mcas-impl", "flush-cas"]),
     ("mcas", &["--coherence", "mcas", "--mcas-impl", "nmp"]),
 ];

@@ -44,8 +44,10 @@ pub(crate) fn push<A: Arena>(slot: &Slot<A>, node: u64, size: usize) -> bool {
             slot.limbo_log(0, 0, 0);
             return false;
         };
-        bag(slot, made).next.store(head, Ordering::Relaxed);
-        record.limbo.store(made, Ordering::Relaxed);
+        slot.put(&bag(slot, made).next, head);
+        // The bag was zeroed by this thread: out with it before the head names it.
+        slot.put(&bag(slot, made).len, 0);
+        slot.put(&record.limbo, made);
         slot.limbo_log(0, 0, 0);
         head = made;
     }
@@ -53,9 +55,9 @@ pub(crate) fn push<A: Arena>(slot: &Slot<A>, node: u64, size: usize) -> bool {
     let len = bag.len.load(Ordering::Relaxed) as usize;
     let epoch = epoch::retire_epoch(&slot.shared().hw().epoch.word);
     let stamp = Stamp::new(epoch, size);
-    bag.entries[len][0].store(node, Ordering::Relaxed);
-    bag.entries[len][1].store(stamp.0, Ordering::Relaxed);
-    bag.len.store(len as u64 + 1, Ordering::Relaxed);
+    slot.put(&bag.entries[len][0], node);
+    slot.put(&bag.entries[len][1], stamp.0);
+    slot.put(&bag.len, len as u64 + 1);
     true
 }
 
@@ -92,8 +94,7 @@ pub(crate) fn walk<A: Arena>(
         free_reclaimable(slot, at, bag, epochs, spares, room);
         if bag.len.load(Ordering::Relaxed) == 0 && link_at != head_at {
             slot.limbo_log(FREE_BAG, at, link_at);
-            view.word(link_at)
-                .store(bag.next.load(Ordering::Relaxed), Ordering::Relaxed);
+            slot.put(view.word(link_at), bag.next.load(Ordering::Relaxed));
             slot.free(at);
             slot.limbo_log(0, 0, 0);
             continue;
@@ -147,7 +148,7 @@ fn free_reclaimable<A: Arena>(
                 continue;
             }
             slot.limbo_log(FREE_ENTRY, node, entry_at);
-            entry[0].store(0, Ordering::Relaxed);
+            slot.put(&entry[0], 0);
             slot.free(node);
             slot.limbo_log(0, 0, 0);
         } else {
@@ -155,6 +156,6 @@ fn free_reclaimable<A: Arena>(
         }
     }
     if kept == 0 {
-        bag.len.store(0, Ordering::Relaxed);
+        slot.put(&bag.len, 0);
     }
 }

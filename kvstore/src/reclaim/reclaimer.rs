@@ -12,7 +12,6 @@ use super::spare::{self, Reuse, Room, Spares};
 use crate::arena::Arena;
 use crate::kvmap::Recycling;
 use crate::slot::Slot;
-use podkv_hw::sync::mapped::Ordering;
 use std::cell::{Cell, RefCell};
 
 /// Retirements between two `collect`s. Each reads every slot's announcement (one line per
@@ -120,7 +119,7 @@ impl<A: Arena> Reclaim<A> {
         if slot.view().claim_retire(node, false, slot.index) {
             self.push_limbo(node, slot.view().item_size(node));
         }
-        slot.record().unlink.store(0, Ordering::Relaxed);
+        slot.put(&slot.record().unlink, 0);
     }
 
     /// As [`retire`](Self::retire), for a bucket block.
@@ -130,7 +129,7 @@ impl<A: Arena> Reclaim<A> {
             let len = slot.view().block_len(block);
             self.push_limbo(block, crate::item::block_size(len));
         }
-        slot.record().replacing.store(0, Ordering::Relaxed);
+        slot.put(&slot.record().replacing, 0);
     }
 
     /// Puts a removed, claimed item or block of `size` bytes on the slot's limbo list,

@@ -187,7 +187,7 @@ pub(crate) fn take<A: Arena>(slot: &Slot<A>, spares: &mut Spares, size: usize) -
     let entry = slot.view().word(spare.entry_at);
     debug_assert_eq!(entry.load(Ordering::Relaxed), spare.node, "a spare's entry");
     slot.limbo_log(TAKE_ENTRY, spare.node, spare.entry_at);
-    entry.store(0, Ordering::Relaxed);
+    slot.put(entry, 0);
     Some(spare.node)
 }
 

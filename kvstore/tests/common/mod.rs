@@ -6,12 +6,25 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-/// A small heap geometry for tests (sparse file, few slots).
+/// A small heap geometry for tests (sparse file, few slots), in the coherence mode
+/// `PODKV_TEST_COHERENCE` names (`hardware` by default; `limited`, `mcas`, `mcas-nmp`). With
+/// `PODKV_COHERENCE_MODEL=1` and the `coherence-model` feature, a `limited` or `mcas` heap
+/// is opened under the model of non-coherent caches in every process of the test.
 pub fn heap_config() -> podkv_alloc::Config {
+    use podkv_hw::mcas::McasKind;
+    use podkv_hw::Coherence;
+    let (coherence, mcas) = match std::env::var("PODKV_TEST_COHERENCE").as_deref() {
+        Ok("limited") => (Coherence::Limited, McasKind::FlushCas),
+        Ok("mcas") => (Coherence::Mcas, McasKind::FlushCas),
+        Ok("mcas-nmp") => (Coherence::Mcas, McasKind::Nmp),
+        _ => (Coherence::Hardware, McasKind::FlushCas),
+    };
     podkv_alloc::Config {
         small_bytes: 1 << 30,
         large_bytes: 1 << 30,
         slots: 64,
+        coherence,
+        mcas,
         ..podkv_alloc::Config::default()
     }
 }
