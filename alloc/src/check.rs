@@ -17,7 +17,8 @@
 //! - a released slot holds no list;
 //! - the huge heap's invariants (`huge/check.rs`).
 //!
-//! The report doubles as the heap's statistics: bytes in use, slabs per state, per class.
+//! The report doubles as the heap's statistics: bytes in use, slabs per state, per class, and
+//! each class's slabs by occupancy (read by `census.rs`).
 
 use crate::class::Kind;
 use crate::global::List;
@@ -44,6 +45,8 @@ pub struct ClassStats {
     pub live_blocks: u64,
     /// Blocks free for their owner to allocate.
     pub free_blocks: u64,
+    /// The class's slabs by occupancy band (`census.rs`).
+    pub occupancy: crate::census::Occupancy,
 }
 
 /// Statistics of one slab heap.
@@ -434,6 +437,7 @@ impl Walk<'_> {
         entry.slabs += 1;
         entry.live_blocks += u64::from(live);
         entry.free_blocks += u64::from(if state == State::Sized { free } else { 0 });
+        entry.occupancy.add(live, heap.classes.count[class]);
         stats.live_blocks += u64::from(live);
         stats.live_bytes += u64::from(live) * u64::from(block);
     }

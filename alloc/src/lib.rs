@@ -42,7 +42,7 @@
 //! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook |
 //! | [`heap`] | [`Heap`]: opening (its steps, `heap/open.rs`, [`Config`]), the public API over the components |
 //! | [`morph`] | a morphing slab's two sets in its bitset: which new blocks are blocked, which offsets are old blocks |
-//! | [`check`], [`crash`], [`stress`], [`api`] | the heap checker, the named crash points, the stress drivers, `allocator_api2` |
+//! | [`check`], [`census`], [`crash`], [`stress`], [`api`] | the heap checker, the slab-utilisation census over its walk, the named crash points, the stress drivers, `allocator_api2` |
 //!
 //! # Where a change goes
 //! - **A slab transition** (a new state move, a change to when a slab is detached, kept or
@@ -100,6 +100,7 @@ pub mod crash;
 not_under_loom! {
     pub mod api;
     mod backer;
+    pub mod census;
     pub mod check;
     pub mod error;
     pub mod fault;
@@ -124,6 +125,7 @@ not_under_loom! {
     pub mod stress;
     pub mod thread;
 
+    pub use census::Census;
     pub use check::HeapReport;
     pub use error::{AllocError, HeapError, ResolveError};
     pub use heap::{default_path, Config, Heap, Kind};

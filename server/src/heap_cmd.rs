@@ -1,7 +1,8 @@
 //! `podkv heap create|info|check PATH`: make a heap, show its geometry and statistics, and
 //! verify every metadata invariant.
 
-use podkv_alloc::{Config, Heap, HeapReport, Kind};
+use podkv_alloc::census::BAND_NAMES;
+use podkv_alloc::{Census, Config, Heap, HeapReport, Kind};
 use podkv_harness::helpers::{human_bytes, parse_bytes};
 use podkv_hw::topology::{Placement, Topology};
 use std::path::PathBuf;
@@ -488,18 +489,38 @@ fn print_stats(report: &HeapReport) {
             }
         );
         for stats in stats.classes.values() {
+            let [low, mid, high] = stats.occupancy.slabs;
             println!(
-                "  class {:>7} B: {:>6} slabs, {:>9} live, {:>9} free",
+                "  class {:>7} B: {:>6} slabs, {:>9} live, {:>9} free; slabs by occupancy {low}/{mid}/{high}",
                 stats.block_bytes, stats.slabs, stats.live_blocks, stats.free_blocks
             );
         }
     }
+    print_census(&Census::of_report(report));
     if !report.is_valid() {
         println!(
             "problems    {} (run `podkv heap check` for the list)",
             report.problems.len()
         );
     }
+}
+
+/// The slab-utilisation census (NVAlloc Fig. 15b's bands).
+fn print_census(census: &Census) {
+    let bands: Vec<String> = BAND_NAMES
+        .iter()
+        .zip(census.occupancy.slabs)
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    println!(
+        "occupancy   slabs {} (of {} holding a class; {} idle); {} live in {} of slabs ({:.1}%)",
+        bands.join(", "),
+        census.occupancy.total(),
+        census.idle_slabs,
+        human_bytes(census.live_bytes),
+        human_bytes(census.slab_bytes),
+        100.0 * census.utilisation()
+    );
 }
 
 /// The huge heap's blocks, address space and mappers.
@@ -529,6 +550,7 @@ fn print_huge(report: &HeapReport) {
 }
 
 fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
+    let census = Census::of_report(report);
     let heaps: Vec<serde_json::Value> = Kind::ALL
         .iter()
         .zip(&report.heaps)
@@ -536,7 +558,7 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
             let classes: Vec<serde_json::Value> = s
                 .classes
                 .values()
-                .map(|c| serde_json::json!({"block_bytes": c.block_bytes, "slabs": c.slabs, "live_blocks": c.live_blocks, "free_blocks": c.free_blocks}))
+                .map(|c| serde_json::json!({"block_bytes": c.block_bytes, "slabs": c.slabs, "live_blocks": c.live_blocks, "free_blocks": c.free_blocks, "occupancy": c.occupancy.slabs}))
                 .collect();
             serde_json::json!({"kind": kind.name(), "len": s.len, "max": s.max, "slabs_by_state": s.slabs_by_state,
                 "morphing": s.morphing, "live_bytes": s.live_bytes, "live_blocks": s.live_blocks, "classes": classes})
@@ -574,6 +596,9 @@ fn report_json(heap: &Heap, report: &HeapReport) -> serde_json::Value {
         "live_bytes": report.live_bytes(),
         "live_blocks": report.live_blocks(),
         "heaps": heaps,
+        "occupancy_bands": BAND_NAMES,
+        "occupancy": census.occupancy.slabs,
+        "slab_bytes": census.slab_bytes,
         "problems": report.problems,
     })
 }

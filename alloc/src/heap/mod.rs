@@ -439,6 +439,12 @@ impl Heap {
         report
     }
 
+    /// The slab-utilisation census (`census.rs`): each class's slabs by occupancy, live and
+    /// slab bytes. Read-only; one walk over all metadata, as [`Heap::check`].
+    pub fn census(&self) -> crate::Census {
+        crate::Census::of_report(&self.check())
+    }
+
     /// Checks the huge heap, appending one line per violated invariant to `problems`.
     pub fn check_huge(&self, problems: &mut Vec<String>) -> HugeReport {
         let Some(view) = self.huge_view() else {
