@@ -111,6 +111,9 @@ pub enum BenchCommand {
     /// Huge blocks (1 GiB by default): threadtest and xmalloc over processes × threads, podkv
     /// mapping one file region per block, against mimalloc and the system allocator.
     Huge(bench::huge::HugeArgs),
+    /// NVAlloc's Fragbench: allocate, delete a share at random, allocate other sizes; PSS
+    /// and slab occupancy after each phase. Example: `podkv bench frag --workload w1,w3`.
+    Frag(bench::frag::FragArgs),
 }
 
 /// Runs a parsed command line.
@@ -129,6 +132,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Mcas(args)) => bench::mcas::run(&args),
         Command::McasNmp(args) => mcas_cmd::run_nmp(&args),
         Command::Bench(BenchCommand::Huge(args)) => bench::huge::run(&args),
+        Command::Bench(BenchCommand::Frag(args)) => bench::frag::run(&args),
         Command::Ycsb(c) => run_cli::ycsb(&c),
         Command::Trace(c) => c.run().map_err(Into::into),
         Command::Replay(c) => run_cli::replay(&c),

@@ -7,6 +7,7 @@
 //!   [`ring`]: xmalloc's hand-over queue;
 //! - [`process`]: one process of a run — pinned worker threads at the runner's start line,
 //!   the timed loops, PSS and faults; [`job`]: the run's job as the runner carries it;
+//! - [`frag`]: `podkv bench frag`, NVAlloc's Fragbench (one child process per run);
 //! - [`huge`]: `podkv bench huge`, the same over huge blocks; [`mcas`]: `podkv bench mcas`,
 //!   nanoseconds per mCAS (threads of its own, no allocator);
 //! - this file: arguments, one run per (repeat, allocator) launched by the shared runner
@@ -21,6 +22,7 @@
 
 pub mod alloc;
 pub mod boost;
+pub mod frag;
 pub mod huge;
 pub mod job;
 pub mod mcas;
