@@ -5,7 +5,7 @@
 //! ```text
 //! podkv trace convert IN OUT
 //! podkv trace stats FILE [--json] [--compare N]
-//! podkv trace generate --cluster N --ops M [--seed S] OUT
+//! podkv trace generate --cluster N --ops M [--seed S] [--value-drift FROM:TO] OUT
 //! ```
 
 use std::io::Write;
@@ -115,6 +115,11 @@ pub struct GenerateArgs {
     /// Seed for the deterministic generator.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Value sizes drift linearly over the trace from about FROM to about TO bytes (each key
+    /// ±1/8 around the mean), instead of the cluster's per-key sizes: a size shift on a
+    /// fixed key set, e.g. `--value-drift 100:1024`.
+    #[arg(long, value_name = "FROM:TO")]
+    pub value_drift: Option<crate::generate::Drift>,
     /// Trace to write; its extension picks the format (`.parquet`, `.csv.zst`, `.csv`).
     pub output: PathBuf,
 }
@@ -222,7 +227,14 @@ pub struct GenerateReport {
 /// Runs `podkv trace generate`; returns what it wrote.
 pub fn run_generate(args: GenerateArgs) -> Result<GenerateReport, TraceError> {
     let progress = Progress::counting(args.ops);
-    let requests = generate_with(args.cluster, args.ops, args.seed, &args.output, &progress)?;
+    let requests = generate_with(
+        args.cluster,
+        args.ops,
+        args.seed,
+        &args.output,
+        args.value_drift,
+        &progress,
+    )?;
     eprintln!(
         "wrote {requests} requests shaped like cluster{} to {}",
         args.cluster,

@@ -12,6 +12,11 @@
 //!   trace: key size uniform in `mean ± mean/8`; value size log-normal with `σ = 1` and the
 //!   published mean (`μ = ln mean − σ²/2`), rounded, at most 1 MiB; TTL drawn from the published
 //!   common TTLs (shares normalised).
+//! - **Size drift** (optional, [`Generator::with_value_drift`]): value sizes follow the
+//!   request's position instead of the key: request `i` of `n` stores about
+//!   `from + (to − from)·i/n` bytes, times a per-key factor uniform in `[7/8, 9/8]`. The key
+//!   set and its popularity are unchanged, so keys already stored are rewritten with the new
+//!   sizes as the run goes on, the size shift that makes slabs of old classes sparse.
 //! - **TTL column**: the key's TTL on requests that store a value, 0 otherwise (as in the
 //!   traces).
 //! - **Timestamps**: a Poisson process at the published request rate, in whole seconds.
@@ -51,6 +56,38 @@ const SALT_VALUE_A: u64 = 0x7661_6c75_655f_6131;
 const SALT_VALUE_B: u64 = 0x7661_6c75_655f_6232;
 const SALT_TTL: u64 = 0x7474_6c5f_7474_6c5f;
 const SALT_FILL: u64 = 0x6669_6c6c_6669_6c6c;
+
+/// Value sizes that drift linearly over a trace, from about `from` bytes at its first request
+/// to about `to` at its last (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drift {
+    /// Mean value size at the trace's start.
+    pub from: u32,
+    /// Mean value size at the trace's end.
+    pub to: u32,
+}
+
+impl std::str::FromStr for Drift {
+    type Err = String;
+
+    /// `FROM:TO` in bytes, e.g. `100:1024`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (from, to) = text
+            .split_once(':')
+            .ok_or_else(|| format!("{text:?}: expected FROM:TO in bytes, e.g. 100:1024"))?;
+        let bytes = |t: &str| {
+            t.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&b| b >= 1 && f64::from(b) <= SIZE_VALUE_MAX)
+                .ok_or_else(|| format!("{t:?}: a value size is 1 to {SIZE_VALUE_MAX} bytes"))
+        };
+        Ok(Drift {
+            from: bytes(from)?,
+            to: bytes(to)?,
+        })
+    }
+}
 
 /// The published shape, turned into samplers.
 #[derive(Clone, Debug)]
@@ -115,6 +152,10 @@ pub struct Generator {
     rng: ChaCha8Rng,
     clock: f64,
     popularity_alpha: Option<f64>,
+    drift: Option<Drift>,
+    /// Requests in the whole trace, and returned so far: the drift's position.
+    ops: u64,
+    emitted: u64,
 }
 
 impl Generator {
@@ -152,7 +193,17 @@ impl Generator {
             rng,
             clock: 0.0,
             popularity_alpha: plan.fitted_alpha(),
+            drift: None,
+            ops: u64::from(ops),
+            emitted: 0,
         }
+    }
+
+    /// Makes value sizes drift over the trace instead of following the cluster's per-key
+    /// log-normal (see the module docs). Keys, operations and times are unchanged.
+    pub fn with_value_drift(mut self, drift: Drift) -> Self {
+        self.drift = Some(drift);
+        self
     }
 
     /// The Zipf alpha the whole trace will measure (see [`Popularity::fitted_alpha`]).
@@ -205,6 +256,12 @@ impl Generator {
     }
 
     fn value_size(&self, id: u64) -> u32 {
+        if let Some(Drift { from, to }) = self.drift {
+            let at = self.emitted as f64 / self.ops.max(1) as f64;
+            let mean = f64::from(from) + (f64::from(to) - f64::from(from)) * at;
+            let factor = 0.875 + 0.25 * unit(self.key_hash(id, SALT_VALUE_A));
+            return (mean * factor).round().clamp(1.0, SIZE_VALUE_MAX) as u32;
+        }
         // Box–Muller: two uniforms from the key's hash give one standard normal.
         let u1 = unit(self.key_hash(id, SALT_VALUE_A)).max(f64::MIN_POSITIVE);
         let u2 = unit(self.key_hash(id, SALT_VALUE_B));
@@ -229,11 +286,13 @@ impl Iterator for Generator {
         let gap: f64 = -(1.0 - self.rng.gen::<f64>()).ln() / self.shape.rate_per_s;
         self.clock += gap;
         let key = self.key_text(id);
+        let value_size = self.value_size(id);
+        self.emitted += 1;
         Some(Record {
             timestamp: self.clock as u64,
             key_size: key.len() as u32,
             key,
-            value_size: self.value_size(id),
+            value_size,
             client_id: self.rng.gen_range(0..COUNT_CLIENTS),
             op,
             ttl: if op.stores_value() { self.ttl(id) } else { 0 },
@@ -250,6 +309,7 @@ impl Iterator for Generator {
 mod tests {
     use super::*;
     use crate::cluster::cluster;
+    use std::str::FromStr;
 
     #[test]
     fn keys_are_unique_per_id_and_sized() {
@@ -267,6 +327,24 @@ mod tests {
         assert_eq!(cdf[1].1, 1.0);
         assert_eq!(pick(&cdf, 0.0), Some(Op::Set));
         assert_eq!(pick(&cdf, 0.9), Some(Op::Get));
+    }
+
+    #[test]
+    fn drifting_values_grow_from_start_to_end_on_the_same_keys() {
+        let plain: Vec<Record> = Generator::new(&cluster(31).unwrap(), 20_000, 5).collect();
+        let drift = Drift::from_str("100:1024").unwrap();
+        let drifted: Vec<Record> = Generator::new(&cluster(31).unwrap(), 20_000, 5)
+            .with_value_drift(drift)
+            .collect();
+        let keys = |t: &[Record]| t.iter().map(|r| r.key.clone()).collect::<Vec<_>>();
+        assert_eq!(keys(&plain), keys(&drifted), "the drift changes sizes only");
+        let mean =
+            |t: &[Record]| t.iter().map(|r| f64::from(r.value_size)).sum::<f64>() / t.len() as f64;
+        let (head, tail) = (mean(&drifted[..1000]), mean(&drifted[19_000..]));
+        assert!((95.0..130.0).contains(&head), "start mean {head}");
+        assert!((950.0..1100.0).contains(&tail), "end mean {tail}");
+        assert!(drifted.iter().all(|r| (87..=1153).contains(&r.value_size)));
+        assert!(Drift::from_str("100").is_err() && Drift::from_str("0:5").is_err());
     }
 
     #[test]

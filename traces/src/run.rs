@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::cluster::cluster;
 use crate::file::{self, TraceReader};
-use crate::generate::Generator;
+use crate::generate::{Drift, Generator};
 use crate::progress::{Progress, COUNT_RECORDS_PER_TICK};
 use crate::stats::{Accumulator, Stats, StatsOptions};
 use crate::{Record, TraceError};
@@ -115,12 +115,16 @@ pub(crate) fn generate_with(
     ops: u64,
     seed: u64,
     output: &Path,
+    drift: Option<Drift>,
     progress: &Progress,
 ) -> Result<u64, TraceError> {
     let ops = u32::try_from(ops).map_err(|_| {
         TraceError::InvalidArgument(format!("--ops {ops} exceeds {} requests", u32::MAX))
     })?;
-    let generator = Generator::new(&cluster(cluster_id)?, ops, seed);
+    let mut generator = Generator::new(&cluster(cluster_id)?, ops, seed);
+    if let Some(drift) = drift {
+        generator = generator.with_value_drift(drift);
+    }
     let mut writer = file::create(output)?;
     for (i, record) in generator.enumerate() {
         writer.write(&record)?;
@@ -158,5 +162,12 @@ pub fn generate(
     seed: u64,
     output: impl AsRef<Path>,
 ) -> Result<u64, TraceError> {
-    generate_with(cluster_id, ops, seed, output.as_ref(), &Progress::hidden())
+    generate_with(
+        cluster_id,
+        ops,
+        seed,
+        output.as_ref(),
+        None,
+        &Progress::hidden(),
+    )
 }
