@@ -12,49 +12,7 @@
 
 use crate::check::HeapReport;
 use crate::class::{Kind, SHIFT_LARGE_SLAB, SHIFT_SMALL_SLAB};
-
-/// The occupancy bands, as fractions of a slab's capacity in percent: a slab is in band `i`
-/// when `BANDS_PERCENT[i] <= 100 * live / capacity < BANDS_PERCENT[i + 1]` (the last band
-/// includes 100%).
-pub const BANDS_PERCENT: [u32; 4] = [0, 30, 70, 100];
-
-/// The bands' names, as reports print them.
-pub const BAND_NAMES: [&str; 3] = ["0-30%", "30-70%", "70-100%"];
-
-/// How many slabs fall in each occupancy band.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Occupancy {
-    /// Slabs per band of [`BANDS_PERCENT`], lowest first.
-    pub slabs: [u64; 3],
-}
-
-impl Occupancy {
-    /// Counts one slab with `live` of its `capacity` blocks live.
-    pub fn add(&mut self, live: u32, capacity: u32) {
-        self.slabs[band(live, capacity)] += 1;
-    }
-
-    /// Adds another histogram's counts.
-    pub fn merge(&mut self, other: &Occupancy) {
-        for (mine, theirs) in self.slabs.iter_mut().zip(other.slabs) {
-            *mine += theirs;
-        }
-    }
-
-    /// Slabs counted.
-    pub fn total(&self) -> u64 {
-        self.slabs.iter().sum()
-    }
-}
-
-/// The band of a slab with `live` of `capacity` blocks live.
-pub fn band(live: u32, capacity: u32) -> usize {
-    let percent = 100 * u64::from(live) / u64::from(capacity.max(1));
-    BANDS_PERCENT[1..3]
-        .iter()
-        .take_while(|&&bound| percent >= u64::from(bound))
-        .count()
-}
+pub use crate::occupancy::{band, Occupancy, BAND_NAMES, BANDS_PERCENT};
 
 /// Bytes in one slab of `kind`.
 pub const fn slab_bytes(kind: Kind) -> u64 {
@@ -139,31 +97,21 @@ impl Census {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bands_split_at_30_and_70_percent() {
-        assert_eq!(band(0, 100), 0);
-        assert_eq!(band(29, 100), 0);
-        assert_eq!(band(30, 100), 1);
-        assert_eq!(band(69, 100), 1);
-        assert_eq!(band(70, 100), 2);
-        assert_eq!(band(100, 100), 2);
-        assert_eq!(band(1, 3), 1, "33% is in the middle band");
-        assert_eq!(band(0, 0), 0, "a class with no capacity is empty, not a division by 0");
-    }
-
-    #[test]
-    fn occupancy_adds_and_merges() {
-        let mut a = Occupancy::default();
-        a.add(1, 10);
-        a.add(9, 10);
-        let mut b = Occupancy::default();
-        b.add(5, 10);
-        a.merge(&b);
-        assert_eq!(a.slabs, [1, 1, 1]);
-        assert_eq!(a.total(), 3);
+impl std::fmt::Display for Census {
+    /// One line: slabs per band, then live bytes over slab bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "slabs")?;
+        for (i, (name, n)) in BAND_NAMES.iter().zip(self.occupancy.slabs).enumerate() {
+            write!(f, "{} {name} {n}", if i == 0 { "" } else { "," })?;
+        }
+        write!(
+            f,
+            " (of {} holding a class; {} idle); {} B live in {} B of slabs ({:.1}%)",
+            self.occupancy.total(),
+            self.idle_slabs,
+            self.live_bytes,
+            self.slab_bytes,
+            100.0 * self.utilisation()
+        )
     }
 }

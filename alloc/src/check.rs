@@ -46,7 +46,7 @@ pub struct ClassStats {
     /// Blocks free for their owner to allocate.
     pub free_blocks: u64,
     /// The class's slabs by occupancy band (`census.rs`).
-    pub occupancy: crate::census::Occupancy,
+    pub occupancy: crate::occupancy::Occupancy,
 }
 
 /// Statistics of one slab heap.

@@ -42,7 +42,7 @@
 //! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook |
 //! | [`heap`] | [`Heap`]: opening (its steps, `heap/open.rs`, [`Config`]), the public API over the components |
 //! | [`morph`] | a morphing slab's two sets in its bitset: which new blocks are blocked, which offsets are old blocks |
-//! | [`check`], [`census`], [`crash`], [`stress`], [`api`] | the heap checker, the slab-utilisation census over its walk, the named crash points, the stress drivers, `allocator_api2` |
+//! | [`check`], [`occupancy`], [`census`], [`crash`], [`stress`], [`api`] | the heap checker, slab occupancy bands and the slab-utilisation census over its walk, the named crash points, the stress drivers, `allocator_api2` |
 //!
 //! # Where a change goes
 //! - **A slab transition** (a new state move, a change to when a slab is detached, kept or
@@ -112,6 +112,7 @@ not_under_loom! {
     pub mod hwcc_user;
     pub mod layout;
     pub mod lease;
+    pub mod occupancy;
     mod mcas;
     pub mod morph;
     pub mod pending;

@@ -496,31 +496,13 @@ fn print_stats(report: &HeapReport) {
             );
         }
     }
-    print_census(&Census::of_report(report));
+    println!("occupancy   {}", Census::of_report(report));
     if !report.is_valid() {
         println!(
             "problems    {} (run `podkv heap check` for the list)",
             report.problems.len()
         );
     }
-}
-
-/// The slab-utilisation census (NVAlloc Fig. 15b's bands).
-fn print_census(census: &Census) {
-    let bands: Vec<String> = BAND_NAMES
-        .iter()
-        .zip(census.occupancy.slabs)
-        .map(|(name, n)| format!("{name} {n}"))
-        .collect();
-    println!(
-        "occupancy   slabs {} (of {} holding a class; {} idle); {} live in {} of slabs ({:.1}%)",
-        bands.join(", "),
-        census.occupancy.total(),
-        census.idle_slabs,
-        human_bytes(census.live_bytes),
-        human_bytes(census.slab_bytes),
-        100.0 * census.utilisation()
-    );
 }
 
 /// The huge heap's blocks, address space and mappers.
