@@ -20,6 +20,8 @@
 //! record per phase (appended by [`crate::helpers::append_ndjson`], with the command, suite
 //! and figure as every bench's records) and prints the table of medians.
 //!
+//! `podkv` runs the heap as this process's default has it (slab morphing on unless
+//! `PODKV_MORPH=0`), `podkv-nomorph` with morphing off, so one invocation compares the two.
 //! podkv's records add the slab-utilisation census at each phase's end
 //! ([`podkv_alloc::Census`]: slabs by occupancy 0–30%, 30–70%, 70–100% as the paper's
 //! Fig. 15b) and the heap file's size; its PSS counts the heap's pages this process touched.
@@ -31,6 +33,7 @@ use crate::helpers::parse_bytes;
 use crate::process_stats;
 use anyhow::Context;
 pub use phases::PhaseResult;
+use podkv_alloc::heap::morph_default;
 use podkv_alloc::{Config, Heap};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -110,8 +113,10 @@ impl Phase {
 /// An allocator Fragbench measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FragAllocator {
-    /// The pod heap, as it is built.
+    /// The pod heap, slab morphing on (NVAlloc §5.2; unless `PODKV_MORPH=0`).
     Podkv,
+    /// The pod heap with slab morphing off: static slab segregation.
+    PodkvNomorph,
     /// mimalloc, linked in.
     Mimalloc,
     /// jemalloc, linked in with the `baselines` feature.
@@ -125,6 +130,7 @@ impl FragAllocator {
     pub fn name(self) -> &'static str {
         match self {
             FragAllocator::Podkv => "podkv",
+            FragAllocator::PodkvNomorph => "podkv-nomorph",
             FragAllocator::Mimalloc => "mimalloc",
             FragAllocator::Jemalloc => "jemalloc",
             FragAllocator::System => "system",
@@ -134,9 +140,9 @@ impl FragAllocator {
 
 /// The allocators a plain `podkv bench frag` runs: all this binary has.
 #[cfg(feature = "baselines")]
-const DEFAULT_ALLOCATORS: &str = "podkv,mimalloc,jemalloc,system";
+const DEFAULT_ALLOCATORS: &str = "podkv,podkv-nomorph,mimalloc,jemalloc,system";
 #[cfg(not(feature = "baselines"))]
-const DEFAULT_ALLOCATORS: &str = "podkv,mimalloc,system";
+const DEFAULT_ALLOCATORS: &str = "podkv,podkv-nomorph,mimalloc,system";
 
 /// Flags of `podkv bench frag`.
 #[derive(clap::Args, Clone, Debug)]
@@ -144,8 +150,8 @@ pub struct FragArgs {
     /// Workloads, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
     pub workload: Vec<Workload>,
-    /// Allocators, comma separated; ratios are against mimalloc [default: podkv, mimalloc,
-    /// jemalloc (with feature `baselines`), system].
+    /// Allocators, comma separated; ratios are against mimalloc [default: podkv,
+    /// podkv-nomorph, mimalloc, jemalloc (with feature `baselines`), system].
     #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_ALLOCATORS)]
     pub allocator: Vec<FragAllocator>,
     /// Bytes allocated in each of Before and After (the paper: 5GB).
@@ -298,7 +304,8 @@ fn run_here(
     use crate::bench::alloc;
     let (total, cap) = (args.total_bytes, args.live_bytes);
     Ok(match allocator {
-        FragAllocator::Podkv => return run_podkv(args, workload, seed),
+        FragAllocator::Podkv => return run_podkv(args, workload, seed, morph_default()),
+        FragAllocator::PodkvNomorph => return run_podkv(args, workload, seed, false),
         FragAllocator::Mimalloc => {
             phases::run(&alloc::mimalloc(), workload, total, cap, seed, &|| None)
         }
@@ -315,12 +322,18 @@ fn run_here(
 }
 
 /// podkv on a fresh heap file under /dev/shm, removed afterwards.
-fn run_podkv(args: &FragArgs, workload: Workload, seed: u64) -> anyhow::Result<Vec<PhaseResult>> {
+fn run_podkv(
+    args: &FragArgs,
+    workload: Workload,
+    seed: u64,
+    morph: bool,
+) -> anyhow::Result<Vec<PhaseResult>> {
     let path = PathBuf::from(format!("/dev/shm/podkv-frag-{}", std::process::id()));
     let config = Config {
         small_bytes: args.heap_bytes,
         large_bytes: args.heap_bytes,
         huge_bytes: 0,
+        morph,
         ..Config::default()
     };
     let result = (|| {
