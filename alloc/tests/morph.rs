@@ -1,7 +1,8 @@
 //! Slab morphing (`podkv_alloc::morph`): a slot whose slabs of one class went sparse serves a
 //! new class from them instead of growing the heap, its old blocks keep their bytes and are
 //! freed locally, by another thread and by another process, and the heap checks clean with
-//! no live block afterwards; with `Config::morph` off the same workload grows the heap.
+//! no live block afterwards (also under the model of non-coherent caches); with
+//! `Config::morph` off the same workload grows the heap.
 
 use podkv_alloc::{Config, Heap, Offset, ThreadHandle};
 use podkv_hw::mcas::McasKind;
@@ -220,4 +221,27 @@ fn child(spec: &str) {
     for off in parts.next().unwrap().split(',') {
         t.free(Offset(off.parse().unwrap()));
     }
+}
+
+/// [`another_process_frees_old_blocks_of_a_morphing_slab`] again with both processes under
+/// the model of non-coherent caches (`podkv_hw::model`; the `limited` and `mcas` heaps are
+/// modelled): the freeing process reads the owner's old set only after the owner wrote it
+/// back. (With the `alloc.morph.old.write_back` site off, `PODKV_COHERENCE_SITE_OFF`, the
+/// child takes an old block for no block at all and panics.)
+#[test]
+fn old_blocks_are_freed_across_processes_under_the_coherence_model() {
+    if std::env::var_os(ENV_CHILD).is_some() || std::env::var_os("PODKV_COHERENCE_MODEL").is_some()
+    {
+        return;
+    }
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "another_process_frees_old_blocks_of_a_morphing_slab",
+            "--test-threads=1",
+        ])
+        .env("PODKV_COHERENCE_MODEL", "1")
+        .status()
+        .unwrap();
+    assert!(status.success(), "under the model: {status}");
 }
