@@ -1,8 +1,10 @@
 //! What a benchmark reports besides time: memory (PSS), page faults, the build's commit, and
 //! the context every record carries (the command that made it, the suite and figure it
-//! belongs to, whether its workers outnumber the CPUs).
+//! belongs to, whether its workers outnumber the CPUs), and PSS sampled over a run.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Proportional set size of this process in bytes (`/proc/self/smaps_rollup`), 0 if unknown.
 pub fn pss_bytes() -> u64 {
@@ -19,6 +21,87 @@ pub fn pss_bytes() -> u64 {
                 .ok()
         })
         .map_or(0, |kb| kb * 1024)
+}
+
+/// How often [`sample_pss`] reads PSS at first: a read of `smaps_rollup` walks the
+/// process's page tables (about a millisecond for a few hundred MiB), so 100 ms keeps the
+/// sampler near 1% of one CPU.
+pub const PSS_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Most samples [`sample_pss`] keeps: past it, every other one is dropped and the interval
+/// doubles, so a paper-scale run's record stays small.
+pub const PSS_SAMPLES_MAX: usize = 512;
+
+/// This machine's monotonic clock in nanoseconds: the same in every process, so samples of
+/// several processes can be summed at common instants.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Samples this process's PSS every [`PSS_SAMPLE_INTERVAL`] (thinned past
+/// [`PSS_SAMPLES_MAX`]) until `stop` is raised, then once more: `(monotonic ns, bytes)`.
+/// Runs on a thread of its own beside the workers.
+pub fn sample_pss(stop: &AtomicBool) -> Vec<(u64, u64)> {
+    let mut samples = Vec::new();
+    let mut interval = PSS_SAMPLE_INTERVAL;
+    loop {
+        samples.push((monotonic_ns(), pss_bytes()));
+        if samples.len() >= PSS_SAMPLES_MAX {
+            samples = samples.into_iter().step_by(2).collect();
+            interval *= 2;
+        }
+        let until = Instant::now() + interval;
+        loop {
+            if stop.load(Ordering::Acquire) {
+                samples.push((monotonic_ns(), pss_bytes()));
+                return samples;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+        }
+    }
+}
+
+/// The sum over processes of their sampled PSS, as a step function: at each instant any
+/// process sampled, every process's latest sample (0 before its first). Returns
+/// `(seconds after the first sample, bytes)`, at most [`PSS_SAMPLES_MAX`] points, and the
+/// first sample's instant.
+pub fn sum_pss_samples(per_process: &[Vec<(u64, u64)>]) -> (Vec<(f64, u64)>, u64) {
+    let mut instants: Vec<u64> = per_process.iter().flatten().map(|&(t, _)| t).collect();
+    instants.sort_unstable();
+    instants.dedup();
+    let Some(&t0) = instants.first() else {
+        return (Vec::new(), 0);
+    };
+    let step = instants.len().div_ceil(PSS_SAMPLES_MAX).max(1);
+    let last = instants.len() - 1;
+    let summed = instants
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i % step == 0 || i == last)
+        .map(|(_, &t)| {
+            let bytes = per_process
+                .iter()
+                .map(|s| {
+                    s.iter()
+                        .take_while(|&&(at, _)| at <= t)
+                        .last()
+                        .map_or(0, |&(_, b)| b)
+                })
+                .sum();
+            ((t - t0) as f64 / 1e9, bytes)
+        })
+        .collect();
+    (summed, t0)
 }
 
 /// Minor page faults of this process so far.
@@ -111,6 +194,19 @@ mod tests {
     #[test]
     fn pss_of_a_live_process_is_positive() {
         assert!(pss_bytes() > 0);
+    }
+
+    #[test]
+    fn sampled_pss_sums_each_process_latest_sample() {
+        let a = vec![(100, 10), (300, 30)];
+        let b = vec![(200, 5)];
+        let (sum, t0) = sum_pss_samples(&[a, b]);
+        assert_eq!(t0, 100);
+        assert_eq!(sum, [(0.0, 10), (100e-9, 15), (200e-9, 35)]);
+        let stop = AtomicBool::new(true);
+        let samples = sample_pss(&stop);
+        assert_eq!(samples.len(), 2, "one sample, and one when stopped");
+        assert!(samples.iter().all(|&(_, b)| b > 0));
     }
 
     #[test]

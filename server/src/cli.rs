@@ -114,6 +114,9 @@ pub enum BenchCommand {
     /// NVAlloc's Fragbench: allocate, delete a share at random, allocate other sizes; PSS
     /// and slab occupancy after each phase. Example: `podkv bench frag --workload w1,w3`.
     Frag(bench::frag::FragArgs),
+    /// Recovery time: open the store and settle a writer's slots after its `kill -9`
+    /// (the writer's threads each hold a slot and are writing when it is killed).
+    Recovery(bench::recovery::RecoveryArgs),
 }
 
 /// Runs a parsed command line.
@@ -133,6 +136,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::McasNmp(args) => mcas_cmd::run_nmp(&args),
         Command::Bench(BenchCommand::Huge(args)) => bench::huge::run(&args),
         Command::Bench(BenchCommand::Frag(args)) => bench::frag::run(&args),
+        Command::Bench(BenchCommand::Recovery(args)) => bench::recovery::run(&args),
         Command::Ycsb(c) => run_cli::ycsb(&c),
         Command::Trace(c) => c.run().map_err(Into::into),
         Command::Replay(c) => run_cli::replay(&c),

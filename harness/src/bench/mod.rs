@@ -9,7 +9,8 @@
 //!   the timed loops, PSS and faults; [`job`]: the run's job as the runner carries it;
 //! - [`frag`]: `podkv bench frag`, NVAlloc's Fragbench (one child process per run);
 //! - [`huge`]: `podkv bench huge`, the same over huge blocks; [`mcas`]: `podkv bench mcas`,
-//!   nanoseconds per mCAS (threads of its own, no allocator);
+//!   nanoseconds per mCAS (threads of its own, no allocator); [`recovery`]: `podkv bench
+//!   recovery`, the time to recover the store after a writer's `kill -9`;
 //! - this file: arguments, one run per (repeat, allocator) launched by the shared runner
 //!   ([`crate::runner::launch_processes`]: `podkv run-worker` processes, shared-memory
 //!   barriers, progress bar), the table and NDJSON records.
@@ -27,6 +28,7 @@ pub mod huge;
 pub mod job;
 pub mod mcas;
 pub mod process;
+pub mod recovery;
 pub mod ring;
 pub mod workload;
 

@@ -170,6 +170,9 @@ pub fn run_process<A: BenchAlloc, F: Fn() -> A + Sync>(
         page_faults: memory.1.load(Ordering::Acquire),
         hwcc_bytes: None,
         servers: Vec::new(),
+        pss_samples: Vec::new(),
+        timed_from_ns: 0,
+        server_version: None,
     })
 }
 

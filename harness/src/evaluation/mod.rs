@@ -7,13 +7,16 @@
 //! # Map
 //! - [`rows`]: each NDJSON record placed at (figure, panel, series, x);
 //! - [`figures`]: the figures' panels, axes and expected curves;
-//! - [`paper`]: the paper's published ratios (with sections) beside ours;
-//! - [`page`]: the Markdown pages and the manifest.
+//! - [`paper`]: the paper's published ratios (with sections) beside ours; [`why`]: one
+//!   line per figure on where we stand and which measured quantity explains it;
+//! - [`page`]: the Markdown pages and the manifest; [`timeline`]: memory over time.
 
 pub mod figures;
 pub mod page;
 pub mod paper;
 pub mod rows;
+pub mod timeline;
+pub mod why;
 
 use std::path::{Path, PathBuf};
 

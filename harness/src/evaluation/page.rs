@@ -83,7 +83,7 @@ pub fn write_all(dir: &Path, rows: &[Row], context: &Context) -> anyhow::Result<
     for figure in &figures::FIGURES {
         let panels = figures::panels(figure, rows);
         let comparisons = paper::comparisons(figure.id, &panels);
-        let why = paper::why(figure.id, &comparisons);
+        let why = super::why::why(figure.id, &panels, &comparisons);
         let (page, entries) = figure_page(dir, figure, &panels, &comparisons, &why, rows, context)?;
         let name = format!("{}.md", figure.id);
         std::fs::write(dir.join(&name), page)?;
@@ -95,7 +95,7 @@ pub fn write_all(dir: &Path, rows: &[Row], context: &Context) -> anyhow::Result<
         manifest_panels.extend(entries);
         all_panels.push((figure.id, panels));
     }
-    let (tables_page, tables) = tables(&all_panels, context);
+    let (tables_page, tables) = tables(&all_panels, rows, context);
     std::fs::write(dir.join("tables.md"), tables_page)?;
     let _ = writeln!(
         index,
@@ -161,6 +161,9 @@ fn figure_page(
             entries.push(entry);
         }
     }
+    let (memory, memory_entries) = super::timeline::section(dir, &plots, figure.id, rows)?;
+    out.push_str(&memory);
+    entries.extend(memory_entries);
     out.push_str("## Commands\n\nEvery command whose records are on this page:\n\n```\n");
     let commands: BTreeSet<&str> = rows
         .iter()
@@ -302,15 +305,52 @@ fn values_table(
 /// section, ours, and why ours is missing when the report knows.
 type TableRow = (
     &'static str,
-    &'static str,
+    String,
     f64,
     &'static str,
     Option<f64>,
     Option<&'static str>,
 );
 
+/// The recovery-time rows: the median time per count of killed live slots
+/// (`podkv bench recovery` records), or one row saying none was measured.
+fn recovery_rows(rows: &[Row]) -> Vec<TableRow> {
+    let mut by_slots: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for row in rows.iter().filter(|r| r.place.figure == "tables") {
+        if let Some(&ms) = row.values.get("recovery_ms") {
+            by_slots.entry(row.place.x).or_default().push(ms);
+        }
+    }
+    const MEASURE: &str = "recovery time, ms (median): open the store, settle the dead slots";
+    const SECTION: &str = "§5.2.1 (Fig. 7, no number in the text)";
+    if by_slots.is_empty() {
+        return vec![(
+            MEASURE,
+            "after a writer's kill -9".into(),
+            f64::NAN,
+            SECTION,
+            None,
+            Some("no `podkv bench recovery` records (eval/tables-recovery.toml)"),
+        )];
+    }
+    by_slots
+        .into_iter()
+        .map(|(slots, mut ms)| {
+            let n = ms.len();
+            (
+                MEASURE,
+                format!("kill -9 of a writer with {slots} live slots ({n} runs)"),
+                f64::NAN,
+                SECTION,
+                Some(crate::helpers::median(&mut ms)),
+                None,
+            )
+        })
+        .collect()
+}
+
 /// The tables page: HWcc share, the cost of recoverability, recovery time.
-fn tables(panels: &[(&str, Panels)], context: &Context) -> (String, Value) {
+fn tables(panels: &[(&str, Panels)], records: &[Row], context: &Context) -> (String, Value) {
     let of = |id: &str| panels.iter().find(|(f, _)| *f == id).map(|(_, p)| p);
     let fig8 = of("fig8");
     let fig9 = of("fig9");
@@ -343,17 +383,57 @@ fn tables(panels: &[(&str, Panels)], context: &Context) -> (String, Value) {
             (!ratios.is_empty()).then(|| ratios.iter().sum::<f64>() / ratios.len() as f64)
         })
     };
-    let rows: Vec<TableRow> = vec![
-        ("HWcc share of PSS", "key-value store (podkv embedded)", 0.0002, "§5.2.1", hwcc(fig8, "embedded", None), None),
-        ("HWcc share of PSS", "thread-test (podkv)", 0.025, "§5.2.2", hwcc(fig9, "podkv", Some("threadtest")), None),
-        ("HWcc share of PSS", "xmalloc (podkv)", 0.0009, "§5.2.2", hwcc(fig9, "podkv", Some("xmalloc")), None),
-        ("recoverable / non-recoverable throughput", "thread-test", 0.947, "§5.2.2", recover("threadtest"), None),
-        ("recoverable / non-recoverable throughput", "xmalloc", 0.884, "§5.2.2", recover("xmalloc"), None),
-        ("recoverable / non-recoverable throughput", "key-value store", 0.997, "§5.2.1", None,
-         Some("the store has no non-recoverable mode to run against")),
-        ("recovery time", "after thread crashes", f64::NAN, "§5.2.1 (Fig. 7, no number in the text)", None,
-         Some("no suite times recovery yet (`podkv heap chaos` checks recoveries, it does not time them)")),
+    let mut rows: Vec<TableRow> = vec![
+        (
+            "HWcc share of PSS",
+            "key-value store (podkv embedded)".into(),
+            0.0002,
+            "§5.2.1",
+            hwcc(fig8, "embedded", None),
+            None,
+        ),
+        (
+            "HWcc share of PSS",
+            "thread-test (podkv)".into(),
+            0.025,
+            "§5.2.2",
+            hwcc(fig9, "podkv", Some("threadtest")),
+            None,
+        ),
+        (
+            "HWcc share of PSS",
+            "xmalloc (podkv)".into(),
+            0.0009,
+            "§5.2.2",
+            hwcc(fig9, "podkv", Some("xmalloc")),
+            None,
+        ),
+        (
+            "recoverable / non-recoverable throughput",
+            "thread-test".into(),
+            0.947,
+            "§5.2.2",
+            recover("threadtest"),
+            None,
+        ),
+        (
+            "recoverable / non-recoverable throughput",
+            "xmalloc".into(),
+            0.884,
+            "§5.2.2",
+            recover("xmalloc"),
+            None,
+        ),
+        (
+            "recoverable / non-recoverable throughput",
+            "key-value store".into(),
+            0.997,
+            "§5.2.1",
+            None,
+            Some("the store has no non-recoverable mode to run against"),
+        ),
     ];
+    rows.extend(recovery_rows(records));
     let mut out =
         String::from("# Tables: HWcc share, the cost of recoverability, recovery time\n\n");
     context.header(&mut out);

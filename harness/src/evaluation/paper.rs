@@ -33,7 +33,7 @@ impl Comparison {
 
 /// The mean over x (and panels named by `panel`) of `series_a / series_b` for `metric`, at
 /// x-values where both ran.
-fn mean_ratio(
+pub(super) fn mean_ratio(
     panels: &Panels,
     panel: impl Fn(&str) -> bool,
     a: &str,
@@ -58,7 +58,7 @@ fn mean_ratio(
 }
 
 /// The value of `series` at its largest x.
-fn at_max_x(panels: &Panels, series: &str, metric: &str) -> Option<(u64, f64)> {
+pub(super) fn at_max_x(panels: &Panels, series: &str, metric: &str) -> Option<(u64, f64)> {
     panels
         .values()
         .filter_map(|c| c.get(series))
@@ -83,7 +83,7 @@ fn cmp(
 }
 
 /// Panels of the threads sweep of `kind` (fig9).
-fn threads(kind: &'static str) -> impl Fn(&str) -> bool {
+pub(super) fn threads(kind: &'static str) -> impl Fn(&str) -> bool {
     move |p: &str| p.starts_with(kind) && p.ends_with("threads")
 }
 
@@ -208,45 +208,6 @@ fn fig12(panels: &Panels) -> Vec<Comparison> {
             true,
         ),
     ]
-}
-
-/// Why a figure's numbers differ from the paper's, in one line, given its verdicts.
-pub fn why(id: &str, comparisons: &[Comparison]) -> String {
-    let verdicts: Vec<&str> = comparisons.iter().map(Comparison::verdict).collect();
-    let summary = if verdicts.is_empty() {
-        "no ratio to compare".to_owned()
-    } else {
-        verdicts.join(", ")
-    };
-    let reason = match id {
-        "fig8" => {
-            "the paper's runs are 80 cores and 10 processes with a 32 M-bucket index; here \
-                   a few cores, one process, and the store's own index (with item headers, \
-                   TTLs and eviction), so allocator cost is a smaller share of each operation"
-        }
-        "fig9" => {
-            "podkv's fast path pops a slab bitset like CXLALLOC's, so thread-test trails \
-                   mimalloc's free list as in the paper; on a shared 2-core VM, points past the \
-                   cores measure scheduling more than the allocator"
-        }
-        "fig10" => {
-            "the paper has no baseline (each crashed or took over 30 minutes, §5.3); \
-                    here the process-local baselines map lazily and often finish, so only \
-                    podkv's curves compare with the paper's shape"
-        }
-        "fig11" => {
-            "the paper's hw_cas is an FPGA near-memory processor on CXL memory; here the \
-                    processor is a software thread polling shared memory, so its latency is \
-                    the round trip between two cores, not a device's"
-        }
-        "fig12" => {
-            "the paper's -hwcc and -mcas rows run on CXL memory with an FPGA mCAS; here \
-                    all modes run on DRAM and mCAS is emulated (flush + CAS, or the software \
-                    processor), so the mode's cost is its protocol's, not the device latency"
-        }
-        _ => "",
-    };
-    format!("{summary}: {reason}")
 }
 
 /// Medians of hwcc / pss for the records of a series.

@@ -8,7 +8,7 @@ use std::path::Path;
 /// Where a record belongs in the report.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Place {
-    /// `fig8` … `fig12`.
+    /// `fig8` … `fig12`, `server`, `tables`.
     pub figure: String,
     /// The panel's title without its metric (`YCSB-A`, `xmalloc 64 B, threads`).
     pub panel: String,
@@ -35,6 +35,10 @@ pub struct Row {
     pub oversubscribed: bool,
     /// A trace replay from a generated (not recorded) trace.
     pub synthetic: bool,
+    /// PSS sampled during the run, `(seconds, bytes)`; empty when not sampled.
+    pub pss_over_time: Vec<(f64, f64)>,
+    /// Where its timed phase starts on that time axis, seconds.
+    pub timed_from: Option<f64>,
 }
 
 /// Reads every record of `inputs`.
@@ -85,6 +89,7 @@ fn figure_of(v: &Value, kind: &str) -> Option<String> {
             "threadtest" | "xmalloc" if coherence != "hardware" => "fig12",
             "threadtest" | "xmalloc" => "fig9",
             "mcas" => "fig11",
+            "recovery" => "tables",
             _ => return None,
         }
         .to_owned(),
@@ -192,6 +197,24 @@ fn places(
                 panels.push(("CAS latency".into(), cas.into(), threads));
             }
         }
+        "server" => {
+            let workload = str_of(v, "workload").unwrap_or("?");
+            let series = match str_of(v, "server_version") {
+                Some(version) if version.contains("podkv") => "podkv serve".to_owned(),
+                Some(_) => "memcached".to_owned(),
+                None => str_of(v, "target").unwrap_or("?").to_owned(),
+            };
+            let rate = f64_of(v, "target_rate").or_else(|| f64_of(v, "target-rate"));
+            let rate = rate.or_else(|| str_of(v, "target-rate").and_then(|r| r.parse().ok()));
+            panels.push((workload_panel(workload), series, rate.unwrap_or(0.0) as u64));
+        }
+        "tables" if kind == "recovery" => {
+            panels.push((
+                "recovery time".into(),
+                "podkv".into(),
+                u64_of(v, "slots").unwrap_or(1),
+            ));
+        }
         "fig12" => {
             let coherence = str_of(v, "coherence").unwrap_or("hardware");
             let series = match (coherence, str_of(v, "mcas_impl").or(str_of(v, "mcas-impl"))) {
@@ -227,13 +250,35 @@ fn row_of(v: &Value) -> Vec<Row> {
             ("hwcc", "hwcc_bytes"),
             ("p50", "p50_ns"),
             ("p99", "p99_ns"),
+            ("p50_us", "p50_us"),
+            ("p99_us", "p99_us"),
+            ("recovery_ms", "recovery_ms"),
+            ("cpu_ns", "cpu_ns_per_op"),
+            ("faults", "page_faults"),
         ] {
             if let Some(x) = f64_of(v, key) {
                 values.insert(metric, x);
             }
         }
+        if let (Some(faults), Some(ops)) = (f64_of(v, "page_faults"), f64_of(v, "ops")) {
+            if ops > 0.0 {
+                values.insert("faults_per_kop", faults / ops * 1000.0);
+            }
+        }
+        if let (Some(offered), Some(done)) = (f64_of(v, "target_rate"), f64_of(v, "ops_per_sec")) {
+            if offered > 0.0 {
+                values.insert("kept_up", done / offered);
+            }
+        }
     }
     let workload = str_of(v, "workload").unwrap_or_default();
+    let pss_over_time: Vec<(f64, f64)> = v
+        .get("pss_over_time")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p.get(0)?.as_f64()?, p.get(1)?.as_f64()?)))
+        .collect();
     panels
         .into_iter()
         .map(|(panel, series, x)| Row {
@@ -251,6 +296,8 @@ fn row_of(v: &Value) -> Vec<Row> {
             commit: str_of(v, "git_commit").map(str::to_owned),
             oversubscribed: v.get("oversubscribed").and_then(Value::as_bool) == Some(true),
             synthetic: kind == "replay" && workload.contains("synthetic"),
+            pss_over_time: pss_over_time.clone(),
+            timed_from: f64_of(v, "pss_timed_from_s"),
         })
         .collect()
 }
@@ -284,5 +331,33 @@ mod tests {
         let rows = row_of(&huge);
         assert_eq!(rows[0].place.figure, "fig10");
         assert_eq!(rows[0].reason.as_deref(), Some("timed out (after 30 s)"));
+    }
+
+    #[test]
+    fn server_and_recovery_records_find_their_places() {
+        let served = json!({"kind": "ycsb", "workload": "cxlalloc-a", "figure": "server",
+            "target": "memcached://127.0.0.1:1", "server_version": "1.6.0-podkv-0.1.0",
+            "target_rate": 20000.0, "ops_per_sec": 19000.0, "p99_us": 80.0, "threads": 2,
+            "pss_over_time": [[0.0, 1024], [0.1, 2048]], "pss_timed_from_s": 0.05});
+        let rows = row_of(&served);
+        assert_eq!(
+            (
+                rows[0].place.panel.as_str(),
+                rows[0].place.series.as_str(),
+                rows[0].place.x
+            ),
+            ("YCSB-A", "podkv serve", 20000)
+        );
+        assert!((rows[0].values["kept_up"] - 0.95).abs() < 1e-9);
+        assert_eq!(rows[0].pss_over_time, [(0.0, 1024.0), (0.1, 2048.0)]);
+        assert_eq!(rows[0].timed_from, Some(0.05));
+        let memcached = json!({"kind": "ycsb", "workload": "cxlalloc-a", "figure": "server",
+            "server_version": "1.6.21", "target_rate": 5000.0});
+        assert_eq!(row_of(&memcached)[0].place.series, "memcached");
+        let recovery = json!({"kind": "recovery", "slots": 4, "recovery_ms": 3.5});
+        let rows = row_of(&recovery);
+        assert_eq!(rows[0].place.figure, "tables");
+        assert_eq!(rows[0].place.x, 4);
+        assert_eq!(rows[0].values["recovery_ms"], 3.5);
     }
 }

@@ -447,6 +447,15 @@ impl Target for MemcachedTarget {
             })
             .collect()
     }
+
+    fn server_version(&self) -> Option<String> {
+        let server = self.servers.first()?;
+        let mut stream = TcpStream::connect(server).ok()?;
+        stream.write_all(b"version\r\n").ok()?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).ok()?;
+        line.trim_end().strip_prefix("VERSION ").map(str::to_owned)
+    }
 }
 
 impl Session for MemcachedSession {

@@ -27,6 +27,16 @@ pub struct ProcessReport {
     /// Requests and failures per server (a memcached target with a timeout).
     #[serde(default)]
     pub servers: Vec<ServerTally>,
+    /// Its PSS sampled during the run: `(monotonic ns, bytes)`
+    /// ([`process_stats::sample_pss`]); empty where nothing sampled.
+    #[serde(default)]
+    pub pss_samples: Vec<(u64, u64)>,
+    /// When its timed phase started (monotonic ns; 0: unknown).
+    #[serde(default)]
+    pub timed_from_ns: u64,
+    /// A server target's answer to `version`.
+    #[serde(default)]
+    pub server_version: Option<String>,
 }
 
 /// Merges the reports of all processes.
@@ -109,9 +119,19 @@ pub struct RunRecord {
     pub pss_bytes: u64,
     /// Minor page faults during the timed phase, summed over processes.
     pub page_faults: u64,
+    /// PSS summed over the worker processes during the run, sampled about every 100 ms
+    /// from the workers' start (loads and set-up included): `[seconds, bytes]`.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub pss_over_time: Vec<(f64, u64)>,
+    /// Where the timed phase starts on [`RunRecord::pss_over_time`]'s time axis, seconds.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pss_timed_from_s: Option<f64>,
     /// HWcc bytes of the heap, for heap targets.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub hwcc_bytes: Option<u64>,
+    /// A server target's answer to `version` (`1.6.21`; podkv serve's says `-podkv-`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub server_version: Option<String>,
     /// Where latencies start: `send` (closed loop: when the operation was sent) or
     /// `intended` (open loop: when it was due, so queueing behind a slow answer counts).
     #[serde(default = "latency_from_send")]
@@ -158,6 +178,16 @@ impl RunRecord {
         wall: Duration,
     ) -> anyhow::Result<Self> {
         let tally = merge(spec, reports)?;
+        let samples: Vec<Vec<(u64, u64)>> = reports.iter().map(|r| r.pss_samples.clone()).collect();
+        let (pss_over_time, t0) = process_stats::sum_pss_samples(&samples);
+        let timed_from = reports
+            .iter()
+            .map(|r| r.timed_from_ns)
+            .filter(|&t| t > 0)
+            .min();
+        let pss_timed_from_s = timed_from
+            .filter(|_| !pss_over_time.is_empty())
+            .map(|t| t.saturating_sub(t0) as f64 / 1e9);
         let context = process_stats::context();
         let us = tally.ns_per_tick() / 1000.0;
         let at = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 * us;
@@ -205,7 +235,10 @@ impl RunRecord {
             misses: tally.misses.iter().sum(),
             pss_bytes: reports.iter().map(|r| r.pss_bytes).sum(),
             page_faults: reports.iter().map(|r| r.page_faults).sum(),
+            pss_over_time,
+            pss_timed_from_s,
             hwcc_bytes: reports.iter().find_map(|r| r.hwcc_bytes),
+            server_version: reports.iter().find_map(|r| r.server_version.clone()),
             latency_from: spec.pacing.latency_from().into(),
             target_rate: match spec.pacing {
                 Pacing::Rate { ops_per_sec } => Some(ops_per_sec),

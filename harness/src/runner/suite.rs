@@ -1,6 +1,6 @@
 //! Experiment suites as data: a TOML file whose list-valued parameters are run as a
 //! cartesian product, each point one `podkv` command (`ycsb`, `replay`, or `bench
-//! threadtest|xmalloc|huge|mcas`).
+//! threadtest|xmalloc|huge|mcas|recovery`).
 //!
 //! ```toml
 //! command = "ycsb"                       # or a list: ["bench threadtest", "bench xmalloc"]
@@ -38,13 +38,14 @@ use serde::Deserialize;
 use std::path::Path;
 
 /// The commands a suite may run.
-const COMMANDS: [&str; 6] = [
+const COMMANDS: [&str; 7] = [
     "ycsb",
     "replay",
     "bench threadtest",
     "bench xmalloc",
     "bench huge",
     "bench mcas",
+    "bench recovery",
 ];
 
 /// The scale a suite with `[scale.*]` tables runs at when none is asked for.
@@ -332,6 +333,7 @@ fn run_point(point: &Point) -> anyhow::Result<()> {
         }
         SuiteCommand::Bench(BenchCommand::Huge(a)) => bench::huge::run(&a),
         SuiteCommand::Bench(BenchCommand::Mcas(a)) => bench::mcas::run(&a),
+        SuiteCommand::Bench(BenchCommand::Recovery(a)) => bench::recovery::run(&a),
     }
 }
 
@@ -408,6 +410,7 @@ enum BenchCommand {
     Xmalloc(bench::BenchArgs),
     Huge(bench::huge::HugeArgs),
     Mcas(bench::mcas::BenchMcasArgs),
+    Recovery(bench::recovery::RecoveryArgs),
 }
 
 #[cfg(test)]

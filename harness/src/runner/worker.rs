@@ -18,7 +18,7 @@ use super::targets::{null::NullTarget, Outcome, Session, Target, TargetSpec};
 use crate::process_stats;
 use podkv_traces::Partitioner;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Runs process `process` of `spec`; any failure also raises `failed` in the control block.
 pub fn run_process(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<ProcessReport> {
@@ -127,7 +127,9 @@ fn run_threads<T: Target, S: Source + Send>(
     let timed = spec.job.phase_count() - 1;
     let cpus = allowed_cpus();
     let first = process * spec.threads;
-    let (tallies, faults) = std::thread::scope(|s| {
+    let sampling = AtomicBool::new(false);
+    let (tallies, faults, pss_samples) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| process_stats::sample_pss(&sampling));
         let handles: Vec<_> = per_thread
             .into_iter()
             .enumerate()
@@ -146,15 +148,22 @@ fn run_threads<T: Target, S: Source + Send>(
                 })
             })
             .collect();
+        // Raised however this closure ends (a worker's panic too), so the sampler returns.
+        let stop_sampling = RaiseOnDrop(&sampling);
         let faults = ctl
             .wait_for(&ctl.go[timed], 1)
-            .map(|()| process_stats::minor_faults());
+            .map(|()| (process_stats::minor_faults(), process_stats::monotonic_ns()));
         let tallies: Vec<anyhow::Result<Tally>> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect();
-        (tallies, faults)
+        drop(stop_sampling);
+        let samples = sampler
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (tallies, faults, samples)
     });
+    let (faults, timed_from_ns) = faults?;
     let mut tally = Tally::new(kinds);
     for t in tallies {
         tally.merge(&t?);
@@ -163,10 +172,22 @@ fn run_threads<T: Target, S: Source + Send>(
         process,
         tally: tally.to_wire(),
         pss_bytes: process_stats::pss_bytes(),
-        page_faults: process_stats::minor_faults().saturating_sub(faults?),
+        page_faults: process_stats::minor_faults().saturating_sub(faults),
         hwcc_bytes: target.hwcc_bytes(),
         servers: target.server_tallies(),
+        pss_samples,
+        timed_from_ns,
+        server_version: target.server_version(),
     })
+}
+
+/// Raises its flag when dropped.
+struct RaiseOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// One worker thread: every phase in order (only the timed one paced); returns the timed

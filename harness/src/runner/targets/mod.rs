@@ -68,6 +68,12 @@ pub trait Target: Sync {
     fn server_tallies(&self) -> Vec<crate::runner::memcached::ServerTally> {
         Vec::new()
     }
+
+    /// What a server target answers to `version` (`1.6.21`, `1.6.0-podkv-0.1.0`), so a
+    /// record says which server it measured.
+    fn server_version(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A parsed `--target`.
