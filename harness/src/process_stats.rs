@@ -140,12 +140,29 @@ pub fn set_context(context: Option<RunContext>) {
     *CONTEXT.lock().unwrap_or_else(|e| e.into_inner()) = context;
 }
 
-/// The context of a record made now.
+/// The environment variables a suite passes the process of each point: its command line,
+/// suite and figure (empty: none).
+pub const ENV_COMMAND: &str = "PODKV_RUN_COMMAND";
+/// See [`ENV_COMMAND`].
+pub const ENV_SUITE: &str = "PODKV_RUN_SUITE";
+/// See [`ENV_COMMAND`].
+pub const ENV_FIGURE: &str = "PODKV_RUN_FIGURE";
+
+/// The context of a record made now: the one set here, else a suite's (from the
+/// environment), else this process's own command line.
 pub fn context() -> RunContext {
+    let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
     CONTEXT
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone()
+        .or_else(|| {
+            Some(RunContext {
+                command: env(ENV_COMMAND)?,
+                suite: env(ENV_SUITE),
+                figure: env(ENV_FIGURE),
+            })
+        })
         .unwrap_or_else(|| RunContext {
             command: command_line(std::env::args()),
             ..RunContext::default()

@@ -281,14 +281,12 @@ pub fn run(c: &cli::SuiteCommand) -> anyhow::Result<()> {
         if c.list {
             continue;
         }
-        process_stats::set_context(Some(RunContext {
+        let context = RunContext {
             command: shown,
             suite: stem.clone(),
             figure: suite.figure.clone(),
-        }));
-        let result = run_point(point);
-        let context = process_stats::context();
-        process_stats::set_context(None);
+        };
+        let result = run_point(point, &context);
         if let Err(e) = result {
             skipped += 1;
             eprintln!("  skipped: {e:#}");
@@ -317,24 +315,41 @@ fn eta(started: std::time::Instant, done: usize, all: usize) -> String {
     format!(", {spent:.0} s, ~{left:.0} s left")
 }
 
-fn run_point(point: &Point) -> anyhow::Result<()> {
-    let run = <SuiteRun as clap::Parser>::try_parse_from(
+/// Runs a point in a process of its own (this binary, with the point's arguments and the
+/// suite's context in the environment): a single-process run measures the PSS of the process
+/// it runs in, which would otherwise hold what earlier points' allocators kept. A failure's
+/// reason is the last line the point wrote on stderr.
+fn run_point(point: &Point, context: &RunContext) -> anyhow::Result<()> {
+    <SuiteRun as clap::Parser>::try_parse_from(
         std::iter::once("podkv".to_owned()).chain(point.argv.iter().cloned()),
     )
     .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
-    match run.command {
-        SuiteCommand::Ycsb(c) => cli::ycsb(&c),
-        SuiteCommand::Replay(c) => cli::replay(&c),
-        SuiteCommand::Bench(BenchCommand::Threadtest(a)) => {
-            bench::run(bench::Kind::Threadtest, &a).map(drop)
-        }
-        SuiteCommand::Bench(BenchCommand::Xmalloc(a)) => {
-            bench::run(bench::Kind::Xmalloc, &a).map(drop)
-        }
-        SuiteCommand::Bench(BenchCommand::Huge(a)) => bench::huge::run(&a),
-        SuiteCommand::Bench(BenchCommand::Mcas(a)) => bench::mcas::run(&a),
-        SuiteCommand::Bench(BenchCommand::Recovery(a)) => bench::recovery::run(&a),
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(&point.argv)
+        .env(process_stats::ENV_COMMAND, &context.command)
+        .env(
+            process_stats::ENV_SUITE,
+            context.suite.as_deref().unwrap_or(""),
+        )
+        .env(
+            process_stats::ENV_FIGURE,
+            context.figure.as_deref().unwrap_or(""),
+        )
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprint!("{stderr}");
+    if out.status.success() {
+        return Ok(());
     }
+    let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+    anyhow::bail!(
+        "{}",
+        last.map_or(format!("the point failed: {}", out.status), |l| l
+            .trim_start_matches("podkv: ")
+            .to_owned())
+    )
 }
 
 /// The record of a point that did not run: its parameters, the reason, and the context.
