@@ -383,55 +383,15 @@ fn tables(panels: &[(&str, Panels)], records: &[Row], context: &Context) -> (Str
             (!ratios.is_empty()).then(|| ratios.iter().sum::<f64>() / ratios.len() as f64)
         })
     };
+    #[rustfmt::skip]
     let mut rows: Vec<TableRow> = vec![
-        (
-            "HWcc share of PSS",
-            "key-value store (podkv embedded)".into(),
-            0.0002,
-            "§5.2.1",
-            hwcc(fig8, "embedded", None),
-            None,
-        ),
-        (
-            "HWcc share of PSS",
-            "thread-test (podkv)".into(),
-            0.025,
-            "§5.2.2",
-            hwcc(fig9, "podkv", Some("threadtest")),
-            None,
-        ),
-        (
-            "HWcc share of PSS",
-            "xmalloc (podkv)".into(),
-            0.0009,
-            "§5.2.2",
-            hwcc(fig9, "podkv", Some("xmalloc")),
-            None,
-        ),
-        (
-            "recoverable / non-recoverable throughput",
-            "thread-test".into(),
-            0.947,
-            "§5.2.2",
-            recover("threadtest"),
-            None,
-        ),
-        (
-            "recoverable / non-recoverable throughput",
-            "xmalloc".into(),
-            0.884,
-            "§5.2.2",
-            recover("xmalloc"),
-            None,
-        ),
-        (
-            "recoverable / non-recoverable throughput",
-            "key-value store".into(),
-            0.997,
-            "§5.2.1",
-            None,
-            Some("the store has no non-recoverable mode to run against"),
-        ),
+        ("HWcc share of PSS", "key-value store (podkv embedded)".into(), 0.0002, "§5.2.1", hwcc(fig8, "embedded", None), None),
+        ("HWcc share of PSS", "thread-test (podkv)".into(), 0.025, "§5.2.2", hwcc(fig9, "podkv", Some("threadtest")), None),
+        ("HWcc share of PSS", "xmalloc (podkv)".into(), 0.0009, "§5.2.2", hwcc(fig9, "podkv", Some("xmalloc")), None),
+        ("recoverable / non-recoverable throughput", "thread-test".into(), 0.947, "§5.2.2", recover("threadtest"), None),
+        ("recoverable / non-recoverable throughput", "xmalloc".into(), 0.884, "§5.2.2", recover("xmalloc"), None),
+        ("recoverable / non-recoverable throughput", "key-value store".into(), 0.997, "§5.2.1", None,
+         Some("the store has no non-recoverable mode to run against")),
     ];
     rows.extend(recovery_rows(records));
     let mut out =

@@ -136,6 +136,21 @@ fn reason_of(v: &Value) -> Option<String> {
     reason
 }
 
+/// A server row's place: the workload's panel, the server its `version` names, the offered
+/// load.
+fn server_place(v: &Value) -> (String, String, u64) {
+    let workload = str_of(v, "workload").unwrap_or("?");
+    let series = match str_of(v, "server_version") {
+        Some(version) if version.contains("podkv") => "podkv serve".to_owned(),
+        Some(_) => "memcached".to_owned(),
+        None => str_of(v, "target").unwrap_or("?").to_owned(),
+    };
+    let rate = f64_of(v, "target_rate")
+        .or_else(|| f64_of(v, "target-rate"))
+        .or_else(|| str_of(v, "target-rate").and_then(|r| r.parse().ok()));
+    (workload_panel(workload), series, rate.unwrap_or(0.0) as u64)
+}
+
 /// The (panel, series, x) places of a record of `kind` in `figure`.
 fn places(
     v: &Value,
@@ -197,17 +212,7 @@ fn places(
                 panels.push(("CAS latency".into(), cas.into(), threads));
             }
         }
-        "server" => {
-            let workload = str_of(v, "workload").unwrap_or("?");
-            let series = match str_of(v, "server_version") {
-                Some(version) if version.contains("podkv") => "podkv serve".to_owned(),
-                Some(_) => "memcached".to_owned(),
-                None => str_of(v, "target").unwrap_or("?").to_owned(),
-            };
-            let rate = f64_of(v, "target_rate").or_else(|| f64_of(v, "target-rate"));
-            let rate = rate.or_else(|| str_of(v, "target-rate").and_then(|r| r.parse().ok()));
-            panels.push((workload_panel(workload), series, rate.unwrap_or(0.0) as u64));
-        }
+        "server" => panels.push(server_place(v)),
         "tables" if kind == "recovery" => {
             panels.push((
                 "recovery time".into(),

@@ -166,6 +166,21 @@ pub struct RunRecord {
     pub oversubscribed: bool,
 }
 
+/// The processes' PSS samples summed, and where the timed phase starts on their time axis.
+fn pss_over_time(reports: &[ProcessReport]) -> (Vec<(f64, u64)>, Option<f64>) {
+    let samples: Vec<Vec<(u64, u64)>> = reports.iter().map(|r| r.pss_samples.clone()).collect();
+    let (summed, t0) = process_stats::sum_pss_samples(&samples);
+    let timed_from = reports
+        .iter()
+        .map(|r| r.timed_from_ns)
+        .filter(|&t| t > 0)
+        .min();
+    let from_s = timed_from
+        .filter(|_| !summed.is_empty())
+        .map(|t| t.saturating_sub(t0) as f64 / 1e9);
+    (summed, from_s)
+}
+
 fn latency_from_send() -> String {
     "send".into()
 }
@@ -178,16 +193,7 @@ impl RunRecord {
         wall: Duration,
     ) -> anyhow::Result<Self> {
         let tally = merge(spec, reports)?;
-        let samples: Vec<Vec<(u64, u64)>> = reports.iter().map(|r| r.pss_samples.clone()).collect();
-        let (pss_over_time, t0) = process_stats::sum_pss_samples(&samples);
-        let timed_from = reports
-            .iter()
-            .map(|r| r.timed_from_ns)
-            .filter(|&t| t > 0)
-            .min();
-        let pss_timed_from_s = timed_from
-            .filter(|_| !pss_over_time.is_empty())
-            .map(|t| t.saturating_sub(t0) as f64 / 1e9);
+        let (pss_over_time, pss_timed_from_s) = pss_over_time(reports);
         let context = process_stats::context();
         let us = tally.ns_per_tick() / 1000.0;
         let at = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 * us;
