@@ -51,7 +51,7 @@ pub fn print(args: &FragArgs, records: &[Record]) {
     for &workload in &args.workload {
         let w = workload.name();
         println!(
-            "\n{w}  {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>12} {:>18}",
+            "\n{w}  {:<13} {:>10} {:>10} {:>10} {:>9} {:>10} {:>12} {:>18}",
             "allocator",
             "before",
             "delete",
@@ -80,7 +80,7 @@ pub fn print(args: &FragArgs, records: &[Record]) {
                 .and_then(|r| r.result.occupancy)
                 .map_or("-".into(), |[l, m, h]| format!("{l}/{m}/{h}"));
             println!(
-                "    {a:<9} {:>10} {:>10} {:>10} {ratio:>9} {:>10} {:>12.0} {bands:>18}",
+                "    {a:<13} {:>10} {:>10} {:>10} {ratio:>9} {:>10} {:>12.0} {bands:>18}",
                 human_bytes(pss("before")),
                 human_bytes(pss("delete")),
                 human_bytes(pss("after")),
