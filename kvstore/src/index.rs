@@ -9,6 +9,12 @@
 //! - `block`: made, an immutable **bucket block** (SWcc) of `(tag, item)` entries;
 //! - any of the last three `| FROZEN | bit << SHIFT_SPLIT`: being split (see # Growth).
 //!
+//! Every made word also carries its bucket's *split count* (bits [`SHIFT_DEPTH`]..58, mod
+//! 64): a split's replacement of the parent's word raises it, and every other write keeps
+//! it. Without it a split that leaves the parent's entries as they were (an empty bucket, or
+//! one item that stays) would put back the very word it froze, and a writer that read that
+//! word before the split would then win its CAS for a key that now belongs to the child.
+//!
 //! Blocks and items are immutable once published: a write builds the bucket's next block,
 //! writes it back, and publishes it by one CAS of the word. The CAS winner is the one retirer
 //! of what the CAS removed (the old block, the replaced or deleted item).
@@ -24,6 +30,12 @@
 //! A reader of an unmade bucket reads its nearest made ancestor, then checks that the child
 //! on its path is still unmade: a split installs the child before it replaces the parent, so
 //! the parent's word it read held the key's items ([`read`]).
+//!
+//! Readers and writers work at the table's size as they last read it, and the table may
+//! double meanwhile, after which splits move keys into buckets past that size. So both read
+//! the size again after they read their bucket's word, and start over if it grew: a split
+//! past the size they used is made only after the size grew (by whoever grew it or met it
+//! grown), so a word read before that second look holds the key's items.
 
 use podkv_hw::sync::AtomicU64;
 
@@ -35,8 +47,12 @@ pub const FROZEN: u64 = 2;
 pub const EMPTY: u64 = 4;
 /// Bits 58.. of a frozen word: the split's bit `j`.
 pub const SHIFT_SPLIT: u32 = 58;
-/// The object (block or item offset) bits of a word.
-pub const MASK_AT: u64 = ((1 << SHIFT_SPLIT) - 1) & !7;
+/// Bits 52..58 of a made word: the bucket's split count, mod 64 (see # Bucket words).
+pub const SHIFT_DEPTH: u32 = 52;
+/// The split count's bits.
+const MASK_DEPTH: u64 = ((1 << SHIFT_SPLIT) - 1) & !((1 << SHIFT_DEPTH) - 1);
+/// The object (block or item offset) bits of a word: heap offsets under 4 PiB.
+pub const MASK_AT: u64 = ((1 << SHIFT_DEPTH) - 1) & !7;
 /// Bit 63 of every tag: a tag is never zero.
 const TAG_TOP: u64 = 1 << 63;
 
@@ -70,7 +86,7 @@ pub fn is_frozen(word: u64) -> bool {
     word & FROZEN != 0
 }
 
-/// A frozen word as it was before the freeze (other words unchanged).
+/// A frozen word as it was before the freeze, split count included (other words unchanged).
 #[inline]
 pub fn unfrozen(word: u64) -> u64 {
     word & !FROZEN & ((1 << SHIFT_SPLIT) - 1)
@@ -137,6 +153,13 @@ impl Change {
     }
 }
 
+/// The word that publishes `change`: the object [`Memory::make`] made for it, with the
+/// split count of the word it replaces. Every write's next word comes from here.
+#[inline]
+pub fn make<M: Memory>(m: &M, change: &Change) -> Result<u64, M::Error> {
+    Ok(m.make(change)? | change.from & MASK_DEPTH)
+}
+
 /// The memory the index lives in: bucket words (HWcc), blocks and items (SWcc), and the
 /// store's allocation, logging and retirement of blocks.
 pub trait Memory {
@@ -162,10 +185,23 @@ pub trait Memory {
     fn replaced(&self, old: u64, new: u64, won: bool);
 }
 
-/// The nearest made bucket for `hash` at `2^log2` buckets and its word: what a reader
-/// reads. Never writes.
+/// The nearest made bucket for `hash` and its word, at `2^log2()` buckets (the table's size,
+/// read fresh; a second look after the word's load starts over if it grew: see # Growth):
+/// what a reader reads. Never writes.
 #[inline]
-pub fn read<M: Memory>(m: &M, hash: u64, log2: u32) -> (u64, u64) {
+pub fn read<M: Memory>(m: &M, hash: u64, log2: impl Fn() -> u32) -> (u64, u64) {
+    loop {
+        let size = log2();
+        let found = read_at(m, hash, size);
+        if log2() == size {
+            return found;
+        }
+    }
+}
+
+/// [`read`] at `2^log2` buckets.
+#[inline]
+fn read_at<M: Memory>(m: &M, hash: u64, log2: u32) -> (u64, u64) {
     'again: loop {
         let mut b = bucket_of(hash, log2);
         let mut child: Option<u64> = None;
@@ -190,16 +226,30 @@ pub fn read<M: Memory>(m: &M, hash: u64, log2: u32) -> (u64, u64) {
     }
 }
 
-/// The bucket word a write for `hash` changes and its value now (made, not frozen), making
+/// The bucket word a write for `hash` changes and its value now (made, not frozen), at
+/// `2^log2()` buckets (read fresh, and again after the word's load: see # Growth), making
 /// the bucket first (splitting its parent) and finishing any split met on the way. When a
 /// segment or block cannot be made for want of room, the write goes to the nearest made
 /// ancestor instead (a correct place: the unmade bucket's items live there).
-pub fn write_target<M: Memory>(m: &M, hash: u64, log2: u32) -> Result<(&AtomicU64, u64), M::Error> {
-    let mut b = bucket_of(hash, log2);
+///
+/// The caller publishes by a CAS from the value returned: a split of the bucket after this
+/// look changes the word (the split count), so that CAS fails and the write starts over.
+pub fn write_target<M: Memory>(
+    m: &M,
+    hash: u64,
+    log2: impl Fn() -> u32,
+) -> Result<(&AtomicU64, u64), M::Error> {
     loop {
-        match made(m, b)? {
-            Some(found) => return Ok(found),
-            None => b = parent(b),
+        let size = log2();
+        let mut b = bucket_of(hash, size);
+        let found = loop {
+            match made(m, b)? {
+                Some(found) => break found,
+                None => b = parent(b),
+            }
+        };
+        if log2() == size {
+            return Ok(found);
         }
     }
 }
@@ -262,7 +312,7 @@ pub fn finish_split<M: Memory>(
     if m.load(cword) == 0 {
         let mut change = Change::of(from);
         change.keep = (mask, c);
-        let new = m.make(&change)?;
+        let new = make(m, &change)?;
         m.replacing(0);
         let won = m.cas(cword, 0, new);
         m.replaced(0, new, won);
@@ -270,7 +320,8 @@ pub fn finish_split<M: Memory>(
     if m.load(pword) == frozen {
         let mut change = Change::of(from);
         change.keep = (mask, p & mask);
-        let new = m.make(&change)?;
+        let depth = (from & MASK_DEPTH).wrapping_add(1 << SHIFT_DEPTH) & MASK_DEPTH;
+        let new = m.make(&change)? | depth;
         // The entries stay (they moved); only the old block goes, with `from`.
         m.replacing(from);
         let won = m.cas(pword, frozen, new);

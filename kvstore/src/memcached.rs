@@ -99,7 +99,7 @@ pub(crate) fn get<'h, A: Arena>(
     let pin = p.pin();
     let view = shared.view();
     let table = Table { reclaim: p.reclaim };
-    let (_, word) = index::read(&table, h, shared.buckets_log2());
+    let (_, word) = index::read(&table, h, || shared.buckets_log2());
     let at = index::find(&table, word, index::tag(h), |at| {
         view.fresh_item(at);
         item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal

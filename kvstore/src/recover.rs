@@ -319,11 +319,7 @@ fn reachable<A: Arena>(reclaim: &Reclaim<A>, x: u64, block: bool) -> bool {
         true => view.block_entry(x, 0).0,
         false => view.tag(x),
     };
-    let log2 = reclaim.slot().shared().buckets_log2();
-    index::chain(index::bucket_of(tag, log2)).any(|b| {
-        let Some(w) = table.bucket(b, false).map(|word| table.load(word)) else {
-            return false;
-        };
+    let holds = |b: u64, w: u64| {
         if block {
             return index::is_block(w) && index::object(w) == x;
         }
@@ -333,7 +329,31 @@ fn reachable<A: Arena>(reclaim: &Reclaim<A>, x: u64, block: bool) -> bool {
             !hit
         });
         hit
-    })
+    };
+    // Live writers split buckets meanwhile, and a split installs the child before it replaces
+    // the parent: a walk could look at the child before the install and at the parent after
+    // the replace, and miss `x`. So the answer stands only when a second look finds the
+    // table's size and every word of the chain as the first did (a split changes the words
+    // it touches, the split count included).
+    let shared = reclaim.slot().shared();
+    loop {
+        let log2 = shared.buckets_log2();
+        let chain: Vec<u64> = index::chain(index::bucket_of(tag, log2)).collect();
+        let words = || -> Vec<u64> {
+            chain
+                .iter()
+                .map(|&b| table.bucket(b, false).map_or(0, |word| table.load(word)))
+                .collect()
+        };
+        let first = words();
+        let hit = chain
+            .iter()
+            .zip(&first)
+            .any(|(&b, &w)| w != 0 && holds(b, w));
+        if shared.buckets_log2() == log2 && words() == first {
+            return hit;
+        }
+    }
 }
 
 /// Removed item or block `x` whose removal slot `dead` logged: whether the dead slot (so

@@ -365,7 +365,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         let table = Table { reclaim };
         let tag = index::tag(h);
         loop {
-            let (word, w) = index::write_target(&table, h, shared.buckets_log2())?;
+            let (word, w) = index::write_target(&table, h, || shared.buckets_log2())?;
             let found = index::find(&table, w, tag, |at| {
                 view.fresh_item(at);
                 item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
@@ -388,7 +388,7 @@ impl<'h, A: Arena> Parts<'h, A> {
                     (0, outcome)
                 }
             };
-            let next = match table.make(&change) {
+            let next = match index::make(&table, &change) {
                 Ok(next) => next,
                 Err(e) => {
                     if new != 0 {

@@ -19,6 +19,8 @@ const BLOCKS_AT: u64 = 8 * 1000;
 /// `BLOCKS_AT + 8 * k`; what was retired and freed.
 struct Table {
     words: Vec<AtomicU64>,
+    /// log2 of the table's size, for the models where it doubles.
+    size: AtomicU64,
     keys: Vec<(u8, u64)>,
     blocks: loom::sync::Mutex<Vec<Vec<(u64, u64)>>>,
     retired: loom::sync::Mutex<Vec<u64>>,
@@ -30,6 +32,7 @@ impl Table {
     fn new(items: &[(u8, u64)], linked: &[usize]) -> Table {
         let t = Table {
             words: (0..COUNT_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            size: AtomicU64::new(0),
             keys: std::iter::once((0, 0))
                 .chain(items.iter().copied())
                 .collect(),
@@ -65,9 +68,14 @@ impl Table {
     /// The write loop, reduced: put `new` (replacing its key's item) or, with `new == 0`,
     /// delete `key`; whether it changed anything.
     fn write(&self, key: u8, hash: u64, new: u64, log2: u32) -> bool {
+        self.write_at(key, hash, new, || log2)
+    }
+
+    /// [`write`](Self::write) at the size `log2()` says (read as the store reads it).
+    fn write_at(&self, key: u8, hash: u64, new: u64, log2: impl Fn() -> u32) -> bool {
         let tag = index::tag(hash);
         loop {
-            let Ok((word, w)) = index::write_target(self, hash, log2);
+            let Ok((word, w)) = index::write_target(self, hash, &log2);
             let found = index::find(self, w, tag, |at| self.key(at) == key);
             let mut change = Change::of(w);
             match (found, new) {
@@ -76,7 +84,7 @@ impl Table {
                 (0, new) => change.add = Some((tag, new)),
                 (old, new) => change.swap = Some((old, new)),
             }
-            let Ok(next) = self.make(&change);
+            let Ok(next) = index::make(self, &change);
             self.replacing(w);
             let won = self.cas(word, w, next);
             self.replaced(w, next, won);
@@ -91,7 +99,18 @@ impl Table {
 
     /// A lookup: the item of `key`, or 0.
     fn get(&self, key: u8, hash: u64, log2: u32) -> u64 {
-        let (_, w) = index::read(self, hash, log2);
+        let (_, w) = index::read(self, hash, || log2);
+        index::find(self, w, index::tag(hash), |at| self.key(at) == key)
+    }
+
+    /// The table's size now.
+    fn log2(&self) -> u32 {
+        self.size.load(Ordering::Acquire) as u32
+    }
+
+    /// [`get`](Self::get) at the size the table has when asked.
+    fn get_now(&self, key: u8, hash: u64) -> u64 {
+        let (_, w) = index::read(self, hash, || self.log2());
         index::find(self, w, index::tag(hash), |at| self.key(at) == key)
     }
 
@@ -246,6 +265,30 @@ fn split_races_write_and_lookup() {
         assert_eq!(keys, vec![(1, 8), (2, 24), (3, 40), (4, 32)]);
         assert_ne!(t.words[1].load(Ordering::Acquire), 0, "bucket 1 made");
         assert_each_once(&t);
+    });
+}
+
+/// A write that read the table's size before it doubled races the doubling and the split of
+/// its key's new bucket (bucket 1 off an empty bucket 0, so the split puts back a parent word
+/// with the same entries: only the split count tells it apart), and a reader that also
+/// started at the old size: the key lands where a reader at the new size finds it, and the
+/// racing reader sees either nothing or the key's item.
+#[test]
+fn a_write_at_a_stale_size_races_a_doubling_and_its_split() {
+    model(|| {
+        // item 1: key 1 (hash 1), not yet linked; bucket 0 made and empty
+        let t = Arc::new(Table::new(&[(1, 1)], &[]));
+        let t1 = t.clone();
+        let a = spawn(move || assert!(t1.write_at(1, 1, 8, || t1.log2())));
+        t.size.store(1, Ordering::Release);
+        let Ok(_) = index::write_target(&*t, 1, || 1); // the split the doubling owes
+        let seen = t.get_now(1, 1);
+        assert!(seen == 0 || seen == 8, "{seen}");
+        a.join().unwrap();
+        assert_eq!(t.get_now(1, 1), 8, "the key is where the new size puts it");
+        let (keys, frozen) = t.contents();
+        assert!(!frozen);
+        assert_eq!(keys, vec![(1, 8)]);
     });
 }
 

@@ -68,7 +68,7 @@ pub(crate) fn next_chunk<A: Arena>(
     let (mut passed, mut visible, start) = (0, 0, out.len());
     for _ in 0..COUNT_CHUNK_BUCKETS {
         let b = cursor.from.reverse_bits() & mask;
-        let (made, word) = index::read(&table, b, log2);
+        let (made, word) = index::read(&table, b, || log2);
         let mut items = Vec::new();
         index::owned(&table, made, word, |tag, at| {
             view.fresh_item(at);
