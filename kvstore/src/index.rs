@@ -126,6 +126,8 @@ pub struct Change {
     pub from: u64,
     /// Entries whose tag is `tag & mask == keep.1` survive (`keep.0 == 0`: all).
     pub keep: (u64, u64),
+    /// Entries whose tag is `tag & mask == leave.1` do not survive (`leave.0 == 0`: none).
+    pub leave: (u64, u64),
     /// `(old item, new item)`: the entry naming the old item names the new one instead.
     pub swap: Option<(u64, u64)>,
     /// The item (and its tag) to drop.
@@ -140,6 +142,7 @@ impl Change {
         Change {
             from,
             keep: (0, 0),
+            leave: (0, 0),
             swap: None,
             drop: 0,
             add: None,
@@ -149,7 +152,9 @@ impl Change {
     /// Whether the entry `(tag, item)` of `from` survives.
     #[inline]
     pub fn keeps(&self, tag: u64, item: u64) -> bool {
-        item != self.drop && (self.keep.0 == 0 || tag & self.keep.0 == self.keep.1)
+        item != self.drop
+            && (self.keep.0 == 0 || tag & self.keep.0 == self.keep.1)
+            && (self.leave.0 == 0 || tag & self.leave.0 != self.leave.1)
     }
 }
 
@@ -318,8 +323,11 @@ pub fn finish_split<M: Memory>(
         m.replaced(0, new, won);
     }
     if m.load(pword) == frozen {
+        // The parent keeps all but the child's entries: it also holds the items of its
+        // other children that are not made yet (a split at bit `j` may come before one at a
+        // lower bit), which readers of those look for here.
         let mut change = Change::of(from);
-        change.keep = (mask, p & mask);
+        change.leave = (mask, c);
         let depth = (from & MASK_DEPTH).wrapping_add(1 << SHIFT_DEPTH) & MASK_DEPTH;
         let new = m.make(&change)? | depth;
         // The entries stay (they moved); only the old block goes, with `from`.

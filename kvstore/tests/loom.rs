@@ -292,6 +292,34 @@ fn a_write_at_a_stale_size_races_a_doubling_and_its_split() {
     });
 }
 
+/// At 4 buckets, bucket 2 is split off bucket 0 before bucket 1 is made (splits are owed and
+/// made lazily, in any order): bucket 0 keeps the keys of bucket 1 and 3, which readers of
+/// those still find there, and bucket 1's later split takes them.
+#[test]
+fn a_split_at_a_higher_bit_keeps_the_keys_of_unmade_siblings() {
+    model(|| {
+        // items 1..4: keys 1..4 with hashes 0..3, all in bucket 0
+        let items = [(1, 0), (2, 1), (3, 2), (4, 3)];
+        let t = Arc::new(Table::new(&items, &[1, 2, 3, 4]));
+        let t1 = t.clone();
+        let a = spawn(move || {
+            let Ok(_) = index::write_target(&*t1, 2, || 2);
+        });
+        for (key, hash) in items {
+            assert_eq!(t.get(key, hash, 2), 8 * u64::from(key), "key {key}");
+        }
+        a.join().unwrap();
+        let Ok(_) = index::write_target(&*t, 1, || 2);
+        let Ok(_) = index::write_target(&*t, 3, || 2);
+        for (key, hash) in items {
+            assert_eq!(t.get(key, hash, 2), 8 * u64::from(key), "key {key}");
+        }
+        let (keys, frozen) = t.contents();
+        assert!(!frozen);
+        assert_eq!(keys.len(), 4, "{keys:?}");
+    });
+}
+
 /// Two deletes of one key: exactly one succeeds.
 #[test]
 fn delete_delete() {
