@@ -8,10 +8,9 @@
 //! (keep it to a few hundred small requests): requests are all written before any reply
 //! is read.
 
-use super::targets::{Outcome, Session, Target};
+use super::targets::{Outcome, ServerTally, Session, Target};
 use anyhow::Context;
 use podkv_traces::{key_hash, Command};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -319,18 +318,6 @@ pub struct MemcachedTarget {
 struct Counts {
     requests: AtomicU64,
     errors: AtomicU64,
-}
-
-/// What one server of a tolerant memcached target saw: requests sent to it, and how many
-/// failed (timed out, connection lost or refused, error reply, or sent while it was down).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ServerTally {
-    /// `HOST:PORT`.
-    pub server: String,
-    /// Requests for keys it holds.
-    pub requests: u64,
-    /// Of those, the failed.
-    pub errors: u64,
 }
 
 impl MemcachedTarget {

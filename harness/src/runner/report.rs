@@ -1,9 +1,9 @@
 //! A run's results: one [`RunRecord`], printed as a table and appended as one NDJSON line.
 
-use super::memcached::ServerTally;
 use super::metrics::{Tally, TallyWire};
 use super::pacing::Pacing;
 use super::spec::{Job, RunSpec};
+use super::targets::ServerTally;
 use crate::helpers::{append_ndjson, human_bytes};
 use crate::process_stats;
 use serde::{Deserialize, Serialize};

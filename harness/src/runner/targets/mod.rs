@@ -41,6 +41,18 @@ impl Outcome {
     }
 }
 
+/// What one server of a server target (a tolerant memcached target counts them) saw: requests sent to it, and how many
+/// failed (timed out, connection lost or refused, error reply, or sent while it was down).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServerTally {
+    /// `HOST:PORT`.
+    pub server: String,
+    /// Requests for keys it holds.
+    pub requests: u64,
+    /// Of those, the failed.
+    pub errors: u64,
+}
+
 /// One worker thread's connection to a target.
 pub trait Session {
     /// Runs one command. `value` is the bytes a storage command writes (ignored otherwise).
@@ -65,7 +77,7 @@ pub trait Target: Sync {
 
     /// Requests and failures per server, for targets that count them (a memcached target
     /// with a timeout).
-    fn server_tallies(&self) -> Vec<crate::runner::memcached::ServerTally> {
+    fn server_tallies(&self) -> Vec<ServerTally> {
         Vec::new()
     }
 
