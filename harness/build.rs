@@ -3,20 +3,37 @@
 //! when boost's headers are installed (Debian `libboost-dev`, scripts/setup), and says so
 //! with `cfg(podkv_boost)`; without them the boost baseline is refused with that reason.
 fn main() {
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    if let Some(commit) = commit {
+    if let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) {
         println!("cargo:rustc-env=PODKV_GIT_COMMIT={commit}");
     }
-    println!("cargo:rerun-if-changed=../.git/HEAD");
-    println!("cargo:rerun-if-changed=../.git/refs/heads");
+    // Rebuilt when the commit moves. HEAD is in the checkout's own git directory and branch
+    // refs in the common one (the same directory except in a `git worktree`); only paths that
+    // exist are named, since cargo reruns the script on every build for a missing one.
+    for (which, file) in [
+        ("--git-dir", "HEAD"),
+        ("--git-common-dir", "refs/heads"),
+        ("--git-common-dir", "packed-refs"),
+    ] {
+        if let Some(dir) = git(&["rev-parse", "--path-format=absolute", which]) {
+            let path = std::path::Path::new(&dir).join(file);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+    }
     println!("cargo:rustc-check-cfg=cfg(podkv_boost)");
     #[cfg(feature = "baselines")]
     boost();
+}
+
+/// `git ARGS`'s output, trimmed, if git ran and succeeded.
+fn git(args: &[&str]) -> Option<String> {
+    std::process::Command::new("git")
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
 }
 
 /// Builds the boost.interprocess shim if boost's headers are there.
