@@ -156,8 +156,8 @@ pub(crate) fn settle<A: Arena>(
     if words.iter().any(|w| w.load(Ordering::Relaxed) != 0) {
         grace(slot, dead);
     }
-    settle_item_step(reclaim, dead, record, allocated, &mut done);
-    settle_block_step(reclaim, dead, record, allocated, &mut done);
+    settle_step(reclaim, dead, record, allocated, &mut done, false);
+    settle_step(reclaim, dead, record, allocated, &mut done, true);
     let x = take(slot, &record.unlink);
     done.unlink = x;
     if x != 0 && !reachable(reclaim, x, false) && owes_retire(slot, dead, x, false) {
@@ -209,47 +209,41 @@ fn settle_limbo_step<A: Arena>(
     }
 }
 
-/// The `log` arm of [`settle`]: takes the word and frees or retires the item its step left
-/// referenced by nothing.
-fn settle_item_step<A: Arena>(
+// `settle_step` reads both logs with the item tags.
+const _: () = assert!(ALLOC_ITEM == ALLOC_BLOCK && ITEM == BLOCK && FREE_ITEM == FREE_BLOCK);
+
+/// The `log` (an item's step) or, with `block`, the `block_log` (a bucket block's step) arm
+/// of [`settle`]: takes the word and frees or retires what its step left referenced by
+/// nothing. The two logs share their tags (`ALLOC_ITEM == ALLOC_BLOCK`, …).
+fn settle_step<A: Arena>(
     reclaim: &Reclaim<A>,
     dead: u32,
     record: &SlotRecord,
     allocated: u64,
     done: &mut Settled,
+    block: bool,
 ) {
     let slot = reclaim.slot();
-    let word = take(slot, &record.log);
-    done.log = word;
+    let word = take(
+        slot,
+        if block {
+            &record.block_log
+        } else {
+            &record.log
+        },
+    );
+    *(if block {
+        &mut done.block_log
+    } else {
+        &mut done.log
+    }) = word;
     let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
     match tag {
         ALLOC_ITEM if allocated != 0 => free(slot, allocated, done),
-        ITEM if !reachable(reclaim, x, false) && slot.view().claim_retire(x, false, dead) => {
-            retire(reclaim, x, false, done)
+        ITEM if !reachable(reclaim, x, block) && slot.view().claim_retire(x, block, dead) => {
+            retire(reclaim, x, block, done)
         }
         FREE_ITEM if done.in_flight.is_some() && !freed_by_heap(done, x) => free(slot, x, done),
-        _ => {}
-    }
-}
-
-/// The `block_log` arm of [`settle`]: as the `log` arm, for a bucket block.
-fn settle_block_step<A: Arena>(
-    reclaim: &Reclaim<A>,
-    dead: u32,
-    record: &SlotRecord,
-    allocated: u64,
-    done: &mut Settled,
-) {
-    let slot = reclaim.slot();
-    let word = take(slot, &record.block_log);
-    done.block_log = word;
-    let (tag, x) = (word & MASK_TAG, word & !MASK_TAG);
-    match tag {
-        ALLOC_BLOCK if allocated != 0 => free(slot, allocated, done),
-        BLOCK if !reachable(reclaim, x, true) && slot.view().claim_retire(x, true, dead) => {
-            retire(reclaim, x, true, done)
-        }
-        FREE_BLOCK if done.in_flight.is_some() && !freed_by_heap(done, x) => free(slot, x, done),
         _ => {}
     }
 }
