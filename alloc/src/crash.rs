@@ -57,6 +57,11 @@ pub const POINTS: &[&str] = &[
     "morph.meta",
     "morph.carved",
     "morph.counted",
+    "unblock.logged",
+    "unblock.old",
+    "unblock.freed",
+    "unblock.counted",
+    "unblock.ended",
     // The huge heap (`huge/`): claiming a run, allocating, freeing, unmapping, reclaiming,
     // giving runs back, and the sweep of released slots.
     "huge_claim.logged",

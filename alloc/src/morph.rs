@@ -9,15 +9,26 @@
 //!   is never allocated;
 //! - the top `words(old)` words ([`Morph::old_at`]): the old set, bit `i` set when old block
 //!   `i` was in use (its free bit clear) when the slab morphed. It never changes until the
-//!   slab is sized again, so any thread may read it (after an invalidation under SWcc).
+//!   slab is sized again, save that the owner clears the bit of an old block it frees itself
+//!   ([`Morph::forget`]), so any thread may read it (after an invalidation under SWcc).
 //!
-//! A free of an offset that starts an old block of the old set is an old block's free: it is
-//! counted on the slab's remote word by whoever frees it, the owner too (the owner's bitset
-//! has no bit for it). Any other offset must be a new block. No new block starting at an old
-//! set block can be live (it would be blocked), so the two never mix up. The space of old
-//! blocks comes back when the whole slab does: its remote word keeps CXLALLOC's invariant
-//! `count == free bits + live blocks` (old and new), so a detached or disowned morphing slab
-//! is taken by its last free like any other.
+//! A free of an offset that starts an old block of the old set is an old block's free. Any
+//! other offset must be a new block. No new block starting at an old set block can be live
+//! (it would be blocked), so the two never mix up; and a freer that reads a cleared bit stale
+//! takes a new block there for an old one, which it counts on the remote word just the same.
+//! - **The owner frees an old block** (`thread/morph.rs`, `free_old`): as NVAlloc gives back
+//!   the space under an old block when it goes, the old set forgets the block and the new
+//!   blocks it alone blocked come free at once ([`Morph::unblock`]); one detectable CAS moves
+//!   the remote count by their number less one. When the last old block goes the slab is an
+//!   ordinary one of its new class again (the morph byte is cleared, its frees take the fast
+//!   path).
+//! - **Another thread frees an old block**: it counts it on the remote word, as any remote
+//!   free. The owner cannot tell which old block went, so the new blocks over it stay
+//!   blocked until the slab drains.
+//!
+//! The remote word keeps CXLALLOC's invariant `count == free bits + live blocks` (old and
+//! new) throughout, so a detached or disowned morphing slab is taken by its last free like
+//! any other.
 //!
 //! # Which slab, and when
 //! When the owner needs a slab for a class and its unsized list is empty, it looks (at most
@@ -164,6 +175,33 @@ impl Morph {
             word.store(0, Relaxed);
         }
         free - phantom_bits(self.count_new)
+    }
+
+    /// Forgets old block `i`, freed by the slab's owner: its old-set bit is cleared. Only the
+    /// owner writes the old set after the morph; a freer reading the bit stale only treats the
+    /// offset as an old block, which it counts on the remote word as it would a new one.
+    pub fn forget(&self, desc: &SlabDesc, i: u32) {
+        let word = &desc.bits[self.old_at() + (i / 64) as usize];
+        word.store(word.load(Relaxed) & !(1 << (i % 64)), Relaxed);
+    }
+
+    /// The new blocks over old block `i` that no old block of the set blocks any more
+    /// (after [`Morph::forget`]) become free; returns how many. Idempotent: such a block was
+    /// blocked by `i` until then, so it was never allocated, and nothing is allocated from the
+    /// slab before the owner's next logged step.
+    pub fn unblock(&self, desc: &SlabDesc, i: u32) -> u32 {
+        let (size_new, size_old) = (u64::from(self.size_new), u64::from(self.size_old));
+        let first = (u64::from(i) * size_old / size_new) as u32;
+        let last = ((u64::from(i + 1) * size_old - 1) / size_new) as u32;
+        let mut freed = 0;
+        for j in first..=last.min(self.count_new - 1) {
+            if !self.blocked(desc, j) {
+                let word = &desc.bits[(j / 64) as usize];
+                word.store(word.load(Relaxed) | 1 << (j % 64), Relaxed);
+                freed += 1;
+            }
+        }
+        freed
     }
 
     /// Blocks in the old set.

@@ -73,10 +73,15 @@ pub enum Op {
     /// morphing slab of class `class` (`crate::morph`; a detectable CAS rebases its remote
     /// word), moving to the head of that class's sized list.
     Morph = 15,
+    /// The owner frees the old block at `aux` of its morphing `slab` of class `class` (old
+    /// class `count`; `crate::morph`): its old-set bit is cleared, the new blocks it alone
+    /// blocked come free, and a detectable CAS moves the remote count by their number less
+    /// one.
+    Unblock = 16,
 }
 
 impl Op {
-    const ALL: [Op; 16] = [
+    const ALL: [Op; 17] = [
         Op::Idle,
         Op::Alloc,
         Op::Free,
@@ -93,6 +98,7 @@ impl Op {
         Op::Keep,
         Op::Flush,
         Op::Morph,
+        Op::Unblock,
     ];
 
     /// The operation's name (for reports).
@@ -114,6 +120,7 @@ impl Op {
             Op::Keep => "keep_unsized",
             Op::Flush => "flush_remote_frees",
             Op::Morph => "sized_to_morphing",
+            Op::Unblock => "free_old_block",
         }
     }
 }

@@ -152,6 +152,27 @@ pub fn rebase(word: &AtomicU64, free_old: u32, free_new: u32, writer: &impl Writ
     });
 }
 
+/// The owner freed an old block of its morphing slab (`crate::morph`) and `freed` new blocks
+/// it alone blocked came free: one live block less, `freed` free bits more, in one CAS. With
+/// none freed it is a free like any other: the last live block of a detached slab takes it.
+/// With some freed a detached slab keeps `count >= freed >= 1`, so no remote free takes it
+/// before the owner reattaches it.
+#[inline]
+pub fn unblock(word: &AtomicU64, freed: u32, writer: &impl Writer) -> RemoteFree {
+    let (_, new) = update(word, writer, |p| {
+        debug_assert!(
+            p & MASK_COUNT >= 1,
+            "an old block freed on a slab with none live"
+        );
+        p - 1 + freed
+    });
+    if took_slab(new) {
+        RemoteFree::TookSlab
+    } else {
+        RemoteFree::Counted
+    }
+}
+
 /// What giving up a slab with free bits did.
 #[must_use]
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -247,6 +268,19 @@ mod tests {
         assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 6);
         let _ = free_remote(&word, &W);
         assert_eq!(disown(&word, 5, &W), Disown::Empty);
+    }
+
+    #[test]
+    fn an_old_block_freed_with_new_blocks_under_it_moves_the_count_by_them_less_one() {
+        let word = AtomicU64::new(0);
+        reset(&word, 10, &W); // 4 free bits, 6 live (2 of them old blocks)
+        assert_eq!(unblock(&word, 3, &W), RemoteFree::Counted); // 7 free, 5 live
+        assert_eq!(dcas::payload(word.load(Ordering::Relaxed)), 12);
+        let word = AtomicU64::new(0);
+        reset(&word, 2, &W);
+        assert_eq!(detach(&word, &W), 2); // 2 live, one an old block
+        assert_eq!(unblock(&word, 0, &W), RemoteFree::Counted);
+        assert_eq!(unblock(&word, 0, &W), RemoteFree::TookSlab);
     }
 
     #[test]

@@ -164,6 +164,12 @@ impl SlabDesc {
         self.meta.store(word, Relaxed);
     }
 
+    /// A morphing slab whose old blocks are all freed is an ordinary one of its class again:
+    /// the morph byte is cleared, all else kept.
+    pub fn end_morph(&self) {
+        self.meta.store(self.meta.load(Relaxed) & !MASK_MORPH, Relaxed);
+    }
+
     /// `next + 1` in the slab's list.
     #[inline]
     pub fn next(&self) -> u32 {

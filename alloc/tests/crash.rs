@@ -195,8 +195,9 @@ fn workload(heap_path: &Path, record_path: &Path, mode: &str) {
 
 /// A morph (`sized_to_morphing`): a fresh slot keeping no empty slab fills two 512 B slabs,
 /// frees 95% of their blocks, then asks for 100 B blocks: the sparse slab behind the list's
-/// head morphs. Its old blocks are freed by their owner (counted as a remote free) and by
-/// `a`, its new ones by the owner, then the slot is given back with the slab holding nothing.
+/// head morphs. Its old blocks are freed by their owner (`free_old`: the space under each
+/// comes back, the last one ends the morph), the other slab's by `a`; the new blocks by the
+/// owner, then the slot is given back with the slab holding nothing.
 fn morph_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
     let m = heap.thread().unwrap();
     let old: Vec<usize> = (0..200).map(|_| app.alloc(&m, 512)).collect();
@@ -215,8 +216,11 @@ fn morph_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
         }
     }
     let new: Vec<usize> = (0..5).map(|_| app.alloc(&m, 100)).collect();
+    // The first 128 blocks filled the slab that morphed (the other is its list's head): its
+    // 7 kept blocks are freed by their owner, each giving back the new blocks under it, the
+    // last ending the morph; the other slab's by another slot.
     for (n, i) in kept.into_iter().enumerate() {
-        if n % 2 == 0 {
+        if n < 7 {
             app.free(&m, i);
         } else {
             app.free(a, i);

@@ -147,6 +147,57 @@ fn sparse_slabs_serve_a_new_class_and_their_old_blocks_stay_valid_until_freed() 
     }
 }
 
+/// NVAlloc gives the space under an old block back as soon as the block goes: once the owner
+/// has freed every old block, each morphed slab holds nearly a whole slab of new blocks before
+/// the heap grows (blocked until then; without this they stay blocked until the slab drains),
+/// no slab is morphing any more, and the heap checks clean at every step.
+#[test]
+fn an_old_blocks_space_is_reused_before_its_slab_drains() {
+    if std::env::var_os(ENV_CHILD).is_some() {
+        return;
+    }
+    for coherence in [Coherence::Hardware, Coherence::Limited, Coherence::Mcas] {
+        let dir = tempfile::tempdir().unwrap();
+        let heap = Heap::open(dir.path().join("heap"), &config(coherence, true)).unwrap();
+        let a = heap.thread().unwrap();
+        let mut s = shift(&heap, &a);
+        let morphed = heap.check().heaps[0].morphing;
+        assert!(morphed >= 2, "{coherence:?}: {morphed} slabs morphing");
+        for &off in &s.old {
+            a.free(off);
+        }
+        let report = heap.check();
+        assert!(report.is_valid(), "{coherence:?}: {:?}", report.problems);
+        assert_eq!(
+            report.heaps[0].morphing, 0,
+            "{coherence:?}: no old block left"
+        );
+        let small = *heap.slab_heap(podkv_alloc::Kind::Small);
+        let class = podkv_alloc::class::SMALL.class_for(NEW, 8).unwrap();
+        let per_slab = podkv_alloc::class::SMALL.count[class] as usize;
+        let before = heap.len(&small);
+        while heap.len(&small) == before {
+            let off = a.allocate(layout(NEW)).unwrap();
+            fill(&a, off, NEW, 0);
+            s.new.push(off);
+        }
+        // The last block went to the fresh slab; a morphed slab may have a tail block over
+        // its old class's last block short of a whole new one.
+        let fitted = s.new.len() - 1;
+        assert!(
+            fitted >= morphed as usize * (per_slab - 1),
+            "{coherence:?}: {fitted} new blocks before growing, {morphed} slabs of {per_slab}"
+        );
+        for &off in &s.new {
+            a.free(off);
+        }
+        drop(a);
+        let report = heap.check();
+        assert!(report.is_valid(), "{coherence:?}: {:?}", report.problems);
+        assert_eq!(report.live_blocks(), 0, "{coherence:?}");
+    }
+}
+
 #[test]
 fn with_morphing_off_the_same_shift_grows_the_heap() {
     if std::env::var_os(ENV_CHILD).is_some() {

@@ -18,17 +18,28 @@
 //! words back to zero, the slab back on its list) and finishes one whose `meta` names the new
 //! class: carving again is idempotent (nothing is allocated from the new class before the next
 //! step is logged), the CAS is redone unless it took effect, the slab is pushed unless listed.
+//!
+//! # The owner's free of an old block ([`Op::Unblock`], `free_old`)
+//! Logged with the block's offset in `aux`; then the old set forgets the block
+//! (`unblock.old`), the new blocks over it that no other old block blocks come free
+//! (`unblock.freed`), one detectable CAS moves the remote count by their number less one
+//! (`unblock.counted`; with none freed it is a plain free, which can take a detached slab),
+//! and with no old block left the morph ends (`unblock.ended`). Each write is idempotent, so
+//! recovery redoes them all from the offset, the CAS only unless it took effect.
 
 use super::ThreadHandle;
 use crate::crash_point;
 use crate::morph::{Morph, COUNT_SCAN_MAX, OCCUPANCY_MAX_PERCENT};
 use crate::offset::Offset;
 use crate::recovery::Op;
-use crate::remote;
+use crate::remote::{self, RemoteFree};
 use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
 use crate::slot::unpack_ends;
-use podkv_hw::sync::Ordering::{Acquire, Relaxed};
+use podkv_hw::sync::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
 use std::ops::Deref;
 
 /// A thread handle as the owner of its slabs, morphing them and freeing into morphing ones.
@@ -141,7 +152,10 @@ impl Morpher<'_> {
             self.coherence
                 .invalidate(old_set.as_ptr().cast(), std::mem::size_of_val(old_set));
         }
-        if morph.old_block(desc, in_slab).is_some() {
+        if let Some(i) = morph.old_block(desc, in_slab) {
+            if meta.owner == self.me && matches!(meta.state, Some(State::Sized | State::Detached)) {
+                return self.free_old(heap, slab, class, old, i, offset);
+            }
             return self.slabs().remote_free_block(heap.kind, slab, offset);
         }
         let size = u64::from(morph.size_new);
@@ -156,6 +170,81 @@ impl Morpher<'_> {
             }
             _ => panic!("podkv: free of {offset}, which is not an allocated block (morphing {:?} slab {slab}: {meta:?})", heap.kind),
         }
+    }
+
+    /// The owner frees old block `i` of its morphing slab `slab` (at `offset`): the space
+    /// under it comes back at once, as NVAlloc's index table gives it back, not when the
+    /// whole slab drains. Logged first ([`Op::Unblock`], the offset in `aux`), then
+    /// [`Morpher::unblock`].
+    fn free_old(&self, heap: &SlabHeap, slab: u32, class: usize, old: usize, i: u32, offset: Offset) {
+        self.enter_free(offset.0);
+        self.next_ver();
+        self.log_step(Op::Unblock, heap, slab, class, |s| s.count = old as u8);
+        crash_point!("unblock.logged");
+        self.unblock(heap, slab, class, old, i, None);
+        self.after_free.set(false);
+    }
+
+    /// `free_old` after its log: the old set forgets block `i` (`unblock.old`), the new blocks
+    /// it alone blocked come free (`unblock.freed`), one detectable CAS moves the remote count
+    /// by their number less one (`unblock.counted`; `counted` is what that CAS did when
+    /// recovery found it took effect). A slab with no old block left is an ordinary one of
+    /// its class again (`unblock.ended`: its frees take the fast path); a detached one with
+    /// free blocks now is reattached, an empty one leaves its list.
+    fn unblock(&self, heap: &SlabHeap, slab: u32, class: usize, old: usize, i: u32, counted: Option<RemoteFree>) {
+        let Some(morph) = Morph::of(heap.classes, class, old) else {
+            return;
+        };
+        let desc = heap.desc(slab);
+        morph.forget(desc, i);
+        // SWcc writer rule: a freer of a new block over the old one reads the old set.
+        if podkv_hw::site!("alloc.morph.unblock.write_back") {
+            let word = &desc.bits[morph.old_at() + (i / 64) as usize];
+            self.coherence
+                .write_back((word as *const AtomicU64).cast(), std::mem::size_of::<u64>());
+        }
+        crash_point!("unblock.old");
+        let freed = morph.unblock(desc, i);
+        crash_point!("unblock.freed");
+        let counted =
+            counted.unwrap_or_else(|| remote::unblock(heap.remote(slab), freed, self.0));
+        crash_point!("unblock.counted");
+        if counted == RemoteFree::TookSlab {
+            return self.slabs().took_slab(heap, slab);
+        }
+        if morph.count_old_set(desc) == 0 {
+            desc.end_morph();
+            // SWcc writer rule: freers read the slab's class and mark from here.
+            if podkv_hw::site!("alloc.morph.end.write_back") {
+                self.coherence
+                    .write_back((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            }
+            crash_point!("unblock.ended");
+        }
+        if freed > 0 && desc.meta().state == Some(State::Detached) {
+            self.slabs().detached_to_sized(heap, class, slab);
+        }
+        if desc.meta().state == Some(State::Sized) && self.is_empty(heap, desc, slab, class) {
+            self.slabs().sized_to_unsized(heap, class, slab);
+        }
+    }
+
+    /// Recovery of [`Op::Unblock`] (`recover.rs`): the old block is the one at `offset` (the
+    /// slot's `aux`); `counted` is what the logged CAS did, if it took effect, else it is
+    /// made again under a fresh version.
+    pub(super) fn finish_unblock(&self, heap: &SlabHeap, slab: u32, class: usize, old: usize, offset: Offset, counted: Option<RemoteFree>) {
+        let Some(morph) = Morph::of(heap.classes, class, old) else {
+            return;
+        };
+        let i = (offset.0.wrapping_sub(heap.data_of(slab)) / u64::from(morph.size_old)) as u32;
+        if i >= morph.count_old {
+            return;
+        }
+        if counted.is_none() {
+            self.next_ver();
+            self.log_step(Op::Unblock, heap, slab, class, |s| s.count = old as u8);
+        }
+        self.unblock(heap, slab, class, old, i, counted);
     }
 
     /// Whether the owner's sized slab `slab` of `class` holds no live block, asked after a

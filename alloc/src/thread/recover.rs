@@ -22,6 +22,7 @@
 //! handle ([`ThreadHandle::take_adoption`]). Huge blocks are reported like the others: the huge
 //! log (`huge/owner.rs`) names an allocation made live but not returned, or a free under way.
 
+use super::morph::Morpher;
 use super::ThreadHandle;
 use crate::slot::{pack_ends, unpack_ends};
 use crate::class::Kind;
@@ -32,7 +33,7 @@ use crate::slabs::SlabHeap;
 use crate::offset::Offset;
 use crate::pending::Pending;
 use crate::recovery::{InFlight, Op, Rec, SlabStep};
-use crate::remote;
+use crate::remote::{self, RemoteFree};
 use crate::slab::State;
 use podkv_hw::sync::{
     AtomicU64,
@@ -151,6 +152,7 @@ impl Adopter<'_> {
             }
             Op::Disown => self.finish_disown(&heap, class, slab, ver),
             Op::Morph => self.finish_morph(&heap, class, usize::from(step.count), slab, ver),
+            Op::Unblock => self.finish_unblock(&heap, class, usize::from(step.count), slab, ver),
         }
     }
 
@@ -306,6 +308,24 @@ impl Adopter<'_> {
             self.slabs().sized_push_front(heap, class, slab);
         }
         InFlight::None
+    }
+
+    /// The owner's free of an old block (`morph.rs`, `free_old`; the block in `aux`): finished
+    /// there, told whether the logged CAS took effect and, if it wrote the word last, whether
+    /// it took the slab (overwritten means not taken: a slab it emptied has no other writer).
+    fn finish_unblock(&self, heap: &SlabHeap, class: usize, old: usize, slab: u32, ver: u16) -> InFlight {
+        let offset = Offset(self.slot().aux.load(Relaxed));
+        let word = heap.remote(slab);
+        let w = word.load(Acquire);
+        let counted = self.took(word, ver).then(|| {
+            if self.wrote(w, ver) && remote::took_slab(dcas::payload(w)) {
+                RemoteFree::TookSlab
+            } else {
+                RemoteFree::Counted
+            }
+        });
+        Morpher(self.0).finish_unblock(heap, slab, class, old, offset, counted);
+        InFlight::Free(offset)
     }
 
     /// An allocation was logged: if the block's bit is clear it was taken (a huge block: if
