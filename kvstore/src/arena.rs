@@ -9,7 +9,7 @@
 
 use crate::item::View;
 use crate::StoreError;
-use podkv_alloc::{AllocError, Heap, InFlight, Offset, ThreadHandle};
+use podkv_alloc::{AllocError, Heap, HwccUser, InFlight, Offset, ThreadHandle};
 use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::alloc::Layout;
@@ -59,6 +59,28 @@ pub trait Arena: Clone + Send + Sync + 'static {
     /// lost the root CAS).
     fn hwcc_unused(&self, thread: &Self::Thread, at: u64) {
         Self::free(thread, at);
+    }
+    /// The heap's mCAS hook for the store's multi-writer words, in an `mcas` heap only
+    /// (`None` elsewhere: there those words are HWcc memory and change by CPU atomics).
+    /// `Shared` takes it once at open.
+    fn mcas_hook(&self) -> Option<HwccUser> {
+        None
+    }
+    /// The hook CAS of a word in the HWcc area, for `thread` ([`HwccUser::cas`]); only
+    /// called with the hook [`Arena::mcas_hook`] gave.
+    fn hook_cas(
+        _hook: &HwccUser,
+        _thread: &Self::Thread,
+        _word: &AtomicU64,
+        _current: u64,
+        _new: u64,
+    ) -> Result<u64, u64> {
+        unreachable!("an arena without an mCAS hook is never asked for a hook CAS")
+    }
+    /// The hook store of a word in the HWcc area ([`HwccUser::store`]); as
+    /// [`Arena::hook_cas`].
+    fn hook_store(_hook: &HwccUser, _thread: &Self::Thread, _word: &AtomicU64, _value: u64) {
+        unreachable!("an arena without an mCAS hook is never asked for a hook store")
     }
     /// Largest block this arena serves today.
     fn block_max(&self) -> usize;
@@ -182,10 +204,31 @@ impl Arena for PodArena {
                 return Err(no_room());
             }
             area.back(end)?;
+            podkv_hw::cas_site!("store.hwcc.carve.cas");
             if area.cas(thread, cursor, seen, end).is_ok() {
                 return Ok(area.range().start + at);
             }
         }
+    }
+
+    fn mcas_hook(&self) -> Option<HwccUser> {
+        (self.heap.geometry().coherence == Coherence::Mcas).then(|| self.heap.hwcc_user())
+    }
+
+    #[inline]
+    fn hook_cas(
+        hook: &HwccUser,
+        thread: &ThreadHandle,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
+        hook.cas(thread, word, current, new)
+    }
+
+    #[inline]
+    fn hook_store(hook: &HwccUser, thread: &ThreadHandle, word: &AtomicU64, value: u64) {
+        hook.store(thread, word, value);
     }
 
     fn is_hwcc(&self, at: u64, len: u64) -> bool {

@@ -27,7 +27,7 @@ use crate::reclaim::Reclaim;
 use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::StoreError;
-use podkv_hw::sync::mapped::{AtomicU64, Ordering};
+use podkv_hw::sync::mapped::AtomicU64;
 use std::cell::Cell;
 
 /// Items per bucket on average before the table doubles: at 2, a bucket word costs 4–8 B of
@@ -68,45 +68,50 @@ impl Buckets {
 
     /// Counts an added (+) or removed (−) item of `bytes`.
     #[inline]
-    pub(crate) fn account<A: Arena>(&self, shared: &Shared<A>, items: i64, bytes: i64) {
+    pub(crate) fn account<A: Arena>(&self, slot: &Slot<A>, items: i64, bytes: i64) {
         let c = self.count_delta.get() + items;
         let u = self.used_delta.get() + bytes;
         self.count_delta.set(c);
         self.used_delta.set(u);
         if c.abs() >= BATCH_COUNT || u.abs() >= BATCH_USED {
-            self.flush_counters(shared);
+            self.flush_counters(slot);
         }
     }
 
     /// Publishes this handle's batched counters (and grows the table if due).
-    pub(crate) fn flush_counters<A: Arena>(&self, shared: &Shared<A>) {
+    pub(crate) fn flush_counters<A: Arena>(&self, slot: &Slot<A>) {
+        let (shared, thread) = (slot.shared(), &slot.thread);
         let d = shared.hw();
         let c = self.count_delta.replace(0);
         let u = self.used_delta.replace(0);
-        let count = d
-            .count
-            .word
-            .fetch_add(c as u64, Ordering::Relaxed)
+        let arm = || {
+            podkv_hw::cas_site!("store.count.add.cas");
+        };
+        let count = shared
+            .add_word(thread, &d.count.word, c as u64, arm)
             .wrapping_add(c as u64);
-        d.used.word.fetch_add(u as u64, Ordering::Relaxed);
+        let arm = || {
+            podkv_hw::cas_site!("store.used.add.cas");
+        };
+        shared.add_word(thread, &d.used.word, u as u64, arm);
         // A killed process's unflushed deltas are lost, so the count can drift below zero:
         // never read it as a huge unsigned number (that would double the table to its limit).
         if c > 0 && (count as i64) > 0 {
-            maybe_grow(shared, count);
+            maybe_grow(slot, count);
             self.owe_splits(shared, count.saturating_sub(c as u64), count);
         }
     }
 
     /// Bytes of items as this handle sees them (shared count plus its own delta).
     pub(crate) fn used_now<A: Arena>(&self, shared: &Shared<A>) -> u64 {
-        let used = shared.hw().used.word.load(Ordering::Relaxed) as i64;
+        let used = shared.load_word(&shared.hw().used.word) as i64;
         (used + self.used_delta.get()).max(0) as u64
     }
 
     /// Notes the buckets owed by the inserts that took the count from `from` to `to`: those
     /// of the table's newer half, `K` per insert since the doubling (see # Growth).
     fn owe_splits<A: Arena>(&self, shared: &Shared<A>, from: u64, to: u64) {
-        let size = shared.hw().size.word.load(Ordering::Relaxed);
+        let size = shared.load_word(&shared.hw().size.word);
         if size & FIXED != 0 || size == 0 {
             return;
         }
@@ -158,19 +163,20 @@ impl Buckets {
 }
 
 /// Doubles the table (one CAS) when `count > buckets · LOAD`.
-fn maybe_grow<A: Arena>(shared: &Shared<A>, count: u64) {
+fn maybe_grow<A: Arena>(slot: &Slot<A>, count: u64) {
+    let shared = slot.shared();
     let size = &shared.hw().size.word;
-    let log2 = size.load(Ordering::Relaxed);
+    let log2 = shared.load_word(size);
     if log2 & FIXED == 0 && log2 < SHIFT_BUCKETS_MAX && count > (1u64 << log2) * LOAD {
-        let _ = size.compare_exchange(log2, log2 + 1, Ordering::Relaxed, Ordering::Relaxed);
+        podkv_hw::cas_site!("store.size.grow.cas");
+        let _ = shared.cas_word(&slot.thread, size, log2, log2 + 1);
     }
 }
 
 /// Bucket `b`'s word, if its segment is made.
 #[inline]
 pub(crate) fn bucket_word<A: Arena>(shared: &Shared<A>, b: u64) -> Option<&AtomicU64> {
-    let entry = &shared.hw().directory[(b / COUNT_SEGMENT) as usize];
-    let seg = entry.load(Ordering::Acquire);
+    let seg = shared.segment((b / COUNT_SEGMENT) as usize);
     (seg != 0).then(|| shared.view().word(seg + (b % COUNT_SEGMENT) * 8))
 }
 
@@ -224,26 +230,27 @@ impl<A: Arena> Memory for Table<'_, A> {
     #[inline]
     fn bucket(&self, b: u64, make: bool) -> Option<&AtomicU64> {
         let shared = self.slot().shared();
-        let entry = &shared.hw().directory[(b / COUNT_SEGMENT) as usize];
-        let mut seg = entry.load(Ordering::Acquire);
+        let i = (b / COUNT_SEGMENT) as usize;
+        let mut seg = shared.segment(i);
         if seg == 0 {
             if !make {
                 return None;
             }
-            seg = make_segment(self.slot(), entry)?;
+            seg = make_segment(self.slot(), &shared.hw().directory[i])?;
         }
         Some(shared.view().word(seg + (b % COUNT_SEGMENT) * 8))
     }
 
     #[inline]
     fn load(&self, word: &AtomicU64) -> u64 {
-        word.load(Ordering::Acquire)
+        self.slot().shared().load_word(word)
     }
 
     #[inline]
     fn cas(&self, word: &AtomicU64, old: u64, new: u64) -> bool {
-        word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        let slot = self.slot();
+        podkv_hw::cas_site!("store.bucket.cas");
+        slot.shared().cas_word(&slot.thread, word, old, new).is_ok()
     }
 
     #[inline]
@@ -345,7 +352,8 @@ impl<A: Arena> Memory for Table<'_, A> {
 fn make_segment<A: Arena>(slot: &Slot<A>, entry: &AtomicU64) -> Option<u64> {
     let shared = slot.shared();
     let fresh = shared.arena.hwcc_block(&slot.thread, SIZE_SEGMENT).ok()?;
-    match entry.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
+    podkv_hw::cas_site!("store.directory.cas");
+    match shared.cas_word(&slot.thread, entry, 0, fresh) {
         Ok(_) => Some(fresh),
         Err(won) => {
             shared.arena.hwcc_unused(&slot.thread, fresh);

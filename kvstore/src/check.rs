@@ -163,9 +163,9 @@ impl<A: Arena> Walk<'_, A> {
         let (d, hw) = (self.map.desc(), self.map.hw());
         self.block(self.map.desc_at, "descriptor");
         self.block(d.slots_at, "slot array");
-        self.report.epoch = hw.epoch.word.load(Ordering::Relaxed);
-        self.report.count_approx = hw.count.word.load(Ordering::Relaxed);
-        self.report.used_approx = hw.used.word.load(Ordering::Relaxed);
+        self.report.epoch = self.map.load_word(&hw.epoch.word);
+        self.report.count_approx = self.map.load_word(&hw.count.word);
+        self.report.used_approx = self.map.load_word(&hw.used.word);
         self.report.capacity = d.capacity;
         self.report.hwcc_bytes = self.map.hwcc_bytes();
         let arena = &self.map.arena;
@@ -193,7 +193,7 @@ impl<A: Arena> Walk<'_, A> {
             let Some(word) = buckets::bucket_word(self.map, b) else {
                 continue;
             };
-            let w = word.load(Ordering::Relaxed);
+            let w = self.map.load_word(word);
             if w == 0 {
                 if b == 0 {
                     self.report.problems.push("bucket 0 is not made".into());
@@ -222,7 +222,7 @@ impl<A: Arena> Walk<'_, A> {
         }
         let mut items = Vec::new();
         let skip = index::split_of(b, w).filter(|&(c, _)| {
-            buckets::bucket_word(self.map, c).is_some_and(|cw| cw.load(Ordering::Relaxed) != 0)
+            buckets::bucket_word(self.map, c).is_some_and(|cw| self.map.load_word(cw) != 0)
         });
         buckets::entries(self.view, w, |tag, item| {
             if skip.is_none_or(|(c, mask)| tag & mask != c) {

@@ -35,9 +35,9 @@ pub enum StoreError {
     /// `incr`/`decr` on a value that is not a decimal `u64`.
     #[error("cannot increment or decrement non-numeric value")]
     NonNumeric,
-    /// The heap's coherence mode is one the store does not serve yet: its links, epoch words
-    /// and items assume every host's cache is coherent, so on a `limited` or `mcas` heap it
-    /// would lose updates and read stale items. Refused before anything is written.
+    /// The heap's coherence mode is one the store does not serve ([`crate::SERVED_COHERENCE`]:
+    /// today every mode is served, so this guards a mode added later). Refused before
+    /// anything is written.
     #[cfg(not(podkv_loom))]
     #[error(
         "the heap's coherence mode is {mode}, which the store does not serve yet: it needs a heap created with --coherence hardware or --coherence limited"

@@ -181,7 +181,7 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
         let won = table.cas(word, w, next);
         table.replaced(w, next, won);
         if won {
-            buckets.account(shared, -1, -(view.item_size(item) as i64));
+            buckets.account(slot, -1, -(view.item_size(item) as i64));
             reclaim.retire(item);
             return true;
         }
@@ -220,6 +220,6 @@ pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlR
             report.reclaimed += u64::from(remove_exact(reclaim, buckets, at));
         }
     }
-    buckets.flush_counters(shared);
+    buckets.flush_counters(reclaim.slot());
     report
 }

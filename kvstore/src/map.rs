@@ -215,11 +215,12 @@ impl<A: Arena> Map<A> {
     }
 }
 
-/// The coherence modes whose heaps the store serves. `limited`: the store's multi-writer
-/// words are in the heap's HWcc area, and items, bucket blocks and slot words follow the
-/// SWcc rules (README, Coherence). Not yet `mcas`: those words are changed by CPU CAS, not
-/// through the heap's hook.
-pub const SERVED_COHERENCE: &[Coherence] = &[Coherence::Hardware, Coherence::Limited];
+/// The coherence modes whose heaps the store serves: all three (README, Coherence). In
+/// `limited` and `mcas` the store's multi-writer words are in the heap's user HWcc area
+/// (changed through the heap's mCAS hook in `mcas`), and items, bucket blocks and slot words
+/// follow the SWcc rules. A mode added to `Coherence` later is refused until it is listed.
+pub const SERVED_COHERENCE: &[Coherence] =
+    &[Coherence::Hardware, Coherence::Limited, Coherence::Mcas];
 
 impl Map<PodArena> {
     /// Opens (creating if needed) the heap at `path` and the store in it. Any number of
@@ -345,7 +346,7 @@ impl<A: Arena> Handle<A> {
 
     /// Publishes this handle's batched counters (and grows the table if due).
     pub fn flush_counters(&self) {
-        self.buckets.flush_counters(self.reclaim.slot().shared());
+        self.buckets.flush_counters(self.reclaim.slot());
     }
 
     /// `get`/`gets`: the visible item of `key`, read in place through a guard.

@@ -35,7 +35,6 @@ use crate::item::{self, View, SIZE_HEADER};
 use crate::reclaim::Pin;
 use crate::writer::Parts;
 use crate::StoreError;
-use podkv_hw::sync::mapped::Ordering;
 
 pub use crate::command::{
     expiry_of, parse_counter, ttl_of, Mode, Outcome, StoreExtra, SECONDS_RELATIVE_MAX,
@@ -286,14 +285,14 @@ pub(crate) fn flush_all<A: Arena>(p: Parts<'_, A>, delay: i64) {
         now
     };
     let oldest_live = u64::from(new_oldest).saturating_sub(1);
+    let thread = &p.slot().thread;
     if oldest_live <= u64::from(now) {
-        d.oldest_cas
-            .word
-            .store(p.writer.cas_barrier(shared), Ordering::Release);
+        let barrier = p.writer.cas_barrier(p.slot());
+        podkv_hw::cas_site!("store.flush.oldest_cas.store");
+        shared.store_word(thread, &d.oldest_cas.word, barrier);
     }
-    d.oldest_live
-        .word
-        .store(oldest_live.max(1), Ordering::Release);
+    podkv_hw::cas_site!("store.flush.oldest_live.store");
+    shared.store_word(thread, &d.oldest_live.word, oldest_live.max(1));
 }
 
 #[cfg(test)]

@@ -124,7 +124,7 @@ pub(crate) fn settle<A: Arena>(
     slot.fresh_slot(dead);
     let record = shared.slot(dead);
     let announce = shared.announce(dead);
-    let announced = announce.load(Ordering::Acquire);
+    let announced = shared.load_word(announce);
     let _pin = reclaim.pin();
     // An `Alloc` report names this step's block only if the allocator logged a step
     // since the snapshot (else it is an earlier, finished allocation).
@@ -171,7 +171,8 @@ pub(crate) fn settle<A: Arena>(
     // Our own slot (a handle settling what its slot's previous owner left) pins and
     // unpins it itself.
     if dead != slot.index && announced & crate::reclaim::epoch::PINNED != 0 {
-        let _ = announce.compare_exchange(announced, 0, Ordering::AcqRel, Ordering::Relaxed);
+        podkv_hw::cas_site!("store.recover.unpin.cas");
+        let _ = shared.cas_word(&slot.thread, announce, announced, 0);
     }
     done
 }
@@ -287,12 +288,12 @@ fn grace<A: Arena>(slot: &Slot<A>, dead: u32) {
     let shared = slot.shared();
     let pinned: Vec<(u32, u64)> = (0..shared.arena.slots())
         .filter(|&i| i != dead && i != slot.index)
-        .map(|i| (i, shared.announce(i).load(Ordering::Acquire)))
+        .map(|i| (i, shared.load_word(shared.announce(i))))
         .filter(|&(_, a)| a & crate::reclaim::epoch::PINNED != 0)
         .collect();
     let start = std::time::Instant::now();
     for (i, seen) in pinned {
-        while shared.announce(i).load(Ordering::Acquire) == seen && start.elapsed() < TIME_GRACE {
+        while shared.load_word(shared.announce(i)) == seen && start.elapsed() < TIME_GRACE {
             std::thread::yield_now();
         }
     }

@@ -12,7 +12,9 @@ use crate::index;
 use crate::item::{self, View};
 use crate::layout::*;
 use crate::StoreError;
+use podkv_alloc::HwccUser;
 use podkv_hw::sync::mapped::{AtomicU64, AtomicUsize, Ordering};
+use podkv_hw::Coherence;
 
 /// One open store: see the module doc. Held in an `Arc` by the map and by every handle.
 pub(crate) struct Shared<A: Arena> {
@@ -25,6 +27,10 @@ pub(crate) struct Shared<A: Arena> {
     /// mapping the offset each time cost it 3 instructions of its 210.
     hw: *const HwccWords,
     pub(crate) clock: Clock,
+    /// The heap's mCAS hook (`Arena::mcas_hook`), taken once at open: `Some` only in an
+    /// `mcas` heap, where every multi-writer word changes through it (see
+    /// [`Shared::cas_word`]); `None` where those words are HWcc memory.
+    hook: Option<HwccUser>,
     /// [`Shared::value_max`], set once the descriptor is validated (0 before): fixed for the
     /// store's life, and computing it asked the heap's geometry on every write.
     value_max: AtomicUsize,
@@ -68,8 +74,10 @@ impl<A: Arena> Shared<A> {
             hwcc_at: 0,
             hw: std::ptr::null(),
             clock: config.clock.clone(),
+            hook: None,
             value_max: AtomicUsize::new(0),
         };
+        shared.hook = shared.arena.mcas_hook();
         if view.is_swcc() && podkv_hw::site!("store.open.invalidate") {
             view.invalidate(desc_at, std::mem::size_of::<Descriptor>());
         }
@@ -120,6 +128,98 @@ impl<A: Arena> Shared<A> {
         unsafe { &*self.hw }
     }
 
+    /// Whether the store's multi-writer words change through the heap's mCAS hook.
+    #[inline]
+    pub(crate) fn has_hook(&self) -> bool {
+        self.hook.is_some()
+    }
+
+    /// A fresh load of one of the store's multi-writer words (the [`HwccWords`], the
+    /// announcements, bucket words): through the hook in an `mcas` heap (the line is evicted
+    /// first, since the area is not coherent there), a plain load of HWcc memory elsewhere.
+    #[inline]
+    pub(crate) fn load_word(&self, word: &AtomicU64) -> u64 {
+        match &self.hook {
+            Some(hook) => hook.load(word),
+            None => word.load(Ordering::Acquire),
+        }
+    }
+
+    /// The CAS of one of the store's multi-writer words for `thread`: mCAS in an `mcas`
+    /// heap, CPU CAS of HWcc memory elsewhere. Each caller names its site just before with
+    /// `podkv_hw::cas_site!`, so a test may turn it into a torn CPU CAS. `Ok` with the
+    /// previous value on success, `Err` with the value found.
+    #[inline]
+    pub(crate) fn cas_word(
+        &self,
+        thread: &A::Thread,
+        word: &AtomicU64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, u64> {
+        match &self.hook {
+            Some(hook) => A::hook_cas(hook, thread, word, current, new),
+            None => {
+                // The site named no hook CAS here: disarm it for the allocator's next one.
+                podkv_hw::model::take_cas_off();
+                word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+            }
+        }
+    }
+
+    /// The store of [`Shared::cas_word`]'s mechanism (named by `cas_site!` the same way).
+    #[inline]
+    pub(crate) fn store_word(&self, thread: &A::Thread, word: &AtomicU64, value: u64) {
+        match &self.hook {
+            Some(hook) => A::hook_store(hook, thread, word, value),
+            None => {
+                podkv_hw::model::take_cas_off();
+                word.store(value, Ordering::Release);
+            }
+        }
+    }
+
+    /// Replaces a multi-writer word by `f(seen)` (wrapping counters, maxima) and returns the
+    /// value it replaced: one `fetch_update` of HWcc memory, a loop of hook CASes in an
+    /// `mcas` heap (mCAS has no fetch-and-add). `arm` names the site before each CAS.
+    pub(crate) fn update_word(
+        &self,
+        thread: &A::Thread,
+        word: &AtomicU64,
+        arm: impl Fn(),
+        f: impl Fn(u64) -> u64,
+    ) -> u64 {
+        let Some(hook) = &self.hook else {
+            let update = |seen| Some(f(seen));
+            let seen = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, update);
+            return seen.unwrap_or_else(|seen| seen);
+        };
+        let mut seen = hook.load(word);
+        loop {
+            arm();
+            match A::hook_cas(hook, thread, word, seen, f(seen)) {
+                Ok(_) => return seen,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// Adds `delta` (wrapping) to a counter word; returns the value before. A `fetch_add` of
+    /// HWcc memory; in an `mcas` heap as [`Shared::update_word`].
+    #[inline]
+    pub(crate) fn add_word(
+        &self,
+        thread: &A::Thread,
+        word: &AtomicU64,
+        delta: u64,
+        arm: impl Fn(),
+    ) -> u64 {
+        if self.hook.is_none() {
+            return word.fetch_add(delta, Ordering::AcqRel);
+        }
+        self.update_word(thread, word, arm, |seen| seen.wrapping_add(delta))
+    }
+
     /// Offset of slot `i`'s announcement (in the HWcc block, after the [`HwccWords`]).
     #[inline]
     pub(crate) fn announce_at(&self, i: u32) -> u64 {
@@ -141,12 +241,21 @@ impl<A: Arena> Shared<A> {
 
     /// The offsets of the segments of bucket words made so far, with their index.
     pub(crate) fn segments(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.hw()
-            .directory
-            .iter()
-            .map(|entry| entry.load(Ordering::Acquire))
-            .enumerate()
+        (0..COUNT_SEGMENTS)
+            .map(|i| (i, self.segment(i)))
             .filter(|&(_, seg)| seg != 0)
+    }
+
+    /// Directory entry `i`: its segment's offset, 0 while not made. An entry changes once,
+    /// 0 → segment, so a non-zero value read plainly is final; a zero is read again through
+    /// the hook ([`Shared::load_word`]: in an `mcas` heap a cached zero may be stale).
+    #[inline]
+    pub(crate) fn segment(&self, i: usize) -> u64 {
+        let entry = &self.hw().directory[i];
+        match entry.load(Ordering::Acquire) {
+            0 => self.load_word(entry),
+            seg => seg,
+        }
     }
 
     /// Offset of slot record `i`.
@@ -196,15 +305,15 @@ impl<A: Arena> Shared<A> {
     /// log2 of the bucket count now.
     #[inline]
     pub(crate) fn buckets_log2(&self) -> u32 {
-        (self.hw().size.word.load(Ordering::Relaxed) & !FIXED) as u32
+        (self.load_word(&self.hw().size.word) & !FIXED) as u32
     }
 
     /// Items linked and their bytes as the shared counters say now (approximate: handles
     /// publish their deltas in batches).
     pub(crate) fn usage(&self) -> (u64, u64) {
         let d = self.hw();
-        let count = d.count.word.load(Ordering::Relaxed) as i64;
-        let used = d.used.word.load(Ordering::Relaxed) as i64;
+        let count = self.load_word(&d.count.word) as i64;
+        let used = self.load_word(&d.used.word) as i64;
         (count.max(0) as u64, used.max(0) as u64)
     }
 
@@ -254,11 +363,11 @@ impl<A: Arena> Shared<A> {
             return false;
         }
         let d = self.hw();
-        let oldest_cas = d.oldest_cas.word.load(Ordering::Acquire);
+        let oldest_cas = self.load_word(&d.oldest_cas.word);
         if oldest_cas != 0 && m.cas < oldest_cas {
             return false;
         }
-        let oldest = d.oldest_live.word.load(Ordering::Acquire);
+        let oldest = self.load_word(&d.oldest_live.word);
         oldest == 0 || u64::from(m.time) > oldest || oldest > u64::from(now())
     }
 }
@@ -306,6 +415,12 @@ pub(crate) fn create<A: Arena>(
     if view.is_swcc() && podkv_hw::site!("store.create.write_back") {
         view.write_back(desc_at, std::mem::size_of::<Descriptor>());
         view.write_back(slots_at, slots as usize * SIZE_SLOT_RECORD);
+    }
+    // In an `mcas` heap the HWcc area is not coherent either: the words stored plainly above
+    // reach memory before the root names them (the hook's loads read memory).
+    if arena.coherence() == Coherence::Mcas && podkv_hw::site!("store.create.hwcc_write_back") {
+        view.write_back(hwcc_at, std::mem::offset_of!(HwccWords, directory) + 8);
+        view.write_back(seg0, 8);
     }
     let root: &AtomicU64 = arena.root();
     let desc_at = match root.compare_exchange(0, desc_at, Ordering::AcqRel, Ordering::Acquire) {

@@ -8,6 +8,7 @@
 use crate::arena::{alloc_zeroed, Arena};
 use crate::item::View;
 use crate::layout::SlotRecord;
+use crate::reclaim::epoch::{self, Words};
 use crate::shared::Shared;
 use crate::StoreError;
 use podkv_hw::sync::mapped::{AtomicU64, Ordering};
@@ -144,5 +145,48 @@ impl<A: Arena> Slot<A> {
     #[inline]
     pub(crate) fn free(&self, at: u64) {
         A::free(&self.thread, at);
+    }
+}
+
+/// The epoch's words as this slot's thread changes them: the heap's hook in an `mcas` heap
+/// (`Shared::cas_word`), CPU atomics of HWcc memory elsewhere.
+impl<A: Arena> Words for Slot<A> {
+    #[inline]
+    fn load(&self, word: &AtomicU64, order: Ordering) -> u64 {
+        if self.shared.has_hook() {
+            self.shared.load_word(word)
+        } else {
+            word.load(order)
+        }
+    }
+
+    /// A pin's announcement.
+    #[inline]
+    fn store_fenced(&self, word: &AtomicU64, value: u64) {
+        if self.shared.has_hook() {
+            podkv_hw::cas_site!("store.epoch.pin.store");
+            self.shared.store_word(&self.thread, word, value);
+            podkv_hw::sync::mapped::fence(Ordering::SeqCst);
+        } else {
+            epoch::Cpu.store_fenced(word, value);
+        }
+    }
+
+    /// An unpin's announcement.
+    #[inline]
+    fn store(&self, word: &AtomicU64, value: u64) {
+        if self.shared.has_hook() {
+            podkv_hw::cas_site!("store.epoch.unpin.store");
+            self.shared.store_word(&self.thread, word, value);
+        } else {
+            epoch::Cpu.store(word, value);
+        }
+    }
+
+    /// An advance of the global epoch.
+    #[inline]
+    fn cas(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        podkv_hw::cas_site!("store.epoch.advance.cas");
+        self.shared.cas_word(&self.thread, word, current, new)
     }
 }

@@ -52,6 +52,7 @@ pub fn check_path(path: impl AsRef<Path>) -> Result<CheckReport, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Outcome;
     use podkv_hw::mcas::McasKind;
     use podkv_hw::Coherence;
 
@@ -67,70 +68,39 @@ mod tests {
         }
     }
 
-    /// A heap whose mode the store does not serve is refused with one line naming the mode
-    /// and the way out, whether the store creates the heap or is handed an opened one (or an
-    /// arena on it), and the refusal writes nothing: root 0 stays zero.
+    /// Every mode is served: a `limited` heap (store words HWcc, items and blocks SWcc) and
+    /// an `mcas` one of either implementation (store words changed through the heap's mCAS
+    /// hook, which the heap counts): a write reads back, a delete goes, the check is clean.
     #[test]
-    fn a_heap_whose_coherence_is_not_served_is_refused_before_any_write() {
-        let unserved = [
+    fn limited_and_mcas_heaps_are_served() {
+        let modes = [
+            (Coherence::Limited, McasKind::FlushCas),
             (Coherence::Mcas, McasKind::FlushCas),
             (Coherence::Mcas, McasKind::Nmp),
         ];
-        for (mode, mcas) in unserved {
+        for (mode, mcas) in modes {
             let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("heap");
             let config = StoreConfig {
                 heap: heap_config(mode, mcas),
                 ..StoreConfig::default()
             };
-            let err = Store::open(&path, config.clone()).unwrap_err();
-            let line = err.to_string();
-            assert!(
-                matches!(err, StoreError::UnservedCoherence { mode: m, .. } if m == mode),
-                "{line}"
-            );
-            assert!(line.contains(mode.name()) && line.contains("--coherence hardware"));
-            assert!(!line.contains('\n'), "one line: {line}");
-
-            let heap = Heap::open(&path, &config.heap).unwrap();
+            let store = Store::open(dir.path().join("heap"), config).unwrap();
+            let h = store.handle().unwrap();
+            let before = store.heap().mcas_ops();
+            h.set(b"k", b"v", 0, 0).unwrap();
+            assert_eq!(h.get(b"k").unwrap().unwrap().value(), b"v", "{mode:?}");
+            assert_eq!(h.delete(b"k").unwrap(), Outcome::Deleted, "{mode:?}");
+            assert!(h.get(b"k").unwrap().is_none(), "{mode:?}");
+            let hooked = store.heap().mcas_ops() - before;
             assert_eq!(
-                heap.root(0).load(Ordering::Acquire),
-                0,
-                "{mode}: nothing written"
+                hooked > 0,
+                mode == Coherence::Mcas,
+                "{mode:?}: {hooked} mCAS"
             );
-            assert!(matches!(
-                Store::open_heap(heap.clone(), &config),
-                Err(StoreError::UnservedCoherence { .. })
-            ));
-            // Nor does the arena-level door let it in.
-            let arena = PodArena {
-                heap: heap.clone(),
-                root_index: 0,
-            };
-            assert!(matches!(
-                Store::open_in(arena, &config),
-                Err(StoreError::UnservedCoherence { .. })
-            ));
-            assert_eq!(heap.root(0).load(Ordering::Acquire), 0);
+            drop(h);
+            let report = store.check();
+            assert!(report.is_valid(), "{mode:?}: {:?}", report.problems);
         }
-    }
-
-    /// A `limited` heap is served (its store words are HWcc, its items and blocks follow
-    /// the SWcc rules): a write reads back, and the check is clean.
-    #[test]
-    fn a_limited_heap_is_served() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = StoreConfig {
-            heap: heap_config(Coherence::Limited, McasKind::FlushCas),
-            ..StoreConfig::default()
-        };
-        let store = Store::open(dir.path().join("heap"), config).unwrap();
-        let h = store.handle().unwrap();
-        h.set(b"k", b"v", 0, 0).unwrap();
-        assert_eq!(h.get(b"k").unwrap().unwrap().value(), b"v");
-        drop(h);
-        let report = store.check();
-        assert!(report.is_valid(), "{:?}", report.problems);
     }
 
     #[test]

@@ -21,7 +21,6 @@ use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::StoreError;
 use podkv_alloc::AllocError;
-use podkv_hw::sync::mapped::Ordering;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
@@ -81,20 +80,24 @@ impl Writer {
     /// it before the flush — as memcached's does).
     pub(crate) fn cas_after<A: Arena>(
         &self,
-        shared: &Shared<A>,
+        slot: &Slot<A>,
         explicit: Option<u64>,
         floor: u64,
     ) -> u64 {
         if let Some(token) = explicit {
             return token;
         }
+        let shared = slot.shared();
         let d = shared.hw();
         let mut token = self.cas_next.get();
         if token == self.cas_end.get()
             || token <= floor
-            || token < d.oldest_cas.word.load(Ordering::Acquire)
+            || token < shared.load_word(&d.oldest_cas.word)
         {
-            token = d.cas.word.fetch_add(BATCH_CAS, Ordering::Relaxed) + 1;
+            let arm = || {
+                podkv_hw::cas_site!("store.token.add.cas");
+            };
+            token = shared.add_word(&slot.thread, &d.cas.word, BATCH_CAS, arm) + 1;
             self.cas_end.set(token + BATCH_CAS);
         }
         self.cas_next.set(token + 1);
@@ -102,8 +105,11 @@ impl Writer {
     }
 
     /// A token above every token handed out so far (for `flush_all`).
-    pub(crate) fn cas_barrier<A: Arena>(&self, shared: &Shared<A>) -> u64 {
-        shared.hw().cas.word.fetch_add(1, Ordering::Relaxed) + 1
+    pub(crate) fn cas_barrier<A: Arena>(&self, slot: &Slot<A>) -> u64 {
+        let (shared, arm) = (slot.shared(), || {
+            podkv_hw::cas_site!("store.token.barrier.cas");
+        });
+        shared.add_word(&slot.thread, &shared.hw().cas.word, 1, arm) + 1
     }
 
     /// Write-loop passes whose insert, replace or delete CAS lost to another writer.
@@ -119,8 +125,14 @@ impl Writer {
 
 /// Raises the store's token counter to at least `token`, so no later write hands out a token
 /// that items written with explicit tokens (a load) already hold.
-pub(crate) fn raise_cas<A: Arena>(shared: &Shared<A>, token: u64) {
-    shared.hw().cas.word.fetch_max(token, Ordering::AcqRel);
+pub(crate) fn raise_cas<A: Arena>(slot: &Slot<A>, token: u64) {
+    let shared = slot.shared();
+    let arm = || {
+        podkv_hw::cas_site!("store.token.raise.cas");
+    };
+    shared.update_word(&slot.thread, &shared.hw().cas.word, arm, |seen| {
+        seen.max(token)
+    });
 }
 
 /// A handle's components, borrowed for one command (see the module doc).
@@ -160,7 +172,7 @@ impl<'h, A: Arena> Parts<'h, A> {
     /// A fresh CAS token above `floor`, or `explicit` (see [`Writer::cas_after`]).
     #[inline]
     pub(crate) fn cas_after(self, explicit: Option<u64>, floor: u64) -> u64 {
-        self.writer.cas_after(self.shared(), explicit, floor)
+        self.writer.cas_after(self.slot(), explicit, floor)
     }
 
     /// Allocates `size` bytes for a new item, evicting to make room as configured: a spare
@@ -320,7 +332,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         }
         let waiting = room
             .victim_epoch
-            .is_some_and(|e| !epoch::is_reclaimable(e, hw.epoch.word.load(Ordering::Acquire)));
+            .is_some_and(|e| !epoch::is_reclaimable(e, self.shared().load_word(&hw.epoch.word)));
         if waiting {
             let started = *room.waiting_since.get_or_insert_with(Instant::now);
             if reclaim.is_pinned() || started.elapsed() > TIME_ROOM_WAIT {
@@ -339,7 +351,7 @@ impl<'h, A: Arena> Parts<'h, A> {
             return false;
         }
         room.victims += 1;
-        room.victim_epoch = Some(hw.epoch.word.load(Ordering::Acquire));
+        room.victim_epoch = Some(self.shared().load_word(&hw.epoch.word));
         if room.victims % 4 == 0 {
             reclaim.collect();
         } else {
@@ -419,10 +431,10 @@ impl<'h, A: Arena> Parts<'h, A> {
             };
             if found != 0 {
                 let removed = view.item_size(found) as i64;
-                buckets.account(shared, i64::from(new != 0) - 1, added - removed);
+                buckets.account(slot, i64::from(new != 0) - 1, added - removed);
                 reclaim.retire(found);
             } else {
-                buckets.account(shared, 1, added);
+                buckets.account(slot, 1, added);
             }
             buckets.split_owed(reclaim);
             return Ok(outcome);

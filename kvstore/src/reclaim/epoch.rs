@@ -19,44 +19,98 @@
 //! (`Map::recover_dead`, see `recover`) zeroes its announcement once it has settled the slot.
 //!
 //! These functions are written over `&AtomicU64` so `tests/loom.rs` checks them as they are.
+//! How the words are read and changed is a [`Words`]: [`Cpu`] atomics for HWcc memory (and
+//! loom), or the heap's hook in an `mcas` heap (the store's `Shared`), whose announcements and
+//! epoch are not coherent and change only by mCAS.
 
 use podkv_hw::sync::{fence, AtomicU64, Ordering};
 
 /// Bit 0 of an announcement: the slot is pinned.
 pub const PINNED: u64 = 1;
 
+/// How the epoch's words are read and changed (see the module doc).
+pub trait Words {
+    /// A load of `word` with (at least) ordering `order`, fresh from memory.
+    fn load(&self, word: &AtomicU64, order: Ordering) -> u64;
+    /// `word = value`, then a full fence: later loads are ordered after the store.
+    fn store_fenced(&self, word: &AtomicU64, value: u64);
+    /// `word = value`, with release ordering.
+    fn store(&self, word: &AtomicU64, value: u64);
+    /// The CAS of `word`: `Ok(previous)` on success, `Err(found)`.
+    fn cas(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64>;
+}
+
+/// CPU atomics on coherent memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Cpu;
+
+impl Words for Cpu {
+    #[inline]
+    fn load(&self, word: &AtomicU64, order: Ordering) -> u64 {
+        word.load(order)
+    }
+
+    /// On x86-64 a locked `xchg` is a full barrier and cheaper than `mfence` (crossbeam-epoch's
+    /// `pin` makes the same choice); loom and other targets get the portable store + `SeqCst`
+    /// fence.
+    #[inline]
+    fn store_fenced(&self, word: &AtomicU64, value: u64) {
+        #[cfg(all(target_arch = "x86_64", not(podkv_loom)))]
+        word.swap(value, Ordering::SeqCst);
+        #[cfg(not(all(target_arch = "x86_64", not(podkv_loom))))]
+        {
+            word.store(value, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    #[inline]
+    fn store(&self, word: &AtomicU64, value: u64) {
+        word.store(value, Ordering::Release);
+    }
+
+    #[inline]
+    fn cas(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        word.compare_exchange(current, new, Ordering::Release, Ordering::Relaxed)
+    }
+}
+
 /// Pins: announces the current global epoch. Returns the epoch announced.
 #[inline]
 pub fn pin(global: &AtomicU64, announce: &AtomicU64) -> u64 {
-    let epoch = global.load(Ordering::Relaxed);
-    announce_fenced(announce, epoch << 1 | PINNED);
-    epoch
+    pin_with(&Cpu, global, announce)
 }
 
-/// `announce = word` followed by a full fence. On x86-64 a locked `xchg` is a full barrier and
-/// cheaper than `mfence` (crossbeam-epoch's `pin` makes the same choice); loom and other
-/// targets get the portable store + `SeqCst` fence.
+/// [`pin`] through `words`.
 #[inline]
-fn announce_fenced(announce: &AtomicU64, word: u64) {
-    #[cfg(all(target_arch = "x86_64", not(podkv_loom)))]
-    announce.swap(word, Ordering::SeqCst);
-    #[cfg(not(all(target_arch = "x86_64", not(podkv_loom))))]
-    {
-        announce.store(word, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-    }
+pub fn pin_with(words: &impl Words, global: &AtomicU64, announce: &AtomicU64) -> u64 {
+    let epoch = words.load(global, Ordering::Relaxed);
+    words.store_fenced(announce, epoch << 1 | PINNED);
+    epoch
 }
 
 /// Unpins: nothing this slot read while pinned is used afterwards.
 #[inline]
 pub fn unpin(announce: &AtomicU64) {
-    announce.store(0, Ordering::Release);
+    unpin_with(&Cpu, announce);
+}
+
+/// [`unpin`] through `words`.
+#[inline]
+pub fn unpin_with(words: &impl Words, announce: &AtomicU64) {
+    words.store(announce, 0);
 }
 
 /// The epoch to stamp a node unlinked just now with.
 #[inline]
 pub fn retire_epoch(global: &AtomicU64) -> u64 {
-    global.load(Ordering::SeqCst)
+    retire_epoch_with(&Cpu, global)
+}
+
+/// [`retire_epoch`] through `words`.
+#[inline]
+pub fn retire_epoch_with(words: &impl Words, global: &AtomicU64) -> u64 {
+    words.load(global, Ordering::SeqCst)
 }
 
 /// Advances the global epoch by one if every pinned slot has announced it; returns the global
@@ -65,16 +119,25 @@ pub fn try_advance<'a>(
     global: &AtomicU64,
     announcements: impl IntoIterator<Item = &'a AtomicU64>,
 ) -> u64 {
-    let epoch = global.load(Ordering::Relaxed);
+    try_advance_with(&Cpu, global, announcements)
+}
+
+/// [`try_advance`] through `words`.
+pub fn try_advance_with<'a>(
+    words: &impl Words,
+    global: &AtomicU64,
+    announcements: impl IntoIterator<Item = &'a AtomicU64>,
+) -> u64 {
+    let epoch = words.load(global, Ordering::Relaxed);
     fence(Ordering::SeqCst);
     for a in announcements {
-        let word = a.load(Ordering::Relaxed);
+        let word = words.load(a, Ordering::Relaxed);
         if word & PINNED != 0 && word >> 1 != epoch {
             return epoch;
         }
     }
     fence(Ordering::Acquire);
-    match global.compare_exchange(epoch, epoch + 1, Ordering::Release, Ordering::Relaxed) {
+    match words.cas(global, epoch, epoch + 1) {
         Ok(_) => epoch + 1,
         Err(now) => now,
     }

@@ -53,7 +53,7 @@ pub(crate) fn push<A: Arena>(slot: &Slot<A>, node: u64, size: usize) -> bool {
     }
     let bag = bag(slot, head);
     let len = bag.len.load(Ordering::Relaxed) as usize;
-    let epoch = epoch::retire_epoch(&slot.shared().hw().epoch.word);
+    let epoch = epoch::retire_epoch_with(slot, &slot.shared().hw().epoch.word);
     let stamp = Stamp::new(epoch, size);
     slot.put(&bag.entries[len][0], node);
     slot.put(&bag.entries[len][1], stamp.0);

@@ -92,7 +92,7 @@ impl<A: Arena> Reclaim<A> {
         let depth = self.pins.get();
         if depth == 0 {
             let hw = self.slot.shared().hw();
-            epoch::pin(&hw.epoch.word, self.slot.announce());
+            epoch::pin_with(&self.slot, &hw.epoch.word, self.slot.announce());
         }
         self.pins.set(depth + 1);
         Pin { reclaim: self }
@@ -104,7 +104,7 @@ impl<A: Arena> Reclaim<A> {
         let depth = self.pins.get() - 1;
         self.pins.set(depth);
         if depth == 0 {
-            epoch::unpin(slot.announce());
+            epoch::unpin_with(slot, slot.announce());
             if self.retired_since.get() >= BATCH_COLLECT {
                 self.collect_keeping(Reuse::Keep);
             }
@@ -286,5 +286,5 @@ impl<A: Arena> Reclaim<A> {
 fn try_advance<A: Arena>(slot: &Slot<A>) -> u64 {
     let shared = slot.shared();
     let slots = (0..shared.arena.slots()).map(|i| shared.announce(i));
-    epoch::try_advance(&shared.hw().epoch.word, slots)
+    epoch::try_advance_with(slot, &shared.hw().epoch.word, slots)
 }

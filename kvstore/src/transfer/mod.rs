@@ -54,7 +54,6 @@ use crate::arena::Arena;
 use crate::command::{Outcome, Step};
 use crate::map::Handle;
 use crate::StoreError;
-use podkv_hw::sync::mapped::Ordering;
 use std::io::Write;
 pub use stream::{Record, StreamError, VERSION};
 pub use walk::{COUNT_CHUNK, SIZE_CHUNK};
@@ -163,13 +162,13 @@ pub fn load<A: Arena>(h: &Handle<A>, bytes: &[u8]) -> Result<LoadReport, Transfe
         match stored {
             Ok(cas) => highest = highest.max(cas),
             Err(source) => {
-                crate::writer::raise_cas(shared, highest);
+                crate::writer::raise_cas(h.parts().slot(), highest);
                 let loaded = report.loaded;
                 return Err(TransferError::Store { loaded, source });
             }
         }
     }
-    crate::writer::raise_cas(shared, highest);
+    crate::writer::raise_cas(h.parts().slot(), highest);
     h.flush_counters();
     Ok(report)
 }
@@ -187,7 +186,7 @@ fn store_record<A: Arena>(
         report.expired += 1;
         return Ok(0);
     }
-    let oldest_cas = shared.hw().oldest_cas.word.load(Ordering::Acquire);
+    let oldest_cas = shared.load_word(&shared.hw().oldest_cas.word);
     let cas = if r.cas == 0 || r.cas < oldest_cas {
         report.fresh_cas += 1;
         p.cas_after(None, 0)

@@ -40,6 +40,34 @@ pub struct Server {
     log: Arc<Mutex<String>>,
 }
 
+/// Creates `heap` in the coherence mode `PODKV_TEST_COHERENCE` names (`limited`, `mcas`,
+/// `mcas-nmp`; unset or `hardware`: `podkv serve` creates it with its defaults), unless it
+/// exists: so the conversations run in every mode, and under the model of non-coherent
+/// caches with `PODKV_COHERENCE_MODEL=1` and a `podkv` built with `--features
+/// coherence-model`.
+pub fn create_in_test_mode(heap: &Path) {
+    let flags: &[&str] = match std::env::var("PODKV_TEST_COHERENCE").as_deref() {
+        Ok("limited") => &["--coherence", "limited"],
+        Ok("mcas") => &["--coherence", "mcas", "--mcas-impl", "flush-cas"],
+        Ok("mcas-nmp") => &["--coherence", "mcas", "--mcas-impl", "nmp"],
+        _ => return,
+    };
+    if heap.exists() {
+        return;
+    }
+    let out = Command::new(podkv())
+        .args(["heap", "create"])
+        .arg(heap)
+        .args(flags)
+        .output()
+        .expect("podkv heap create runs");
+    assert!(
+        out.status.success(),
+        "podkv heap create {flags:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 impl Server {
     /// Starts `podkv serve --heap HEAP --listen 127.0.0.1:0 ARGS…` and waits for its ready line.
     pub fn start(heap: &Path, args: &[&str]) -> Server {
@@ -48,6 +76,7 @@ impl Server {
 
     /// Starts a server on `listen`.
     pub fn start_on(heap: &Path, listen: &str, args: &[&str]) -> Server {
+        create_in_test_mode(heap);
         let child = Command::new(podkv())
             .arg("serve")
             .arg("--heap")
