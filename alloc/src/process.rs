@@ -108,14 +108,7 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// The start time of process `pid`, if it exists (clock ticks after boot, `/proc/PID/stat`
-/// field 22).
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
-}
+pub use podkv_hw::process::start_time;
 
 /// Whether process `pid` whose start time has the low 24 bits `start` is still running.
 pub fn is_alive(pid: u32, start: u32) -> bool {
@@ -129,8 +122,15 @@ pub fn is_alive(pid: u32, start: u32) -> bool {
 /// time and pid, [`Owner::pack`]) names a process known to be dead: one of this host that no
 /// longer runs (its pid gone, or reused by another start). An owner on another host is never
 /// known dead this way (lease mode judges slots by their leases as well).
+///
+/// Under the coherence model (a test mode), the dead process's dirty cache lines reach memory
+/// first ([`podkv_hw::model::settle_dead`]): a judge on its host shares that host's cache.
 pub fn is_dead_owner(word: u64) -> bool {
-    Owner::unpack(word).is_some_and(|o| o.host == host_id() && !is_alive(o.pid, o.start))
+    let dead = Owner::unpack(word).filter(|o| o.host == host_id() && !is_alive(o.pid, o.start));
+    if let Some(o) = dead {
+        podkv_hw::model::settle_dead(o.pid, o.start);
+    }
+    dead.is_some()
 }
 
 /// What a liveness check says of a slot.

@@ -152,6 +152,21 @@ impl SlabHeap {
         unsafe { &*(at as *const SlabDesc) }
     }
 
+    /// Reads every descriptor head (the line other threads read) of the slabs below `len`
+    /// fresh, when a thread starts holding a slot. This process may hold heads it read while
+    /// another process held that slot (a remote free into one of that tenure's slabs), still
+    /// saying "sized, owned by this slot", and the small free fast path trusts such a head
+    /// without reading it again. (Large frees read their head fresh.) A no-op unless SWcc.
+    pub(crate) fn invalidate_heads(&self, coherence: podkv_hw::Coherence) {
+        if !coherence.is_swcc() {
+            return;
+        }
+        for slab in 0..self.len() {
+            let head = (self.desc(slab) as *const SlabDesc).cast::<u8>();
+            coherence.invalidate(head, crate::slab::SIZE_DESC_HEAD);
+        }
+    }
+
     /// Slab `slab`'s remote-free word (HWcc).
     #[inline]
     pub(crate) fn remote(&self, slab: u32) -> &AtomicU64 {

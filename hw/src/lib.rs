@@ -21,6 +21,7 @@
 //! - [`model`]: a test mode (feature `coherence-model`) that gives each process its own
 //!   non-coherent cache of a heap's SWcc memory, so a missing write-back or invalidation
 //!   fails a test here; and the named sites (`site!`, `cas_site!`) a test may switch off.
+//! - [`process`]: a process's identity over time (pid plus start time).
 //! - [`topology`]: the machine's NUMA nodes from sysfs (a CPU-less node is how a CXL expander
 //!   appears) and the [`topology::Placement`] policy a heap mapping is bound with (`mbind`).
 //!
@@ -42,6 +43,7 @@ pub mod coherence;
 pub mod mcas;
 pub mod model;
 pub mod persist;
+pub mod process;
 pub mod segv;
 pub mod swcc;
 pub mod sync;

@@ -305,3 +305,98 @@ fn a_cpu_cas_on_swcc_memory_loses_updates_and_one_on_coherent_memory_does_not() 
         println!("SWcc counter {total} of {}", 2 * COUNT_INCREMENTS);
     }
 }
+
+/// The cache files of `pod` (`pod.model-PID-START-N`) in `dir`.
+fn cache_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pod.model-"))
+        .collect()
+}
+
+#[test]
+fn a_dead_process_leaves_its_dirty_lines_to_whoever_judges_it_dead_on_its_host() {
+    if let Ok(spec) = std::env::var(ENV_CHILD) {
+        let (role, path) = spec.split_once('|').unwrap();
+        if role != "victim" {
+            return;
+        }
+        let pod = Pod::open(path);
+        pod.word(0).store(42, Ordering::Relaxed); // dirty, never written back
+        pod.word(4096).store(43, Ordering::Relaxed);
+        pod.write_back(4096); // clean: in memory already
+        pod.coherent(1)
+            .store(u64::from(std::process::id()), Ordering::SeqCst);
+        let start = podkv_hw::process::start_time(std::process::id()).unwrap();
+        pod.coherent(2).store(start & 0xFF_FFFF, Ordering::SeqCst);
+        pod.step(1);
+        // SAFETY: killing this very process, as `kill -9` would.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(SIZE_FILE as u64)
+        .unwrap();
+    let test = "a_dead_process_leaves_its_dirty_lines_to_whoever_judges_it_dead_on_its_host";
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ENV_CHILD, format!("victim|{}", path.display()))
+        .env("PODKV_COHERENCE_EVICT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(libc::SIGKILL),
+        "the victim dies by SIGKILL:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        cache_files(dir.path()).len(),
+        1,
+        "the victim's cache outlives it"
+    );
+    let judge = Pod::open(path.to_str().unwrap());
+    let (pid, start) = (
+        judge.coherent(1).load(Ordering::SeqCst) as u32,
+        judge.coherent(2).load(Ordering::SeqCst) as u32,
+    );
+    assert_eq!(
+        judge.word(0).load(Ordering::Relaxed),
+        0,
+        "not in memory yet"
+    );
+    assert_eq!(
+        model::settle_dead(pid, start + 1),
+        0,
+        "another process's start time: not it"
+    );
+    assert_eq!(
+        model::settle_dead(pid, start),
+        1,
+        "one dirty line: the clean one stays"
+    );
+    judge.invalidate(0);
+    assert_eq!(
+        judge.word(0).load(Ordering::Relaxed),
+        42,
+        "its dirty line reached memory"
+    );
+    assert_eq!(judge.word(4096).load(Ordering::Relaxed), 43);
+    assert_eq!(model::settle_dead(pid, start), 0, "settled once");
+    let files = cache_files(dir.path());
+    assert_eq!(
+        files.len(),
+        1,
+        "the victim's file is gone, the judge's is there: {files:?}"
+    );
+    drop(judge);
+    assert!(
+        cache_files(dir.path()).is_empty(),
+        "a closed cache removes its file"
+    );
+}

@@ -145,6 +145,9 @@ impl ThreadHandle {
 
     fn new(shared: Arc<Shared>, adoptions: Arc<Adoptions>, i: u64) -> ThreadHandle {
         let small = *shared.slabs.get(Kind::Small);
+        if podkv_hw::site!("alloc.thread.claim.invalidate_heads") {
+            small.invalidate_heads(shared.geometry.coherence); // a new tenure: see there
+        }
         let slot = shared.slots.slot(i) as *const Slot;
         let recoverable = shared.recoverable;
         // SAFETY: the slot is mapped while `shared` lives.

@@ -34,7 +34,7 @@ use crate::offset::Offset;
 use crate::pending::Pending;
 use crate::recovery::{InFlight, Op, Rec, SlabStep};
 use crate::remote::{self, RemoteFree};
-use crate::slab::State;
+use crate::slab::{SlabDesc, State};
 use podkv_hw::sync::{
     AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
@@ -122,6 +122,9 @@ impl Adopter<'_> {
         self.after_free.set(slab_step(op) && step.after_free);
         if slab_step(op) && slab >= heap.len() && op != Op::Grow {
             return InFlight::None; // not a slab of this heap: nothing this step can have done
+        }
+        if slab_step(op) && op != Op::Grow {
+            self.take_over(heap.desc(slab));
         }
         let ver = rec.ver();
         match op {
@@ -469,6 +472,19 @@ impl Adopter<'_> {
 
     /// Re-derives every back link, tail and the unsized count of this slot's lists from their
     /// forward links (which every transition keeps valid).
+    /// SWcc reader rule for a descriptor the adopter now owns: the dead owner wrote it (and
+    /// wrote it back, or its host's cache holds it), so this process's cached copy, loaded
+    /// whenever, is read fresh before the adopter trusts or changes it.
+    fn take_over<'d>(&self, desc: &'d SlabDesc) -> &'d SlabDesc {
+        if podkv_hw::site!("alloc.recover.take_over.invalidate") {
+            self.shared.geometry.coherence.invalidate(
+                (desc as *const SlabDesc).cast(),
+                std::mem::size_of::<SlabDesc>(),
+            );
+        }
+        desc
+    }
+
     fn repair_lists(&self) {
         for kind in Kind::ALL {
             let heap = *self.shared.slabs.get(kind);
@@ -482,7 +498,7 @@ impl Adopter<'_> {
                 }
                 let (mut link, mut prev, mut steps) = (head, 0, 0);
                 while link != 0 && link <= len && steps <= len {
-                    let desc = heap.desc(link - 1);
+                    let desc = self.take_over(heap.desc(link - 1));
                     if desc.prev() != prev {
                         desc.set_links(desc.next(), prev);
                     }
@@ -496,7 +512,7 @@ impl Adopter<'_> {
             let (mut link, mut count) = (head, 0);
             while link != 0 && link <= len && count <= len {
                 count += 1;
-                link = heap.desc(link - 1).next();
+                link = self.take_over(heap.desc(link - 1)).next();
             }
             lists.unsized_list.store(pack_ends(head, count), Relaxed);
         }

@@ -15,7 +15,7 @@ use crate::class::{is_block_start, Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_
 use crate::pending::{Pending, COUNT_MAX};
 use crate::{crash_point, dcas, error::AllocError, global::List, offset::Offset, recovery::Op};
 use crate::remote::{self, Disown, RemoteFree};
-use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
+use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
 use podkv_hw::sync::Ordering::{Acquire, Relaxed};
 use std::alloc::Layout;
@@ -41,8 +41,7 @@ impl SlabOwner<'_> {
     pub(super) fn took_slab(&self, heap: &SlabHeap, slab: u32) {
         self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
         crash_point!("took_slab.logged");
-        heap.desc(slab)
-            .set_meta(self.me, 0, State::Unsized);
+        heap.desc(slab).set_meta(self.me, 0, State::Unsized);
         crash_point!("took_slab.meta");
         self.keep_or_release(heap, slab);
     }
@@ -73,6 +72,11 @@ impl SlabOwner<'_> {
         block: u32,
         offset: Offset,
     ) {
+        // A detached slab may have come with the slot from another process: read it whole.
+        let detached = desc.meta().state == Some(State::Detached);
+        if detached && podkv_hw::site!("alloc.transition.free_detached.invalidate") {
+            self.coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC);
+        }
         let word = &desc.bits[(block / 64) as usize];
         let bits = word.load(Relaxed);
         let bit = 1u64 << (block % 64);
@@ -85,7 +89,7 @@ impl SlabOwner<'_> {
         crash_point!("free_local.logged");
         word.store(bits | bit, Relaxed);
         self.enter_free(offset.0);
-        if desc.meta().state == Some(State::Detached) {
+        if detached {
             self.detached_to_sized(heap, class, slab);
         }
         if Morpher(self.0).is_empty(heap, desc, slab, class) {
@@ -164,8 +168,7 @@ impl SlabOwner<'_> {
         crash_point!("reattach.logged");
         remote::reattach(heap.remote(slab), self.0);
         crash_point!("reattach.cas");
-        heap.desc(slab)
-            .set_meta(self.me, class as u8, State::Sized);
+        heap.desc(slab).set_meta(self.me, class as u8, State::Sized);
         crash_point!("reattach.meta");
         self.sized_push_back(heap, class, slab);
     }
@@ -181,8 +184,7 @@ impl SlabOwner<'_> {
         self.log_step(Op::ToUnsized, heap, slab, class, |_| {});
         crash_point!("to_unsized.logged");
         self.sized_unlink(heap, class, slab);
-        heap.desc(slab)
-            .set_meta(self.me, 0, State::Unsized);
+        heap.desc(slab).set_meta(self.me, 0, State::Unsized);
         crash_point!("to_unsized.meta");
         self.keep_or_release(heap, slab);
     }
@@ -254,8 +256,7 @@ impl SlabOwner<'_> {
             };
             if let Some(slab) = lists.pop(heap, list, self.0, log) {
                 crash_point!("pop_global.popped");
-                heap.desc(slab)
-                    .set_meta(self.me, 0, State::Unsized);
+                heap.desc(slab).set_meta(self.me, 0, State::Unsized);
                 if list == List::Cold && lists.back_popped(heap, slab).is_err() {
                     self.push_global(heap, slab, false);
                     return Err(AllocError::OutOfMemory);
@@ -277,8 +278,7 @@ impl SlabOwner<'_> {
     /// the unsized list with one store, so they are on it or not at all.
     pub(super) fn place_grown(&self, heap: &SlabHeap, grown: std::ops::Range<u32>) {
         for slab in grown.clone() {
-            heap.desc(slab)
-                .set_meta(self.me, 0, State::Unsized);
+            heap.desc(slab).set_meta(self.me, 0, State::Unsized);
         }
         if grown.len() < 2 {
             return;
@@ -298,10 +298,7 @@ impl SlabOwner<'_> {
 
     pub(super) fn write_back(&self, desc: &SlabDesc) {
         let coherence = self.shared.geometry.coherence;
-        coherence.write_back(
-            (desc as *const SlabDesc).cast(),
-            std::mem::size_of::<SlabDesc>(),
-        );
+        coherence.write_back((desc as *const SlabDesc).cast(), SIZE_DESC);
     }
 
     /// Puts `slab` at the head of a sized list. Forward from the head, the list holds the slab

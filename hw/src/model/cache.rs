@@ -10,6 +10,15 @@
 //!   (at fill, or at a line's last write-back or invalidation);
 //! - `memory + o` is the pod's memory: a `MAP_SHARED` mapping of the heap file.
 //!
+//! # The cache file, and a process that dies
+//! The cache and its snapshots live in a file beside the heap file, named after the process
+//! (`HEAP.model-PID-START-N`, `START` the low 24 bits of its start time, as slot owner words
+//! keep it); it is removed when the heap is closed. A process killed with dirty lines leaves
+//! its file behind: its host's cache still holds those lines, so a process of that host that
+//! judges it dead sees them (its adoption reads the dead owner's state), and they reach memory
+//! when it does so ([`HeapCache::settle_dead`]). Where the directory takes no file (a device),
+//! the cache is an anonymous memfd and nothing outlives the process.
+//!
 //! # Page states
 //! `EMPTY` (a huge page not attached, or an eager page never touched), `UNTOUCHED` (mapped,
 //! to be filled at first touch), `BUSY` (one thread of this process is filling it or moving
@@ -24,6 +33,8 @@
 
 use crate::sync::mapped::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 pub(super) const SIZE_PAGE: usize = 4096;
 const SIZE_LINE: usize = 64;
@@ -55,6 +66,10 @@ pub(super) struct HeapCache {
     /// One byte per `SIZE_CHUNK` of the span: set once a page of it was attached or filled.
     chunks: usize,
     memfd: libc::c_int,
+    /// The cache file, removed at drop (`None`: an anonymous memfd).
+    file: Option<PathBuf>,
+    /// The heap file's path, where dead processes' cache files are found.
+    heap: Option<PathBuf>,
     ring: [AtomicU32; COUNT_RING],
     ring_next: AtomicUsize,
 }
@@ -87,10 +102,10 @@ impl HeapCache {
     ) -> io::Result<HeapCache> {
         let span = total - start;
         let memory = mmap(0, total, RW, libc::MAP_SHARED | libc::MAP_NORESERVE, fd, 0)?;
-        // SAFETY: a fresh memfd; the name is a NUL-terminated literal.
-        let memfd = unsafe { libc::memfd_create(c"podkv-model".as_ptr(), libc::MFD_CLOEXEC) };
+        let heap = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+        let (memfd, file) = create_file(heap.as_deref())?;
         // SAFETY: `memfd` is ours; a sparse size.
-        if memfd < 0 || unsafe { libc::ftruncate(memfd, (2 * span) as libc::off_t) } != 0 {
+        if unsafe { libc::ftruncate(memfd, (2 * span) as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
         }
         let shared = libc::MAP_SHARED | libc::MAP_NORESERVE;
@@ -118,6 +133,8 @@ impl HeapCache {
             states,
             chunks,
             memfd,
+            file,
+            heap,
             ring: [const { AtomicU32::new(0) }; COUNT_RING],
             ring_next: AtomicUsize::new(0),
         })
@@ -427,6 +444,135 @@ impl HeapCache {
     }
 }
 
+impl HeapCache {
+    /// Writes back the dirty lines that dead process `pid` (start time `start`, low 24 bits)
+    /// left in its cache of this heap, and removes its cache file: what its host does for a
+    /// process of that host that judges it dead. Returns the lines written back. Lines are
+    /// marked clean as they go, so a second settler (holding the file's lock after the first)
+    /// writes nothing again.
+    pub(super) fn settle_dead(&self, pid: u32, start: u32) -> usize {
+        let Some(heap) = &self.heap else {
+            return 0;
+        };
+        let (Some(dir), Some(name)) = (heap.parent(), heap.file_name()) else {
+            return 0;
+        };
+        let mut prefix = name.as_bytes().to_vec();
+        prefix.extend_from_slice(format!(".model-{pid}-{start}-").as_bytes());
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        let mut lines = 0;
+        for entry in entries.flatten() {
+            if entry.file_name().as_bytes().starts_with(&prefix) {
+                lines += self.settle_file(&entry.path());
+            }
+        }
+        lines
+    }
+
+    fn settle_file(&self, path: &Path) -> usize {
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+        else {
+            return 0;
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        // SAFETY: our own descriptor; a blocking lock (the model is a test mode: a second
+        // settler waits for the first, then finds every line clean).
+        unsafe { libc::flock(fd, libc::LOCK_EX) };
+        let mut lines = 0;
+        if file
+            .metadata()
+            .is_ok_and(|m| m.len() == 2 * self.span as u64)
+        {
+            if let Ok(dead) = mmap(0, 2 * self.span, RW, libc::MAP_SHARED, fd, 0) {
+                for page in data_pages(fd, self.span) {
+                    lines += self.settle_page(dead, page);
+                }
+                // SAFETY: the mapping made just above.
+                unsafe { libc::munmap(dead as *mut _, 2 * self.span) };
+            }
+        }
+        let _ = std::fs::remove_file(path);
+        lines
+    }
+
+    /// Writes back the dirty lines of page `page` of a dead process's cache mapped at `dead`.
+    fn settle_page(&self, dead: usize, page: usize) -> usize {
+        let mut lines = 0;
+        for line in 0..SIZE_PAGE / SIZE_LINE {
+            let at = page * SIZE_PAGE + line * SIZE_LINE;
+            let (local, snap) = (self.words(dead + at), self.words(dead + self.span + at));
+            let copy: [u64; WORDS] = std::array::from_fn(|w| local[w].load(Ordering::Relaxed));
+            if (0..WORDS).all(|w| copy[w] == snap[w].load(Ordering::Relaxed)) {
+                continue;
+            }
+            let mem = self.words(self.mem(page) + line * SIZE_LINE);
+            for w in 0..WORDS {
+                mem[w].store(copy[w], Ordering::Relaxed);
+                snap[w].store(copy[w], Ordering::Relaxed);
+            }
+            lines += 1;
+        }
+        fence(Ordering::SeqCst);
+        lines
+    }
+}
+
+/// Makes this process's cache file beside the heap file `heap` (see the module docs), or an
+/// anonymous memfd where that is not possible.
+fn create_file(heap: Option<&Path>) -> io::Result<(libc::c_int, Option<PathBuf>)> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let pid = std::process::id();
+    let start = crate::process::start_time(pid).unwrap_or(0) & 0xFF_FFFF;
+    if let Some(heap) = heap.filter(|h| h.is_absolute() && !h.starts_with("/dev/dax")) {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut name = heap.as_os_str().to_owned();
+        name.push(format!(".model-{pid}-{start}-{n}"));
+        let path = PathBuf::from(name);
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path);
+        if let Ok(file) = opened {
+            return Ok((std::os::fd::IntoRawFd::into_raw_fd(file), Some(path)));
+        }
+    }
+    // SAFETY: a fresh memfd; the name is a NUL-terminated literal.
+    let memfd = unsafe { libc::memfd_create(c"podkv-model".as_ptr(), libc::MFD_CLOEXEC) };
+    if memfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((memfd, None))
+}
+
+/// The pages of `[0, span)` of file `fd` that hold data (holes read as zeros: clean).
+fn data_pages(fd: libc::c_int, span: usize) -> Vec<usize> {
+    let mut pages = Vec::new();
+    let mut at = 0;
+    while at < span {
+        // SAFETY: our own descriptor; lseek only moves its offset.
+        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 || data as usize >= span {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let end = if hole < 0 {
+            span
+        } else {
+            (hole as usize).min(span)
+        };
+        pages.extend(data as usize / SIZE_PAGE..end.div_ceil(SIZE_PAGE));
+        at = end;
+    }
+    pages
+}
+
 impl Drop for HeapCache {
     fn drop(&mut self) {
         // SAFETY: the model's own mappings and memfd, unused once unregistered.
@@ -436,6 +582,9 @@ impl Drop for HeapCache {
             libc::munmap(self.states as *mut _, self.span / SIZE_PAGE);
             libc::munmap(self.chunks as *mut _, self.span.div_ceil(SIZE_CHUNK));
             libc::close(self.memfd);
+        }
+        if let Some(file) = &self.file {
+            let _ = std::fs::remove_file(file);
         }
     }
 }

@@ -16,7 +16,10 @@
 //!   [`Cache::map`]) stay mapped shared, so they are coherent, as are words changed by mCAS;
 //! - a CPU CAS on SWcc memory acts on this process's copy only, because that is all it sees.
 //!
-//! Threads of one process share its cache (they run on one host).
+//! Threads of one process share its cache (they run on one host). A process killed with
+//! dirty lines leaves them in its host's cache: they reach memory when a process of its host
+//! judges it dead ([`settle_dead`], called by `alloc`'s liveness check), because a real
+//! adopter on that host would see them in the cache they share.
 //!
 //! # How it is built
 //! Under the `coherence-model` feature, a heap opened while the model is [`active`] maps its
@@ -117,8 +120,8 @@ macro_rules! cas_site {
 #[cfg(feature = "coherence-model")]
 mod real {
     pub use super::registry::{
-        active, attach, detach, forget_file, invalidate, seed, serve_fault, set_active, touch,
-        write_back, Cache,
+        active, attach, detach, forget_file, invalidate, seed, serve_fault, set_active,
+        settle_dead, touch, write_back, Cache,
     };
     use crate::sync::mapped::{AtomicU64, Ordering};
 
@@ -164,6 +167,12 @@ mod stub {
     /// Nothing to forget: the model is not built in.
     #[inline(always)]
     pub fn forget_file(_fd: libc::c_int, _offset: u64, _len: u64) {}
+
+    /// Nothing to settle: the model is not built in.
+    #[inline(always)]
+    pub fn settle_dead(_pid: u32, _start: u32) -> usize {
+        0
+    }
 
     /// Nothing to touch: the model is not built in.
     #[inline(always)]

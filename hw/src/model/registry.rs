@@ -192,6 +192,16 @@ pub fn forget_file(fd: libc::c_int, offset: u64, len: u64) {
     );
 }
 
+/// Process `pid` (start time `start`, low 24 bits) is known dead to this process (on its
+/// host): the dirty lines it left in its caches of every heap modelled here reach memory now,
+/// as its host's cache would let a process of that host see them. Returns the lines written
+/// back. Callers still invalidate before they read what the dead process owned.
+pub fn settle_dead(pid: u32, start: u32) -> usize {
+    (0..COUNT_REGIONS)
+        .filter_map(|i| use_entry(i, |region| region.settle_dead(pid, start)))
+        .sum()
+}
+
 /// Maps a huge block's `[addr, addr + len)` as cache if it lies in a modelled heap:
 /// `Some(mapped)`, or `None` when the caller should map the file itself.
 pub fn attach(addr: *mut u8, len: usize) -> Option<bool> {
