@@ -260,6 +260,58 @@ fn replay_of_a_generated_trace_against_the_embedded_store_from_two_processes() {
     assert!(heap.exists(), "a heap named by --heap is kept");
 }
 
+/// An embedded run records what it cost to keep the heap coherent, per operation: cache
+/// lines written back and invalidated by the SWcc rules, and mCAS requests. A `hardware`
+/// heap needs none; a `limited` one writes back and invalidates, with no mCAS; an `mcas`
+/// one also sends mCAS requests. The text summary says the same.
+#[test]
+fn an_embedded_run_records_its_coherence_work_per_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let modes: [(&str, &[&str]); 3] = [
+        ("hardware", &["--coherence", "hardware"]),
+        ("limited", &["--coherence", "limited"]),
+        ("mcas", &["--coherence", "mcas"]),
+    ];
+    for (mode, flags) in modes {
+        let (json, heap) = (
+            dir.path().join(format!("{mode}.ndjson")),
+            dir.path().join(format!("{mode}.heap")),
+        );
+        let mut create = vec!["heap", "create", s(&heap), "--small-bytes", "8MiB"];
+        create.extend_from_slice(flags);
+        podkv(&create);
+        let out = podkv(&[
+            "ycsb",
+            "--workload",
+            "a",
+            "--records",
+            "500",
+            "--ops",
+            "2000",
+            "--target",
+            "embedded",
+            "--heap",
+            s(&heap),
+            "--json",
+            s(&json),
+        ]);
+        let r = &records(&json)[0];
+        let per_op = |field: &str| r[field].as_f64().unwrap_or_else(|| panic!("{field}: {r}"));
+        let (wb, inv, mcas) = (
+            per_op("writebacks_per_op"),
+            per_op("invalidations_per_op"),
+            per_op("mcas_per_op"),
+        );
+        match mode {
+            "hardware" => assert_eq!((wb, inv, mcas), (0.0, 0.0, 0.0), "{r}"),
+            "limited" => assert!(wb > 0.0 && inv > 0.0 && mcas == 0.0, "{r}"),
+            _ => assert!(wb > 0.0 && inv > 0.0 && mcas > 0.0, "{r}"),
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("coherence per op:"), "{text}");
+    }
+}
+
 #[test]
 fn duration_ends_the_timed_phase_early() {
     let dir = tempfile::tempdir().unwrap();

@@ -169,6 +169,7 @@ pub fn run_process<A: BenchAlloc, F: Fn() -> A + Sync>(
         pss_bytes: memory.0.load(Ordering::Acquire),
         page_faults: memory.1.load(Ordering::Acquire),
         hwcc_bytes: None,
+        coherence: None,
         servers: Vec::new(),
         pss_samples: Vec::new(),
         timed_from_ns: 0,

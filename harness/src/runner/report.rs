@@ -24,6 +24,9 @@ pub struct ProcessReport {
     pub page_faults: u64,
     /// The target's HWcc bytes, for heap targets.
     pub hwcc_bytes: Option<u64>,
+    /// What the timed phase did to keep the heap coherent, for heap targets.
+    #[serde(default)]
+    pub coherence: Option<CoherenceOps>,
     /// Requests and failures per server (a memcached target with a timeout).
     #[serde(default)]
     pub servers: Vec<ServerTally>,
@@ -37,6 +40,30 @@ pub struct ProcessReport {
     /// A server target's answer to `version`.
     #[serde(default)]
     pub server_version: Option<String>,
+}
+
+/// What one process's workers did to keep a pod heap coherent during the timed phase: cache
+/// lines written back and invalidated by the SWcc rules (`podkv_hw::swcc::counts`, summed
+/// over the worker threads) and the mCAS requests the process sent to the heap.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CoherenceOps {
+    /// Cache lines written back.
+    pub writebacks: u64,
+    /// Cache lines invalidated.
+    pub invalidations: u64,
+    /// mCAS requests (CAS and store).
+    pub mcas: u64,
+}
+
+impl CoherenceOps {
+    /// Both summed.
+    pub fn plus(self, other: CoherenceOps) -> CoherenceOps {
+        CoherenceOps {
+            writebacks: self.writebacks + other.writebacks,
+            invalidations: self.invalidations + other.invalidations,
+            mcas: self.mcas + other.mcas,
+        }
+    }
 }
 
 /// Merges the reports of all processes.
@@ -129,6 +156,16 @@ pub struct RunRecord {
     /// HWcc bytes of the heap, for heap targets.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub hwcc_bytes: Option<u64>,
+    /// Cache lines written back by the SWcc rules per operation of the timed phase, for heap
+    /// targets (zero in a `hardware` heap).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub writebacks_per_op: Option<f64>,
+    /// Cache lines invalidated by the SWcc rules per operation, for heap targets.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub invalidations_per_op: Option<f64>,
+    /// mCAS requests per operation, for heap targets (zero but in an `mcas` heap).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mcas_per_op: Option<f64>,
     /// A server target's answer to `version` (`1.6.21`; podkv serve's says `-podkv-`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub server_version: Option<String>,
@@ -194,6 +231,10 @@ impl RunRecord {
     ) -> anyhow::Result<Self> {
         let tally = merge(spec, reports)?;
         let (pss_over_time, pss_timed_from_s) = pss_over_time(reports);
+        let coherence = reports
+            .iter()
+            .filter_map(|r| r.coherence)
+            .reduce(CoherenceOps::plus);
         let context = process_stats::context();
         let us = tally.ns_per_tick() / 1000.0;
         let at = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 * us;
@@ -244,6 +285,9 @@ impl RunRecord {
             pss_over_time,
             pss_timed_from_s,
             hwcc_bytes: reports.iter().find_map(|r| r.hwcc_bytes),
+            writebacks_per_op: coherence.map(|c| c.writebacks as f64 / ops.max(1) as f64),
+            invalidations_per_op: coherence.map(|c| c.invalidations as f64 / ops.max(1) as f64),
+            mcas_per_op: coherence.map(|c| c.mcas as f64 / ops.max(1) as f64),
             server_version: reports.iter().find_map(|r| r.server_version.clone()),
             latency_from: spec.pacing.latency_from().into(),
             target_rate: match spec.pacing {
@@ -286,6 +330,15 @@ impl RunRecord {
             self.hwcc_bytes
                 .map_or(String::new(), |b| format!(", hwcc {}", human_bytes(b)))
         );
+        if let (Some(wb), Some(inv), Some(mcas)) = (
+            self.writebacks_per_op,
+            self.invalidations_per_op,
+            self.mcas_per_op,
+        ) {
+            println!(
+                "  coherence per op: {wb:.2} lines written back, {inv:.2} lines invalidated, {mcas:.2} mCAS"
+            );
+        }
         if self.latency_from != "send" {
             let offered = self
                 .target_rate

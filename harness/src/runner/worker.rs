@@ -9,13 +9,14 @@ use super::control::{Control, COUNT_OPS_PER_PROGRESS};
 use super::cpus::{allowed_cpus, pin_to};
 use super::metrics::{ticks, Recorder, Tally};
 use super::pacing::{Pacing, Schedule};
-use super::report::ProcessReport;
+use super::report::{CoherenceOps, ProcessReport};
 use super::source::{Source, TraceShare, Values};
 use super::spec::{Job, RunSpec};
 use super::targets::kv::KvTarget;
 use super::targets::store::StoreTarget;
 use super::targets::{null::NullTarget, Outcome, Session, Target, TargetSpec};
 use crate::process_stats;
+use podkv_hw::swcc::Counts;
 use podkv_traces::Partitioner;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -150,10 +151,15 @@ fn run_threads<T: Target, S: Source + Send>(
             .collect();
         // Raised however this closure ends (a worker's panic too), so the sampler returns.
         let stop_sampling = RaiseOnDrop(&sampling);
-        let faults = ctl
-            .wait_for(&ctl.go[timed], 1)
-            .map(|()| (process_stats::minor_faults(), process_stats::monotonic_ns()));
-        let tallies: Vec<anyhow::Result<Tally>> = handles
+        let faults = ctl.wait_for(&ctl.go[timed], 1).map(|()| {
+            let mcas = target.mcas_ops();
+            (
+                process_stats::minor_faults(),
+                process_stats::monotonic_ns(),
+                mcas,
+            )
+        });
+        let tallies: Vec<anyhow::Result<(Tally, Counts)>> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect();
@@ -163,17 +169,30 @@ fn run_threads<T: Target, S: Source + Send>(
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         (tallies, faults, samples)
     });
-    let (faults, timed_from_ns) = faults?;
+    let (faults, timed_from_ns, mcas_from) = faults?;
     let mut tally = Tally::new(kinds);
+    let mut swcc = Counts::default();
     for t in tallies {
-        tally.merge(&t?);
+        let (t, counts) = t?;
+        tally.merge(&t);
+        swcc.lines_written_back += counts.lines_written_back;
+        swcc.lines_invalidated += counts.lines_invalidated;
     }
+    let coherence = target
+        .mcas_ops()
+        .zip(mcas_from)
+        .map(|(now, from)| CoherenceOps {
+            writebacks: swcc.lines_written_back,
+            invalidations: swcc.lines_invalidated,
+            mcas: now.saturating_sub(from),
+        });
     Ok(ProcessReport {
         process,
         tally: tally.to_wire(),
         pss_bytes: process_stats::pss_bytes(),
         page_faults: process_stats::minor_faults().saturating_sub(faults),
         hwcc_bytes: target.hwcc_bytes(),
+        coherence,
         servers: target.server_tallies(),
         pss_samples,
         timed_from_ns,
@@ -191,7 +210,7 @@ impl Drop for RaiseOnDrop<'_> {
 }
 
 /// One worker thread: every phase in order (only the timed one paced); returns the timed
-/// phase's tally.
+/// phase's tally and what this thread's SWcc rules did during it.
 fn run_worker<T: Target, S: Source>(
     spec: &RunSpec,
     target: &T,
@@ -199,14 +218,16 @@ fn run_worker<T: Target, S: Source>(
     w: usize,
     sources: Vec<S>,
     timed: usize,
-) -> anyhow::Result<Tally> {
+) -> anyhow::Result<(Tally, Counts)> {
     let kinds = spec.job.kind_names().len();
     let mut session = target.session(w)?;
+    let mut swcc = Counts::default();
     let mut values = Values::default();
     let mut tally = Tally::new(kinds);
     for (phase, source) in sources.into_iter().enumerate() {
         ctl.start_line(phase)?;
         let stoppable = phase == timed;
+        let swcc_from = podkv_hw::swcc::counts();
         let recorder = if stoppable && spec.pacing.is_open() {
             let schedule = Schedule::start(&spec.pacing, spec.workers());
             run_source_paced(source, &mut session, &mut values, ctl, w, kinds, &schedule)?
@@ -216,9 +237,10 @@ fn run_worker<T: Target, S: Source>(
         ctl.finish_line(phase);
         if phase == timed {
             tally = recorder.into_tally();
+            swcc = podkv_hw::swcc::counts().since(swcc_from);
         }
     }
-    Ok(tally)
+    Ok((tally, swcc))
 }
 
 /// The timed loop: next op, tick, perform, tick, record.

@@ -75,6 +75,12 @@ pub trait Target: Sync {
         None
     }
 
+    /// mCAS requests this process sent to the target's heap so far, for targets with a pod
+    /// heap (zero but in an `mcas` heap); `None` for others.
+    fn mcas_ops(&self) -> Option<u64> {
+        None
+    }
+
     /// Requests and failures per server, for targets that count them (a memcached target
     /// with a timeout).
     fn server_tallies(&self) -> Vec<ServerTally> {

@@ -55,6 +55,10 @@ impl<A: Arena> Target for StoreTarget<A> {
     fn hwcc_bytes(&self) -> Option<u64> {
         self.heap.as_ref().map(podkv_alloc::Heap::hwcc_bytes)
     }
+
+    fn mcas_ops(&self) -> Option<u64> {
+        self.heap.as_ref().map(podkv_alloc::Heap::mcas_ops)
+    }
 }
 
 impl<A: Arena> StoreSession<A> {
