@@ -37,6 +37,30 @@ void* podkv_boost_open(const char* name) {
     }
 }
 
+// The segment `name`, created with `bytes` if it does not exist yet (boost settles a race
+// between processes creating it at once); null on failure.
+void* podkv_boost_open_or_create(const char* name, uint64_t bytes) {
+    try {
+        return new bip::managed_shared_memory(bip::open_or_create, name, bytes);
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+// The handle of the named block `name` of `words` zeroed 8-byte words, made by the first
+// process that asks (under the segment's mutex); UINT64_MAX on failure.
+uint64_t podkv_boost_named(void* s, const char* name, uint64_t words) {
+    try {
+        uint64_t* p = segment(s)->find_or_construct<uint64_t>(name)[words](0);
+        return static_cast<uint64_t>(segment(s)->get_handle_from_address(p));
+    } catch (...) {
+        return UINT64_MAX;
+    }
+}
+
+// Bytes the segment holds in all.
+uint64_t podkv_boost_size(void* s) { return segment(s)->get_size(); }
+
 // Unmaps the segment from this process.
 void podkv_boost_close(void* s) { delete segment(s); }
 

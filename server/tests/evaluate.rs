@@ -81,6 +81,26 @@ fn the_tiny_evaluation_reports_every_figure_or_says_why() {
             "no panel of {figure}"
         );
     }
+    // The store's index on boost.interprocess is on every fig8 panel: drawn, or refused with
+    // the reason (a binary built without boost).
+    let fig8: Vec<&Value> = panels
+        .iter()
+        .filter(|p| p["figure"] == "fig8" && p["metric"] == "throughput")
+        .collect();
+    assert_eq!(fig8.len(), 7, "fig8 has 7 panels: {fig8:?}");
+    for panel in fig8 {
+        let series = panel["series"].as_array().unwrap();
+        let boost = series.iter().find(|s| s["name"] == "boost");
+        let boost = boost.unwrap_or_else(|| panic!("{}: no boost series", panel["id"]));
+        assert!(
+            boost["status"] == "ok"
+                || boost["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("boost")),
+            "{}: boost is neither drawn nor refused with its reason: {boost}",
+            panel["id"]
+        );
+    }
     for panel in panels {
         let id = panel["id"].as_str().unwrap();
         match panel["png"].as_str() {

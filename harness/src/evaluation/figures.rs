@@ -70,8 +70,9 @@ pub const FIGURES: [Figure; 6] = [
         id: "fig8",
         title: "Figure 8: key-value store workloads (YCSB and Twitter memcached traces)",
         about: "Throughput and summed PSS of a key-value store over threads, podkv's store in a \
-                pod heap (`embedded`) against the same index on mimalloc (`mimalloc`) and a \
-                dashmap (CXLALLOC §5.2.1, Fig. 8).",
+                pod heap (`embedded`) against the same index on mimalloc (`mimalloc`), the same \
+                index on boost.interprocess (`boost`: a managed_shared_memory segment, one \
+                global mutex) and a dashmap (CXLALLOC §5.2.1, Fig. 8).",
         panels: &[
             "YCSB-Load",
             "YCSB-A",
@@ -83,7 +84,7 @@ pub const FIGURES: [Figure; 6] = [
         ],
         metrics: &[THROUGHPUT, PSS],
         x_label: "workers (processes × threads)",
-        series: &["embedded", "mimalloc", "dashmap"],
+        series: &["embedded", "mimalloc", "boost", "dashmap"],
     },
     Figure {
         id: "fig9",

@@ -125,6 +125,12 @@ fn fig8(panels: &Panels, comparisons: &[Comparison]) -> Vec<String> {
     if let Some(p) = mean_ratio(panels, all, "embedded", "dashmap", "pss") {
         parts.push(format!("embedded's PSS is {p:.2}× dashmap's"));
     }
+    if let Some(t) = mean_ratio(panels, all, "embedded", "boost", "throughput") {
+        parts.push(format!(
+            "embedded runs at {t:.2}× the same index on boost.interprocess, whose every \
+             allocation and free takes one global mutex (the paper: unscalable, §5.2.1)"
+        ));
+    }
     parts
 }
 

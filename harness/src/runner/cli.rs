@@ -121,19 +121,24 @@ pub fn replay(c: &ReplayCommand) -> anyhow::Result<()> {
     })
 }
 
-/// Runs `f`, then removes the embedded target's heap if the runner made it up.
+/// Runs `f`, then removes the embedded target's heap if the runner made it up, and the boost
+/// target's segment (always made up).
 fn with_temp_heap(
     spec: &RunSpec,
     made_up: bool,
     f: impl FnOnce() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    use super::targets::TargetSpec;
     let temp = match &spec.target {
-        super::targets::TargetSpec::Embedded { heap } if made_up => Some(heap.clone()),
+        TargetSpec::Embedded { heap } if made_up => Some(heap.clone()),
         _ => None,
     };
     let result = f();
     if let Some(heap) = temp {
         let _ = std::fs::remove_file(heap);
+    }
+    if let TargetSpec::Boost { segment, .. } = &spec.target {
+        crate::bench::boost::Segment::remove(segment);
     }
     result
 }

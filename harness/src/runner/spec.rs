@@ -14,7 +14,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunArgs {
     /// What to run against: `embedded` (the podkv store in a pod heap), `mimalloc` (the
-    /// same index in process-local memory), `dashmap`, `null` (nothing: measures the
+    /// same index in process-local memory), `boost` (the same index in a boost.interprocess
+    /// segment; feature `baselines`), `dashmap`, `null` (nothing: measures the
     /// runner), or `memcached://HOST:PORT[,HOST:PORT...]`.
     #[arg(long, default_value = "embedded", value_name = "TARGET")]
     pub target: String,
@@ -23,7 +24,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub heap: Option<PathBuf>,
     /// Worker processes (the runner re-executes podkv); only targets that can be shared
-    /// (embedded, memcached, null) allow more than one.
+    /// (embedded, boost, memcached, null) allow more than one.
     #[arg(long, default_value_t = 1, value_name = "P")]
     pub processes: usize,
     /// End the timed phase after this many seconds, even if operations remain.
@@ -185,6 +186,30 @@ impl Job {
     }
 }
 
+impl Job {
+    /// Bytes of every item the job could hold at once, each with `slack` bytes beyond its key
+    /// and value: a YCSB job's records plus its operations (each at most one new item) at the
+    /// largest value and a key of 64 bytes; a replay's requests, each at its own sizes. Zero for a benchmark.
+    pub fn most_item_bytes(&self, slack: u64) -> anyhow::Result<u64> {
+        Ok(match self {
+            Job::Ycsb(y) => {
+                let w = y.args().workload()?;
+                let value = w.fields.count * w.fields.length.max;
+                (w.record_count + w.operation_count) * (value + 64 + slack)
+            }
+            Job::Replay { trace } => {
+                let mut sum = 0u64;
+                for request in podkv_traces::requests(trace)? {
+                    let r = request?;
+                    sum += r.key.len() as u64 + u64::from(r.value_size) + slack;
+                }
+                sum
+            }
+            Job::Bench(_) => 0,
+        })
+    }
+}
+
 /// Everything a run needs; sent to worker processes as JSON.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunSpec {
@@ -208,9 +233,17 @@ pub struct RunSpec {
 impl RunSpec {
     /// The spec of a command line.
     pub fn new(job: Job, args: &RunArgs, threads: usize) -> anyhow::Result<Self> {
+        let mut target = TargetSpec::parse(&args.target, args.heap.clone())?;
+        if let TargetSpec::Boost { bytes, .. } = &mut target {
+            if let Some(why) = crate::bench::boost::unavailable() {
+                anyhow::bail!(why);
+            }
+            use super::targets::boost;
+            *bytes = boost::segment_bytes(job.most_item_bytes(boost::SIZE_ITEM_SLACK)?);
+        }
         let spec = Self {
             job,
-            target: TargetSpec::parse(&args.target, args.heap.clone())?,
+            target,
             processes: args.processes,
             threads,
             duration: args.duration,

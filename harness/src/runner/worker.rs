@@ -42,6 +42,9 @@ fn run_target(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<P
         }
         TargetSpec::Mimalloc => run_sources(spec, ctl, process, &StoreTarget::local()?),
         TargetSpec::Embedded { heap } => run_sources(spec, ctl, process, &StoreTarget::open(heap)?),
+        TargetSpec::Boost { segment, bytes } => {
+            run_sources(spec, ctl, process, &StoreTarget::boost(segment, *bytes)?)
+        }
         TargetSpec::Memcached {
             servers,
             timeout_ms,

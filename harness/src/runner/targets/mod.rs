@@ -12,8 +12,10 @@
 //! | `dashmap` | `podkv_store::DashBaseline` through `KvMap` ([`kv`]) | 1 |
 //! | `mimalloc` | the podkv index in process-local mimalloc memory ([`store`]) | 1 |
 //! | `embedded` | the podkv store in a pod heap file ([`store`]) | any |
+//! | `boost` | the podkv index in a boost.interprocess segment ([`boost`]; feature `baselines` with boost's headers) | any |
 //! | `memcached://H:P[,H:P…][?timeout_ms=MS]` | memcached text protocol over TCP, keys spread by hash; with a timeout, failures are counted per server instead of ending the run | any |
 
+pub mod boost;
 pub mod kv;
 pub mod null;
 pub mod store;
@@ -108,6 +110,13 @@ pub enum TargetSpec {
         /// The heap file.
         heap: PathBuf,
     },
+    /// The podkv index in a boost.interprocess `managed_shared_memory` segment.
+    Boost {
+        /// The segment's name (under /dev/shm), made up per run and removed after it.
+        segment: String,
+        /// The segment's size, from the job ([`boost::segment_bytes`]).
+        bytes: u64,
+    },
     /// memcached servers.
     Memcached {
         /// `HOST:PORT` of each server.
@@ -128,6 +137,10 @@ impl TargetSpec {
             "mimalloc" => TargetSpec::Mimalloc,
             "embedded" => TargetSpec::Embedded {
                 heap: heap.unwrap_or_else(fresh_heap_path),
+            },
+            "boost" => TargetSpec::Boost {
+                segment: boost::fresh_segment_name(),
+                bytes: 0,
             },
             _ => match text.strip_prefix("memcached://") {
                 Some(rest) => {
@@ -159,7 +172,7 @@ impl TargetSpec {
                     }
                 }
                 None => anyhow::bail!(
-                    "unknown target {text:?}: expected embedded, mimalloc, dashmap, null or memcached://HOST:PORT[,...]"
+                    "unknown target {text:?}: expected embedded, mimalloc, boost, dashmap, null or memcached://HOST:PORT[,...]"
                 ),
             },
         })
@@ -172,6 +185,7 @@ impl TargetSpec {
             TargetSpec::Dashmap => "dashmap".into(),
             TargetSpec::Mimalloc => "mimalloc".into(),
             TargetSpec::Embedded { .. } => "embedded".into(),
+            TargetSpec::Boost { .. } => "boost".into(),
             TargetSpec::Memcached {
                 servers,
                 timeout_ms,

@@ -36,6 +36,18 @@ impl StoreTarget<LocalArena> {
     }
 }
 
+impl StoreTarget<super::boost::BoostArena> {
+    /// The index in the boost.interprocess segment `name` (created with `bytes` by the first
+    /// process that opens it).
+    pub fn boost(name: &str, bytes: u64) -> anyhow::Result<Self> {
+        let arena = super::boost::BoostArena::open(name, bytes)?;
+        Ok(Self {
+            map: podkv_store::Map::open_in(arena, &StoreConfig::default())?,
+            heap: None,
+        })
+    }
+}
+
 /// A worker's handle, remembering its `gets` tokens for `cas`.
 pub struct StoreSession<A: Arena> {
     handle: Handle<A>,
@@ -136,5 +148,33 @@ mod tests {
         );
         assert!(run(Command::Delete, b"k", b""));
         assert!(!run(Command::Delete, b"k", b""));
+    }
+
+    /// Two mappings of one segment (at two addresses, as two processes have it) share one
+    /// index: what one stores, the other reads.
+    #[cfg(podkv_boost)]
+    #[test]
+    fn boost_index_is_shared_by_every_mapping() {
+        let name = super::super::boost::fresh_segment_name();
+        let a = StoreTarget::boost(&name, 64 << 20).unwrap();
+        let b = StoreTarget::boost(&name, 64 << 20).unwrap();
+        crate::bench::boost::Segment::remove(&name);
+        let (mut sa, mut sb) = (a.session(0).unwrap(), b.session(1).unwrap());
+        let value = vec![7u8; 5000];
+        for i in 0..200u32 {
+            let key = i.to_le_bytes();
+            let hit = sa.execute(Command::Set { ttl: 0 }, &key, &value).unwrap();
+            assert_eq!(hit, Outcome::Hit);
+        }
+        for i in 0..200u32 {
+            let hit = sb.execute(Command::Get, &i.to_le_bytes(), b"").unwrap();
+            assert_eq!(hit, Outcome::Hit, "key {i}");
+        }
+        let gone = sb
+            .execute(Command::Delete, &7u32.to_le_bytes(), b"")
+            .unwrap();
+        assert_eq!(gone, Outcome::Hit);
+        let miss = sa.execute(Command::Get, &7u32.to_le_bytes(), b"").unwrap();
+        assert_eq!(miss, Outcome::Miss);
     }
 }
