@@ -75,7 +75,7 @@ fn the_tiny_evaluation_reports_every_figure_or_says_why() {
         assert!(report.join(page).is_file(), "page {page} is missing");
     }
     let panels = manifest["panels"].as_array().unwrap();
-    for figure in ["fig8", "fig9", "fig10", "fig11", "fig12"] {
+    for figure in ["fig8", "fig9", "fig10", "fig11", "fig12", "fragbench"] {
         assert!(
             panels.iter().any(|p| p["figure"] == figure),
             "no panel of {figure}"
@@ -101,6 +101,29 @@ fn the_tiny_evaluation_reports_every_figure_or_says_why() {
             panel["id"]
         );
     }
+    // Fragbench: PSS after each phase, every workload, podkv with and without morphing.
+    for w in ["W1", "W2", "W3", "W4"] {
+        let pss = panels
+            .iter()
+            .find(|p| p["figure"] == "fragbench" && p["panel"] == w && p["metric"] == "pss")
+            .unwrap_or_else(|| panic!("no Fragbench PSS panel for {w}"));
+        for name in ["podkv", "podkv-nomorph", "mimalloc"] {
+            let s = pss["series"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == name);
+            assert!(
+                s.is_some_and(|s| s["status"] == "ok"),
+                "Fragbench {w}: {name} has no PSS curve: {pss}"
+            );
+        }
+    }
+    let fragbench = std::fs::read_to_string(report.join("fragbench.md")).unwrap();
+    assert!(
+        fragbench.contains("occupancy") && fragbench.contains("podkv-nomorph"),
+        "the Fragbench page lacks the occupancy census or the morphing ratio"
+    );
     for panel in panels {
         let id = panel["id"].as_str().unwrap();
         match panel["png"].as_str() {

@@ -65,7 +65,7 @@ const P99_US: Metric = Metric {
 };
 
 /// Every figure the report writes, in order.
-pub const FIGURES: [Figure; 6] = [
+pub const FIGURES: [Figure; 7] = [
     Figure {
         id: "fig8",
         title: "Figure 8: key-value store workloads (YCSB and Twitter memcached traces)",
@@ -161,6 +161,20 @@ pub const FIGURES: [Figure; 6] = [
         metrics: &[P50_US, P99_US, THROUGHPUT],
         x_label: "offered load (ops/s)",
         series: &["podkv serve", "memcached"],
+    },
+    Figure {
+        id: "fragbench",
+        title: "Fragbench: memory after each phase (NVAlloc Fig. 15)",
+        about: "PSS and throughput of NVAlloc's Fragbench W1–W4 (NVAlloc §3 Table 1, §6.4, \
+                Fig. 15): Before allocates one size distribution with the live data capped, \
+                Delete frees a share of it, After allocates a second distribution. podkv's heap \
+                with slab morphing (`podkv`) and without (`podkv-nomorph`) against mimalloc, \
+                jemalloc and the system allocator; each run a process of its own. Not a figure \
+                of CXLALLOC: the heap's slab morphing follows NVAlloc.",
+        panels: &["W1", "W2", "W3", "W4"],
+        metrics: &[PSS, THROUGHPUT],
+        x_label: "phase (1 before, 2 delete, 3 after)",
+        series: &["podkv", "podkv-nomorph", "mimalloc", "jemalloc", "system"],
     },
 ];
 

@@ -1,5 +1,6 @@
 //! `podkv report RESULTS.ndjson… -o docs/results/`: the CXLALLOC paper's evaluation from
-//! podkv's records — one Markdown page per figure (Figs. 8–12) and one of tables, one PNG per
+//! podkv's records — one Markdown page per figure (Figs. 8–12, the server rows, NVAlloc's
+//! Fragbench) and one of tables, one PNG per
 //! panel and metric, and `manifest.json` listing every panel, series and x-value. A curve a
 //! reader expects but the records lack is listed with the reason its records give (a point
 //! a suite skipped, a run that timed out), or with none when nothing says why.
@@ -9,9 +10,11 @@
 //! - [`figures`]: the figures' panels, axes and expected curves;
 //! - [`paper`]: the paper's published ratios (with sections) beside ours; [`why`]: one
 //!   line per figure on where we stand and which measured quantity explains it;
-//! - [`page`]: the Markdown pages and the manifest; [`timeline`]: memory over time.
+//! - [`page`]: the Markdown pages and the manifest; [`timeline`]: memory over time;
+//!   [`fragbench`]: the Fragbench page's occupancy census and morphing ratios.
 
 pub mod figures;
+pub mod fragbench;
 pub mod page;
 pub mod paper;
 pub mod rows;

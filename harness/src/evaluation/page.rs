@@ -161,6 +161,9 @@ fn figure_page(
             entries.push(entry);
         }
     }
+    if figure.id == "fragbench" {
+        out.push_str(&super::fragbench::section(panels));
+    }
     let (memory, memory_entries) = super::timeline::section(dir, &plots, figure.id, rows)?;
     out.push_str(&memory);
     entries.extend(memory_entries);

@@ -8,7 +8,7 @@ use std::path::Path;
 /// Where a record belongs in the report.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Place {
-    /// `fig8` … `fig12`, `server`, `tables`.
+    /// `fig8` … `fig12`, `server`, `tables`, `fragbench`.
     pub figure: String,
     /// The panel's title without its metric (`YCSB-A`, `xmalloc 64 B, threads`).
     pub panel: String,
@@ -90,6 +90,7 @@ fn figure_of(v: &Value, kind: &str) -> Option<String> {
             "threadtest" | "xmalloc" => "fig9",
             "mcas" => "fig11",
             "recovery" => "tables",
+            "frag" => "fragbench",
             _ => return None,
         }
         .to_owned(),
@@ -213,6 +214,16 @@ fn places(
             }
         }
         "server" => panels.push(server_place(v)),
+        "fragbench" => {
+            let phase = match str_of(v, "phase").unwrap_or("?") {
+                "before" => 1,
+                "delete" => 2,
+                "after" => 3,
+                _ => 0,
+            };
+            let workload = str_of(v, "workload").unwrap_or("?").to_uppercase();
+            panels.push((workload, allocator.into(), phase));
+        }
         "tables" if kind == "recovery" => {
             panels.push((
                 "recovery time".into(),
@@ -260,9 +271,21 @@ fn row_of(v: &Value) -> Vec<Row> {
             ("recovery_ms", "recovery_ms"),
             ("cpu_ns", "cpu_ns_per_op"),
             ("faults", "page_faults"),
+            ("live", "live_bytes"),
+            ("slab_bytes", "slab_bytes"),
         ] {
             if let Some(x) = f64_of(v, key) {
                 values.insert(metric, x);
+            }
+        }
+        if let Some(bands) = v.get("occupancy").and_then(Value::as_array) {
+            for (metric, band) in ["occupancy_low", "occupancy_mid", "occupancy_high"]
+                .into_iter()
+                .zip(bands)
+            {
+                if let Some(n) = band.as_f64() {
+                    values.insert(metric, n);
+                }
             }
         }
         if let (Some(faults), Some(ops)) = (f64_of(v, "page_faults"), f64_of(v, "ops")) {
@@ -359,6 +382,18 @@ mod tests {
         let memcached = json!({"kind": "ycsb", "workload": "cxlalloc-a", "figure": "server",
             "server_version": "1.6.21", "target_rate": 5000.0});
         assert_eq!(row_of(&memcached)[0].place.series, "memcached");
+        let frag = json!({"kind": "frag", "workload": "w4", "allocator": "podkv-nomorph",
+            "phase": "after", "pss_bytes": 4096, "occupancy": [5, 1, 9]});
+        let rows = row_of(&frag);
+        assert_eq!(
+            (rows[0].place.figure.as_str(), rows[0].place.panel.as_str()),
+            ("fragbench", "W4")
+        );
+        assert_eq!(
+            (rows[0].place.series.as_str(), rows[0].place.x),
+            ("podkv-nomorph", 3)
+        );
+        assert_eq!(rows[0].values["occupancy_high"], 9.0);
         let recovery = json!({"kind": "recovery", "slots": 4, "recovery_ms": 3.5});
         let rows = row_of(&recovery);
         assert_eq!(rows[0].place.figure, "tables");

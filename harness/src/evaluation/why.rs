@@ -285,6 +285,7 @@ pub fn why(id: &str, panels: &Panels, comparisons: &[Comparison]) -> String {
         "fig11" => fig11(panels, comparisons),
         "fig12" => fig12(panels),
         "server" => server(panels),
+        "fragbench" => super::fragbench::why(panels),
         _ => Vec::new(),
     };
     let measured = if parts.is_empty() {

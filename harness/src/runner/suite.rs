@@ -1,6 +1,6 @@
 //! Experiment suites as data: a TOML file whose list-valued parameters are run as a
 //! cartesian product, each point one `podkv` command (`ycsb`, `replay`, or `bench
-//! threadtest|xmalloc|huge|mcas|recovery`).
+//! threadtest|xmalloc|huge|mcas|recovery|frag`).
 //!
 //! ```toml
 //! command = "ycsb"                       # or a list: ["bench threadtest", "bench xmalloc"]
@@ -38,7 +38,7 @@ use serde::Deserialize;
 use std::path::Path;
 
 /// The commands a suite may run.
-const COMMANDS: [&str; 7] = [
+const COMMANDS: [&str; 8] = [
     "ycsb",
     "replay",
     "bench threadtest",
@@ -46,6 +46,7 @@ const COMMANDS: [&str; 7] = [
     "bench huge",
     "bench mcas",
     "bench recovery",
+    "bench frag",
 ];
 
 /// The scale a suite with `[scale.*]` tables runs at when none is asked for.
@@ -426,6 +427,7 @@ enum BenchCommand {
     Huge(bench::huge::HugeArgs),
     Mcas(bench::mcas::BenchMcasArgs),
     Recovery(bench::recovery::RecoveryArgs),
+    Frag(bench::frag::FragArgs),
 }
 
 #[cfg(test)]
