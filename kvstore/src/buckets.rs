@@ -188,7 +188,8 @@ pub(crate) fn entries(view: View, word: u64, mut f: impl FnMut(u64, u64) -> bool
         return;
     }
     if index::is_item(word) {
-        view.fresh_item(at);
+        // The tag only: whoever reads the key or value makes those lines fresh.
+        view.fresh_header(at);
         f(view.tag(at), at);
         return;
     }

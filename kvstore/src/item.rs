@@ -138,6 +138,12 @@ impl View {
         View { coherence, ..self }
     }
 
+    /// The heap's coherence mode.
+    #[inline]
+    pub fn coherence(self) -> Coherence {
+        self.coherence
+    }
+
     /// Whether items and blocks follow the SWcc rules here (and sit on whole lines).
     #[inline]
     pub fn is_swcc(self) -> bool {
@@ -162,6 +168,40 @@ impl View {
     pub fn fresh_item(self, at: u64) {
         if self.is_swcc() && podkv_hw::site!("store.item.invalidate") {
             self.invalidate(at, 64);
+            let size = self.item_size(at);
+            if size > 64 {
+                self.invalidate(at + 64, size - 64);
+            }
+        }
+    }
+
+    /// Makes item `at`'s header line fresh (its tag, lengths, meta and the key's first 16
+    /// bytes): what a bucket word naming one item is read for.
+    #[inline]
+    pub fn fresh_header(self, at: u64) {
+        if self.is_swcc() && podkv_hw::site!("store.item.header_invalidate") {
+            self.invalidate(at, 64);
+        }
+    }
+
+    /// Makes the lines of item `at`'s key past its header line fresh, its header line being
+    /// fresh already (a writer compares keys and reads meta only; [`View::fresh_value`]
+    /// before it reads the value).
+    #[inline]
+    pub fn fresh_key(self, at: u64) {
+        if self.is_swcc() && podkv_hw::site!("store.item.key_invalidate") {
+            let end = SIZE_HEADER + self.key(at).len();
+            if end > 64 {
+                self.invalidate(at + 64, end - 64);
+            }
+        }
+    }
+
+    /// Makes the lines of item `at` past its header line fresh (after [`View::fresh_key`]:
+    /// its value).
+    #[inline]
+    pub fn fresh_value(self, at: u64) {
+        if self.is_swcc() && podkv_hw::site!("store.item.value_invalidate") {
             let size = self.item_size(at);
             if size > 64 {
                 self.invalidate(at + 64, size - 64);

@@ -100,7 +100,11 @@ pub(crate) fn get<'h, A: Arena>(
     let table = Table { reclaim: p.reclaim };
     let (_, word) = index::read(&table, h, || shared.buckets_log2());
     let at = index::find(&table, word, index::tag(h), |at| {
-        view.fresh_item(at);
+        // A word naming one item made its header fresh (`buckets::entries`): the rest only.
+        if !index::is_item(word) {
+            view.fresh_header(at);
+        }
+        view.fresh_value(at);
         item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
     });
     if at == 0 || !shared.visible_when(at, || shared.now()) {
@@ -167,6 +171,7 @@ pub(crate) fn store_with<A: Arena>(
             return put(&[value], flags, expiry, 0);
         }
         let m = view.meta(cur);
+        view.fresh_value(cur);
         match mode {
             Mode::Set | Mode::Replace => put(&[value], flags, expiry, 0),
             Mode::Add => Ok(Step::Keep(Outcome::NotStored)),
@@ -248,6 +253,7 @@ pub(crate) fn touch_item<A: Arena>(
             return Ok(Step::Keep(Outcome::NotFound));
         };
         let m = view.meta(cur);
+        view.fresh_value(cur);
         let expiry = expiry_of(exptime, shared.now());
         made = p.new_item(key, &[view.value(cur)], m.flags, expiry, m.cas, m.lease)?;
         Ok(Step::Put(made, Outcome::Touched))

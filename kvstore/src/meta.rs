@@ -125,6 +125,7 @@ fn change<'h, A: Arena>(
             return Ok(Step::Put(made, Outcome::Stored));
         };
         let m = view.meta(cur);
+        view.fresh_value(cur);
         let before = Lease::of_bits(m.lease);
         let touched = touch_at(read.touch, now);
         let steps = timeline(&[touched]);
@@ -199,6 +200,7 @@ pub(crate) fn delete<A: Arena>(
             return Ok(Step::Keep(Outcome::NotFound));
         };
         let m = view.meta(cur);
+        view.fresh_value(cur);
         if delete.compare.is_some_and(|c| c != m.cas) {
             return Ok(Step::Keep(Outcome::Exists));
         }
@@ -248,6 +250,7 @@ pub(crate) fn counter<A: Arena>(
             return Ok(Step::Put(made, Outcome::Stored));
         };
         let m = view.meta(cur);
+        view.fresh_value(cur);
         if count.compare.is_some_and(|c| c != 0 && c != m.cas) {
             result = Counted::Exists;
             return Ok(Step::Keep(Outcome::Exists));

@@ -11,13 +11,19 @@ use crate::layout::SlotRecord;
 use crate::reclaim::epoch::{self, Words};
 use crate::shared::Shared;
 use crate::StoreError;
+use podkv_hw::swcc::WriteBackBatch;
 use podkv_hw::sync::mapped::{AtomicU64, Ordering};
+use std::cell::RefCell;
 use std::sync::Arc;
 
 /// A claimed arena slot and its record (see the module doc). Not `Send`: the arena's thread
 /// handle is the thread's.
 pub(crate) struct Slot<A: Arena> {
     pub(crate) shared: Arc<Shared<A>>,
+    /// The lines of this slot's own words stored since the last [`Slot::write_back_puts`]
+    /// (SWcc; empty under `Hardware`): written back together, one fence. Declared before
+    /// `thread`, so dropping the slot writes them back before the arena slot is released.
+    puts: RefCell<WriteBackBatch>,
     pub(crate) thread: A::Thread,
     pub(crate) index: u32,
     /// Offset of this slot's record (`Shared::slot(index)`): a set reaches it 6–10 times (pin,
@@ -33,8 +39,10 @@ impl<A: Arena> Slot<A> {
         let index = A::slot_index(&thread);
         let record_at = shared.slot_at(index);
         let announce_at = shared.announce_at(index);
+        let puts = RefCell::new(shared.view.coherence().write_back_batch());
         let slot = Slot {
             shared,
+            puts,
             thread,
             index,
             record_at,
@@ -88,15 +96,28 @@ impl<A: Arena> Slot<A> {
         self.view().word(self.announce_at)
     }
 
-    /// Stores a word of this slot's own (its record, its limbo bags): under SWcc the word's
-    /// line is written back at once, so a recoverer or the slot's next owner (another host,
-    /// after this one died or released the slot) reads what the step said (rule 5).
+    /// Stores a word of this slot's own (its record, its limbo bags). Under SWcc its line
+    /// joins the lines this operation stored, which [`Slot::write_back_puts`] writes back
+    /// together when the operation ends (at unpin), each line once with one fence: so a
+    /// recoverer or the slot's next owner (another host, after this one died or released
+    /// the slot) reads what the steps said (rule 5). A word is read by others only after
+    /// its owner is gone, and a process of this host judges a dead owner (its dirty lines
+    /// are this host's cache), so a step's words need not reach memory one by one.
     #[inline]
     pub(crate) fn put(&self, word: &AtomicU64, value: u64) {
         word.store(value, Ordering::Relaxed);
         let view = self.view();
         if view.is_swcc() && podkv_hw::site!("store.slot.write_back") {
-            view.write_back(view.offset_of(word), 8);
+            let ptr = (word as *const AtomicU64).cast::<u8>();
+            self.puts.borrow_mut().push(ptr, 8);
+        }
+    }
+
+    /// Writes back the lines [`Slot::put`] stored since the last call, with one fence.
+    #[inline]
+    pub(crate) fn write_back_puts(&self) {
+        if self.view().is_swcc() {
+            self.puts.borrow_mut().finish();
         }
     }
 

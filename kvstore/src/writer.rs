@@ -379,7 +379,11 @@ impl<'h, A: Arena> Parts<'h, A> {
         loop {
             let (word, w) = index::write_target(&table, h, || shared.buckets_log2())?;
             let found = index::find(&table, w, tag, |at| {
-                view.fresh_item(at);
+                // A word naming one item made its header fresh (`buckets::entries`).
+                if !index::is_item(w) {
+                    view.fresh_header(at);
+                }
+                view.fresh_key(at);
                 item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
             });
             let visible =

@@ -28,8 +28,8 @@
 //! - `MIX_SETS=N`: one mix of N% sets instead of 5 and 50 (0 or 100 isolate an operation);
 //! - `MIX_THREADS=1|2`: one thread count (`0`: only the two-process rows);
 //! - `MIX_SLICES=N`: slices per row; `MIX_CPU_TIME=1`: time threads by their CPU time;
-//! - `MIX_COHERENCE=limited`: the store's heap in the `limited` coherence mode (default
-//!   `hardware`);
+//! - `MIX_COHERENCE=limited|mcas|mcas-nmp`: the store's heap in that coherence mode
+//!   (default `hardware`; `mcas` is the `flush-cas` implementation);
 //! - `MIX_TABLE=N`: a fixed table of 2^N buckets; `MIX_PROCESSES=0` leaves out the
 //!   two-process rows;
 //! - `MIX_ZIPF=N`: zipfian θ = N/100 (1..=99, default 99) for the threaded rows (the
@@ -256,10 +256,16 @@ fn config(keys: u64) -> StoreConfig {
         large_bytes: 1 << 30,
         huge_bytes: 0,
         slots: 64,
-        // MIX_COHERENCE=limited: the store in a `limited` heap (SWcc items and blocks).
+        // MIX_COHERENCE=limited|mcas|mcas-nmp: the store in such a heap (SWcc items and
+        // blocks; in `mcas` the store's shared words change by mCAS).
         coherence: match std::env::var("MIX_COHERENCE").as_deref() {
             Ok("limited") => podkv_hw::Coherence::Limited,
+            Ok("mcas" | "mcas-nmp") => podkv_hw::Coherence::Mcas,
             _ => podkv_hw::Coherence::Hardware,
+        },
+        mcas: match std::env::var("MIX_COHERENCE").as_deref() {
+            Ok("mcas-nmp") => podkv_hw::mcas::McasKind::Nmp,
+            _ => podkv_hw::mcas::McasKind::FlushCas,
         },
         ..Default::default()
     };

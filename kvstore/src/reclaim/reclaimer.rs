@@ -108,6 +108,7 @@ impl<A: Arena> Reclaim<A> {
             if self.retired_since.get() >= BATCH_COLLECT {
                 self.collect_keeping(Reuse::Keep);
             }
+            slot.write_back_puts();
         }
     }
 
@@ -167,6 +168,7 @@ impl<A: Arena> Reclaim<A> {
             }
             std::thread::yield_now();
         }
+        self.slot.write_back_puts();
     }
 
     /// As [`collect`](Self::collect), but with [`Reuse::Keep`] leaves some reclaimable items
