@@ -83,7 +83,12 @@ pub const MAGIC: u64 = 0x564B50;
 /// 8: a slab may be morphing (`crate::morph`): its descriptor's `meta` holds its old class in
 /// bits 48–55 and its bitset an old set at the top; the recovery word has the step
 /// `sized_to_morphing`. A build of 7 would take such a slab's old blocks for new ones.
-pub const FORMAT_VERSION: u64 = 8;
+///
+/// 9: a morphing slab's owner frees its old blocks itself (`Op::Unblock` in the recovery word:
+/// the old set's bit cleared, the new blocks over the block freed, the remote count moved by
+/// one CAS), and a slab whose old set empties is sized again. A build of 8 knows no such step:
+/// it would drop a dead owner's half-made one, losing the block and the new blocks under it.
+pub const FORMAT_VERSION: u64 = 9;
 /// Process lines of an `mcas` heap's region: the mCAS client lines a process borrows for the
 /// requests it makes without a thread slot of its own (claiming a slot or a hazard record),
 /// one per process at a time (`mcas.rs`, "Process lines").

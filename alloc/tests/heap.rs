@@ -434,6 +434,13 @@ fn a_format_7_heap_without_morphing_slabs_is_refused_by_version() {
     assert_refused_as_format(7);
 }
 
+/// Format 8 knew no `Op::Unblock` step (an owner's free of a morphing slab's old block): a
+/// build of 8 would drop a dead owner's half-made one, so a format 8 heap is refused too.
+#[test]
+fn a_format_8_heap_without_the_unblock_step_is_refused_by_version() {
+    assert_refused_as_format(8);
+}
+
 #[test]
 fn read_only_files_are_refused() {
     use std::os::unix::fs::PermissionsExt;
