@@ -23,10 +23,15 @@ pub fn pss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// How often [`sample_pss`] reads PSS at first: a read of `smaps_rollup` walks the
-/// process's page tables (about a millisecond for a few hundred MiB), so 100 ms keeps the
-/// sampler near 1% of one CPU.
+/// How often [`sample_pss`] reads PSS at first, at the most.
 pub const PSS_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// [`sample_pss`] waits at least this many times its last read's duration, so it takes at
+/// most 2% of one CPU from the run it measures. A read of `smaps_rollup` walks the process's
+/// page tables page by page: 2–6 ms for mimalloc's 415 MiB of 2 MiB pages, but 15–30 ms for a
+/// pod heap's 230–460 MiB of 4 KiB shared pages (measured here), which at a fixed 100 ms took
+/// a fifth of a CPU from the embedded target's runs only.
+const COUNT_READS_PER_WAIT: u32 = 50;
 
 /// Most samples [`sample_pss`] keeps: past it, every other one is dropped and the interval
 /// doubles, so a paper-scale run's record stays small.
@@ -44,19 +49,22 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Samples this process's PSS every [`PSS_SAMPLE_INTERVAL`] (thinned past
+/// Samples this process's PSS every [`PSS_SAMPLE_INTERVAL`] or more (see
+/// [`COUNT_READS_PER_WAIT`]; thinned past
 /// [`PSS_SAMPLES_MAX`]) until `stop` is raised, then once more: `(monotonic ns, bytes)`.
 /// Runs on a thread of its own beside the workers.
 pub fn sample_pss(stop: &AtomicBool) -> Vec<(u64, u64)> {
     let mut samples = Vec::new();
     let mut interval = PSS_SAMPLE_INTERVAL;
     loop {
+        let read = Instant::now();
         samples.push((monotonic_ns(), pss_bytes()));
+        let cost = read.elapsed();
         if samples.len() >= PSS_SAMPLES_MAX {
             samples = samples.into_iter().step_by(2).collect();
             interval *= 2;
         }
-        let until = Instant::now() + interval;
+        let until = read + interval.max(cost * COUNT_READS_PER_WAIT);
         loop {
             if stop.load(Ordering::Acquire) {
                 samples.push((monotonic_ns(), pss_bytes()));
