@@ -80,6 +80,17 @@ impl Morph {
         morph.fits().then_some(morph)
     }
 
+    /// New blocks one old block overlaps, on average over its place in the slab, times 1024:
+    /// `(size_old + size_new - gcd) / size_new`. 1024 when old blocks tile new ones (104 B
+    /// under 208 B), up to twice that when they straddle their edges.
+    pub const fn span(&self) -> u32 {
+        let (mut a, mut b) = (self.size_old, self.size_new);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        ((self.size_old + self.size_new - a) as u64 * 1024 / self.size_new as u64) as u32
+    }
+
     /// Whether the old set fits the top of the bitset without touching the old class's free
     /// bits (so the old set is written before anything else changes) or the new class's.
     pub const fn fits(&self) -> bool {
@@ -265,6 +276,15 @@ mod tests {
         for (a, b) in [(c48, c104), (c104, c48), (c104, c1024), (c1024, c104)] {
             assert!(Morph::of(&SMALL, a, b).is_some(), "{a} from {b}");
         }
+    }
+
+    #[test]
+    fn old_blocks_that_tile_the_new_ones_span_the_fewest() {
+        let tiled = Morph::of(&SMALL, class_of(208), class_of(104)).unwrap();
+        let straddling = Morph::of(&SMALL, class_of(240), class_of(144)).unwrap();
+        assert_eq!(tiled.span(), 1024);
+        assert_eq!(straddling.span(), (144 + 240 - 48) * 1024 / 240);
+        assert!(straddling.span() > tiled.span());
     }
 
     #[test]

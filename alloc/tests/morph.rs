@@ -198,6 +198,60 @@ fn an_old_blocks_space_is_reused_before_its_slab_drains() {
     }
 }
 
+/// With sparse slabs of two classes to choose from, a morph takes one whose blocks tile the
+/// new class's (144 B under 288 B: one new block locked per old block in use) before one whose
+/// blocks straddle them (104 B under 288 B), though the smaller class comes first.
+#[test]
+fn a_morph_takes_an_old_class_whose_blocks_tile_the_new_ones_first() {
+    if std::env::var_os(ENV_CHILD).is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let heap = Heap::open(dir.path().join("heap"), &config(Coherence::Hardware, true)).unwrap();
+    let a = heap.thread().unwrap();
+    let classes = &podkv_alloc::class::SMALL;
+    let mut all = Vec::new();
+    for size in [104, 144] {
+        let per_slab = classes.count[classes.class_for(size, 8).unwrap()] as usize;
+        all.extend((0..3 * per_slab).map(|_| a.allocate(layout(size)).unwrap()));
+    }
+    let mut kept = Vec::new();
+    for (i, off) in all.into_iter().enumerate() {
+        if i % 20 == 0 {
+            kept.push(off);
+        } else {
+            a.free(off);
+        }
+    }
+    // An empty slab kept on the slot's unsized list would serve the new class first.
+    while a.slot().lists[0]
+        .unsized_list
+        .load(std::sync::atomic::Ordering::Relaxed) as u32
+        != 0
+    {
+        let spacer = 600 + 100 * (kept.len() % 4);
+        kept.push(a.allocate(layout(spacer)).unwrap());
+    }
+    kept.push(a.allocate(layout(288)).unwrap());
+    let small = *heap.slab_heap(podkv_alloc::Kind::Small);
+    let olds: Vec<usize> = (0..heap.len(&small))
+        .map(|slab| heap.desc(&small, slab).meta().old)
+        .filter(|&old| old != 0)
+        .map(|old| usize::from(old) - 1)
+        .collect();
+    assert_eq!(
+        olds,
+        [classes.class_for(144, 8).unwrap()],
+        "old classes of morphing slabs"
+    );
+    for off in kept {
+        a.free(off);
+    }
+    drop(a);
+    let report = heap.check();
+    assert!(report.is_valid(), "{:?}", report.problems);
+}
+
 #[test]
 fn with_morphing_off_the_same_shift_grows_the_heap() {
     if std::env::var_os(ENV_CHILD).is_some() {

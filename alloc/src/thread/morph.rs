@@ -29,6 +29,7 @@
 
 use super::ThreadHandle;
 use crate::crash_point;
+use crate::class::COUNT_CLASSES_MAX;
 use crate::morph::{Morph, COUNT_SCAN_MAX, OCCUPANCY_MAX_PERCENT};
 use crate::offset::Offset;
 use crate::recovery::Op;
@@ -75,17 +76,34 @@ impl Morpher<'_> {
 
     /// The first of this slot's sized slabs of another class (at most [`COUNT_SCAN_MAX`]
     /// looked at) that does not morph already, is at most [`OCCUPANCY_MAX_PERCENT`] in use
-    /// and would leave at least half of `class`'s blocks free. A list's head is passed over:
-    /// its class allocates from it, so a fresh one is sparse without being calcified, and
-    /// taking it would only send that class for a slab in turn.
+    /// and would leave at least half of `class`'s blocks free. Old classes are tried in the
+    /// order of [`Morph::span`], least first: an old class whose blocks tile `class`'s (104 B
+    /// under 208 B) blocks one new block per old block in use, another up to two, so the same
+    /// old blocks lock the least space. A list's head is passed over: its class allocates from
+    /// it, so a fresh one is sparse without being calcified, and taking it would only send that
+    /// class for a slab in turn.
     fn candidate(&self, heap: &SlabHeap, class: usize) -> Option<(u32, usize, Morph)> {
-        let mut budget = COUNT_SCAN_MAX;
+        let mut order = [(0u32, 0u8); COUNT_CLASSES_MAX];
+        let mut count = 0;
         for old in 0..heap.classes.len {
+            let (head, _) = unpack_ends(self.lists(heap.kind).sized[old].load(Relaxed));
+            if head == 0 || heap.desc(head - 1).next() == 0 {
+                continue;
+            }
+            if let Some(morph) = Morph::of(heap.classes, class, old) {
+                order[count] = (morph.span(), old as u8);
+                count += 1;
+            }
+        }
+        order[..count].sort_unstable();
+        let mut budget = COUNT_SCAN_MAX;
+        for &(_, old) in &order[..count] {
+            let old = usize::from(old);
             let Some(morph) = Morph::of(heap.classes, class, old) else {
                 continue;
             };
             let (head, _) = unpack_ends(self.lists(heap.kind).sized[old].load(Relaxed));
-            let mut link = if head == 0 { 0 } else { heap.desc(head - 1).next() };
+            let mut link = heap.desc(head - 1).next();
             while link != 0 {
                 if budget == 0 {
                     return None;
