@@ -9,7 +9,8 @@
 //! bits are `b` reversed, and a doubling splits each range in two, so the ranges stay in
 //! order as the table grows. The [`Cursor`] holds where the next range starts and the last
 //! item passed; each chunk reads a bucket as a lookup does (its nearest made ancestor) and
-//! takes its items past the cursor, sorted. Hence, with writers running: an item present and
+//! takes its items past the cursor, sorted; if the table grew while it read, it reads the
+//! range again at the new size. Hence, with writers running: an item present and
 //! unchanged for the whole walk is seen exactly once; a key written during the walk is seen
 //! at most once, with a value it held at some moment of the walk.
 
@@ -63,10 +64,14 @@ pub(crate) fn next_chunk<A: Arena>(
     let view = shared.view();
     let table = Table { reclaim };
     let now = shared.now();
-    let log2 = shared.buckets_log2();
-    let mask = (1u64 << log2) - 1;
     let (mut passed, mut visible, start) = (0, 0, out.len());
     for _ in 0..COUNT_CHUNK_BUCKETS {
+        // The table's size now, and again once the bucket's words are read: a doubling
+        // meanwhile may have split the range's bucket, moving some of its keys to a bucket
+        // past this size, so the range is read again at the new size (where `from` starts
+        // its first half). As a reader does (`index`, # Growth).
+        let log2 = shared.buckets_log2();
+        let mask = (1u64 << log2) - 1;
         let b = cursor.from.reverse_bits() & mask;
         let (made, word) = index::read(&table, b, || log2);
         let mut items = Vec::new();
@@ -77,6 +82,9 @@ pub(crate) fn next_chunk<A: Arena>(
             }
             true
         });
+        if shared.buckets_log2() != log2 {
+            continue;
+        }
         items.sort_by(|&x, &y| (view.order(x), view.key(x)).cmp(&(view.order(y), view.key(y))));
         let count = items.len();
         for (i, at) in items.into_iter().enumerate() {
