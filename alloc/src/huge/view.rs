@@ -162,6 +162,11 @@ impl HugeView {
 
     /// Reads descriptor `d` consistently: its state before and after the fields agree.
     pub(super) fn read(&self, d: &HugeDesc) -> (u64, u64, u64) {
+        // Under the coherence model a descriptor page this process never touched is not
+        // mapped yet, and this runs in the SIGSEGV handler too, where a fault would kill the
+        // process (SIGSEGV is blocked there): load the page without faulting. (Nothing
+        // without the model.)
+        podkv_hw::model::touch((d as *const HugeDesc).cast(), std::mem::size_of::<HugeDesc>());
         if podkv_hw::site!("alloc.huge.read.invalidate") {
             self.coherence.invalidate(
                 (d as *const HugeDesc).cast(),
