@@ -138,6 +138,7 @@ impl HeapReport {
     /// Walks all of `shared`'s slab metadata into `report` (whose heap-wide numbers the caller
     /// fills: `Heap::check`), checking every invariant and gathering statistics.
     pub(crate) fn walk(shared: &Shared, report: HeapReport) -> HeapReport {
+        fresh(shared);
         let mut walk = Walk {
             shared,
             report,
@@ -148,6 +149,28 @@ impl HeapReport {
             walk.slabs(kind, &places[kind as usize]);
         }
         walk.report
+    }
+}
+
+/// SWcc reader rule for the checker, which owns nothing it reads: this process may have run
+/// on the heap for a while, so its cache may hold any slot or descriptor as it was long ago;
+/// every one is read fresh before the walk (dirty lines of this process's own go back first,
+/// as `clflush` does).
+fn fresh(shared: &Shared) {
+    let coherence = shared.geometry.coherence;
+    if !coherence.is_swcc() || !podkv_hw::site!("alloc.check.invalidate") {
+        return;
+    }
+    for kind in Kind::ALL {
+        let heap = *shared.slabs.get(kind);
+        if heap.len() > 0 {
+            let first = (heap.desc(0) as *const crate::slab::SlabDesc).cast::<u8>();
+            coherence.invalidate(first, heap.len() as usize * crate::slab::SIZE_DESC);
+        }
+    }
+    for i in 0..shared.geometry.slots() {
+        let (bytes, len) = shared.slots.slot(i).bytes();
+        coherence.invalidate(bytes, len);
     }
 }
 

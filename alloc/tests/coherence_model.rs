@@ -42,6 +42,7 @@ enum Kind {
 /// Every write-back, invalidation and hook-CAS site of the allocator (a test below checks the
 /// list against the sources).
 const SITES: &[(&str, Kind)] = &[
+    ("alloc.check.invalidate", Kind::Swcc),
     ("alloc.free_list.pop.cas", Kind::HookCas),
     ("alloc.free_list.push.cas", Kind::HookCas),
     ("alloc.global.back_cold.invalidate_desc", Kind::Swcc),

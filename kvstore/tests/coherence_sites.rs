@@ -1,0 +1,178 @@
+//! Hand-overs between processes that the hammering tests (`multiprocess`, `kill`) leave to
+//! chance, made on purpose so that a dropped write-back or invalidation fails here: each
+//! process keeps what it cached and no line is evicted at random (`PODKV_COHERENCE_EVICT=0`),
+//! so nothing but the store's own SWcc calls moves a line. Meaningful in a `limited` or `mcas`
+//! heap under the model of non-coherent caches (`PODKV_TEST_COHERENCE`,
+//! `PODKV_COHERENCE_MODEL=1`, feature `coherence-model`), as `scripts/test` runs it; on
+//! coherent memory they pass by construction.
+//!
+//! - `a_store_made_in_one_process_reads_whole_in_another_while_its_maker_keeps_it_open`:
+//!   the maker creates the store, writes, deletes and overwrites, then waits with the store
+//!   open; a reader in another process finds every value and a clean check.
+//! - `a_process_that_read_the_store_earlier_checks_it_fresh_after_another_changed_it`: a
+//!   process reads every key (its cache now holds items, blocks and slot lines), another
+//!   process rewrites, deletes and churns, then the first checks the store and reads every key
+//!   again: no stale problem, every new value.
+
+mod common;
+
+use podkv_store::{Store, StoreConfig};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+const ENV_ROLE: &str = "PODKV_SITES_ROLE";
+const KEYS: u64 = 300;
+
+fn config() -> StoreConfig {
+    let mut config = common::config();
+    config.heap.slots = 8;
+    config
+}
+
+/// Value of key `k` in generation `gen`: sizes across classes, large ones included.
+fn value(k: u64, gen: u64) -> Vec<u8> {
+    let len = [10, 100, 700, 3000, 20_000][(k % 5) as usize];
+    let mut v = format!("{gen}:{k}:").into_bytes();
+    v.resize(len, b'a' + (k % 26) as u8);
+    v
+}
+
+fn key(k: u64) -> Vec<u8> {
+    format!("key{k}").into_bytes()
+}
+
+/// Writes generation `gen` of every key, then deletes every third one (`gen` 1: none).
+fn write_generation(store: &Store, gen: u64) {
+    let h = store.handle().unwrap();
+    for k in 0..KEYS {
+        h.set(&key(k), &value(k, gen), 0, 0).unwrap();
+    }
+    // Churn: retired items fill limbo bags, some freed, some still waiting.
+    for round in 0..3 {
+        for k in 0..KEYS / 3 {
+            let churn = format!("churn{k}").into_bytes();
+            h.set(&churn, &value(k + round, gen), 0, 0).unwrap();
+            h.delete(&churn).unwrap();
+        }
+    }
+    if gen > 1 {
+        for k in (0..KEYS).step_by(3) {
+            h.delete(&key(k)).unwrap();
+        }
+    }
+}
+
+/// Checks that every key holds generation `gen` (deleted where [`write_generation`] deletes).
+fn expect_generation(store: &Store, gen: u64) {
+    let h = store.handle().unwrap();
+    for k in 0..KEYS {
+        let got = h.get(&key(k)).unwrap().map(|item| item.value().to_vec());
+        let want = (gen == 1 || k % 3 != 0).then(|| value(k, gen));
+        assert_eq!(
+            got.as_deref().map(String::from_utf8_lossy),
+            want.as_deref().map(String::from_utf8_lossy),
+            "key {k} in generation {gen}"
+        );
+    }
+    let report = store.check();
+    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
+}
+
+/// Spawns this test binary as `role` for `test` on heap `heap`.
+fn spawn(test: &str, role: &str, heap: &std::path::Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ENV_ROLE, format!("{role}|{}", heap.display()))
+        .env("PODKV_COHERENCE_EVICT", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads the child's stdout until it says `word` (libtest may print the test's name on the
+/// same line first).
+fn wait_for(child: &mut Child, word: &str) {
+    let out = child.stdout.as_mut().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains(&format!("<{word}>")) => return,
+            Some(Ok(_)) => continue,
+            _ => panic!("the child ended before saying {word}"),
+        }
+    }
+}
+
+fn succeed(mut child: Child, what: &str) {
+    drop(child.stdin.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{what}: {status}");
+}
+
+/// In a child: says `word`, then waits until the parent closes its stdin.
+fn say_and_wait(word: &str) {
+    println!("<{word}>");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+fn tell(child: &mut Child) -> ChildStdin {
+    child.stdin.take().unwrap()
+}
+
+#[test]
+fn a_store_made_in_one_process_reads_whole_in_another_while_its_maker_keeps_it_open() {
+    const TEST: &str =
+        "a_store_made_in_one_process_reads_whole_in_another_while_its_maker_keeps_it_open";
+    if let Ok(spec) = std::env::var(ENV_ROLE) {
+        let (role, heap) = spec.split_once('|').unwrap();
+        let store = Store::open(heap, config()).unwrap();
+        match role {
+            "maker" => {
+                write_generation(&store, 1);
+                write_generation(&store, 2);
+                say_and_wait("made");
+            }
+            "reader" => expect_generation(&store, 2),
+            _ => {}
+        }
+        return;
+    }
+    let (_dir, heap) = common::heap_path("heap");
+    let mut maker = spawn(TEST, "maker", &heap);
+    wait_for(&mut maker, "made");
+    let reader = spawn(TEST, "reader", &heap);
+    succeed(reader, "the reader");
+    succeed(maker, "the maker");
+}
+
+#[test]
+fn a_process_that_read_the_store_earlier_checks_it_fresh_after_another_changed_it() {
+    const TEST: &str =
+        "a_process_that_read_the_store_earlier_checks_it_fresh_after_another_changed_it";
+    if let Ok(spec) = std::env::var(ENV_ROLE) {
+        let (role, heap) = spec.split_once('|').unwrap();
+        let store = Store::open(heap, config()).unwrap();
+        match role {
+            "early" => {
+                write_generation(&store, 1);
+                expect_generation(&store, 1);
+                say_and_wait("cached");
+                expect_generation(&store, 2);
+            }
+            "changer" => write_generation(&store, 2),
+            _ => {}
+        }
+        return;
+    }
+    let (_dir, heap) = common::heap_path("heap");
+    let mut early = spawn(TEST, "early", &heap);
+    wait_for(&mut early, "cached");
+    let changer = spawn(TEST, "changer", &heap);
+    succeed(changer, "the changer");
+    drop(tell(&mut early));
+    succeed(early, "the early reader's second look");
+}
