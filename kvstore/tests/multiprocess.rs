@@ -80,10 +80,12 @@ fn hammer(store: &Store, worker: u64, log: &Path) {
     for seq in 0..ops() {
         let k = rng.gen_range(0..KEYS_STRING);
         let key = string_key(k);
-        let value = format!("w{worker}-{seq}");
+        let value = hammer_value(worker, seq as u64);
         match rng.gen_range(0..10) {
             0..=2 => {
-                let _ = h.get(&key).unwrap().map(|g| g.value().to_vec());
+                if let Some(v) = h.get(&key).unwrap().map(|g| g.value().to_vec()) {
+                    assert_whole(&v);
+                }
             }
             3..=4 => {
                 h.set(&key, value.as_bytes(), 0, 0).unwrap();
@@ -115,6 +117,20 @@ fn hammer(store: &Store, worker: u64, log: &Path) {
         }
     }
     out.flush().unwrap();
+}
+
+/// A hammer value: its name `w{worker}-{seq}` repeated to about 100 bytes, so it spans
+/// lines past the item's header line and a line read stale (another value's) shows.
+fn hammer_value(worker: u64, seq: u64) -> String {
+    let name = format!("w{worker}-{seq}.");
+    name.repeat(100 / name.len() + 1)
+}
+
+/// Panics unless `v` is one hammer value whole (every repetition of one name).
+fn assert_whole(v: &[u8]) {
+    let text = std::str::from_utf8(v).expect("a hammer value is text");
+    let name = &text[..=text.find('.').expect("a hammer value")];
+    assert_eq!(text, name.repeat(text.len() / name.len()), "a torn value");
 }
 
 /// One growing process: inserts its own 30 000 keys.
