@@ -94,14 +94,20 @@ impl Pod {
     }
 }
 
-/// Runs `test` as children A and B on a fresh pod (a file of zeros), with `env` extra.
-fn run_pair(test: &str, env: &[(&str, &str)]) {
+/// A fresh pod: a file of zeros in a temp dir (kept while the dir lives).
+fn fresh_pod() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pod");
     std::fs::File::create(&path)
         .unwrap()
         .set_len(SIZE_FILE as u64)
         .unwrap();
+    (dir, path)
+}
+
+/// Runs `test` as children A and B on a fresh pod (a file of zeros), with `env` extra.
+fn run_pair(test: &str, env: &[(&str, &str)]) {
+    let (_dir, path) = fresh_pod();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = ["A", "B"]
         .iter()
@@ -336,12 +342,7 @@ fn a_dead_process_leaves_its_dirty_lines_to_whoever_judges_it_dead_on_its_host()
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         unreachable!("SIGKILL");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pod");
-    std::fs::File::create(&path)
-        .unwrap()
-        .set_len(SIZE_FILE as u64)
-        .unwrap();
+    let (dir, path) = fresh_pod();
     let test = "a_dead_process_leaves_its_dirty_lines_to_whoever_judges_it_dead_on_its_host";
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
