@@ -13,6 +13,8 @@
 //!   process reads every key (its cache now holds items, blocks and slot lines), another
 //!   process rewrites, deletes and churns, then the first checks the store and reads every key
 //!   again: no stale problem, every new value.
+//! - `cas_tokens_are_unique_across_processes_writing_at_once`: two processes reserve blocks of
+//!   CAS tokens from the one shared counter at once; no two keys get one token.
 
 mod common;
 
@@ -175,4 +177,50 @@ fn a_process_that_read_the_store_earlier_checks_it_fresh_after_another_changed_i
     succeed(changer, "the changer");
     drop(tell(&mut early));
     succeed(early, "the early reader's second look");
+}
+
+const TOKEN_KEYS: u64 = 6_000;
+
+#[test]
+fn cas_tokens_are_unique_across_processes_writing_at_once() {
+    const TEST: &str = "cas_tokens_are_unique_across_processes_writing_at_once";
+    if let Ok(spec) = std::env::var(ENV_ROLE) {
+        let (role, heap) = spec.split_once('|').unwrap();
+        let store = Store::open(heap, config()).unwrap();
+        if let Some(writer) = role.strip_prefix("writer") {
+            let h = store.handle().unwrap();
+            say_and_wait("ready");
+            for k in 0..TOKEN_KEYS {
+                h.set(format!("t{writer}-{k}").as_bytes(), b"v", 0, 0)
+                    .unwrap();
+            }
+        }
+        return;
+    }
+    let (_dir, heap) = common::heap_path("heap");
+    // Both writers open first, then start together on one word: their token reservations
+    // (one shared add per 64 writes) race from the first write on.
+    let mut writers: Vec<Child> = (0..2)
+        .map(|w| spawn(TEST, &format!("writer{w}"), &heap))
+        .collect();
+    for w in &mut writers {
+        wait_for(w, "ready");
+    }
+    let go: Vec<ChildStdin> = writers.iter_mut().map(tell).collect();
+    drop(go);
+    for w in writers {
+        succeed(w, "a writer");
+    }
+    let store = Store::open(&heap, config()).unwrap();
+    let h = store.handle().unwrap();
+    let mut tokens = std::collections::HashMap::new();
+    for w in 0..2 {
+        for k in 0..TOKEN_KEYS {
+            let key = format!("t{w}-{k}");
+            let token = h.get(key.as_bytes()).unwrap().expect("a written key").cas();
+            if let Some(other) = tokens.insert(token, key.clone()) {
+                panic!("keys {other} and {key} hold one CAS token, {token}");
+            }
+        }
+    }
 }
