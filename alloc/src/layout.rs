@@ -414,10 +414,11 @@ mod tests {
             Geometry::from_word(0x1234),
             Err(FormatProblem::Foreign(0x1234))
         );
-        let other_version = (geometry().to_word() & !(0xFF << 24)) | 9 << 24;
+        let next = FORMAT_VERSION + 1;
+        let other_version = (geometry().to_word() & !(0xFF << 24)) | next << 24;
         assert_eq!(
             Geometry::from_word(other_version),
-            Err(FormatProblem::Version(9))
+            Err(FormatProblem::Version(next))
         );
         assert!(matches!(
             Geometry::from_word(geometry().to_word() | 1 << 60),
