@@ -14,7 +14,8 @@
 //!   process rewrites, deletes and churns, then the first checks the store and reads every key
 //!   again: no stale problem, every new value.
 //! - `cas_tokens_are_unique_across_processes_writing_at_once`: two processes reserve blocks of
-//!   CAS tokens from the one shared counter at once; no two keys get one token.
+//!   CAS tokens from the one shared counter at once; no two keys get one token, and the shared
+//!   item and byte counters they both added to agree with the index.
 
 mod common;
 
@@ -212,6 +213,13 @@ fn cas_tokens_are_unique_across_processes_writing_at_once() {
         succeed(w, "a writer");
     }
     let store = Store::open(&heap, config()).unwrap();
+    // The shared item and byte counters, which both writers added to at once, agree with
+    // what is in the index (each handle published its deltas when it dropped).
+    let report = store.check();
+    let (count, used) = store.usage();
+    assert_eq!(count, report.store.items, "the item counter");
+    assert_eq!(count, 2 * TOKEN_KEYS);
+    assert_eq!(used, report.store.item_bytes, "the byte counter");
     let h = store.handle().unwrap();
     let mut tokens = std::collections::HashMap::new();
     for w in 0..2 {
