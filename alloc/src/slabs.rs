@@ -14,7 +14,7 @@ use crate::dcas::{self, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::file::{HeapFile, Words};
 use crate::layout::{Geometry, Layout, SIZE_GLOBAL_LINE};
-use crate::slab::{SlabDesc, SIZE_DESC};
+use crate::slab::{SlabDesc, State, SIZE_DESC};
 use podkv_hw::sync::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -152,18 +152,35 @@ impl SlabHeap {
         unsafe { &*(at as *const SlabDesc) }
     }
 
-    /// Reads every descriptor head (the line other threads read) of the slabs below `len`
-    /// fresh, when a thread starts holding a slot. This process may hold heads it read while
-    /// another process held that slot (a remote free into one of that tenure's slabs), still
-    /// saying "sized, owned by this slot", and the small free fast path trusts such a head
-    /// without reading it again. (Large frees read their head fresh.) A no-op unless SWcc.
-    pub(crate) fn invalidate_heads(&self, coherence: podkv_hw::Coherence) {
+    /// A thread starts holding slot `owner - 1`: reads fresh what this process may hold stale
+    /// from another tenure of that slot. A no-op unless SWcc.
+    ///
+    /// - Every descriptor head below `len` (the line other threads read). This process may
+    ///   hold heads it read while another process held the slot (a remote free into one of
+    ///   that tenure's slabs), still saying "sized, owned by this slot", and the small free
+    ///   fast path trusts such a head without reading it again. (Large frees read their head
+    ///   fresh; their heads are read here for the next point.)
+    /// - The data of every slab the slot still holds with live blocks (sized or detached):
+    ///   the blocks the new tenure allocates there share lines with the last tenure's live
+    ///   blocks, which another process wrote. A write-back of such a line carries the whole
+    ///   line, so this process's copy of the neighbours must be the one in memory, or the
+    ///   write-back reverts them (the model's clobber check showed store items and bucket
+    ///   blocks reverted this way, and a double free followed).
+    pub(crate) fn begin_tenure(&self, owner: u32, coherence: podkv_hw::Coherence) {
         if !coherence.is_swcc() {
             return;
         }
         for slab in 0..self.len() {
-            let head = (self.desc(slab) as *const SlabDesc).cast::<u8>();
-            coherence.invalidate(head, crate::slab::SIZE_DESC_HEAD);
+            let desc = self.desc(slab);
+            if podkv_hw::site!("alloc.thread.claim.invalidate_heads") {
+                coherence.invalidate((desc as *const SlabDesc).cast(), crate::slab::SIZE_DESC_HEAD);
+            }
+            let meta = desc.meta();
+            let holds_live = matches!(meta.state, Some(State::Sized | State::Detached));
+            if meta.owner == owner && holds_live && podkv_hw::site!("alloc.thread.claim.invalidate_data") {
+                let data = self.data_of(slab);
+                coherence.invalidate(self.words().at(data) as *const u8, self.slab_bytes() as usize);
+            }
         }
     }
 

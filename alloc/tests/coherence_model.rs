@@ -88,15 +88,18 @@ const SITES: &[(&str, Kind)] = &[
     ("alloc.slots.release.write_back", Kind::Swcc),
     ("alloc.thread.ack_window.cas", Kind::HookCas),
     ("alloc.thread.acknowledge.cas", Kind::HookCas),
+    ("alloc.thread.claim.invalidate_data", Kind::Swcc),
     ("alloc.thread.claim.invalidate_heads", Kind::Swcc),
     ("alloc.transition.disown.write_back", Kind::Swcc),
     ("alloc.transition.free.invalidate", Kind::Swcc),
     ("alloc.transition.free_detached.invalidate", Kind::Swcc),
     ("alloc.transition.free_remote_small.invalidate", Kind::Swcc),
     ("alloc.transition.give_back.write_back", Kind::Swcc),
+    ("alloc.transition.pop_global.invalidate", Kind::Swcc),
     ("alloc.transition.release.write_back", Kind::Swcc),
     ("alloc.transition.to_detached.write_back", Kind::Swcc),
     ("alloc.transition.to_sized.write_back", Kind::Swcc),
+    ("alloc.transition.took_slab.invalidate", Kind::Swcc),
 ];
 
 fn long() -> bool {

@@ -145,8 +145,9 @@ impl ThreadHandle {
 
     fn new(shared: Arc<Shared>, adoptions: Arc<Adoptions>, i: u64) -> ThreadHandle {
         let small = *shared.slabs.get(Kind::Small);
-        if podkv_hw::site!("alloc.thread.claim.invalidate_heads") {
-            small.invalidate_heads(shared.geometry.coherence); // a new tenure: see there
+        for kind in Kind::ALL {
+            // A new tenure: see there.
+            shared.slabs.get(kind).begin_tenure(i as u32 + 1, shared.geometry.coherence);
         }
         let slot = shared.slots.slot(i) as *const Slot;
         let recoverable = shared.recoverable;
