@@ -141,7 +141,7 @@ impl Buckets {
         for bucket in next..stop {
             // A bucket's hash is itself: the write target of `bucket` at a table that has it.
             let log2 = 64 - bucket.leading_zeros();
-            if index::write_target(&table, bucket, || log2).is_err() {
+            if index::write_target(&table, bucket, log2, || log2).is_err() {
                 // No room for a block: readers pass a few more entries instead.
                 self.owed.set((end, end));
                 return;
@@ -158,7 +158,10 @@ impl Buckets {
         x ^= x << 17;
         self.seed.set(x);
         let table = Table { reclaim };
-        index::read(&table, x, || reclaim.slot().shared().buckets_log2())
+        let shared = reclaim.slot().shared();
+        index::read(&table, x, shared.buckets_log2_cached(), || {
+            shared.buckets_log2()
+        })
     }
 }
 

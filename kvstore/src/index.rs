@@ -35,7 +35,10 @@
 //! double meanwhile, after which splits move keys into buckets past that size. So both read
 //! the size again after they read their bucket's word, and start over if it grew: a split
 //! past the size they used is made only after the size grew (by whoever grew it or met it
-//! grown), so a word read before that second look holds the key's items.
+//! grown), so a word read before that second look holds the key's items. Only the second
+//! look must be fresh: the first may be any size the table had (a cached, maybe stale
+//! copy of the word: in an `mcas` heap a fresh load evicts the line), since a first look
+//! that differs from the second one starts over at the second one's size.
 
 use podkv_hw::sync::AtomicU64;
 
@@ -190,17 +193,19 @@ pub trait Memory {
     fn replaced(&self, old: u64, new: u64, won: bool);
 }
 
-/// The nearest made bucket for `hash` and its word, at `2^log2()` buckets (the table's size,
-/// read fresh; a second look after the word's load starts over if it grew: see # Growth):
-/// what a reader reads. Never writes.
+/// The nearest made bucket for `hash` and its word, at `2^first` buckets (a size the table
+/// had, maybe stale), then checked by a fresh look, `log2()`, after the word's load, which
+/// starts over at its size if they differ (see # Growth): what a reader reads. Never writes.
 #[inline]
-pub fn read<M: Memory>(m: &M, hash: u64, log2: impl Fn() -> u32) -> (u64, u64) {
+pub fn read<M: Memory>(m: &M, hash: u64, first: u32, log2: impl Fn() -> u32) -> (u64, u64) {
+    let mut size = first;
     loop {
-        let size = log2();
         let found = read_at(m, hash, size);
-        if log2() == size {
+        let now = log2();
+        if now == size {
             return found;
         }
+        size = now;
     }
 }
 
@@ -232,7 +237,8 @@ fn read_at<M: Memory>(m: &M, hash: u64, log2: u32) -> (u64, u64) {
 }
 
 /// The bucket word a write for `hash` changes and its value now (made, not frozen), at
-/// `2^log2()` buckets (read fresh, and again after the word's load: see # Growth), making
+/// `2^first` buckets (a size the table had), checked by a fresh look, `log2()`, after the
+/// word's load, which starts over at its size if they differ (see # Growth), making
 /// the bucket first (splitting its parent) and finishing any split met on the way. When a
 /// segment or block cannot be made for want of room, the write goes to the nearest made
 /// ancestor instead (a correct place: the unmade bucket's items live there).
@@ -242,10 +248,11 @@ fn read_at<M: Memory>(m: &M, hash: u64, log2: u32) -> (u64, u64) {
 pub fn write_target<M: Memory>(
     m: &M,
     hash: u64,
+    first: u32,
     log2: impl Fn() -> u32,
 ) -> Result<(&AtomicU64, u64), M::Error> {
+    let mut size = first;
     loop {
-        let size = log2();
         let mut b = bucket_of(hash, size);
         let found = loop {
             match made(m, b)? {
@@ -253,9 +260,11 @@ pub fn write_target<M: Memory>(
                 None => b = parent(b),
             }
         };
-        if log2() == size {
+        let now = log2();
+        if now == size {
             return Ok(found);
         }
+        size = now;
     }
 }
 

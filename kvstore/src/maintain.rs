@@ -165,7 +165,9 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
     let table = Table { reclaim };
     let h = view.tag(item);
     loop {
-        let Ok((word, w)) = index::write_target(&table, h, || shared.buckets_log2()) else {
+        let Ok((word, w)) = index::write_target(&table, h, shared.buckets_log2_cached(), || {
+            shared.buckets_log2()
+        }) else {
             return false;
         };
         if index::find(&table, w, h, |at| at == item) == 0 {

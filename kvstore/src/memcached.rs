@@ -98,7 +98,9 @@ pub(crate) fn get<'h, A: Arena>(
     let pin = p.pin();
     let view = shared.view();
     let table = Table { reclaim: p.reclaim };
-    let (_, word) = index::read(&table, h, || shared.buckets_log2());
+    let (_, word) = index::read(&table, h, shared.buckets_log2_cached(), || {
+        shared.buckets_log2()
+    });
     let at = index::find(&table, word, index::tag(h), |at| {
         // A word naming one item made its header fresh (`buckets::entries`): the rest only.
         if !index::is_item(word) {

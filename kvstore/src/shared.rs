@@ -308,6 +308,14 @@ impl<A: Arena> Shared<A> {
         (self.load_word(&self.hw().size.word) & !FIXED) as u32
     }
 
+    /// log2 of the bucket count as this process's cache has it: a size the table had, maybe
+    /// not the latest (the size only grows). An index look's first size (`index::read`): in
+    /// an `mcas` heap it saves the fresh load's eviction, and a fresh load refills the line.
+    #[inline]
+    pub(crate) fn buckets_log2_cached(&self) -> u32 {
+        (self.hw().size.word.load(Ordering::Acquire) & !FIXED) as u32
+    }
+
     /// Items linked and their bytes as the shared counters say now (approximate: handles
     /// publish their deltas in batches).
     pub(crate) fn usage(&self) -> (u64, u64) {

@@ -181,6 +181,13 @@ impl<A: Arena> Words for Slot<A> {
         }
     }
 
+    /// A plain load, also in an `mcas` heap: the line as this host's cache holds it, which a
+    /// fresh load (evict, then load) refills.
+    #[inline]
+    fn load_cached(&self, word: &AtomicU64, order: Ordering) -> u64 {
+        word.load(order)
+    }
+
     /// A pin's announcement.
     #[inline]
     fn store_fenced(&self, word: &AtomicU64, value: u64) {

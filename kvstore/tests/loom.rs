@@ -75,7 +75,7 @@ impl Table {
     fn write_at(&self, key: u8, hash: u64, new: u64, log2: impl Fn() -> u32) -> bool {
         let tag = index::tag(hash);
         loop {
-            let Ok((word, w)) = index::write_target(self, hash, &log2);
+            let Ok((word, w)) = index::write_target(self, hash, log2(), &log2);
             let found = index::find(self, w, tag, |at| self.key(at) == key);
             let mut change = Change::of(w);
             match (found, new) {
@@ -99,7 +99,7 @@ impl Table {
 
     /// A lookup: the item of `key`, or 0.
     fn get(&self, key: u8, hash: u64, log2: u32) -> u64 {
-        let (_, w) = index::read(self, hash, || log2);
+        let (_, w) = index::read(self, hash, log2, || log2);
         index::find(self, w, index::tag(hash), |at| self.key(at) == key)
     }
 
@@ -110,7 +110,7 @@ impl Table {
 
     /// [`get`](Self::get) at the size the table has when asked.
     fn get_now(&self, key: u8, hash: u64) -> u64 {
-        let (_, w) = index::read(self, hash, || self.log2());
+        let (_, w) = index::read(self, hash, self.log2(), || self.log2());
         index::find(self, w, index::tag(hash), |at| self.key(at) == key)
     }
 
@@ -281,7 +281,7 @@ fn a_write_at_a_stale_size_races_a_doubling_and_its_split() {
         let t1 = t.clone();
         let a = spawn(move || assert!(t1.write_at(1, 1, 8, || t1.log2())));
         t.size.store(1, Ordering::Release);
-        let Ok(_) = index::write_target(&*t, 1, || 1); // the split the doubling owes
+        let Ok(_) = index::write_target(&*t, 1, 1, || 1); // the split the doubling owes
         let seen = t.get_now(1, 1);
         assert!(seen == 0 || seen == 8, "{seen}");
         a.join().unwrap();
@@ -303,14 +303,14 @@ fn a_split_at_a_higher_bit_keeps_the_keys_of_unmade_siblings() {
         let t = Arc::new(Table::new(&items, &[1, 2, 3, 4]));
         let t1 = t.clone();
         let a = spawn(move || {
-            let Ok(_) = index::write_target(&*t1, 2, || 2);
+            let Ok(_) = index::write_target(&*t1, 2, 2, || 2);
         });
         for (key, hash) in items {
             assert_eq!(t.get(key, hash, 2), 8 * u64::from(key), "key {key}");
         }
         a.join().unwrap();
-        let Ok(_) = index::write_target(&*t, 1, || 2);
-        let Ok(_) = index::write_target(&*t, 3, || 2);
+        let Ok(_) = index::write_target(&*t, 1, 2, || 2);
+        let Ok(_) = index::write_target(&*t, 3, 2, || 2);
         for (key, hash) in items {
             assert_eq!(t.get(key, hash, 2), 8 * u64::from(key), "key {key}");
         }

@@ -32,6 +32,12 @@ pub const PINNED: u64 = 1;
 pub trait Words {
     /// A load of `word` with (at least) ordering `order`, fresh from memory.
     fn load(&self, word: &AtomicU64, order: Ordering) -> u64;
+    /// A load of `word` that may return an older value than memory holds now (a cached
+    /// copy: in an `mcas` heap, without the eviction a fresh load pays); at least as new as
+    /// this thread's last fresh load of it.
+    fn load_cached(&self, word: &AtomicU64, order: Ordering) -> u64 {
+        self.load(word, order)
+    }
     /// `word = value`, then a full fence: later loads are ordered after the store.
     fn store_fenced(&self, word: &AtomicU64, value: u64);
     /// `word = value`, with release ordering.
@@ -85,6 +91,21 @@ pub fn pin(global: &AtomicU64, announce: &AtomicU64) -> u64 {
 #[inline]
 pub fn pin_with(words: &impl Words, global: &AtomicU64, announce: &AtomicU64) -> u64 {
     let epoch = words.load(global, Ordering::Relaxed);
+    words.store_fenced(announce, epoch << 1 | PINNED);
+    epoch
+}
+
+/// [`pin_with`] announcing the epoch as this thread's cache has it ([`Words::load_cached`]).
+///
+/// Safe with any epoch the global word once held: an announcement below the global epoch
+/// only holds advancing back (an advancer needs every pinned slot to announce the current
+/// one), and the rule's proof needs only that a pin announcing `r + 1` loaded it after the
+/// epoch became `r + 1`, which any load of that value did. Not live alone: a thread whose
+/// cached copy never refreshes would hold the epoch back at every pin, so callers pin with
+/// a fresh load now and then (`Reclaim::pin`).
+#[inline]
+pub fn pin_cached_with(words: &impl Words, global: &AtomicU64, announce: &AtomicU64) -> u64 {
+    let epoch = words.load_cached(global, Ordering::Relaxed);
     words.store_fenced(announce, epoch << 1 | PINNED);
     epoch
 }

@@ -33,6 +33,11 @@ pub(crate) const BATCH_COLLECT_STUCK: u64 = 16;
 pub(crate) const COUNT_STUCK_YIELDS: u32 = 8;
 /// Every this-many `Keep` walks goes through the whole limbo (see `collect_keeping`).
 const COUNT_WALKS_FULL: u32 = 16;
+/// Pins between two that load the global epoch fresh (the others announce the epoch as this
+/// host's cache holds it: `epoch::pin_cached_with`; in an `mcas` heap that saves an
+/// eviction per operation). A handle that only reads never loads the epoch fresh otherwise,
+/// and would hold advancing back at every pin; this bounds that to a pin in 64.
+const COUNT_PINS_FRESH: u32 = 64;
 /// `collect` attempts when a handle is dropped.
 const COUNT_DROP_COLLECTS: usize = 64;
 
@@ -41,6 +46,8 @@ pub(crate) struct Reclaim<A: Arena> {
     slot: Slot<A>,
     /// Nesting depth of pins (guards alive).
     pins: Cell<u32>,
+    /// Outermost pins so far, mod [`COUNT_PINS_FRESH`].
+    pinned: Cell<u32>,
     /// Nodes retired since the last `collect` (which scans every slot's announcement, so it
     /// runs once per `BATCH_COLLECT` retirements).
     retired_since: Cell<u64>,
@@ -72,6 +79,7 @@ impl<A: Arena> Reclaim<A> {
         Reclaim {
             slot,
             pins: Cell::new(0),
+            pinned: Cell::new(0),
             retired_since: Cell::new(0),
             walked: Cell::new(0),
             walks: Cell::new(0),
@@ -92,7 +100,13 @@ impl<A: Arena> Reclaim<A> {
         let depth = self.pins.get();
         if depth == 0 {
             let hw = self.slot.shared().hw();
-            epoch::pin_with(&self.slot, &hw.epoch.word, self.slot.announce());
+            let pinned = self.pinned.get();
+            self.pinned.set((pinned + 1) % COUNT_PINS_FRESH);
+            if pinned == 0 {
+                epoch::pin_with(&self.slot, &hw.epoch.word, self.slot.announce());
+            } else {
+                epoch::pin_cached_with(&self.slot, &hw.epoch.word, self.slot.announce());
+            }
         }
         self.pins.set(depth + 1);
         Pin { reclaim: self }

@@ -73,7 +73,7 @@ pub(crate) fn next_chunk<A: Arena>(
         let log2 = shared.buckets_log2();
         let mask = (1u64 << log2) - 1;
         let b = cursor.from.reverse_bits() & mask;
-        let (made, word) = index::read(&table, b, || log2);
+        let (made, word) = index::read(&table, b, log2, || log2);
         let mut items = Vec::new();
         index::owned(&table, made, word, |tag, at| {
             view.fresh_item(at);
