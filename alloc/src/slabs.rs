@@ -184,6 +184,18 @@ impl SlabHeap {
         }
     }
 
+    /// Slab `slab`'s descriptor, read whole: the slab comes to this thread from another
+    /// tenure (the global list, or a last remote free took it). This thread writes lines of
+    /// the descriptor in part (a class's bitset words), and their write-back would carry this
+    /// process's stale copy of the rest along (SWcc reader rule; a no-op otherwise).
+    pub(crate) fn changed_hands(&self, slab: u32, coherence: podkv_hw::Coherence) -> &SlabDesc {
+        let desc = self.desc(slab);
+        if podkv_hw::site!("alloc.slabs.changed_hands.invalidate") {
+            coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC);
+        }
+        desc
+    }
+
     /// Slab `slab`'s remote-free word (HWcc).
     #[inline]
     pub(crate) fn remote(&self, slab: u32) -> &AtomicU64 {

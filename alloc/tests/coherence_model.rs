@@ -76,6 +76,7 @@ const SITES: &[(&str, Kind)] = &[
     ("alloc.morph.unblock.write_back", Kind::Swcc),
     ("alloc.recover.take_over.invalidate", Kind::Swcc),
     ("alloc.remote.update.cas", Kind::HookCas),
+    ("alloc.slabs.changed_hands.invalidate", Kind::Swcc),
     ("alloc.slabs.grow.cas", Kind::HookCas),
     ("alloc.slots.beat.invalidate", Kind::Swcc),
     ("alloc.slots.beat.write_back", Kind::Swcc),
@@ -95,11 +96,9 @@ const SITES: &[(&str, Kind)] = &[
     ("alloc.transition.free_detached.invalidate", Kind::Swcc),
     ("alloc.transition.free_remote_small.invalidate", Kind::Swcc),
     ("alloc.transition.give_back.write_back", Kind::Swcc),
-    ("alloc.transition.pop_global.invalidate", Kind::Swcc),
     ("alloc.transition.release.write_back", Kind::Swcc),
     ("alloc.transition.to_detached.write_back", Kind::Swcc),
     ("alloc.transition.to_sized.write_back", Kind::Swcc),
-    ("alloc.transition.took_slab.invalidate", Kind::Swcc),
 ];
 
 fn long() -> bool {

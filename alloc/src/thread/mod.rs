@@ -145,10 +145,8 @@ impl ThreadHandle {
 
     fn new(shared: Arc<Shared>, adoptions: Arc<Adoptions>, i: u64) -> ThreadHandle {
         let small = *shared.slabs.get(Kind::Small);
-        for kind in Kind::ALL {
-            // A new tenure: see there.
-            shared.slabs.get(kind).begin_tenure(i as u32 + 1, shared.geometry.coherence);
-        }
+        let tenure = |kind| shared.slabs.get(kind).begin_tenure(i as u32 + 1, shared.geometry.coherence);
+        Kind::ALL.into_iter().for_each(tenure); // a new tenure: see there
         let slot = shared.slots.slot(i) as *const Slot;
         let recoverable = shared.recoverable;
         // SAFETY: the slot is mapped while `shared` lives.

@@ -41,14 +41,7 @@ impl SlabOwner<'_> {
     pub(super) fn took_slab(&self, heap: &SlabHeap, slab: u32) {
         self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
         crash_point!("took_slab.logged");
-        // SWcc reader rule: the slab comes from another tenure (the last remote free took it),
-        // so this process's copy of its descriptor may be stale, and a later write-back of a
-        // line of it would carry the stale words along.
-        let desc = heap.desc(slab);
-        if podkv_hw::site!("alloc.transition.took_slab.invalidate") {
-            self.coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC);
-        }
-        desc.set_meta(self.me, 0, State::Unsized);
+        heap.changed_hands(slab, self.coherence).set_meta(self.me, 0, State::Unsized);
         crash_point!("took_slab.meta");
         self.keep_or_release(heap, slab);
     }
@@ -263,14 +256,7 @@ impl SlabOwner<'_> {
             };
             if let Some(slab) = lists.pop(heap, list, self.0, log) {
                 crash_point!("pop_global.popped");
-                // SWcc reader rule: the slab comes from another tenure, and this thread will
-                // write lines of its descriptor in part (a class's bitset words): read it whole
-                // first, or their write-back carries this process's stale copy of the rest.
-                let desc = heap.desc(slab);
-                if podkv_hw::site!("alloc.transition.pop_global.invalidate") {
-                    self.coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC);
-                }
-                desc.set_meta(self.me, 0, State::Unsized);
+                heap.changed_hands(slab, self.coherence).set_meta(self.me, 0, State::Unsized);
                 if list == List::Cold && lists.back_popped(heap, slab).is_err() {
                     self.push_global(heap, slab, false);
                     return Err(AllocError::OutOfMemory);

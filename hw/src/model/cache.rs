@@ -74,15 +74,6 @@ pub(super) struct HeapCache {
     ring_next: AtomicUsize,
 }
 
-/// Whether write-backs report the words they clobber (`PODKV_MODEL_CLOBBER=1`): a debugging aid
-/// for a failure under the model that two processes sharing a line explain. A word this process
-/// wrote with the very value it had loaded long ago shows as unchanged, so a report can also be
-/// a legitimate overwrite (a block rewritten with equal bytes): read each one with that in mind.
-fn clobber_check() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("PODKV_MODEL_CLOBBER").is_some_and(|v| v == "1"))
-}
-
 fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: usize) -> io::Result<usize> {
     // SAFETY: callers pass either no address or one inside a range they own (MAP_FIXED).
     let got = unsafe { libc::mmap(addr as *mut _, len, prot, flags, fd, off as libc::off_t) };
@@ -265,42 +256,14 @@ impl HeapCache {
             return copy;
         }
         let mem = self.words(self.mem(page) + at);
-        if clobber_check() {
-            self.report_clobbers(page, at, &copy, snap, mem);
+        if super::clobber::on() {
+            super::clobber::report(self.start + page * SIZE_PAGE + at, &copy, snap, mem);
         }
         for w in 0..WORDS {
             mem[w].store(copy[w], Ordering::Relaxed);
             snap[w].store(copy[w], Ordering::Relaxed);
         }
         copy
-    }
-
-    /// Reports words of a line that this process never changed but another did in memory
-    /// since this process loaded them: writing the line back puts the stale values back.
-    #[cold]
-    fn report_clobbers(
-        &self,
-        page: usize,
-        at: usize,
-        copy: &[u64; WORDS],
-        snap: &[AtomicU64; WORDS],
-        mem: &[AtomicU64; WORDS],
-    ) {
-        for w in 0..WORDS {
-            let (old, now) = (
-                snap[w].load(Ordering::Relaxed),
-                mem[w].load(Ordering::Relaxed),
-            );
-            if copy[w] == old && now != old {
-                let offset = self.start + page * SIZE_PAGE + at + 8 * w;
-                eprintln!(
-                    "podkv coherence model: pid {} writes back a stale word at heap offset {offset:#x} \
-                     (memory {now:#x}, stale {old:#x})\n{}",
-                    std::process::id(),
-                    std::backtrace::Backtrace::force_capture()
-                );
-            }
-        }
     }
 
     fn invalidate_line(&self, page: usize, line: usize) {

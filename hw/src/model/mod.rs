@@ -61,6 +61,8 @@
 #[cfg(feature = "coherence-model")]
 mod cache;
 #[cfg(feature = "coherence-model")]
+mod clobber;
+#[cfg(feature = "coherence-model")]
 mod fault;
 #[cfg(feature = "coherence-model")]
 mod registry;
