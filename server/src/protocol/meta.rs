@@ -20,7 +20,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use podkv_store::{Count, Delete, Lease, Mode, Outcome, Rank, Read, StoreError, StoreExtra};
 
 use super::base64;
-use super::numeric::{parse_i32, parse_u32, parse_u64};
+use super::numeric::{parse_i32, parse_u32, parse_u64, put_decimal};
 use super::parsed::{DataHeader, ErrorReply, Parsed};
 use super::request::{
     ranked, GetOrder, MetaArithmetic, MetaDebug, MetaDelete, MetaGet, MetaKey, MetaSet, Request,
@@ -438,31 +438,32 @@ fn compose_key(out: &mut BytesMut, key: &MetaKey) {
 /// Writes one return flag, if `facts` has what it reports.
 fn compose_flag(out: &mut BytesMut, flag: &ReturnFlag, facts: &Facts<'_>) {
     let item = facts.item;
-    let _ = match (flag, item) {
-        (ReturnFlag::Size, Some(item)) => write!(out, " s{}", item.value.len()),
-        (ReturnFlag::Flags, Some(item)) => write!(out, " f{}", item.flags),
-        (ReturnFlag::LastAccess, Some(item)) => write!(out, " l{}", item.last_access),
-        (ReturnFlag::Hit, Some(item)) => write!(out, " h{}", u8::from(item.fetched)),
-        (ReturnFlag::Cas, _) => match facts.cas {
-            Some(cas) => write!(out, " c{cas}"),
-            None => Ok(()),
-        },
+    let number = |out: &mut BytesMut, tag: &[u8], value: u64| {
+        out.put_slice(tag);
+        put_decimal(out, value);
+    };
+    match (flag, item) {
+        (ReturnFlag::Size, Some(item)) => number(out, b" s", item.value.len() as u64),
+        (ReturnFlag::Flags, Some(item)) => number(out, b" f", u64::from(item.flags)),
+        (ReturnFlag::LastAccess, Some(item)) => number(out, b" l", u64::from(item.last_access)),
+        (ReturnFlag::Hit, Some(item)) => number(out, b" h", u64::from(item.fetched)),
+        (ReturnFlag::Cas, _) => {
+            if let Some(cas) = facts.cas {
+                number(out, b" c", cas);
+            }
+        }
         (ReturnFlag::Ttl, _) => match facts.ttl {
-            Some(Some(secs)) => write!(out, " t{secs}"),
-            Some(None) => write!(out, " t-1"),
-            None => Ok(()),
+            Some(Some(secs)) => number(out, b" t", u64::from(secs)),
+            Some(None) => out.put_slice(b" t-1"),
+            None => {}
         },
         (ReturnFlag::Opaque(token), _) => {
             out.put_u8(b' ');
             out.put_slice(token);
-            Ok(())
         }
-        (ReturnFlag::Key, _) => {
-            compose_key(out, facts.key);
-            Ok(())
-        }
-        _ => Ok(()),
-    };
+        (ReturnFlag::Key, _) => compose_key(out, facts.key),
+        _ => {}
+    }
 }
 
 /// Writes the requested return flags, in request order.
@@ -482,7 +483,8 @@ pub fn compose_status(out: &mut BytesMut, code: &[u8], returns: &[ReturnFlag], f
 /// The `mg` hit: `VA <len> <flags>\r\n<data>\r\n` or `HD <flags>\r\n`, then `Z X W`.
 pub fn compose_get_hit(out: &mut BytesMut, get: &MetaGet, item: &Item, lease: Lease) {
     if get.value {
-        let _ = write!(out, "VA {}", item.value.len());
+        out.put_slice(b"VA ");
+        put_decimal(out, item.value.len() as u64);
     } else {
         out.put_slice(b"HD");
     }

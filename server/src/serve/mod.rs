@@ -6,7 +6,8 @@
 //!  main thread ── signals (SIGTERM/SIGINT), --metrics HTTP ──────────────┐ stop
 //!  worker 0    ── accept loop: limit --max-conns, hand each socket round-robin ─▶ worker i
 //!  worker i    ── current_thread runtime + LocalSet, its own StoreHandle (one thread slot),
-//!                 one task per connection: read → decode all → dispatch all → one write
+//!                 one task per connection: readable → read → decode all → dispatch all →
+//!                 one write, into buffers lent by the worker (none held while idle)
 //! ```
 //!
 //! - [`backend`]: [`Backend`](backend::Backend), the protocol's `Storage` over one

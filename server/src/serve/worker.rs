@@ -8,6 +8,7 @@
 //! `--metrics`), then tells the workers to stop and joins them; each drops its handle, which
 //! publishes its counters and releases its slot.
 
+use std::cell::RefCell;
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -27,7 +28,7 @@ use super::stats::Counter;
 use super::stats::Shared;
 use super::{metrics, ServeError};
 
-/// Bytes the read buffer keeps free before each read (memcached's read buffer is 16 KiB).
+/// Bytes a read buffer has free before each read (memcached's read buffer is 16 KiB).
 const SIZE_READ_CHUNK: usize = 16 * 1024;
 /// Listen backlog (memcached's default `-b`).
 const COUNT_BACKLOG: u32 = 1024;
@@ -278,12 +279,14 @@ fn refuse(mut stream: std::net::TcpStream) {
 
 /// Takes sockets handed to this worker and serves each on its own local task.
 async fn inbox_loop(mut inbox: mpsc::UnboundedReceiver<std::net::TcpStream>, backend: Rc<Backend>) {
+    let buffers = Rc::new(Buffers::default());
     while let Some(stream) = inbox.recv().await {
         let backend = backend.clone();
+        let buffers = buffers.clone();
         tokio::task::spawn_local(async move {
             if let Ok(stream) = TcpStream::from_std(stream) {
                 let _ = stream.set_nodelay(true);
-                if let Err(e) = connection(&backend, stream).await {
+                if let Err(e) = connection(&backend, &buffers, stream).await {
                     log_connection_error(&e);
                 }
             }
@@ -309,21 +312,59 @@ fn log_connection_error(e: &io::Error) {
     }
 }
 
-/// Serves one connection: read → decode every complete frame → dispatch each → one write.
-/// Closes after `--idle-timeout` seconds without a request byte, as memcached does.
-async fn connection(backend: &Backend, mut stream: TcpStream) -> io::Result<()> {
+/// Buffers a worker lends its connections for one read and its replies: a connection holds
+/// a read buffer only while part of a request waits in it, and a reply buffer only while its
+/// replies are written. The free ones are reused last-in first-out, so the few in use stay in
+/// the cache however many connections are open (as memcached's per-thread read buffers), and
+/// an idle connection holds no buffer.
+#[derive(Default)]
+pub struct Buffers {
+    /// Buffers not lent out. Only this worker's thread uses it (the worker is `!Send`).
+    free: RefCell<Vec<BytesMut>>,
+}
+
+impl Buffers {
+    /// A cleared buffer with room for one read.
+    fn take(&self) -> BytesMut {
+        self.free
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(SIZE_READ_CHUNK))
+    }
+
+    /// Takes `buffer` back, unless it grew for a large value (then it is freed).
+    fn give(&self, mut buffer: BytesMut) {
+        buffer.clear();
+        let mut free = self.free.borrow_mut();
+        if buffer.capacity() <= SIZE_BUFFER_KEPT && free.len() < COUNT_BUFFERS_KEPT {
+            free.push(buffer);
+        }
+    }
+}
+
+/// The largest buffer a worker keeps for reuse.
+const SIZE_BUFFER_KEPT: usize = 4 * SIZE_READ_CHUNK;
+/// How many free buffers a worker keeps at most.
+const COUNT_BUFFERS_KEPT: usize = 64;
+
+/// Serves one connection: wait until readable → read → decode every complete frame →
+/// dispatch each → one write. Closes after `--idle-timeout` seconds without a request byte,
+/// as memcached does.
+async fn connection(backend: &Backend, buffers: &Buffers, mut stream: TcpStream) -> io::Result<()> {
     let shared = backend.shared();
     let mut codec = MemcacheCodec::new(shared.settings.limits);
-    let mut input = BytesMut::with_capacity(SIZE_READ_CHUNK);
-    let mut output = BytesMut::with_capacity(SIZE_READ_CHUNK);
+    // The partial request waiting for the rest of its bytes, if any.
+    let mut pending: Option<BytesMut> = None;
     let idle = (shared.settings.idle_timeout > 0)
         .then(|| Duration::from_secs(shared.settings.idle_timeout));
     loop {
-        input.reserve(SIZE_READ_CHUNK);
-        let read = match idle {
-            None => stream.read_buf(&mut input).await?,
-            Some(limit) => match tokio::time::timeout(limit, stream.read_buf(&mut input)).await {
-                Ok(read) => read?,
+        // `poll_read_ready`, not `readable()`: the latter queues a waiter under a lock on
+        // every call, a few hundred instructions per request.
+        let readable = std::future::poll_fn(|cx| stream.poll_read_ready(cx));
+        match idle {
+            None => readable.await?,
+            Some(limit) => match tokio::time::timeout(limit, readable).await {
+                Ok(ready) => ready?,
                 Err(_) => {
                     shared
                         .idle_kicks
@@ -331,19 +372,51 @@ async fn connection(backend: &Backend, mut stream: TcpStream) -> io::Result<()> 
                     return Ok(());
                 }
             },
-        };
+        }
+        let mut input = pending.take().unwrap_or_else(|| buffers.take());
+        input.reserve(SIZE_READ_CHUNK);
+        // Readable now, so this reads at once (only a spurious wake-up waits, holding the
+        // buffer). Not `try_read_buf`: tokio's read also notes that a short read emptied the
+        // socket, which saves a `recv` answered EAGAIN per request.
+        let read = stream.read_buf(&mut input).await?;
         backend.counters().add(Counter::BytesRead, read as u64);
         let eof = read == 0;
-        let flow = drain(backend, &mut codec, &mut input, &mut output, eof)?;
+        let mut output = buffers.take();
+        let flow = drain(backend, &mut codec, &mut input, &mut output, eof);
+        keep_or_give(buffers, &mut pending, input);
+        let flow = flow?;
         if !output.is_empty() {
-            stream.write_all(&output).await?;
+            write_all(&stream, &output).await?;
             backend
                 .counters()
                 .add(Counter::BytesWritten, output.len() as u64);
-            output.clear();
         }
+        buffers.give(output);
         if eof || flow == Flow::Close {
             return stream.shutdown().await;
         }
     }
+}
+
+/// Keeps a read buffer holding part of a request for the next read; gives an empty one back.
+fn keep_or_give(buffers: &Buffers, pending: &mut Option<BytesMut>, input: BytesMut) {
+    if input.is_empty() {
+        buffers.give(input);
+    } else {
+        *pending = Some(input);
+    }
+}
+
+/// Writes all of `bytes`, straight away while the socket takes them (one `send` for the
+/// usual reply), waiting for room only when it does not.
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match stream.try_write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => bytes = &bytes[written..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
