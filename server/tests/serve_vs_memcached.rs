@@ -9,21 +9,33 @@
 //!
 //! The generator covers the text commands and the meta commands with their flags, recache
 //! tokens (`R N`, `W Z`), stale items (`md I`, `ms I`, `X`) and touches included; it leaves out
-//! what `podkv::serve::backend` lists as different: access times (`l h`) and `E`, which
-//! memcached 1.6.18 refuses. It also sends every `M` mode and every flag letter in valid and
-//! invalid spellings (`spelling`), and approaches each size limit from both sides: keys of 250
-//! and 251 bytes, values and appended values under and over the item size limit (`boundary`).
-//! Fixed meta sequences are compared too. Set `PODKV_VS_STEPS` for longer runs.
+//! what `podkv::serve::backend` lists as different: access times (`l h`), `E`, which
+//! memcached 1.6.18 refuses, an over-long opaque on a command that changes something, and a
+//! vivify (`N`) whose TTL is negative. It also sends every `M` mode and every flag letter of
+//! `mg ms md ma` in valid and invalid spellings, bare and with valid, invalid, wrapping and
+//! overflowing numbers, every numeric argument of the text commands likewise, `noreply` and
+//! command names misspelt (`spelling`); and it approaches each size limit from both sides
+//! (`boundary`): keys of 249, 250 and 251 bytes on every command, base64 keys around it,
+//! opaques of 31 to 33 bytes, meta commands of 18 to 21 tokens, `get` lines past 2048 bytes
+//! and past 24 keys, values and appended values under and over the item size limit. Fixed meta
+//! sequences are compared too. Set `PODKV_VS_STEPS` for longer runs; `PODKV_SOAK=1` plays
+//! more seeds, each twenty times longer.
 
 mod conv;
+mod edges;
 
 use conv::{heap_dir, Client, Server};
+use edges::{boundary, spelling};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
 /// Steps per seed by default.
 const COUNT_STEPS: usize = 600;
+/// Steps per seed with `PODKV_SOAK=1`.
+const COUNT_STEPS_SOAK: usize = 20 * COUNT_STEPS;
 const SEEDS: [u64; 3] = [1, 0xC0FFEE, 0x5EED_2026];
+/// Seeds played with `PODKV_SOAK=1`, besides [`SEEDS`].
+const SEEDS_SOAK: [u64; 5] = [2, 3, 0xBAD_5EED, 0xD1FF, 0x1_8000_0000];
 
 /// xorshift64*: enough randomness for command generation, identical on every run.
 struct Rng(u64);
@@ -115,12 +127,22 @@ struct Gen {
     /// Keys whose item may carry meta state (token sent, stale). memcached keeps that state
     /// through an `incr`/`decr`/`ma` only when it updates in place, which depends on whether
     /// its background threads hold a reference at that moment (see `unpadded`): counters on
-    /// these keys are left out. A `set`, `delete` or `flush_all` clears the mark.
+    /// these keys are left out. So are counters on keys a counter may have taken to 2^63 or
+    /// more ([`big_number`]). A `set`, `delete` or `flush_all` clears the mark.
     marked: std::collections::HashSet<String>,
     /// Whether `ms I` may be sent. "A CAS older than the item's" compares tokens; two podkv
     /// processes hand out tokens from their own blocks, so tokens of *different* keys are not
     /// in write order (each key's are), while the generator's CAS arguments come from any key.
     stale_stores: bool,
+}
+
+/// Whether a counter step may leave a value of 2^63 or more: memcached 1.6.18 then reads the
+/// next `incr` of it past the item's end (its `safe_strtoull` looks for a `-` up to a NUL
+/// byte), so the answer is undefined.
+fn big_number(line: &str) -> bool {
+    line.split([' ', '\r'])
+        .map(|word| word.trim_start_matches(|c: char| c.is_ascii_alphabetic()))
+        .any(|number| number.parse::<u128>().is_ok_and(|n| n >= 1 << 63))
 }
 
 impl Gen {
@@ -145,6 +167,7 @@ impl Gen {
             "incr" | "decr" | "ma" if self.marked.contains(&key) => {
                 return Step::text(format!("get {key}\r\n"));
             }
+            "incr" | "decr" | "ma" if big_number(&line) => drop(self.marked.insert(key)),
             "md" | "ms" if has(" I") => drop(self.marked.insert(key)),
             "mg" if has(" R") || has(" N") => drop(self.marked.insert(key)),
             "set" | "delete" => drop(self.marked.remove(&key)),
@@ -159,9 +182,9 @@ impl Gen {
 fn step(rng: &mut Rng, seen: usize, stale_stores: bool) -> Step {
     let key = *rng.pick(KEYS);
     let text = Step::text;
-    match rng.below(26) {
-        22..=23 => spelling(rng, key),
-        24..=25 => boundary(rng),
+    match rng.below(28) {
+        22..=24 => spelling(rng, key),
+        25..=27 => boundary(rng),
         0..=3 => {
             let v = value(rng);
             let cmd = *rng.pick(&["set", "add", "replace", "append", "prepend"]);
@@ -274,112 +297,6 @@ fn step(rng: &mut Rng, seen: usize, stale_stores: bool) -> Step {
                 text(format!("get {key}\r\n"))
             }
         }
-    }
-}
-
-/// Flags that the generator never sends alone: `b` (base64 keys: the keys here are not
-/// base64) and what `podkv::serve::backend` lists as different (`E`, `l`, `h`).
-const FLAGS_NOT_SPELLED: &[u8] = b"Eblh";
-
-/// A command in one of its valid or invalid spellings: every `M` mode of `ms` and `ma` in
-/// upper and lower case and unknown, every flag letter bare and with a token on every meta
-/// command, and text commands in the wrong case.
-fn spelling(rng: &mut Rng, key: &str) -> Step {
-    let text = Step::text;
-    match rng.below(4) {
-        0 => {
-            let mode = *rng.pick(&[
-                "MS", "ME", "MA", "MP", "MR", "Ms", "Me", "Ma", "Mp", "Mr", "MX", "Mx", "M+", "M",
-                "MSS",
-            ]);
-            Step {
-                before: format!("ms {key} 1 {mode}\r\n5\r\n").into_bytes(),
-                cas: None,
-                after: Vec::new(),
-            }
-        }
-        1 => {
-            let mode = *rng.pick(&[
-                "MI", "MD", "M+", "M-", "Mi", "Md", "MX", "Mx", "M", "MII", "MDD",
-            ]);
-            text(format!("ma {key} {mode} v\r\n"))
-        }
-        2 => {
-            let letters: Vec<u8> = (b'A'..=b'Z')
-                .chain(b'a'..=b'z')
-                .filter(|c| !FLAGS_NOT_SPELLED.contains(c))
-                .collect();
-            let flag = *rng.pick(&letters) as char;
-            let token = *rng.pick(&["", "", "5", "-1", "x"]);
-            // (`mn` takes no flags and answers `MN` to any: the harness's own end marker.)
-            let cmd = *rng.pick(&["mg", "md", "ma"]);
-            text(format!("{cmd} {key} {flag}{token}\r\n"))
-        }
-        _ => {
-            let cmd = *rng.pick(&["GET", "Get", "SET", "MG", "Mg", "gET", "DELETE", "INCR"]);
-            text(format!("{cmd} {key}\r\n"))
-        }
-    }
-}
-
-/// Longest key memcached takes.
-const SIZE_KEY_MAX: usize = 250;
-/// memcached's and podkv's default item size limit (`-I 1m`, `--max-item-size 1MiB`).
-const SIZE_ITEM_MAX: usize = 1 << 20;
-/// How far from the item size limit the generator's sizes stay: memcached counts its item
-/// header and key against the limit, podkv only the value, so the two thresholds lie a few
-/// dozen bytes apart (`podkv::protocol`'s choice 2); sizes this far either side are answered
-/// alike.
-const SIZE_LIMIT_MARGIN: usize = 4096;
-
-/// A request at a size limit, from below and from above: keys of 250 and 251 bytes, values
-/// just under and over the item size limit, and appends and prepends whose joined value
-/// stays under or passes it.
-fn boundary(rng: &mut Rng) -> Step {
-    // Appends of `SIZE_LIMIT_MARGIN / 2` from here reach 1000 bytes under the limit, then
-    // 1048 over it: never the few dozen bytes where the two servers' thresholds differ.
-    let below = SIZE_ITEM_MAX - 2 * SIZE_LIMIT_MARGIN - 1000;
-    let value = |len: usize| vec![b'v'; len];
-    let data = |head: String, v: Vec<u8>| Step {
-        before: [head.into_bytes(), v, b"\r\n".to_vec()].concat(),
-        cas: None,
-        after: Vec::new(),
-    };
-    match rng.below(6) {
-        0 => {
-            let long = "k".repeat(SIZE_KEY_MAX + rng.below(2) as usize);
-            let cmd = *rng.pick(&["get", "mg", "md", "touch", "delete", "incr"]);
-            let tail = match cmd {
-                "touch" | "incr" => " 1",
-                "mg" => " v",
-                _ => "",
-            };
-            Step::text(format!("{cmd} {long}{tail}\r\n"))
-        }
-        1 => {
-            let long = "k".repeat(SIZE_KEY_MAX + rng.below(2) as usize);
-            data(format!("set {long} 0 0 1\r\n"), value(1))
-        }
-        2 => {
-            let len = *rng.pick(&[below, SIZE_ITEM_MAX + 1, SIZE_ITEM_MAX + SIZE_LIMIT_MARGIN]);
-            if rng.chance(50) {
-                data(format!("set big 0 0 {len}\r\n"), value(len))
-            } else {
-                data(format!("ms big {len} T0\r\n"), value(len))
-            }
-        }
-        3 | 4 => {
-            // After a `set big` of `below` bytes, a short one stays under and a long one
-            // passes the limit.
-            let len = *rng.pick(&[SIZE_LIMIT_MARGIN / 2, 3 * SIZE_LIMIT_MARGIN]);
-            match rng.below(4) {
-                0 => data(format!("append big 0 0 {len}\r\n"), value(len)),
-                1 => data(format!("prepend big 0 0 {len}\r\n"), value(len)),
-                2 => data(format!("ms big {len} MA\r\n"), value(len)),
-                _ => data(format!("ms big {len} MP\r\n"), value(len)),
-            }
-        }
-        _ => Step::text("mg big s f t\r\n".into()),
     }
 }
 
@@ -499,11 +416,13 @@ fn unpadded(block: &[u8]) -> Vec<u8> {
 /// Plays every seed against memcached and podkv (`podkv` gives the podkv addresses, one per
 /// connection in turn).
 fn compare(memcached: SocketAddr, podkv: &[SocketAddr]) {
+    let soak = std::env::var_os("PODKV_SOAK").is_some();
     let steps = std::env::var("PODKV_VS_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(COUNT_STEPS);
-    for seed in SEEDS {
+        .unwrap_or(if soak { COUNT_STEPS_SOAK } else { COUNT_STEPS });
+    let soak_seeds = if soak { &SEEDS_SOAK[..] } else { &[] };
+    for &seed in SEEDS.iter().chain(soak_seeds) {
         let mut rng = Rng(seed);
         let mut gen = Gen::new(podkv.len() == 1);
         let mut reference = Side::new(&vec![memcached; podkv.len()]);

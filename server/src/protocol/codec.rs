@@ -298,6 +298,7 @@ mod tests {
         let get = Frame::Request(Request::Get(Retrieve {
             keys: vec![Bytes::from_static(b"a")],
             touch: None,
+            refused: false,
         }));
         assert_eq!(decode_all(b"get a\n"), vec![get]);
     }

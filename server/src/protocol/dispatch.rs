@@ -103,6 +103,14 @@ pub fn execute<S: Storage + ?Sized>(storage: &S, request: Request, out: &mut Byt
 
 /// `get`, `gets`, `gat`, `gats`: one `VALUE` per hit, in key order, then `END`.
 fn retrieve<S: Storage + ?Sized>(storage: &S, r: &Retrieve, with_cas: bool, out: &mut BytesMut) {
+    if r.refused {
+        if let Some(exptime) = r.touch {
+            for key in &r.keys {
+                let _ = storage.gat(key, exptime);
+            }
+        }
+        return ErrorReply::BAD_FORMAT.compose(out);
+    }
     for key in &r.keys {
         let Some(exptime) = r.touch else {
             let _ = storage.get_with(key, &mut |flags, cas, value| {

@@ -98,8 +98,8 @@ fn return_flag(token: &Bytes) -> Result<Option<ReturnFlag>, ErrorReply> {
 }
 
 impl MetaFlags {
-    /// memcached's `_meta_flag_preparse` over `flags`; the last numeric error wins, while a
-    /// duplicate or unknown flag stops at once.
+    /// memcached's `_meta_flag_preparse` over `flags`; the last error message set wins (`F`
+    /// sets none), while a duplicate or unknown flag stops at once.
     pub fn parse(key: &Bytes, flags: &[Bytes]) -> Result<MetaFlags, ErrorReply> {
         let mut of = MetaFlags {
             key: key.clone(),
@@ -143,12 +143,14 @@ impl MetaFlags {
                 ErrorReply::BAD_TOKEN,
                 failed,
             ),
-            b'F' => number(
-                parse_u32(arg),
-                &mut self.client_flags,
-                ErrorReply::BAD_TOKEN,
-                failed,
-            ),
+            // memcached's `F` sets no message of its own: the command's default (`mg`, `ms`:
+            // "bad command line format") stands unless another flag set one.
+            b'F' => match parse_u32(arg) {
+                Some(flags) => self.client_flags = flags,
+                None => {
+                    failed.get_or_insert(ErrorReply::BAD_FORMAT);
+                }
+            },
             b'C' => number(cas(arg), &mut self.cas, ErrorReply::BAD_TOKEN, failed),
             b'E' => number(cas(arg), &mut self.new_cas, ErrorReply::BAD_TOKEN, failed),
             b'J' => number(

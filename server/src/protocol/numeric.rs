@@ -68,16 +68,23 @@ pub fn parse_u32(token: &[u8]) -> Option<u32> {
     parse_u64(token).map(|value| value as u32)
 }
 
-/// `safe_strtol`: a signed 32-bit number (exptime, data length).
+/// `safe_strtol` on a 64-bit host: parsed as C's 64-bit `long` (refused only past its
+/// range), then stored in an `int32_t`, so that larger values wrap as memcached 1.6.18 lets
+/// them (exptimes, data lengths, the meta `T N R` tokens): 4294967296 is 0, 2147483648 is
+/// -2147483648, -2147483649 is 2147483647.
 pub fn parse_i32(token: &[u8]) -> Option<i32> {
     let prefix = scan(token)?;
-    let magnitude = i64::try_from(prefix.magnitude?).ok()?;
+    let magnitude = prefix.magnitude?;
     let value = if prefix.negative {
-        -magnitude
+        if magnitude > 1 << 63 {
+            return None;
+        }
+        // 2^63 itself is `i64::MIN`, which negation leaves as it is.
+        (magnitude as i64).wrapping_neg()
     } else {
-        magnitude
+        i64::try_from(magnitude).ok()?
     };
-    i32::try_from(value).ok()
+    Some(value as i32)
 }
 
 /// Appends `value` in decimal, as `write!(out, "{value}")` would.
@@ -126,10 +133,20 @@ mod tests {
     fn signed_rules() {
         assert_eq!(parse_i32(b"-1"), Some(-1));
         assert_eq!(parse_i32(b"2147483647"), Some(i32::MAX));
-        assert_eq!(parse_i32(b"2147483648"), None);
         assert_eq!(parse_i32(b"-2147483648"), Some(i32::MIN));
-        assert_eq!(parse_i32(b"-2147483649"), None);
         assert_eq!(parse_i32(b"1e3"), None);
+    }
+
+    #[test]
+    fn signed_numbers_wrap_to_32_bits_like_memcached() {
+        assert_eq!(parse_i32(b"2147483648"), Some(i32::MIN));
+        assert_eq!(parse_i32(b"-2147483649"), Some(i32::MAX));
+        assert_eq!(parse_i32(b"4294967296"), Some(0));
+        assert_eq!(parse_i32(b"4294967297"), Some(1));
+        assert_eq!(parse_i32(b"9223372036854775807"), Some(-1));
+        assert_eq!(parse_i32(b"-9223372036854775808"), Some(0));
+        assert_eq!(parse_i32(b"9223372036854775808"), None, "past C's long");
+        assert_eq!(parse_i32(b"-9223372036854775809"), None, "past C's long");
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub struct Retrieve {
     pub keys: Vec<Bytes>,
     /// `Some` for gat/gats: the exptime to set on every hit.
     pub touch: Option<i64>,
+    /// A key after `keys` was over-long: touch `keys` (gat/gats), then answer only
+    /// `CLIENT_ERROR bad command line format`, as memcached, which meets the long key after
+    /// it has touched those before it.
+    pub refused: bool,
 }
 
 /// `set`, `add`, `replace`, `append`, `prepend`, `cas` with their data block.

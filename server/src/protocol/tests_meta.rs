@@ -152,8 +152,17 @@ fn ms_errors_swallow_only_after_the_length() {
     assert_eq!(parse(b"ms k x"), Parsed::Error(ErrorReply::BAD_FORMAT));
     assert_eq!(parse(b"ms k -1"), Parsed::Error(ErrorReply::BAD_FORMAT));
     assert_eq!(parse(b"ms k 3 MX"), Parsed::Swallow(ErrorReply::MS_MODE, 3));
+    // `F` sets no message of its own (memcached 1.6.18): the default, or another flag's.
     assert_eq!(
         parse(b"ms k 3 Fx"),
+        Parsed::Swallow(ErrorReply::BAD_FORMAT, 3)
+    );
+    assert_eq!(
+        parse(b"ms k 3 Tx Fx"),
+        Parsed::Swallow(ErrorReply::BAD_TOKEN, 3)
+    );
+    assert_eq!(
+        parse(b"ms k 3 Fx Tx"),
         Parsed::Swallow(ErrorReply::BAD_TOKEN, 3)
     );
     assert_eq!(

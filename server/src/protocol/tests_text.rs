@@ -40,22 +40,26 @@ fn get_family() {
     let get = Request::Get(Retrieve {
         keys: keys(&["a", "b"]),
         touch: None,
+        refused: false,
     });
     assert_eq!(parse(b"get a b"), Parsed::Request(get.clone()));
     assert_eq!(parse(b"bget a b"), Parsed::Request(get));
     let gets = Request::Gets(Retrieve {
         keys: keys(&["k"]),
         touch: None,
+        refused: false,
     });
     assert_eq!(parse(b"gets k"), Parsed::Request(gets));
     let gat = Request::Gat(Retrieve {
         keys: keys(&["k"]),
         touch: Some(-1),
+        refused: false,
     });
     assert_eq!(parse(b"gat -1 k"), Parsed::Request(gat));
     let gats = Request::Gats(Retrieve {
         keys: vec![],
         touch: Some(10),
+        refused: false,
     });
     assert_eq!(parse(b"gats 10"), Parsed::Request(gats));
     assert_eq!(parse(b"get"), Parsed::Error(ErrorReply::ERROR));

@@ -144,12 +144,19 @@ fn parse_retrieve(
         exptime = Some(i64::from(value));
         keys = &keys[1..];
     }
-    if keys.iter().any(|k| k.len() > limits.max_key_len) {
-        return Parsed::Error(ErrorReply::BAD_FORMAT);
+    let long = keys.iter().position(|k| k.len() > limits.max_key_len);
+    if let Some(long) = long {
+        // Keys before the long one are read (and for gat touched) all the same; only a
+        // touch leaves a trace.
+        if !touch || long == 0 {
+            return Parsed::Error(ErrorReply::BAD_FORMAT);
+        }
+        keys = &keys[..long];
     }
     Parsed::Request(make(Retrieve {
         keys: keys.to_vec(),
         touch: exptime,
+        refused: long.is_some(),
     }))
 }
 

@@ -19,6 +19,17 @@
 //! 4. **Room for a token.** Winning a token, touching or marking stale makes a copy of the
 //!    item (items are immutable once linked); if even eviction cannot make room for it, `mg`
 //!    answers as a plain read (no `W`) and `md I` answers `SERVER_ERROR out of memory`.
+//! 5. **A negative vivify TTL** (`N-1`, or an `N` that wraps to a negative 32-bit number):
+//!    memcached 1.6.18 makes the item already expired and reports its TTL as its own clock
+//!    wrapped around (`t4294967173`, changing with its uptime); podkv reports `t0`.
+//! 6. **Binary keys in replies.** memcached 1.6.18 returns `k` base64-encoded (with ` b`)
+//!    only for an item made by `ms … b` and not copied since (an `ma` that cannot update in
+//!    place, an item vivified by `ma b N` or `mg b N`), and the raw bytes otherwise; podkv
+//!    encodes whenever the request has `b`. Following memcached needs one more bit per item
+//!    in the store.
+//! 7. **Earlier replies of a batch.** When a `get`-family command refuses an over-long key,
+//!    memcached 1.6.18 also drops the replies of the commands before it that arrived in the
+//!    same read; podkv sends them.
 
 use bytes::Bytes;
 use podkv_store::{
