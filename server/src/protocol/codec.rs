@@ -21,6 +21,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::request::{Request, TooLarge};
+use super::scan::find;
 use super::text::{parse_line, DataHeader, ErrorReply, Parsed};
 use super::ProtocolLimits;
 
@@ -102,7 +103,7 @@ impl MemcacheCodec {
     fn next_line(&self, buf: &mut BytesMut) -> Result<Option<Bytes>, ()> {
         let limit = self.line_limit(buf);
         let window = &buf[..buf.len().min(limit.max(SIZE_LINE_WINDOW) + 1)];
-        let Some(newline) = window.iter().position(|b| *b == b'\n') else {
+        let Some(newline) = find(window, b'\n') else {
             return if buf.len() > limit { Err(()) } else { Ok(None) };
         };
         let mut line = buf.split_to(newline + 1).freeze();

@@ -16,6 +16,7 @@
 //! - [`dispatch`]: executes a [`Frame`] against a [`Storage`], honouring `noreply` and `q`.
 //! - [`connection`]: read → decode all → dispatch all → one write, until close.
 //! - `numeric`, `base64`: memcached's `safe_strto*` number rules and its base64 key codec.
+//! - `scan`: finding newlines and spaces eight bytes at a time.
 //!
 //! # Behaviour reference
 //!
@@ -47,8 +48,8 @@
 //!    validation; it then hides errors of that command too. Meta commands never hide errors.
 //! 6. **NUL bytes** end a command line, as memcached's `strlen`-based tokenizer does.
 //! 7. **Numbers** follow memcached's `safe_strtoul` / `safe_strtol` / `safe_strtoull`,
-//!    including `flags` wrapping to 32 bits, leading `+`, and rejecting negatives; podkv also
-//!    rejects 32-bit signed values below `i32::MIN` (memcached truncates them).
+//!    including `flags` and exptimes, lengths and `T N R` wrapping to 32 bits (4294967296 is
+//!    0), leading `+`, and rejecting negatives where memcached does.
 //! 8. **`shutdown`** is refused with `ERROR: shutdown not enabled` (memcached without `-A`).
 //!    `stats cachedump` answers `CLIENT_ERROR stats cachedump not allowed` (memcached with
 //!    dumps disabled). Admin commands podkv has no equivalent for (`slabs`, `lru`,
@@ -71,6 +72,7 @@ pub mod meta;
 pub mod numeric;
 pub mod parsed;
 pub mod request;
+pub mod scan;
 pub mod storage;
 pub mod text;
 
