@@ -16,8 +16,9 @@
 //! keep it); it is removed when the heap is closed. A process killed with dirty lines leaves
 //! its file behind: its host's cache still holds those lines, so a process of that host that
 //! judges it dead sees them (its adoption reads the dead owner's state), and they reach memory
-//! when it does so ([`HeapCache::settle_dead`]). Where the directory takes no file (a device),
-//! the cache is an anonymous memfd and nothing outlives the process.
+//! when it does so ([`HeapCache::settle_dead`]), but in a page it was killed filling (marked in
+//! the file): half loaded, its lines would show as dirty, partly zero. Where the directory
+//! takes no file (a device), the cache is an anonymous memfd and nothing outlives the process.
 //!
 //! # Page states
 //! `EMPTY` (a huge page not attached, or an eager page never touched), `UNTOUCHED` (mapped,
@@ -31,12 +32,13 @@
 //! so a store that came later still shows as dirty; a reload replaces each word by CAS from
 //! the value written back, so a store that came later is kept (it happened after the reload).
 
+use super::file::{create_file, data_pages, filling, new_domain, set_filling, size_file};
 use crate::sync::mapped::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-pub(super) const SIZE_PAGE: usize = 4096;
+pub(super) use super::file::SIZE_PAGE;
 const SIZE_LINE: usize = 64;
 const WORDS: usize = SIZE_LINE / 8;
 const EMPTY: u8 = 0;
@@ -72,6 +74,8 @@ pub(super) struct HeapCache {
     heap: Option<PathBuf>,
     ring: [AtomicU32; COUNT_RING],
     ring_next: AtomicUsize,
+    /// This cache's name among every cache of the machine ([`new_domain`]).
+    pub(super) domain: u64,
 }
 
 fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: usize) -> io::Result<usize> {
@@ -105,7 +109,7 @@ impl HeapCache {
         let heap = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
         let (memfd, file) = create_file(heap.as_deref())?;
         // SAFETY: `memfd` is ours; a sparse size.
-        if unsafe { libc::ftruncate(memfd, (2 * span) as libc::off_t) } != 0 {
+        if unsafe { libc::ftruncate(memfd, size_file(span) as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
         }
         let shared = libc::MAP_SHARED | libc::MAP_NORESERVE;
@@ -137,6 +141,7 @@ impl HeapCache {
             heap,
             ring: [const { AtomicU32::new(0) }; COUNT_RING],
             ring_next: AtomicUsize::new(0),
+            domain: new_domain(),
         })
     }
 
@@ -202,6 +207,7 @@ impl HeapCache {
     }
 
     fn fill(&self, page: usize) {
+        set_filling(self.memfd, self.span, page, true);
         self.chunk(page).store(1, Ordering::Release);
         for line in 0..SIZE_PAGE / SIZE_LINE {
             let at = line * SIZE_LINE;
@@ -217,6 +223,7 @@ impl HeapCache {
             }
         }
         fence(Ordering::SeqCst);
+        set_filling(self.memfd, self.span, page, false);
         let addr = self.base + self.start + page * SIZE_PAGE;
         // SAFETY: the page is this region's cache page, mapped from the memfd.
         unsafe { libc::mprotect(addr as *mut _, SIZE_PAGE, RW) };
@@ -297,6 +304,17 @@ impl HeapCache {
             line = self.base + self.start + (page + 1) * SIZE_PAGE;
         }
         fence(Ordering::SeqCst);
+    }
+
+    /// Marks every line overlapping `[addr, addr + len)` dirty, whatever it holds: the caller
+    /// stored into each of them (see [`super::stored`]).
+    pub(super) fn stored(&self, addr: usize, len: usize) {
+        self.lines(addr, len, |page, line| {
+            let at = line * SIZE_LINE;
+            let local = self.words(self.local(page) + at);
+            let snap = self.words(self.snapshot(page) + at);
+            snap[0].store(!local[0].load(Ordering::Relaxed), Ordering::Relaxed);
+        });
     }
 
     pub(super) fn write_back(&self, addr: usize, len: usize) {
@@ -489,11 +507,13 @@ impl HeapCache {
         let mut lines = 0;
         if file
             .metadata()
-            .is_ok_and(|m| m.len() == 2 * self.span as u64)
+            .is_ok_and(|m| m.len() == size_file(self.span) as u64)
         {
             if let Ok(dead) = mmap(0, 2 * self.span, RW, libc::MAP_SHARED, fd, 0) {
                 for page in data_pages(fd, self.span) {
-                    lines += self.settle_page(dead, page);
+                    if !filling(fd, self.span, page) {
+                        lines += self.settle_page(dead, page);
+                    }
                 }
                 // SAFETY: the mapping made just above.
                 unsafe { libc::munmap(dead as *mut _, 2 * self.span) };
@@ -523,57 +543,6 @@ impl HeapCache {
         fence(Ordering::SeqCst);
         lines
     }
-}
-
-/// Makes this process's cache file beside the heap file `heap` (see the module docs), or an
-/// anonymous memfd where that is not possible.
-fn create_file(heap: Option<&Path>) -> io::Result<(libc::c_int, Option<PathBuf>)> {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let pid = std::process::id();
-    let start = crate::process::start_time(pid).unwrap_or(0) & 0xFF_FFFF;
-    if let Some(heap) = heap.filter(|h| h.is_absolute() && !h.starts_with("/dev/dax")) {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut name = heap.as_os_str().to_owned();
-        name.push(format!(".model-{pid}-{start}-{n}"));
-        let path = PathBuf::from(name);
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path);
-        if let Ok(file) = opened {
-            return Ok((std::os::fd::IntoRawFd::into_raw_fd(file), Some(path)));
-        }
-    }
-    // SAFETY: a fresh memfd; the name is a NUL-terminated literal.
-    let memfd = unsafe { libc::memfd_create(c"podkv-model".as_ptr(), libc::MFD_CLOEXEC) };
-    if memfd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((memfd, None))
-}
-
-/// The pages of `[0, span)` of file `fd` that hold data (holes read as zeros: clean).
-fn data_pages(fd: libc::c_int, span: usize) -> Vec<usize> {
-    let mut pages = Vec::new();
-    let mut at = 0;
-    while at < span {
-        // SAFETY: our own descriptor; lseek only moves its offset.
-        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
-        if data < 0 || data as usize >= span {
-            break;
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-        let end = if hole < 0 {
-            span
-        } else {
-            (hole as usize).min(span)
-        };
-        pages.extend(data as usize / SIZE_PAGE..end.div_ceil(SIZE_PAGE));
-        at = end;
-    }
-    pages
 }
 
 impl Drop for HeapCache {

@@ -20,6 +20,9 @@
 //! dirty lines leaves them in its host's cache: they reach memory when a process of its host
 //! judges it dead ([`settle_dead`], called by `alloc`'s liveness check), because a real
 //! adopter on that host would see them in the cache they share.
+//! Each modelled heap mapping is a cache of its own, named by [`cache_domain`] (a host's
+//! caches are one domain on real hardware: the store tags items with the domain that wrote
+//! them, and a reader in that domain trusts its cached lines of them).
 //!
 //! # How it is built
 //! Under the `coherence-model` feature, a heap opened while the model is [`active`] maps its
@@ -64,6 +67,8 @@ mod cache;
 mod clobber;
 #[cfg(feature = "coherence-model")]
 mod fault;
+#[cfg(feature = "coherence-model")]
+mod file;
 #[cfg(feature = "coherence-model")]
 mod registry;
 #[cfg(feature = "coherence-model")]
@@ -122,8 +127,8 @@ macro_rules! cas_site {
 #[cfg(feature = "coherence-model")]
 mod real {
     pub use super::registry::{
-        active, attach, detach, forget_file, invalidate, seed, serve_fault, set_active,
-        settle_dead, touch, write_back, Cache,
+        active, attach, cache_domain, detach, forget_file, invalidate, seed, serve_fault,
+        set_active, settle_dead, stored, touch, write_back, Cache,
     };
     use crate::sync::mapped::{AtomicU64, Ordering};
 
@@ -174,6 +179,16 @@ mod stub {
     #[inline(always)]
     pub fn settle_dead(_pid: u32, _start: u32) -> usize {
         0
+    }
+
+    /// Nothing to mark: the model is not built in.
+    #[inline(always)]
+    pub fn stored(_ptr: *const u8, _len: usize) {}
+
+    /// No modelled cache holds anything: the model is not built in.
+    #[inline(always)]
+    pub fn cache_domain(_ptr: *const u8) -> Option<u64> {
+        None
     }
 
     /// Nothing to touch: the model is not built in.

@@ -167,6 +167,23 @@ pub fn invalidate(ptr: *const u8, len: usize) {
     });
 }
 
+/// The caller just stored into every line overlapping `[ptr, ptr + len)` (a new object,
+/// written whole): they are dirty now, as any store makes a line on real hardware. The model
+/// tells dirty lines by comparing them with what was loaded, so without this a line whose
+/// stores put back the very bytes this cache loaded long ago (a block reused for equal
+/// contents) would look clean, and its write-back would leave memory holding what another
+/// host wrote there since.
+pub fn stored(ptr: *const u8, len: usize) {
+    at(ptr as usize, |region| region.stored(ptr as usize, len));
+}
+
+/// The name of the modelled cache that holds `ptr` (`None`: no modelled heap holds it): one
+/// per cache, never the same for two caches of this or another process, and never a 16-bit
+/// host id. What a cache may trust as "written through me" (the store's item writer tags).
+pub fn cache_domain(ptr: *const u8) -> Option<u64> {
+    at(ptr as usize, |region| region.domain)
+}
+
 /// Loads every page of the range into this process's cache, so a system call may read or
 /// write it.
 pub fn touch(ptr: *const u8, len: usize) {
