@@ -308,7 +308,7 @@ pub(crate) fn alloc_zeroed<A: Arena>(
     // SAFETY: a fresh block of `size` bytes this thread owns and has not published.
     unsafe { std::ptr::write_bytes(view.ptr(at), 0, size) };
     if view.is_swcc() && podkv_hw::site!("store.zeroed.write_back") {
-        view.write_back(at, size);
+        view.write_back_new(at, size);
     }
     Ok(at)
 }

@@ -220,7 +220,7 @@ impl<A: Arena> Table<'_, A> {
         let slot = self.slot();
         let view = slot.view();
         if view.is_swcc() && podkv_hw::site!("store.block.free_write_back") {
-            view.write_back(at, item::block_size(view.block_len(at)));
+            view.write_back_new(at, item::block_size(view.block_len(at)));
         }
         slot.block_log(FREE_BLOCK, at);
         slot.free(at);
@@ -314,7 +314,7 @@ impl<A: Arena> Memory for Table<'_, A> {
             view.write_entry(at, i, add);
         }
         if view.is_swcc() && podkv_hw::site!("store.block.write_back") {
-            view.write_back(at, size);
+            view.write_back_new(at, size);
         }
         slot.block_log(BLOCK, at);
         crate::reclaim::spare::end_take(slot);

@@ -2,7 +2,7 @@
 //!
 //! # Item layout (one block: [`SIZE_HEADER`] = 48 bytes of header, then key, then value)
 //! ```text
-//!  0 (zero)  u64                    reserved
+//!  0 writer  u64  cache domain     written once before publication (# Writer domain)
 //!  8 order   u64  reverse(hash)|1   written once before publication; read by anyone
 //! 16 cas     u64  CAS token         written once before publication
 //! 24 expiry  u32  unix s, 0 = never written once before publication
@@ -22,6 +22,13 @@
 //! replaces the item, so the replace CAS decides the one winner, and a concurrent touch or
 //! replace can never lose a bit (see `meta`). Per-item overhead: **48 bytes** (memcached's
 //! header is 48–56 B), plus the allocator's rounding to its size class.
+//!
+//! # Writer domain
+//! An item's first word names the cache domain whose stores wrote it ([`View::domain`]):
+//! the host on real hardware, one heap mapping under the model of non-coherent caches, zero
+//! for none (a coherent heap, the local arena). A reader in that same domain, its header
+//! line made fresh first, trusts its own cached lines of the key and value: the argument is
+//! the README's (Coherence, rule 2a).
 //!
 //! # Bucket block layout ([`SIZE_BLOCK_HEADER`] + 16 bytes per entry)
 //! ```text
@@ -116,6 +123,9 @@ pub struct View {
     /// item or block back before publishing it and a reader invalidates it before reading
     /// (README, Coherence); nothing under `Hardware`.
     coherence: Coherence,
+    /// The cache domain this process's loads and stores go through (# Writer domain); zero
+    /// when items need no SWcc (and then no item is trusted by it).
+    domain: u64,
 }
 
 // SAFETY: a view is a base address; the memory it names is shared deliberately and accessed
@@ -130,12 +140,44 @@ impl View {
         View {
             base,
             coherence: Coherence::Hardware,
+            domain: 0,
         }
     }
 
     /// The same view over memory kept coherent as `coherence` says.
     pub fn with_coherence(self, coherence: Coherence) -> View {
         View { coherence, ..self }
+    }
+
+    /// The same view, whose stores and loads go through cache domain `domain` (never zero
+    /// for a heap whose items are SWcc; see # Writer domain).
+    pub fn with_domain(self, domain: u64) -> View {
+        View { domain, ..self }
+    }
+
+    /// The cache domain items written through this view are tagged with.
+    #[inline]
+    pub fn domain(self) -> u64 {
+        self.domain
+    }
+
+    /// Whether item `at` was written through this view's cache domain, so that its lines in
+    /// this domain's cache hold what it wrote (README, Coherence, rule 2a). Its header line
+    /// must be fresh already: the word is read from it.
+    #[inline]
+    pub fn written_here(self, at: u64) -> bool {
+        self.domain != 0 && self.u64_at(at) == self.domain
+    }
+
+    /// Writes back `len` bytes at `at` that this thread has just stored, every byte (a new
+    /// item or block, written whole before publication): the SWcc writer's rule. Under the
+    /// model the lines are marked dirty first, as the stores made them on real hardware
+    /// (`podkv_hw::model::stored`): a block this cache last loaded with the same bytes would
+    /// otherwise look clean there, and rule 2a leans on memory holding every published byte.
+    #[inline]
+    pub fn write_back_new(self, at: u64, len: usize) {
+        podkv_hw::model::stored(self.ptr(at), len);
+        self.write_back(at, len);
     }
 
     /// The heap's coherence mode.
@@ -186,10 +228,11 @@ impl View {
 
     /// Makes the lines of item `at`'s key past its header line fresh, its header line being
     /// fresh already (a writer compares keys and reads meta only; [`View::fresh_value`]
-    /// before it reads the value).
+    /// before it reads the value). Nothing for an item this domain wrote.
     #[inline]
     pub fn fresh_key(self, at: u64) {
-        if self.is_swcc() && podkv_hw::site!("store.item.key_invalidate") {
+        if self.is_swcc() && !self.written_here(at) && podkv_hw::site!("store.item.key_invalidate")
+        {
             let end = SIZE_HEADER + self.key(at).len();
             if end > 64 {
                 self.invalidate(at + 64, end - 64);
@@ -198,10 +241,13 @@ impl View {
     }
 
     /// Makes the lines of item `at` past its header line fresh (after [`View::fresh_key`]:
-    /// its value).
+    /// its value). Nothing for an item this domain wrote.
     #[inline]
     pub fn fresh_value(self, at: u64) {
-        if self.is_swcc() && podkv_hw::site!("store.item.value_invalidate") {
+        if self.is_swcc()
+            && !self.written_here(at)
+            && podkv_hw::site!("store.item.value_invalidate")
+        {
             let size = self.item_size(at);
             if size > 64 {
                 self.invalidate(at + 64, size - 64);
@@ -406,7 +452,7 @@ impl View {
         // SAFETY: `at` is a fresh block this thread allocated and has not published, of at
         // least `SIZE_HEADER + key.len() + vlen` bytes, 8-aligned; nobody else can see it.
         unsafe {
-            (p as *mut u64).write(0);
+            (p as *mut u64).write(self.domain);
             (p.add(8) as *mut u64).write(meta.order);
             (p.add(16) as *mut u64).write(meta.cas);
             (p.add(24) as *mut u32).write(meta.expiry);

@@ -18,8 +18,10 @@ pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;
 /// Layout version of the descriptor (2: items carry a `lease` byte; slots count evictions;
 /// 3: a limbo entry's stamp carries the item's size, see [`Stamp`]; 4: the multi-writer words
 /// and the announcements live in a [`HwccWords`] block, in the heap's user HWcc area; 5: the
-/// index is copy-on-write buckets, HWcc bucket words naming bucket blocks, see `index`).
-pub const VERSION: u64 = 5;
+/// index is copy-on-write buckets, HWcc bucket words naming bucket blocks, see `index`;
+/// 6: an item's first word names the cache domain that wrote it, see `item`, and the two
+/// `flush_all` marks share one line, [`FlushMarks`]).
+pub const VERSION: u64 = 6;
 /// Buckets per segment (a 32 KiB block of bucket words in the HWcc area).
 pub const COUNT_SEGMENT: u64 = 4096;
 /// Segments in the directory: at most `COUNT_SEGMENT * COUNT_SEGMENTS` = 2^26 buckets.
@@ -95,13 +97,27 @@ pub struct HwccWords {
     pub count: Line,
     /// Bytes of linked items (header + key + value; approximate like `count`).
     pub used: Line,
-    /// `flush_all`: oldest live Unix second (0: none). Stored by `flush_all`; read by readers.
-    pub oldest_live: Line,
-    /// `flush_all`: items with a smaller CAS token are flushed (0: none). As `oldest_live`.
-    pub oldest_cas: Line,
+    /// `flush_all`'s marks, both on one line: every read loads them (`Shared::flush_marks`),
+    /// and in an `mcas` heap one eviction of the line then serves both.
+    pub flush: FlushMarks,
     /// Offsets of segments of bucket words (0: not yet made), each installed once by CAS
     /// 0 → offset by the writer that first needs a bucket in it.
     pub directory: [AtomicU64; COUNT_SEGMENTS],
+}
+
+/// `flush_all`'s two marks on one cache line (padded like [`Line`]).
+///
+/// # Fields (who may touch them)
+#[repr(C)]
+#[derive(Debug)]
+pub struct FlushMarks {
+    /// Oldest live Unix second (0: none). Stored by `flush_all` (through the hook, after
+    /// `oldest_cas`); read by every read.
+    pub oldest_live: AtomicU64,
+    /// Items with a smaller CAS token are flushed (0: none). Stored by an immediate
+    /// `flush_all` (through the hook); read by every read and every new token block.
+    pub oldest_cas: AtomicU64,
+    _pad: [u64; 6],
 }
 
 /// Bytes of a [`HwccWords`].

@@ -297,10 +297,10 @@ pub(crate) fn flush_all<A: Arena>(p: Parts<'_, A>, delay: i64) {
     if oldest_live <= u64::from(now) {
         let barrier = p.writer.cas_barrier(p.slot());
         podkv_hw::cas_site!("store.flush.oldest_cas.store");
-        shared.store_word(thread, &d.oldest_cas.word, barrier);
+        shared.store_word(thread, &d.flush.oldest_cas, barrier);
     }
     podkv_hw::cas_site!("store.flush.oldest_live.store");
-    shared.store_word(thread, &d.oldest_live.word, oldest_live.max(1));
+    shared.store_word(thread, &d.flush.oldest_live, oldest_live.max(1));
 }
 
 #[cfg(test)]

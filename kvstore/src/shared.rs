@@ -67,6 +67,7 @@ impl<A: Arena> Shared<A> {
             desc_at = made.desc_at;
             created = Some(made);
         }
+        let view = view.with_domain(cache_domain(view, desc_at));
         let mut shared = Shared {
             arena,
             view,
@@ -370,14 +371,35 @@ impl<A: Arena> Shared<A> {
         if m.expiry != 0 && m.expiry <= now() {
             return false;
         }
-        let d = self.hw();
-        let oldest_cas = self.load_word(&d.oldest_cas.word);
+        let (oldest_cas, oldest) = self.flush_marks();
         if oldest_cas != 0 && m.cas < oldest_cas {
             return false;
         }
-        let oldest = self.load_word(&d.oldest_live.word);
         oldest == 0 || u64::from(m.time) > oldest || oldest > u64::from(now())
     }
+
+    /// `flush_all`'s marks as they are now: `(oldest_cas, oldest_live)`. They share a line,
+    /// so the first load (fresh: through the hook, which evicts the line in an `mcas` heap)
+    /// brings the line that the second, plain load reads: what it reads is at least as new
+    /// as that eviction, as a second evicting load's would be.
+    #[inline]
+    pub(crate) fn flush_marks(&self) -> (u64, u64) {
+        let marks = &self.hw().flush;
+        let oldest_cas = self.load_word(&marks.oldest_cas);
+        (oldest_cas, marks.oldest_live.load(Ordering::Acquire))
+    }
+}
+
+/// The cache domain this process reads and writes the store's SWcc memory through (`item`,
+/// # Writer domain): under the model each heap mapping is a cache of its own; on real
+/// hardware every process of a host shares the host's (coherent) caches, so the host id
+/// names it. Zero where items need no SWcc.
+fn cache_domain(view: View, desc_at: u64) -> u64 {
+    if !view.is_swcc() {
+        return 0;
+    }
+    podkv_hw::model::cache_domain(view.ptr(desc_at))
+        .unwrap_or_else(|| u64::from(podkv_alloc::process::host_id()))
 }
 
 /// Makes a descriptor, its slot records and segment 0 (holding bucket 0's word, made

@@ -92,7 +92,7 @@ impl Writer {
         let mut token = self.cas_next.get();
         if token == self.cas_end.get()
             || token <= floor
-            || token < shared.load_word(&d.oldest_cas.word)
+            || token < shared.load_word(&d.flush.oldest_cas)
         {
             let arm = || {
                 podkv_hw::cas_site!("store.token.add.cas");
@@ -217,7 +217,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         let view = slot.view();
         // What this thread wrote goes out before the block changes owner (SWcc).
         if view.is_swcc() && podkv_hw::site!("store.item.free_write_back") {
-            view.write_back(at, view.item_size(at));
+            view.write_back_new(at, view.item_size(at));
         }
         slot.log(FREE_ITEM, at);
         slot.free(at);
@@ -271,7 +271,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         let view = shared.view();
         view.write_item(at, &meta, key, value, vlen);
         if view.is_swcc() && podkv_hw::site!("store.item.write_back") {
-            view.write_back(at, SIZE_HEADER + key.len() + vlen);
+            view.write_back_new(at, SIZE_HEADER + key.len() + vlen);
         }
         self.slot().log(ITEM, at);
         crate::reclaim::spare::end_take(self.slot());
@@ -375,11 +375,9 @@ impl<'h, A: Arena> Parts<'h, A> {
         let shared = slot.shared();
         let view = shared.view();
         let table = Table { reclaim };
-        let tag = index::tag(h);
+        let (tag, log2) = (index::tag(h), || shared.buckets_log2());
         loop {
-            let (word, w) = index::write_target(&table, h, shared.buckets_log2_cached(), || {
-                shared.buckets_log2()
-            })?;
+            let (word, w) = index::write_target(&table, h, shared.buckets_log2_cached(), &log2)?;
             let found = index::find(&table, w, tag, |at| {
                 // A word naming one item made its header fresh (`buckets::entries`).
                 if !index::is_item(w) {

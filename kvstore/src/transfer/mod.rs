@@ -186,7 +186,7 @@ fn store_record<A: Arena>(
         report.expired += 1;
         return Ok(0);
     }
-    let oldest_cas = shared.load_word(&shared.hw().oldest_cas.word);
+    let oldest_cas = shared.load_word(&shared.hw().flush.oldest_cas);
     let cas = if r.cas == 0 || r.cas < oldest_cas {
         report.fresh_cas += 1;
         p.cas_after(None, 0)
