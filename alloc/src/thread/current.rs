@@ -14,6 +14,9 @@ pub(super) struct Current {
     pub(super) mask: u64,
     /// Offset of the word's block 0.
     pub(super) at: u64,
+    /// The class's block size (here, so the fast path multiplies by a word it has loaded
+    /// from the same line instead of indexing a table).
+    pub(super) size: u64,
 }
 
 impl Current {
@@ -23,6 +26,7 @@ impl Current {
             word: readable,
             mask: 0,
             at: 0,
+            size: 0,
         }
     }
 }

@@ -33,7 +33,7 @@ use crate::huge::{HugeOwner, HugeStep, HugeThread};
 use crate::offset::Offset;
 use crate::process::SlotLife;
 use crate::recovery::{Op, Rec, SlabStep};
-use crate::slab::{Meta, SlabDesc, State};
+use crate::slab::{Meta, SlabDesc, State, COUNT_BITSET_WORDS};
 use crate::class::is_block_start;
 use crate::slot::{unpack_ends, LocalLists, Slot};
 use podkv_hw::sync::{
@@ -82,9 +82,16 @@ pub struct ThreadHandle {
     /// The log of a handle that is not recoverable, and the word an empty [`Current`] reads.
     sink: Box<AtomicU64>,
     recoverable: bool,
-    /// The current detectable-operation version, kept where a [`Rec`] keeps it (so the fast
-    /// paths log with one `or`); [`ThreadHandle::ver`] reads it back.
+    /// The current detectable-operation version, kept where a [`Rec`] keeps it;
+    /// [`ThreadHandle::ver`] reads it back.
     ver_bits: Cell<u64>,
+    /// `ver_bits` with [`Op::Alloc`] and with [`Op::Free`]: a block step's [`Rec`] but for its
+    /// offset, so the fast paths log with one `or` of the offset.
+    tag_alloc: Cell<u64>,
+    tag_free: Cell<u64>,
+    /// [`SMALL_RECIP`], copied into the handle: the free fast path indexes it from the handle
+    /// pointer it holds anyway, not from a table address it must first load.
+    recip: [u64; 256],
     /// Per small class, the bitset word the fast path allocates from (see [`Current`]).
     current: [Cell<Current>; 256],
     /// The heap's coherence mode (SWcc rules apply unless `Hardware`).
@@ -102,7 +109,11 @@ impl std::fmt::Debug for ThreadHandle {
     }
 }
 
-const MASK_OWNER_STATE: u64 = !(0xFF << 32);
+// The free fast path's unchecked bitset index: the largest reciprocal (8 B blocks) times the
+// last byte of a small slab stays inside the bitset.
+const _: () = assert!(
+    ((((1u64 << SHIFT_SMALL_SLAB) - 1) * SMALL_RECIP[0]) >> 32) / 64 < COUNT_BITSET_WORDS as u64
+);
 
 impl ThreadHandle {
     /// Claims a free slot, or adopts a dead one (recovering it first).
@@ -172,6 +183,9 @@ impl ThreadHandle {
             sink,
             recoverable,
             ver_bits: Cell::new(0),
+            tag_alloc: Cell::new(0),
+            tag_free: Cell::new(0),
+            recip: SMALL_RECIP,
             current: std::array::from_fn(|_| Cell::new(empty)),
             after_free: Cell::new(false),
             coherence: shared.geometry.coherence,
@@ -311,6 +325,18 @@ impl ThreadHandle {
         self.log(Rec(rec.0 | self.ver_bits.get()));
     }
 
+    /// `log_block(Op::Alloc, offset)` from its precomputed tag.
+    #[inline]
+    fn log_alloc(&self, offset: u64) {
+        self.log(Rec(self.tag_alloc.get() | Rec::block(Op::Idle, 0, offset).0));
+    }
+
+    /// `log_block(Op::Free, offset)` from its precomputed tag.
+    #[inline]
+    fn log_free(&self, offset: u64) {
+        self.log(Rec(self.tag_free.get() | Rec::block(Op::Idle, 0, offset).0));
+    }
+
     fn log_step(
         &self,
         op: Op,
@@ -365,6 +391,8 @@ impl ThreadHandle {
 
     fn set_ver(&self, ver: u16) {
         self.ver_bits.set(Rec::block(Op::Idle, ver, 0).0);
+        self.tag_alloc.set(Rec::block(Op::Alloc, ver, 0).0);
+        self.tag_free.set(Rec::block(Op::Free, ver, 0).0);
     }
 
     /// The current detectable-operation version.
@@ -407,11 +435,12 @@ impl ThreadHandle {
             let bits = word.load(Relaxed);
             let free = bits & current.mask;
             if free != 0 {
-                let at =
-                    current.at + u64::from(free.trailing_zeros()) * SMALL_SIZE[usize::from(class)];
-                self.log_block(Op::Alloc, at);
+                let at = current.at + u64::from(free.trailing_zeros()) * current.size;
+                self.log_alloc(at);
                 crash_point!("alloc.logged");
-                word.store(bits ^ (free & free.wrapping_neg()), Relaxed);
+                // The mask clears only bits above the allocatable ones (phantom bits past the
+                // slab's capacity), so the lowest free bit is the word's lowest set bit.
+                word.store(bits & (bits - 1), Relaxed);
                 return Ok(Offset(at));
             }
             return self.allocate_small_refill(layout, class);
@@ -436,6 +465,7 @@ impl ThreadHandle {
                     at: self.small_data_at
                         + (u64::from(slab) << SHIFT_SMALL_SLAB)
                         + i as u64 * 64 * SMALL_SIZE[class],
+                    size: SMALL_SIZE[class],
                 });
                 return self.allocate(layout);
             }
@@ -458,31 +488,43 @@ impl ThreadHandle {
     pub fn free(&self, offset: Offset) {
         let rel = offset.0.wrapping_sub(self.small_data_at);
         if rel < self.small_data_len {
-            let slab = (rel >> SHIFT_SMALL_SLAB) as u32;
-            let desc = self.small_desc(slab);
+            let slab = (rel >> SHIFT_SMALL_SLAB) as usize;
+            // SAFETY: `rel` is inside the small heap's data, so `slab` is below its `max`.
+            // Every such descriptor is mapped and inside the file (opening backs the huge
+            // records, which lie past all slab data); a slab past `len` reads as zeros, meta
+            // 0, which no fast path takes. A descriptor is plain atomics, valid for any bytes.
+            let desc = unsafe { &*self.small_descs.add(slab) };
             let meta = desc.meta.load(Relaxed);
-            if meta & MASK_OWNER_STATE == self.meta_sized {
-                let class = usize::from((meta >> 32) as u8);
+            // `meta` differs from `meta_sized` in the class byte only, or it is not this
+            // slot's sized slab: rotated, the class byte is the low byte and every other
+            // difference lies above it, so one compare tests owner, state and morph byte.
+            let diff = (meta ^ self.meta_sized).rotate_right(32);
+            if diff <= 0xFF {
+                let class = diff as u8 as usize;
                 let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
-                let scaled = in_slab * SMALL_RECIP[class];
+                let scaled = in_slab * self.recip[class];
                 let block = scaled >> 32;
-                let i = (block / 64) as usize % desc.bits.len();
-                let word = &desc.bits[i];
+                // SAFETY: `in_slab < 2^16` and every reciprocal is at most `2^32 / 8`, so
+                // `block < 2^13` and `block / 64 < 128`, the bitset's length (a class byte
+                // past the last class has reciprocal 0: block 0).
+                let word = unsafe { desc.bits.get_unchecked((block / 64) as usize) };
                 let bits = word.load(Relaxed);
-                let bit = 1u64 << (block % 64);
-                if bits & bit == 0 && is_block_start(scaled) {
-                    self.log_block(Op::Free, offset.0);
+                let set = bits | 1 << (block % 64);
+                if set != bits && is_block_start(scaled) {
+                    self.log_free(offset.0);
                     crash_point!("free.logged");
-                    word.store(bits | bit, Relaxed);
+                    let bits = set;
+                    word.store(bits, Relaxed);
                     // All ones: every block of this word is free (phantom bits included).
-                    if bits | bit == u64::MAX {
-                        self.free_maybe_empty(Kind::Small, class, slab, offset, i);
+                    if bits == u64::MAX {
+                        let i = (block / 64) as usize;
+                        self.free_maybe_empty(Kind::Small, class, slab as u32, offset, i);
                     }
                     return;
                 }
             }
             if meta as u32 != self.me && meta != 0 {
-                return self.free_remote_small(offset, slab, meta, rel);
+                return self.free_remote_small(offset, slab as u32, meta, rel);
             }
         }
         self.free_generic(offset);
