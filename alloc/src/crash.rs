@@ -57,6 +57,7 @@ pub const POINTS: &[&str] = &[
     "morph.meta",
     "morph.carved",
     "morph.counted",
+    "morph_free.logged",
     "unblock.logged",
     "unblock.old",
     "unblock.freed",

@@ -118,6 +118,23 @@ impl Morph {
         (in_slab % size == 0 && self.old_in_use(desc, i)).then_some(i)
     }
 
+    /// Whether any of old blocks `first..=last` is in the old set of `desc` (a new block over
+    /// them is blocked): whole-word tests, for the owner's free path (`thread/morph.rs`).
+    #[inline]
+    pub fn any_old_in_use(&self, desc: &SlabDesc, first: u32, last: u32) -> bool {
+        let last = last.min(self.count_old.saturating_sub(1));
+        if first > last {
+            return false;
+        }
+        let at = self.old_at();
+        (first / 64..=last / 64).any(|w| {
+            let low = if w == first / 64 { first % 64 } else { 0 };
+            let high = if w == last / 64 { last % 64 } else { 63 };
+            let mask = (u64::MAX >> (63 - high)) & (u64::MAX << low);
+            desc.bits[at + w as usize].load(Relaxed) & mask != 0
+        })
+    }
+
     /// Whether new block `j` overlaps an old block for which `in_use` says yes.
     fn blocked_by(&self, j: u32, in_use: impl Fn(u32) -> bool) -> bool {
         let (size_new, size_old) = (u64::from(self.size_new), u64::from(self.size_old));
@@ -320,6 +337,12 @@ mod tests {
         assert_eq!(m.old_block(&d, 2 * 48), None, "free when the slab morphed");
         assert_eq!(m.old_block(&d, 1), None, "inside a block");
         assert_eq!(m.carve(&d), free, "carving again changes nothing");
+        for first in 0..m.count_old + 2 {
+            for last in first.saturating_sub(1)..(first + 70).min(m.count_old + 2) {
+                let slow = (first..=last.min(m.count_old - 1)).any(|i| m.old_in_use(&d, i));
+                assert_eq!(m.any_old_in_use(&d, first, last), slow, "{first}..={last}");
+            }
+        }
         m.clear_old(&d);
         assert_eq!(m.count_old_set(&d), 0);
     }

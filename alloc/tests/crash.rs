@@ -197,7 +197,8 @@ fn workload(heap_path: &Path, record_path: &Path, mode: &str) {
 /// frees 95% of their blocks, then asks for 100 B blocks: the sparse slab behind the list's
 /// head morphs. Its old blocks are freed by their owner (`free_old`: the space under each
 /// comes back, the last one ends the morph), the other slab's by `a`; the new blocks by the
-/// owner, then the slot is given back with the slab holding nothing.
+/// owner (one while the slab still morphs), then the slot is given back with the slab holding
+/// nothing.
 fn morph_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
     let m = heap.thread().unwrap();
     let old: Vec<usize> = (0..200).map(|_| app.alloc(&m, 512)).collect();
@@ -215,7 +216,9 @@ fn morph_workload(heap: &Heap, app: &mut App, a: &podkv_alloc::ThreadHandle) {
             app.free(&m, i);
         }
     }
-    let new: Vec<usize> = (0..5).map(|_| app.alloc(&m, 100)).collect();
+    let mut new: Vec<usize> = (0..5).map(|_| app.alloc(&m, 100)).collect();
+    // A new block freed by the owner while its slab still morphs (`free_small`).
+    app.free(&m, new.pop().unwrap());
     // The first 128 blocks filled the slab that morphed (the other is its list's head): its
     // 7 kept blocks are freed by their owner, each giving back the new blocks under it, the
     // last ending the morph; the other slab's by another slot.

@@ -526,6 +526,11 @@ impl ThreadHandle {
             if meta as u32 != self.me && meta != 0 {
                 return self.free_remote_small(offset, slab as u32, meta, rel);
             }
+            // This slot's sized slab, morphing: besides the class byte only the morph byte
+            // differs (rotated, bits 16..24).
+            if diff & !0x00FF_00FF == 0 && diff > 0xFF {
+                return morph::Morpher(self).free_small(offset, slab as u32, meta, rel);
+            }
         }
         self.free_generic(offset);
     }

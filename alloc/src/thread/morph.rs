@@ -19,6 +19,13 @@
 //! class: carving again is idempotent (nothing is allocated from the new class before the next
 //! step is logged), the CAS is redone unless it took effect, the slab is pushed unless listed.
 //!
+//! # The owner's free of a new block (`free_small`)
+//! The free fast path sends the owner's frees into its own morphing small slab here, not to
+//! `free_generic`: a new block that is not blocked and not free is logged ([`Op::Free`],
+//! `morph_free.logged`) and its bit set, as on the fast path; recovery finishes it as any
+//! local free. The slab is counted for emptiness (its remote word against its free bits) only
+//! when the freed block's word shows no live new block among its first clear bits.
+//!
 //! # The owner's free of an old block ([`Op::Unblock`], `free_old`)
 //! Logged with the block's offset in `aux`; then the old set forgets the block
 //! (`unblock.old`), the new blocks over it that no other old block blocks come free
@@ -29,7 +36,7 @@
 
 use super::ThreadHandle;
 use crate::crash_point;
-use crate::class::COUNT_CLASSES_MAX;
+use crate::class::{is_block_start, Kind, COUNT_CLASSES_MAX, SHIFT_SMALL_SLAB, SMALL, SMALL_RECIP};
 use crate::morph::{Morph, COUNT_SCAN_MAX, OCCUPANCY_MAX_PERCENT};
 use crate::offset::Offset;
 use crate::recovery::Op;
@@ -42,6 +49,10 @@ use podkv_hw::sync::{
     Ordering::{Acquire, Relaxed},
 };
 use std::ops::Deref;
+
+/// Clear bits of a morphing slab's word its owner's free tests for a live new block before
+/// it counts the whole slab (`Morpher::live_in_word`).
+const COUNT_CLEAR_TRIED: u32 = 4;
 
 /// A thread handle as the owner of its slabs, morphing them and freeing into morphing ones.
 #[derive(Clone, Copy)]
@@ -188,6 +199,79 @@ impl Morpher<'_> {
             }
             _ => panic!("podkv: free of {offset}, which is not an allocated block (morphing {:?} slab {slab}: {meta:?})", heap.kind),
         }
+    }
+
+    /// The owner's free of `offset` (at `rel` in the small heap) in its own sized small slab
+    /// `slab` that morphs (`meta`, as the free fast path read it). A new block is freed as on
+    /// the fast path: plain stores after the log, no `locate` and no old-set lookup beyond its
+    /// own span. Anything else (an old block, a blocked or bad offset) goes to `free_generic`,
+    /// which [`Morpher::free`] serves.
+    #[inline(never)]
+    pub(super) fn free_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
+        let class = usize::from((meta >> 32) as u8);
+        let old = usize::from((meta >> 48) as u8).wrapping_sub(1);
+        if let Some(morph) = Morph::of(&SMALL, class, old) {
+            let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
+            let scaled = in_slab * SMALL_RECIP[class];
+            let block = (scaled >> 32) as u32;
+            let desc = self.small_desc(slab);
+            let recip_old = SMALL_RECIP[old];
+            if is_block_start(scaled)
+                && block < morph.count_new
+                && !Self::blocked(&morph, recip_old, desc, block)
+            {
+                let word = &desc.bits[(block / 64) as usize];
+                let bits = word.load(Relaxed);
+                let set = bits | 1 << (block % 64);
+                if set != bits {
+                    self.log_free(offset.0);
+                    crash_point!("morph_free.logged");
+                    word.store(set, Relaxed);
+                    if !Self::live_in_word(&morph, recip_old, desc, block / 64, set) {
+                        let heap = *self.shared.slabs.get(Kind::Small);
+                        if self.is_empty(&heap, desc, slab, class) {
+                            self.enter_free(offset.0);
+                            self.slabs().sized_to_unsized(&heap, class, slab);
+                            self.after_free.set(false);
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+        self.slabs().free_generic(offset);
+    }
+
+    /// Whether new block `j` of small morph `morph` overlaps an old block of the old set: the
+    /// old blocks under its bytes by the old class's reciprocal `recip_old` (exact for every
+    /// offset of a small slab, `class::tests`).
+    #[inline]
+    fn blocked(morph: &Morph, recip_old: u64, desc: &SlabDesc, j: u32) -> bool {
+        let recip = recip_old;
+        let start = u64::from(j) * u64::from(morph.size_new);
+        let first = (start * recip) >> 32;
+        let last = ((start + u64::from(morph.size_new) - 1) * recip) >> 32;
+        morph.any_old_in_use(desc, first as u32, last as u32)
+    }
+
+    /// Whether bitset word `w` (now `bits`) of a morphing slab shows a live new block: a clear
+    /// bit of a block that is not blocked. A few clear bits are tried; past them the answer is
+    /// "maybe not", and the caller counts the whole slab. So a free into a slab with live
+    /// blocks around it costs one or two tests, and only a slab close to empty is counted.
+    #[inline]
+    fn live_in_word(morph: &Morph, recip_old: u64, desc: &SlabDesc, w: u32, bits: u64) -> bool {
+        let mut clear = !bits;
+        for _ in 0..COUNT_CLEAR_TRIED {
+            if clear == 0 {
+                return false;
+            }
+            let j = w * 64 + clear.trailing_zeros();
+            if j < morph.count_new && !Self::blocked(morph, recip_old, desc, j) {
+                return true;
+            }
+            clear &= clear - 1;
+        }
+        false
     }
 
     /// The owner frees old block `i` of its morphing slab `slab` (at `offset`): the space
