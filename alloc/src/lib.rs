@@ -39,7 +39,7 @@
 //! | [`huge`] | component `HugeHeap` (this process's part: view, hazard record, sweep) and `HugeOwner` (a slot's part: allocate, free, reclaim, recover) |
 //! | [`hazard`], [`fault`] | hazard offsets of mapped huge blocks; the process-global SIGSEGV handler |
 //! | `shared` | `Shared`: the components, the mapping, the mCAS hook — what a [`Heap`] and its handles hold; starts the backer and the lease renewer |
-//! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook |
+//! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook; `thread/morph.rs` morphing and frees into morphing slabs; `thread/hooks.rs` the handle as a [`dcas::Writer`] and huge-heap thread |
 //! | [`heap`] | [`Heap`]: opening (its steps, `heap/open.rs`, [`Config`]), the public API over the components |
 //! | [`morph`] | a morphing slab's two sets in its bitset: which new blocks are blocked, which offsets are old blocks |
 //! | [`check`], [`occupancy`], [`census`], [`crash`], [`stress`], [`api`] | the heap checker, slab occupancy bands and the slab-utilisation census over its walk, the named crash points, the stress drivers, `allocator_api2` |

@@ -25,11 +25,11 @@ use crate::class::{
     SMALL_RECIP, SMALL_SIZE,
 };
 use crate::crash_point;
-use crate::dcas::{self, Tag, Writer};
+use crate::dcas::{self, Writer};
 use crate::error::{AllocError, HeapError};
 use crate::shared::Shared;
 use crate::slabs::SlabHeap;
-use crate::huge::{HugeOwner, HugeStep, HugeThread};
+use crate::huge::{HugeOwner, HugeStep};
 use crate::offset::Offset;
 use crate::process::SlotLife;
 use crate::recovery::{Op, Rec, SlabStep};
@@ -47,6 +47,7 @@ use std::sync::Arc;
 
 mod adopt;
 mod current;
+mod hooks;
 mod morph;
 mod recover;
 mod transition;
@@ -575,61 +576,6 @@ impl ThreadHandle {
         self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
         self.shared.slots.unhold(self.slot_index);
         self.shared.slots.release(self.slot_index, self.shared.me);
-    }
-}
-
-impl Writer for ThreadHandle {
-    #[inline]
-    fn tag(&self) -> Tag {
-        Tag {
-            tid: self.me as u16,
-            ver: self.ver(),
-        }
-    }
-
-    /// Records `previous.ver` in slot `previous.tid - 1`'s acknowledgement word (the help
-    /// array of detectable CAS, [`dcas`]) unless it holds that or a later version: through the
-    /// heap's hook, so by mCAS in an `mcas` heap. Lock-free: a CAS fails only when another
-    /// acknowledger or the owner's window move changed the word.
-    fn acknowledge(&self, previous: Tag) {
-        if !self.recoverable || u64::from(previous.tid) > self.shared.geometry.slots() {
-            return;
-        }
-        let word = self.shared.slots.ack(u64::from(previous.tid) - 1);
-        let mut cur = word.load(Acquire);
-        while let Some(new) = dcas::acknowledged(cur, previous.ver) {
-            podkv_hw::cas_site!("alloc.thread.acknowledge.cas");
-            match self.cas_word(word, cur, new) {
-                Ok(_) => return,
-                Err(seen) => cur = seen,
-            }
-        }
-    }
-
-    /// The heap's one hook (`Shared::cas_word`): CPU CAS, or memory-side CAS in an `mcas` heap.
-    #[inline]
-    fn cas_word(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        self.shared.cas_word(self.slot_index, word, current, new)
-    }
-
-    /// The heap's one hook (`Shared::store_word`).
-    #[inline]
-    fn store_word(&self, word: &AtomicU64, value: u64) {
-        self.shared.store_word(self.slot_index, word, value);
-    }
-}
-
-impl HugeThread for ThreadHandle {
-    fn log_huge_start(&self) {
-        self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
-    }
-
-    fn log_huge_block(&self, op: Op, offset: u64) {
-        self.log_block(op, offset);
-    }
-
-    fn collect_huge(&self) -> usize {
-        ThreadHandle::collect_huge(self)
     }
 }
 
