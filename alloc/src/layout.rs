@@ -88,7 +88,11 @@ pub const MAGIC: u64 = 0x564B50;
 /// the old set's bit cleared, the new blocks over the block freed, the remote count moved by
 /// one CAS), and a slab whose old set empties is sized again. A build of 8 knows no such step:
 /// it would drop a dead owner's half-made one, losing the block and the new blocks under it.
-pub const FORMAT_VERSION: u64 = 9;
+///
+/// 10: a slot's huge descriptors and its huge log word take a 64-byte line each
+/// (`huge::HugeDesc`), and its `HugeLocal` twice the bytes: a remote free of one descriptor
+/// wrote back a line holding another.
+pub const FORMAT_VERSION: u64 = 10;
 /// Process lines of an `mcas` heap's region: the mCAS client lines a process borrows for the
 /// requests it makes without a thread slot of its own (claiming a slot or a hazard record),
 /// one per process at a time (`mcas.rs`, "Process lines").
@@ -129,7 +133,7 @@ pub const HWCC_USER_LOG2_MAX: u32 = 40;
 /// bytes of address space (1 GiB for the default 1 TiB huge heap).
 pub const COUNT_HUGE_RANGES: u64 = 1024;
 /// Bytes of one slot's huge state (`huge::HugeLocal`).
-pub const SIZE_HUGE_LOCAL: u64 = 4096;
+pub const SIZE_HUGE_LOCAL: u64 = 8192;
 /// Smallest huge heap (2 GiB: 1024 ranges of 2 MiB).
 pub const HUGE_LOG2_MIN: u32 = 31;
 /// Largest huge heap (16 TiB of address space).

@@ -441,6 +441,13 @@ fn a_format_8_heap_without_the_unblock_step_is_refused_by_version() {
     assert_refused_as_format(8);
 }
 
+/// Format 9 kept two huge descriptors to a line, which a remote free's write-back can clobber;
+/// a build of 9 would also read format 10's `HugeLocal` at the wrong places: refused too.
+#[test]
+fn a_format_9_heap_with_two_huge_descriptors_to_a_line_is_refused_by_version() {
+    assert_refused_as_format(9);
+}
+
 #[test]
 fn read_only_files_are_refused() {
     use std::os::unix::fs::PermissionsExt;

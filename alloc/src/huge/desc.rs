@@ -6,7 +6,7 @@ use crate::layout::SIZE_HUGE_LOCAL;
 use podkv_hw::sync::AtomicU64;
 
 /// Huge descriptors per slot: the most huge allocations one slot may hold live or unreclaimed.
-pub const COUNT_HUGE_DESC: usize = (SIZE_HUGE_LOCAL as usize - 32) / 32;
+pub const COUNT_HUGE_DESC: usize = (SIZE_HUGE_LOCAL as usize - 64) / 64;
 /// Alignment of every huge allocation (a transparent huge page).
 pub const ALIGN_HUGE: u64 = 2 << 20;
 /// Bytes of a page: huge allocations are whole pages.
@@ -33,7 +33,13 @@ pub const DESC_FREED: u64 = 2;
 /// Invariant: `state == EMPTY <=> offset == 0 && len == 0` (quiescent); otherwise
 /// `[offset, offset + len)` lies in one run of the owning slot, `ALIGN_HUGE`-aligned, and no two
 /// of the slot's descriptors overlap.
-#[repr(C)]
+///
+/// A line of its own: the owning slot writes a descriptor and any freeing thread, of any
+/// process, writes its `state`, each writing the line back whole. Two descriptors on one line
+/// (format 9 and before) let a remote free's write-back put its stale copy of the neighbour
+/// over the owner's newer one (a fresh allocation lost: the stress test under the model died
+/// of SIGSEGV on the new block's first touch).
+#[repr(C, align(64))]
 pub struct HugeDesc {
     /// `DESC_*`.
     pub state: AtomicU64,
@@ -43,7 +49,10 @@ pub struct HugeDesc {
     pub len: AtomicU64,
     /// Allocations made in this descriptor (mod 2^28).
     pub generation: AtomicU64,
+    reserved: [AtomicU64; 4],
 }
+
+const _: () = assert!(std::mem::size_of::<HugeDesc>() == 64);
 
 /// Bits of a descriptor generation a free logs.
 pub const MASK_GENERATION: u64 = (1 << 28) - 1;
@@ -54,7 +63,8 @@ pub const MASK_GENERATION: u64 = (1 << 28) - 1;
 pub struct HugeLocal {
     /// The transition under way ([`HugeStep::to_word`]), zero when none. Owner only.
     pub log: AtomicU64,
-    reserved: [AtomicU64; 3],
+    /// The log's line is the owner's alone (see [`HugeDesc`]).
+    reserved: [AtomicU64; 7],
     /// The slot's descriptors.
     pub descs: [HugeDesc; COUNT_HUGE_DESC],
 }

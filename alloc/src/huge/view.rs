@@ -312,7 +312,7 @@ impl HugeView {
     /// The end of the furthest live or freed allocation: the file must reach it. Only a slot
     /// holding a run has allocations (they lie in its runs, as the checker checks and the
     /// sweep relies on), so only those slots' descriptors are read: an open touches no page
-    /// of the others (4 KiB each; 4 MiB of every process's memory at 1024 slots).
+    /// of the others (8 KiB each; 8 MiB of every process's memory at 1024 slots).
     pub fn end_of_allocations(&self) -> u64 {
         self.slots_with_runs()
             .into_iter()
