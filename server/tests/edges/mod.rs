@@ -4,9 +4,10 @@
 use super::{Rng, Step, KEYS};
 
 /// Flags that the generator never sends alone: `b` (base64 keys: the keys here are not
-/// base64; `boundary` sends base64 keys) and what `podkv::serve::backend` lists as different
+/// base64; `boundary` sends base64 keys), `t` (a TTL read from each server in turn may cross
+/// a second: `t1000` against `t999`) and what `podkv::serve::backend` lists as different
 /// (`E`, `l`, `h`).
-const FLAGS_NOT_SPELLED: &[u8] = b"Eblh";
+const FLAGS_NOT_SPELLED: &[u8] = b"Ebtlh";
 
 /// Numbers as memcached's parsers meet them: valid, at and past the 32-bit, 63-bit and 64-bit
 /// limits (memcached's `safe_strtol` keeps 32 of a 64-bit `long`'s bits, `safe_strtoul` 32 of
