@@ -152,6 +152,42 @@ fn server_place(v: &Value) -> (String, String, u64) {
     (workload_panel(workload), series, rate.unwrap_or(0.0) as u64)
 }
 
+/// A fig9 record's places: on its threads sweep, its processes sweep, or both (one worker).
+fn fig9_places(
+    v: &Value,
+    kind: &str,
+    allocator: &str,
+    size: u64,
+    threads: u64,
+    processes: u64,
+) -> Vec<(String, String, u64)> {
+    let suite = str_of(v, "suite").unwrap_or_default();
+    let by_threads = if suite.contains("processes") {
+        false
+    } else if suite.contains("threads") {
+        true
+    } else {
+        processes == 1
+    };
+    let by_processes = suite.contains("processes") || (suite.is_empty() && threads == 1);
+    let mut panels = Vec::new();
+    if by_threads {
+        panels.push((
+            format!("{kind} {size} B, threads"),
+            allocator.into(),
+            threads,
+        ));
+    }
+    if by_processes {
+        panels.push((
+            format!("{kind} {size} B, processes"),
+            allocator.into(),
+            processes,
+        ));
+    }
+    panels
+}
+
 /// The (panel, series, x) places of a record of `kind` in `figure`.
 fn places(
     v: &Value,
@@ -169,31 +205,7 @@ fn places(
             let target = str_of(v, "target").unwrap_or("?");
             panels.push((workload_panel(workload), target.into(), threads * processes));
         }
-        "fig9" => {
-            let suite = str_of(v, "suite").unwrap_or_default();
-            let by_threads = if suite.contains("processes") {
-                false
-            } else if suite.contains("threads") {
-                true
-            } else {
-                processes == 1
-            };
-            let by_processes = suite.contains("processes") || (suite.is_empty() && threads == 1);
-            if by_threads {
-                panels.push((
-                    format!("{kind} {size} B, threads"),
-                    allocator.into(),
-                    threads,
-                ));
-            }
-            if by_processes {
-                panels.push((
-                    format!("{kind} {size} B, processes"),
-                    allocator.into(),
-                    processes,
-                ));
-            }
-        }
+        "fig9" => panels.extend(fig9_places(v, kind, allocator, size, threads, processes)),
         "fig10" => {
             let series = if allocator == "podkv" {
                 format!(
@@ -244,6 +256,50 @@ fn places(
     panels
 }
 
+/// A measured record's values by metric name.
+fn values_of(v: &Value) -> BTreeMap<&'static str, f64> {
+    let mut values = BTreeMap::new();
+    for (metric, key) in [
+        ("throughput", "ops_per_sec"),
+        ("pss", "pss_bytes"),
+        ("hwcc", "hwcc_bytes"),
+        ("p50", "p50_ns"),
+        ("p99", "p99_ns"),
+        ("p50_us", "p50_us"),
+        ("p99_us", "p99_us"),
+        ("recovery_ms", "recovery_ms"),
+        ("cpu_ns", "cpu_ns_per_op"),
+        ("faults", "page_faults"),
+        ("live", "live_bytes"),
+        ("slab_bytes", "slab_bytes"),
+    ] {
+        if let Some(x) = f64_of(v, key) {
+            values.insert(metric, x);
+        }
+    }
+    if let Some(bands) = v.get("occupancy").and_then(Value::as_array) {
+        for (metric, band) in ["occupancy_low", "occupancy_mid", "occupancy_high"]
+            .into_iter()
+            .zip(bands)
+        {
+            if let Some(n) = band.as_f64() {
+                values.insert(metric, n);
+            }
+        }
+    }
+    if let (Some(faults), Some(ops)) = (f64_of(v, "page_faults"), f64_of(v, "ops")) {
+        if ops > 0.0 {
+            values.insert("faults_per_kop", faults / ops * 1000.0);
+        }
+    }
+    if let (Some(offered), Some(done)) = (f64_of(v, "target_rate"), f64_of(v, "ops_per_sec")) {
+        if offered > 0.0 {
+            values.insert("kept_up", done / offered);
+        }
+    }
+    values
+}
+
 /// The rows of one record (a fig9 record with one worker is on two panels: its threads
 /// sweep and its processes sweep).
 fn row_of(v: &Value) -> Vec<Row> {
@@ -258,47 +314,10 @@ fn row_of(v: &Value) -> Vec<Row> {
     let processes = u64_of(v, "processes").unwrap_or(1);
     let reason = reason_of(v);
     let panels = places(v, &figure, &kind, threads, processes);
-    let mut values = BTreeMap::new();
-    if reason.is_none() {
-        for (metric, key) in [
-            ("throughput", "ops_per_sec"),
-            ("pss", "pss_bytes"),
-            ("hwcc", "hwcc_bytes"),
-            ("p50", "p50_ns"),
-            ("p99", "p99_ns"),
-            ("p50_us", "p50_us"),
-            ("p99_us", "p99_us"),
-            ("recovery_ms", "recovery_ms"),
-            ("cpu_ns", "cpu_ns_per_op"),
-            ("faults", "page_faults"),
-            ("live", "live_bytes"),
-            ("slab_bytes", "slab_bytes"),
-        ] {
-            if let Some(x) = f64_of(v, key) {
-                values.insert(metric, x);
-            }
-        }
-        if let Some(bands) = v.get("occupancy").and_then(Value::as_array) {
-            for (metric, band) in ["occupancy_low", "occupancy_mid", "occupancy_high"]
-                .into_iter()
-                .zip(bands)
-            {
-                if let Some(n) = band.as_f64() {
-                    values.insert(metric, n);
-                }
-            }
-        }
-        if let (Some(faults), Some(ops)) = (f64_of(v, "page_faults"), f64_of(v, "ops")) {
-            if ops > 0.0 {
-                values.insert("faults_per_kop", faults / ops * 1000.0);
-            }
-        }
-        if let (Some(offered), Some(done)) = (f64_of(v, "target_rate"), f64_of(v, "ops_per_sec")) {
-            if offered > 0.0 {
-                values.insert("kept_up", done / offered);
-            }
-        }
-    }
+    let values = match reason {
+        None => values_of(v),
+        Some(_) => BTreeMap::new(),
+    };
     let workload = str_of(v, "workload").unwrap_or_default();
     let pss_over_time: Vec<(f64, f64)> = v
         .get("pss_over_time")

@@ -222,6 +222,31 @@ fn latency_from_send() -> String {
     "send".into()
 }
 
+/// Each operation kind's summary, for the kinds that ran.
+fn per_kind(spec: &RunSpec, tally: &Tally) -> BTreeMap<String, KindSummary> {
+    let us = tally.ns_per_tick() / 1000.0;
+    let at = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 * us;
+    let mut per_op = BTreeMap::new();
+    for (i, name) in spec.job.kind_names().iter().enumerate() {
+        let h = &tally.histograms[i];
+        if tally.count(i) > 0 {
+            per_op.insert(
+                (*name).to_owned(),
+                KindSummary {
+                    ops: tally.count(i),
+                    hits: tally.hits[i],
+                    misses: tally.misses[i],
+                    p50_us: at(h, 0.5),
+                    p99_us: at(h, 0.99),
+                    p999_us: at(h, 0.999),
+                    max_us: h.max() as f64 * us,
+                },
+            );
+        }
+    }
+    per_op
+}
+
 impl RunRecord {
     /// Builds the record from every process's report.
     pub fn from_reports(
@@ -238,24 +263,7 @@ impl RunRecord {
         let context = process_stats::context();
         let us = tally.ns_per_tick() / 1000.0;
         let at = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 * us;
-        let mut per_op = BTreeMap::new();
-        for (i, name) in spec.job.kind_names().iter().enumerate() {
-            let h = &tally.histograms[i];
-            if tally.count(i) > 0 {
-                per_op.insert(
-                    (*name).to_owned(),
-                    KindSummary {
-                        ops: tally.count(i),
-                        hits: tally.hits[i],
-                        misses: tally.misses[i],
-                        p50_us: at(h, 0.5),
-                        p99_us: at(h, 0.99),
-                        p999_us: at(h, 0.999),
-                        max_us: h.max() as f64 * us,
-                    },
-                );
-            }
-        }
+        let per_op = per_kind(spec, &tally);
         let all = tally.overall();
         let ops = tally.total();
         let seconds = (tally.elapsed_ns_max.max(1)) as f64 / 1e9;

@@ -173,14 +173,7 @@ fn run_threads<T: Target, S: Source + Send>(
         (tallies, faults, samples)
     });
     let (faults, timed_from_ns, mcas_from) = faults?;
-    let mut tally = Tally::new(kinds);
-    let mut swcc = Counts::default();
-    for t in tallies {
-        let (t, counts) = t?;
-        tally.merge(&t);
-        swcc.lines_written_back += counts.lines_written_back;
-        swcc.lines_invalidated += counts.lines_invalidated;
-    }
+    let (tally, swcc) = merge_workers(kinds, tallies)?;
     let coherence = target
         .mcas_ops()
         .zip(mcas_from)
@@ -201,6 +194,23 @@ fn run_threads<T: Target, S: Source + Send>(
         timed_from_ns,
         server_version: target.server_version(),
     })
+}
+
+/// The process's tally and coherence counts: its workers' merged (the first worker's error
+/// if any failed).
+fn merge_workers(
+    kinds: usize,
+    workers: Vec<anyhow::Result<(Tally, Counts)>>,
+) -> anyhow::Result<(Tally, Counts)> {
+    let mut tally = Tally::new(kinds);
+    let mut swcc = Counts::default();
+    for worker in workers {
+        let (t, counts) = worker?;
+        tally.merge(&t);
+        swcc.lines_written_back += counts.lines_written_back;
+        swcc.lines_invalidated += counts.lines_invalidated;
+    }
+    Ok((tally, swcc))
 }
 
 /// Raises its flag when dropped.
