@@ -126,13 +126,15 @@ impl Morph {
         if first > last {
             return false;
         }
-        let at = self.old_at();
-        (first / 64..=last / 64).any(|w| {
-            let low = if w == first / 64 { first % 64 } else { 0 };
-            let high = if w == last / 64 { last % 64 } else { 63 };
-            let mask = (u64::MAX >> (63 - high)) & (u64::MAX << low);
-            desc.bits[at + w as usize].load(Relaxed) & mask != 0
-        })
+        let word = |w: u32| desc.bits[self.old_at() + w as usize].load(Relaxed);
+        let (low, high) = (u64::MAX << (first % 64), u64::MAX >> (63 - last % 64));
+        let (first, last) = (first / 64, last / 64);
+        if first == last {
+            return word(first) & low & high != 0;
+        }
+        word(first) & low != 0
+            || (first + 1..last).any(|w| word(w) != 0)
+            || word(last) & high != 0
     }
 
     /// Whether new block `j` overlaps an old block for which `in_use` says yes.
