@@ -123,18 +123,27 @@ impl Morph {
     #[inline]
     pub fn any_old_in_use(&self, desc: &SlabDesc, first: u32, last: u32) -> bool {
         let last = last.min(self.count_old.saturating_sub(1));
-        if first > last {
-            return false;
-        }
-        let word = |w: u32| desc.bits[self.old_at() + w as usize].load(Relaxed);
+        let at = self.old_at();
         let (low, high) = (u64::MAX << (first % 64), u64::MAX >> (63 - last % 64));
-        let (first, last) = (first / 64, last / 64);
-        if first == last {
-            return word(first) & low & high != 0;
+        if first / 64 == last / 64 {
+            // `first > last` in one word leaves no bit in the mask.
+            let mask = if first > last { 0 } else { low & high };
+            return desc.bits[at + (first / 64) as usize].load(Relaxed) & mask != 0;
         }
-        word(first) & low != 0
-            || (first + 1..last).any(|w| word(w) != 0)
-            || word(last) & high != 0
+        first < last && self.any_old_in_words(desc, first / 64, last / 64, low, high)
+    }
+
+    /// [`Morph::any_old_in_use`] over several words: the first and last by their masks, the
+    /// words between whole.
+    #[cold]
+    fn any_old_in_words(&self, desc: &SlabDesc, first: u32, last: u32, low: u64, high: u64) -> bool {
+        let word = |w: u32| desc.bits[self.old_at() + w as usize].load(Relaxed);
+        word(first) & low != 0 || (first + 1..last).any(|w| word(w) != 0) || word(last) & high != 0
+    }
+
+    /// Whether any block is left in the old set.
+    pub fn any_old_set(&self, desc: &SlabDesc) -> bool {
+        desc.bits[self.old_at()..].iter().any(|w| w.load(Relaxed) != 0)
     }
 
     /// Whether new block `j` overlaps an old block for which `in_use` says yes.

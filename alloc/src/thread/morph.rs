@@ -23,8 +23,10 @@
 //! The free fast path sends the owner's frees into its own morphing small slab here, not to
 //! `free_generic`: a new block that is not blocked and not free is logged ([`Op::Free`],
 //! `morph_free.logged`) and its bit set, as on the fast path; recovery finishes it as any
-//! local free. The slab is counted for emptiness (its remote word against its free bits) only
-//! when the freed block's word shows no live new block among its first clear bits.
+//! local free. The slab can be empty then only if other slots freed its old blocks (this slot
+//! wrote its remote word last otherwise, and every old block of the set is live): only then,
+//! and when the freed block's word shows no live new block among its first clear bits, is the
+//! slab counted for emptiness (its remote word against its free bits).
 //!
 //! # The owner's free of an old block ([`Op::Unblock`], `free_old`)
 //! Logged with the block's offset in `aux`; then the old set forgets the block
@@ -36,6 +38,7 @@
 
 use super::ThreadHandle;
 use crate::crash_point;
+use crate::dcas;
 use crate::class::{is_block_start, Kind, COUNT_CLASSES_MAX, SHIFT_SMALL_SLAB, SMALL, SMALL_RECIP};
 use crate::morph::{Morph, COUNT_SCAN_MAX, OCCUPANCY_MAX_PERCENT};
 use crate::offset::Offset;
@@ -210,34 +213,43 @@ impl Morpher<'_> {
     pub(super) fn free_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
         let class = usize::from((meta >> 32) as u8);
         let old = usize::from((meta >> 48) as u8).wrapping_sub(1);
-        if let Some(morph) = Morph::of(&SMALL, class, old) {
-            let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
-            let scaled = in_slab * SMALL_RECIP[class];
-            let block = (scaled >> 32) as u32;
-            let desc = self.small_desc(slab);
-            let recip_old = SMALL_RECIP[old];
-            if is_block_start(scaled)
-                && block < morph.count_new
-                && !Self::blocked(&morph, recip_old, desc, block)
-            {
-                let word = &desc.bits[(block / 64) as usize];
-                let bits = word.load(Relaxed);
-                let set = bits | 1 << (block % 64);
-                if set != bits {
-                    self.log_free(offset.0);
-                    crash_point!("morph_free.logged");
-                    word.store(set, Relaxed);
-                    if !Self::live_in_word(&morph, recip_old, desc, block / 64, set) {
-                        let heap = *self.shared.slabs.get(Kind::Small);
-                        if self.is_empty(&heap, desc, slab, class) {
-                            self.enter_free(offset.0);
-                            self.slabs().sized_to_unsized(&heap, class, slab);
-                            self.after_free.set(false);
-                        }
-                    }
-                    return;
+        let Some(morph) = Morph::of(&SMALL, class, old) else {
+            return self.slabs().free_generic(offset);
+        };
+        let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
+        let scaled = in_slab * SMALL_RECIP[class];
+        let block = (scaled >> 32) as u32;
+        let desc = self.small_desc(slab);
+        let recip_old = SMALL_RECIP[old];
+        if is_block_start(scaled)
+            && block < morph.count_new
+            && !Self::blocked(&morph, recip_old, desc, block)
+        {
+            let word = &desc.bits[(block / 64) as usize];
+            let bits = word.load(Relaxed);
+            let set = bits | 1 << (block % 64);
+            if set != bits {
+                self.log_free(offset.0);
+                crash_point!("morph_free.logged");
+                word.store(set, Relaxed);
+                let heap = self.shared.slabs.get(Kind::Small);
+                if self.freed_by_others(heap, slab)
+                    && !Self::live_in_word(&morph, recip_old, desc, block / 64, set)
+                    && self.is_empty(heap, desc, slab, class)
+                {
+                    self.enter_free(offset.0);
+                    self.slabs().sized_to_unsized(heap, class, slab);
+                    self.after_free.set(false);
                 }
+                return;
             }
+        }
+        // An old block of the old set: `free_old`, as `Morpher::free` would send it.
+        let scaled = in_slab * recip_old;
+        let i = (scaled >> 32) as u32;
+        if is_block_start(scaled) && morph.old_in_use(desc, i) {
+            let heap = *self.shared.slabs.get(Kind::Small);
+            return self.free_old(&heap, slab, class, old, i, offset);
         }
         self.slabs().free_generic(offset);
     }
@@ -254,10 +266,22 @@ impl Morpher<'_> {
         morph.any_old_in_use(desc, first as u32, last as u32)
     }
 
+    /// Whether another slot wrote the remote word of this slot's morphing slab `slab` since
+    /// this slot did (the morph's rebase, an unblock): its tag names the last writer. If not,
+    /// every old block in the old set is still live (only the owner forgets one, and only
+    /// another slot counts a free of one), so a free of a new block cannot empty the slab. An
+    /// HWcc load (uncachable in an `mcas` heap): no request to a processor.
+    #[inline]
+    fn freed_by_others(&self, heap: &SlabHeap, slab: u32) -> bool {
+        dcas::tag(heap.remote(slab).load(Acquire)).tid != self.me as u16
+    }
+
     /// Whether bitset word `w` (now `bits`) of a morphing slab shows a live new block: a clear
     /// bit of a block that is not blocked. A few clear bits are tried; past them the answer is
     /// "maybe not", and the caller counts the whole slab. So a free into a slab with live
-    /// blocks around it costs one or two tests, and only a slab close to empty is counted.
+    /// blocks around it costs one or two tests, and only a slab close to empty is counted. A
+    /// new block another thread freed still shows as live (its bit stays clear): such a slab
+    /// is reclaimed as any sized slab with remote frees is, once detached and drained.
     #[inline]
     fn live_in_word(morph: &Morph, recip_old: u64, desc: &SlabDesc, w: u32, bits: u64) -> bool {
         let mut clear = !bits;
@@ -314,7 +338,7 @@ impl Morpher<'_> {
         if counted == RemoteFree::TookSlab {
             return self.slabs().took_slab(heap, slab);
         }
-        if morph.count_old_set(desc) == 0 {
+        if !morph.any_old_set(desc) {
             desc.end_morph();
             // SWcc writer rule: freers read the slab's class and mark from here.
             if podkv_hw::site!("alloc.morph.end.write_back") {
@@ -326,7 +350,7 @@ impl Morpher<'_> {
         if freed > 0 && desc.meta().state == Some(State::Detached) {
             self.slabs().detached_to_sized(heap, class, slab);
         }
-        if desc.meta().state == Some(State::Sized) && self.is_empty(heap, desc, slab, class) {
+        if desc.meta().state == Some(State::Sized) && self.maybe_empty(heap, &morph, desc, slab, (class, old), i) {
             self.slabs().sized_to_unsized(heap, class, slab);
         }
     }
@@ -347,6 +371,22 @@ impl Morpher<'_> {
             self.log_step(Op::Unblock, heap, slab, class, |s| s.count = old as u8);
         }
         self.unblock(heap, slab, class, old, i, counted);
+    }
+
+    /// [`Morpher::is_empty`] after old block `i` of small or large slab `slab` was freed,
+    /// answered "no" at once when the new-class word over the block's first byte shows a live
+    /// new block ([`Morpher::live_in_word`]; small slabs only).
+    fn maybe_empty(&self, heap: &SlabHeap, morph: &Morph, desc: &SlabDesc, slab: u32, (class, old): (usize, usize), i: u32) -> bool {
+        if heap.kind == Kind::Small {
+            let j = (u64::from(i) * u64::from(morph.size_old) / u64::from(morph.size_new)) as u32;
+            let w = (j / 64) as usize;
+            if w < desc.bits.len()
+                && Self::live_in_word(morph, SMALL_RECIP[old], desc, j / 64, desc.bits[w].load(Relaxed))
+            {
+                return false;
+            }
+        }
+        self.is_empty(heap, desc, slab, class)
     }
 
     /// Whether the owner's sized slab `slab` of `class` holds no live block, asked after a
