@@ -377,7 +377,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         let table = Table { reclaim };
         let (tag, log2) = (index::tag(h), || shared.buckets_log2());
         loop {
-            let (word, w) = index::write_target(&table, h, shared.buckets_log2_cached(), &log2)?;
+            let (word, w) = index::write_target(&table, h, shared.buckets_log2_cached(), log2)?;
             let found = index::find(&table, w, tag, |at| {
                 // A word naming one item made its header fresh (`buckets::entries`).
                 if !index::is_item(w) {
