@@ -7,6 +7,8 @@
 //! new allocation in the next descriptor, and with two descriptors to a line (heap format 9)
 //! the free put the stale, empty neighbour back.
 
+mod common;
+
 use podkv_alloc::{Config, Heap, Offset};
 use podkv_hw::Coherence;
 use std::alloc::Layout;
@@ -53,18 +55,12 @@ fn a_remote_huge_free_keeps_the_owners_next_allocation() {
     if std::env::var_os(ENV_CHILD).is_some() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("heap");
-    std::fs::File::create(&path).unwrap();
-    podkv_hw::model::set_active(true);
-    let heap = Heap::open(&path, &config()).unwrap();
+    let (_dir, path, heap) = common::modelled_heap(&config());
     let t = heap.thread().unwrap();
     let first = t.allocate(layout()).unwrap();
     let freed = t.allocate(layout()).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "huge_lines_child", "--test-threads=1"])
-        .env(ENV_CHILD, format!("{}|{}", path.display(), freed.0))
-        .env("PODKV_COHERENCE_MODEL", "1")
+    let spec = format!("{}|{}", path.display(), freed.0);
+    let mut child = common::child("huge_lines_child", ENV_CHILD, &spec)
         .env("PODKV_CRASH_POINT", "huge_free.logged")
         .env("PODKV_CRASH_STOP", "once")
         .stdout(Stdio::null())

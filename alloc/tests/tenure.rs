@@ -9,11 +9,13 @@
 //! child wrote them: without the claim's reader rule (`alloc.thread.claim.invalidate_data`)
 //! the parent's write-backs put its stale bytes back over the child's live blocks.
 
+mod common;
+
 use podkv_alloc::{Config, Heap, Offset, ThreadHandle};
 use podkv_hw::Coherence;
 use std::alloc::Layout;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 const ENV_CHILD: &str = "PODKV_TENURE_CHILD";
 /// Not a multiple of 64: every line of a slab holds parts of two or three blocks.
@@ -78,11 +80,7 @@ fn a_new_tenure_allocating_beside_the_last_ones_live_blocks_keeps_them_whole() {
     if std::env::var_os(ENV_CHILD).is_some() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("heap");
-    std::fs::File::create(&path).unwrap();
-    podkv_hw::model::set_active(true);
-    let heap = Heap::open(&path, &config()).unwrap();
+    let (_dir, path, heap) = common::modelled_heap(&config());
     // The first tenure: this process loads the lines the child will use, as its own blocks.
     {
         let t = heap.thread().unwrap();
@@ -96,10 +94,7 @@ fn a_new_tenure_allocating_beside_the_last_ones_live_blocks_keeps_them_whole() {
             t.free(off);
         }
     }
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "tenure_child", "--nocapture", "--test-threads=1"])
-        .env(ENV_CHILD, &path)
-        .env("PODKV_COHERENCE_MODEL", "1")
+    let child = common::child("tenure_child", ENV_CHILD, &path.display().to_string())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

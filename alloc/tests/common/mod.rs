@@ -1,0 +1,26 @@
+//! Set-up shared by the tests in which two processes (this test binary, re-executed as a
+//! child) write one modelled heap (`podkv_hw::model`): `tenure.rs`, `huge_lines.rs`.
+
+use podkv_alloc::{Config, Heap};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// A fresh heap file in a temporary directory, opened modelled by this process (the parent).
+pub fn modelled_heap(config: &Config) -> (tempfile::TempDir, PathBuf, Heap) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    std::fs::File::create(&path).unwrap();
+    podkv_hw::model::set_active(true);
+    let heap = Heap::open(&path, config).unwrap();
+    (dir, path, heap)
+}
+
+/// This test binary, to run only test `test` modelled, with `role` set to `spec`.
+pub fn child(test: &str, role: &str, spec: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(role, spec)
+        .env("PODKV_COHERENCE_MODEL", "1");
+    command
+}
