@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod children;
+
 use podkv_store::{Clock, Store, StoreConfig};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
