@@ -210,6 +210,13 @@ impl HugeOwner<'_> {
         let generation = d.generation.load(Ordering::Acquire) & MASK_GENERATION;
         let me = self.slots.slot(u64::from(self.slot));
         me.aux.store(offset.0, Ordering::Relaxed);
+        // SWcc writer rule, before the log names the step: an adopter on another host reads
+        // the offset in flight from here (the slot's release, which writes the rest of the
+        // slot back, never comes after a crash).
+        if podkv_hw::site!("alloc.huge.free.write_back_aux") {
+            view.coherence
+                .write_back((&me.aux as *const AtomicU64).cast(), 8);
+        }
         self.log(Some(HugeStep::Free {
             slot: found.slot,
             desc: found.desc as u16,
