@@ -331,8 +331,8 @@ fn child(spec: &str) {
 /// [`another_process_frees_old_blocks_of_a_morphing_slab`] again with both processes under
 /// the model of non-coherent caches (`podkv_hw::model`; the `limited` and `mcas` heaps are
 /// modelled): the freeing process reads the owner's old set only after the owner wrote it
-/// back. (With the `alloc.morph.old.write_back` site off, `PODKV_COHERENCE_SITE_OFF`, the
-/// child takes an old block for no block at all and panics.)
+/// back. (The owner's check before the child starts writes its dirty lines back, as an
+/// invalidation does: the morph sites are proven by `model_scenarios.rs` instead.)
 #[test]
 fn old_blocks_are_freed_across_processes_under_the_coherence_model() {
     if std::env::var_os(ENV_CHILD).is_some() || std::env::var_os("PODKV_COHERENCE_MODEL").is_some()
