@@ -373,6 +373,21 @@ impl Words {
         (self.base as *mut u8).wrapping_add(offset as usize)
     }
 
+    /// Maps `[offset, offset + len)` of this process's view writable now, so that the first
+    /// stores there take no page fault (`MADV_POPULATE_WRITE`). The range must be backed, and
+    /// `offset` page-aligned. Only a hint: an older kernel, a device or the coherence model
+    /// (whose copy of the heap fills itself on touch) leave the range to fault as before.
+    /// Returns whether the kernel mapped it.
+    pub(crate) fn populate(&self, offset: u64, len: u64) -> bool {
+        if len == 0 || podkv_hw::model::active() {
+            return false;
+        }
+        // SAFETY: the range lies in this process's mapping of the heap (the caller's contract)
+        // and is backed, so populating it for writing only installs page-table entries for
+        // pages the file already holds; it changes no byte.
+        unsafe { libc::madvise(self.at(offset).cast(), len as usize, libc::MADV_POPULATE_WRITE) == 0 }
+    }
+
     /// The 8-byte word at `offset`. Callers pass offsets of 8-byte-aligned words in backed
     /// metadata (header, HWcc globals, remote words below `len`, slot words).
     #[inline]
