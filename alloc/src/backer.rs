@@ -297,6 +297,29 @@ mod tests {
     }
 
     #[test]
+    fn a_heap_is_closed_when_its_last_handle_is_dropped_while_the_backer_works() {
+        // The file is truncated the moment the user lets go: a close or a backing that ran
+        // later, on the backer's thread, would fault on it (SIGBUS) or grow it again.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        let layout = Layout::from_size_align(300_000, 8).unwrap();
+        for _ in 0..30 {
+            let heap = Heap::open(&path, &config()).unwrap();
+            let t = heap.thread().unwrap();
+            let blocks: Vec<_> = (0..8).map(|_| t.allocate(layout).unwrap()).collect();
+            for off in blocks {
+                t.free(off);
+            }
+            drop(t);
+            drop(heap);
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            file.set_len(0).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+            assert_eq!(file.metadata().unwrap().len(), 0, "the closed heap's file grew again");
+        }
+    }
+
+    #[test]
     fn a_grow_finds_slabs_another_opener_backed_without_backing_them_again() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("heap");

@@ -15,12 +15,11 @@
 //!   what its table is about to use before it publishes the size that uses it.
 
 use crate::error::HeapError;
-use crate::shared::Shared;
+use crate::shared::Hold;
 use crate::thread::ThreadHandle;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::ops::Range;
-use std::sync::Arc;
 
 /// Header byte offset of the backed high-water mark of the user's HWcc area (raised by
 /// `fetch_max`; a heap on a file is backed by processes of one host).
@@ -30,7 +29,7 @@ pub(crate) const OFFSET_HWCC_USER_BACKED: u64 = 280;
 /// clone; keeps the heap open.
 #[derive(Clone)]
 pub struct HwccUser {
-    shared: Arc<Shared>,
+    shared: Hold,
 }
 
 impl std::fmt::Debug for HwccUser {
@@ -42,7 +41,7 @@ impl std::fmt::Debug for HwccUser {
 }
 
 impl HwccUser {
-    pub(crate) fn new(shared: Arc<Shared>) -> HwccUser {
+    pub(crate) fn new(shared: Hold) -> HwccUser {
         HwccUser { shared }
     }
 

@@ -1,8 +1,18 @@
 //! The state every handle on one open heap shares: the mapping and its file, the geometry, the
 //! components — [`SlabHeaps`], [`GlobalLists`], [`Slots`], the [`HugeHeap`] — and the mCAS
-//! hook through which every multi-writer word changes. A [`crate::Heap`] and each of its
-//! [`crate::ThreadHandle`]s hold it; so do, weakly, the heap's background threads (the
-//! backer and the lease renewer, started here).
+//! hook through which every multi-writer word changes. A [`crate::Heap`], each of its
+//! [`crate::ThreadHandle`]s and its [`crate::HwccUser`]s hold it ([`Hold`]); so do, weakly, the
+//! heap's background threads (the backer and the lease renewer, started here).
+//!
+//! # Closing
+//! The heap closes (huge blocks unmapped, hazard record and slots given back, the mapping
+//! gone) when the last holder lets go, on that holder's thread. A background thread must never
+//! be that holder: a user whose last handle is gone may truncate or remove the file at once,
+//! and a close that ran afterwards on the backer's thread would touch the file (a `SIGBUS`
+//! once it is truncated) or back pages in it. So the background threads hold the state only
+//! under [`Holding`], and a user lets go under it too: when a user lets go, no background
+//! thread holds the state, and the close (if this was the last user) is done when the user's
+//! drop returns.
 
 use crate::backer::Backer;
 use crate::fault::Registration;
@@ -16,7 +26,10 @@ use crate::slabs::SlabHeaps;
 use crate::slot::Owner;
 use crate::slots::Slots;
 use podkv_hw::sync::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError, Weak};
+use std::time::{Duration, Instant};
 
 /// One open heap's state in this process (module docs).
 pub(crate) struct Shared {
@@ -46,6 +59,90 @@ pub(crate) struct Shared {
     pub(crate) morph: bool,
     /// Started once this process holds a slot of a lease heap (`Shared::hold`).
     pub(crate) renewer: OnceLock<()>,
+    /// What the background threads hold the state under (module docs: closing).
+    pub(crate) holding: Arc<Holding>,
+}
+
+/// A user's hold on an open heap's state: the one way a [`crate::Heap`], a thread handle or an
+/// HWcc user area keeps it; letting go waits for a background thread that holds it (module
+/// docs: closing).
+pub(crate) struct Hold(ManuallyDrop<Arc<Shared>>);
+
+impl Hold {
+    pub(crate) fn new(shared: Arc<Shared>) -> Hold {
+        Hold(ManuallyDrop::new(shared))
+    }
+}
+
+impl Clone for Hold {
+    fn clone(&self) -> Hold {
+        Hold::new(Arc::clone(&self.0))
+    }
+}
+
+impl std::ops::Deref for Hold {
+    type Target = Arc<Shared>;
+
+    #[inline]
+    fn deref(&self) -> &Arc<Shared> {
+        &self.0
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let holding = Arc::clone(&self.0.holding);
+        // SAFETY: the field is dropped once, here, and not used after.
+        holding.let_go(|| unsafe { ManuallyDrop::drop(&mut self.0) });
+    }
+}
+
+/// The lock under which this process's background threads hold an open heap's state, and
+/// under which a user lets go of theirs (module docs: closing). Process-local: no other
+/// process ever sees it.
+#[derive(Default)]
+pub(crate) struct Holding {
+    lock: Mutex<()>,
+    /// The process whose background thread holds `lock` (0: none, or about to say). A child
+    /// forked while the parent's backer held the lock inherits it held, by a thread the child
+    /// does not have: a different pid here tells it not to wait.
+    pid: AtomicU32,
+}
+
+impl Holding {
+    /// Runs `work` on the state behind `weak` if the heap is still open; `None` once it is
+    /// closed. For background threads only.
+    pub(crate) fn with<R>(&self, weak: &Weak<Shared>, work: impl FnOnce(&Arc<Shared>) -> R) -> Option<R> {
+        let _held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.pid.store(std::process::id(), Ordering::Relaxed);
+        let done = weak.upgrade().map(|shared| work(&shared));
+        self.pid.store(0, Ordering::Relaxed);
+        done
+    }
+
+    /// Runs `let_go` (a user's drop of its hold) while no background thread holds the state.
+    fn let_go(&self, let_go: impl FnOnce()) {
+        let start = Instant::now();
+        loop {
+            match self.lock.try_lock() {
+                Ok(_held) => return let_go(),
+                Err(TryLockError::Poisoned(held)) => {
+                    let _held = held.into_inner();
+                    return let_go();
+                }
+                Err(TryLockError::WouldBlock) => {
+                    let pid = self.pid.load(Ordering::Relaxed);
+                    let forked = pid != 0 && pid != std::process::id();
+                    // A holder that has not yet said its pid says it within instants; one
+                    // that never does was caught by a fork in between.
+                    if forked || (pid == 0 && start.elapsed() > Duration::from_secs(1)) {
+                        return let_go();
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -56,9 +153,10 @@ impl Shared {
         }
         self.renewer.get_or_init(|| {
             let weak = Arc::downgrade(self);
+            let holding = Arc::clone(&self.holding);
             std::thread::Builder::new()
                 .name("podkv-lease".into())
-                .spawn(move || renew_leases(weak))
+                .spawn(move || renew_leases(weak, holding))
                 .expect("podkv: cannot start the lease renewer thread");
         });
     }
@@ -107,30 +205,32 @@ impl Shared {
 /// Opening step 7: starts the backer on `shared`'s slab heaps and cold lists, holding it
 /// weakly so the thread ends once the heap is closed.
 pub(crate) fn start_backer(shared: &Arc<Shared>, backer: Arc<Backer>) {
+    let holding = Arc::clone(&shared.holding);
     let shared = Arc::downgrade(shared);
     Backer::start(backer, move |wanted| {
         if !wanted {
             return shared.strong_count() != 0;
         }
-        let Some(shared) = shared.upgrade() else {
-            return false;
-        };
-        shared.slabs.back_ahead();
-        shared.lists.back_cold_heads(shared.slabs.all());
-        true
+        holding
+            .with(&shared, |shared| {
+                shared.slabs.back_ahead();
+                shared.lists.back_cold_heads(shared.slabs.all());
+            })
+            .is_some()
     });
 }
 
 /// The lease renewer: every third of a lease, renews the slots this process holds; ends when
 /// the heap is closed.
-fn renew_leases(shared: std::sync::Weak<Shared>) {
+fn renew_leases(shared: Weak<Shared>, holding: Arc<Holding>) {
     loop {
-        let Some(shared) = shared.upgrade() else {
+        let renewed = holding.with(&shared, |shared| {
+            shared.slots.renew_held(shared.me);
+            shared.slots.lease / 3
+        });
+        let Some(period) = renewed else {
             return;
         };
-        let period = shared.slots.lease / 3;
-        shared.slots.renew_held(shared.me);
-        drop(shared);
         std::thread::sleep(period);
     }
 }

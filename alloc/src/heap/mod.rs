@@ -70,7 +70,7 @@ use crate::offset::Offset;
 use crate::process::SlotLife;
 use crate::slab::SlabDesc;
 use crate::slot::{Owner, Slot, SIZE_SLOT};
-use crate::shared::Shared;
+use crate::shared::{Hold, Shared};
 use crate::thread::{Adoptions, Recovered, ThreadHandle};
 pub use crate::thread::RecoveryHook;
 use podkv_hw::mcas::McasKind;
@@ -88,7 +88,7 @@ const OFFSET_ROOTS: u64 = 512;
 /// takes a [`ThreadHandle`] with [`Heap::thread`].
 #[derive(Clone)]
 pub struct Heap {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Hold,
     adoptions: Arc<Adoptions>,
 }
 
@@ -159,7 +159,7 @@ impl Heap {
         let lists = GlobalLists::new(file.clone(), backer.clone(), geometry.coherence);
         let heap = Heap {
             adoptions: Arc::default(),
-            shared: Arc::new(Shared {
+            shared: Hold::new(Arc::new(Shared {
                 _fault: fault,
                 huge,
                 mcas,
@@ -174,7 +174,8 @@ impl Heap {
                 morph: config.morph,
                 slots,
                 renewer: OnceLock::new(),
-            }),
+                holding: Arc::default(),
+            })),
         };
         if !is_device {
             crate::shared::start_backer(&heap.shared, backer);

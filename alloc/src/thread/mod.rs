@@ -27,7 +27,7 @@ use crate::class::{
 use crate::crash_point;
 use crate::dcas::{self, Writer};
 use crate::error::{AllocError, HeapError};
-use crate::shared::Shared;
+use crate::shared::Hold;
 use crate::slabs::SlabHeap;
 use crate::huge::{HugeOwner, HugeStep};
 use crate::offset::Offset;
@@ -64,7 +64,7 @@ pub use recover::Recovered;
 /// partly used ones disowned) and releases the slot.
 pub struct ThreadHandle {
     /// The heap's state in this process, which this handle keeps open.
-    shared: Arc<Shared>,
+    shared: Hold,
     /// This process's recovery hook and adoption reports.
     adoptions: Arc<Adoptions>,
     base: *mut u8,
@@ -119,7 +119,7 @@ const _: () = assert!(
 impl ThreadHandle {
     /// Claims a free slot, or adopts a dead one (recovering it first).
     pub(crate) fn claim(
-        shared: Arc<Shared>,
+        shared: Hold,
         adoptions: Arc<Adoptions>,
     ) -> Result<ThreadHandle, HeapError> {
         let count = shared.geometry.slots();
@@ -144,7 +144,7 @@ impl ThreadHandle {
     /// Adopts slot `i` if its owner is dead (owner word `word`): `None` if another thread
     /// changed the slot first.
     pub(crate) fn adopt(
-        shared: &Arc<Shared>,
+        shared: &Hold,
         adoptions: &Arc<Adoptions>,
         i: u64,
         word: u64,
@@ -155,7 +155,7 @@ impl ThreadHandle {
             .then(|| ThreadHandle::new(shared.clone(), adoptions.clone(), i))
     }
 
-    fn new(shared: Arc<Shared>, adoptions: Arc<Adoptions>, i: u64) -> ThreadHandle {
+    fn new(shared: Hold, adoptions: Arc<Adoptions>, i: u64) -> ThreadHandle {
         let small = *shared.slabs.get(Kind::Small);
         let tenure = |kind| shared.slabs.get(kind).begin_tenure(i as u32 + 1, shared.geometry.coherence);
         Kind::ALL.into_iter().for_each(tenure); // a new tenure: see there
