@@ -43,11 +43,14 @@
 //! # A dead processor
 //! A request that finds no processor, or one whose heartbeat stopped, comes back as an error
 //! from `podkv_hw::mcas` (never a hang). The hook then makes sure a processor serves the region
-//! (starting one here if needed) and settles the request: a word that now holds exactly what
-//! the request would have written (its writer tag and version make it unique) means the
-//! request took effect; otherwise it is sent again. A request that took effect and was
-//! overwritten by another thread before the check is the one case this cannot tell apart; it
-//! needs the processor to die during that very request.
+//! (starting one here if needed) and settles the request. `ProcessorDead` and `NoProcessor`
+//! mean no processor took it (the client withdraws it, and a processor takes a request only
+//! by journalling it and then finding it still there): it is sent again. `OutcomeUnknown`
+//! means a processor took it and died: a word that now holds exactly what the request would
+//! have written (its writer tag and version make it unique) means it took effect; otherwise it
+//! is sent again. A request that took effect and was overwritten by another thread before that
+//! check is the one case this cannot tell apart; it needs the processor to die between taking
+//! that very request and answering it.
 //!
 //! # Multi-writer words
 //! Through the hook (`Shared::cas_word`, and `mcas::cas_as_process` for a thread without a
@@ -355,8 +358,10 @@ impl HeapMcas {
                 Ok(previous) if previous == current => return Ok(previous),
                 Ok(previous) => return Err(previous),
                 Err(error) => {
+                    // Only a request a processor took may have taken effect.
+                    let unknown = matches!(error, McasError::OutcomeUnknown);
                     self.settle(error, target);
-                    if word.load(Ordering::Acquire) == new {
+                    if unknown && word.load(Ordering::Acquire) == new {
                         return Ok(current);
                     }
                 }

@@ -40,15 +40,16 @@ pub enum McasError {
     /// The target is not an aligned offset inside the region's targets; nothing changed.
     #[error("mCAS target offset {0} is not an aligned word of the mCAS region's targets")]
     BadTarget(u64),
-    /// The processor stopped beating while this request was pending. The request is withdrawn;
-    /// whether it took effect is unknown (the processor may have died after the swap).
+    /// The processor stopped beating while this request was pending, before any processor took
+    /// it. The request is withdrawn and took no effect: sending it again is safe.
     #[error("the mCAS processor is dead: no heartbeat for {0:?}")]
     ProcessorDead(Duration),
     /// No processor has claimed the region (none started, or the last one stopped cleanly).
+    /// The request took no effect.
     #[error("no mCAS processor serves this region (start one with `podkv mcas-nmp`)")]
     NoProcessor,
-    /// A processor took over while this request was in flight at its dead predecessor: the
-    /// swap may or may not have happened.
+    /// The processor took this request and then died (a successor found it journalled, or the
+    /// client gave up on it once taken): the swap may or may not have happened.
     #[error("the mCAS processor died during this request; its outcome is unknown")]
     OutcomeUnknown,
     /// Another live processor already serves the region.

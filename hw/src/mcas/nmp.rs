@@ -17,7 +17,11 @@
 //! While parked (in [`PARK_SLICE`] slices) the client watches the region's heartbeat. If it stops for
 //! [`NmpOptions::timeout`], or no processor holds the claim, the client *withdraws* its request
 //! (`seq` ← odd, so no later processor serves it) and returns
-//! [`McasError::ProcessorDead`] or [`McasError::NoProcessor`]: an error, never a hang.
+//! [`McasError::ProcessorDead`] or [`McasError::NoProcessor`]: an error, never a hang. Those two
+//! mean the request took no effect. A processor *takes* a request by journalling it and then
+//! checking that it is still there; a client that finds its request taken when it withdraws
+//! returns [`McasError::OutcomeUnknown`] instead, as does a request a successor finds journalled
+//! but unanswered.
 
 use super::region::word;
 use super::{park, McasError, Region};
@@ -222,12 +226,16 @@ impl NmpClient {
     }
 
     /// Takes the pending request back so no later processor serves it; a reply that raced in
-    /// first still counts.
+    /// first still counts. If a processor had already taken it (its journal names this
+    /// request), it may have performed it before dying: `OutcomeUnknown`. Otherwise none ever
+    /// will (the processor journals, then looks at `seq` again; this withdraws, then reads the
+    /// journal: one of the two sees the other), and `error` says it took no effect.
     fn withdraw(&self, ready: u64, target: u64, error: McasError) -> Result<(u64, u64), McasError> {
         self.region
             .spwr(self.client, word::SEQ)
             .store(ready | 1, Ordering::Release);
         self.seq.set(ready | 1);
+        fence(Ordering::SeqCst);
         if self
             .region
             .sprd(self.client, word::SEQ)
@@ -235,6 +243,13 @@ impl NmpClient {
             == ready
         {
             return self.read_reply(target);
+        }
+        let journal = |i| self.region.journal(i);
+        let taken = journal(word::INFLIGHT_CLIENT).load(Ordering::Acquire)
+            == u64::from(self.client) + 1
+            && journal(word::INFLIGHT_SEQ).load(Ordering::Relaxed) == ready;
+        if taken {
+            return Err(McasError::OutcomeUnknown);
         }
         Err(error)
     }

@@ -243,6 +243,15 @@ impl Processor {
         let journal = |i| self.region.journal(i);
         journal(word::INFLIGHT_SEQ).store(seq, Ordering::Relaxed);
         journal(word::INFLIGHT_CLIENT).store(u64::from(client) + 1, Ordering::Release);
+        // The take: journal, then look again. A client that gave up withdraws (its `seq`),
+        // then reads the journal (`NmpClient::withdraw`), so one of the two sees the other:
+        // either this finds the request withdrawn and leaves it, or the client finds it taken
+        // and reports its outcome unknown. Never performed after a withdrawal said it was not.
+        fence(Ordering::SeqCst);
+        if line(word::SEQ).load(Ordering::Relaxed) != seq {
+            journal(word::INFLIGHT_CLIENT).store(0, Ordering::Release);
+            return false;
+        }
         let (status, previous) = self.perform(op, target, expected, new);
         self.reply(client, seq, status, previous);
         self.region
@@ -488,6 +497,63 @@ mod tests {
             region.liveness(word::CLAIM).load(Ordering::Relaxed),
             dead.claim_value()
         );
+    }
+
+    /// Client 1 sends a CAS of the first target from 0 to 9 to a processor that claimed the
+    /// region and never beats. With `taken`, a thread plays that processor taking the request
+    /// (journal) and performing it, then dying. What the client's CAS returns.
+    fn give_up_on_a_dead_processor(taken: bool) -> (McasError, u64) {
+        use crate::mcas::{NmpClient, NmpOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let file = RegionFile::create(&dir.path().join("region"), 2, 2).unwrap();
+        let region = file.region().clone();
+        let target = region.targets().start;
+        let _dead = Processor::claim_over(&region, 0).unwrap();
+        let options = NmpOptions {
+            timeout: Duration::from_millis(200),
+            spins: 1,
+        };
+        let client = NmpClient::new(region.clone(), 1, options).unwrap();
+        let before = region.spwr(1, word::SEQ).load(Ordering::Acquire);
+        let processor = taken.then(|| {
+            let region = region.clone();
+            std::thread::spawn(move || loop {
+                let seq = region.spwr(1, word::SEQ).load(Ordering::Acquire);
+                if seq & 1 == 0 && seq != before {
+                    region
+                        .journal(word::INFLIGHT_SEQ)
+                        .store(seq, Ordering::Relaxed);
+                    region
+                        .journal(word::INFLIGHT_CLIENT)
+                        .store(2, Ordering::Release);
+                    region.target(target).unwrap().store(9, Ordering::Release);
+                    return;
+                }
+                std::thread::yield_now();
+            })
+        });
+        let error = client.cas(target, 0, 9).unwrap_err();
+        if let Some(processor) = processor {
+            processor.join().unwrap();
+        }
+        (
+            error,
+            region.target(target).unwrap().load(Ordering::Acquire),
+        )
+    }
+
+    #[test]
+    fn a_client_that_gives_up_on_a_taken_request_reports_its_outcome_unknown() {
+        let (error, value) = give_up_on_a_dead_processor(true);
+        assert_eq!(value, 9, "the dead processor performed it");
+        assert!(matches!(error, McasError::OutcomeUnknown), "{error}");
+    }
+
+    #[test]
+    fn a_client_that_gives_up_on_a_request_never_taken_reports_it_undone() {
+        let (error, value) = give_up_on_a_dead_processor(false);
+        assert_eq!(value, 0);
+        assert!(matches!(error, McasError::ProcessorDead(_)), "{error}");
     }
 
     #[test]
