@@ -36,8 +36,6 @@ pub const SCENARIOS: &[Scenario] = &[
             "alloc.thread.claim.invalidate_heads",
             "alloc.transition.free_detached.invalidate",
             "alloc.transition.free_remote_small.invalidate",
-            "alloc.transition.give_back.write_back",
-            "alloc.transition.release.write_back",
             "alloc.transition.to_detached.write_back",
             "alloc.global.back_cold.invalidate_desc",
             "alloc.global.back_cold.invalidate_pages",
@@ -59,6 +57,12 @@ pub const SCENARIOS: &[Scenario] = &[
             "alloc.huge.free.write_back",
             "alloc.huge.unreserve.cas",
         ],
+    },
+    Scenario {
+        binary: "model_scenarios",
+        test: "opens_at_once_hold_a_hazard_record_each",
+        env: &[],
+        sites: &["alloc.hazard.claim.cas", "alloc.hazard.release.cas"],
     },
     Scenario {
         binary: "model_scenarios",
@@ -86,7 +90,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
-        test: "a_crashed_holders_huge_step_is_recovered_by_its_slots_last_holder",
+        test: "recovery::a_crashed_holders_huge_step_is_recovered_by_its_slots_last_holder",
         env: &[],
         sites: &[
             "alloc.huge.check.invalidate_log",
@@ -124,7 +128,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
-        test: "another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked",
+        test: "morph::another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked",
         env: &[],
         sites: &[
             "alloc.morph.end.write_back",
