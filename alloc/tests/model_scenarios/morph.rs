@@ -1,0 +1,139 @@
+//! Morphing seen by another process: its remote frees of old and new blocks of a slab that
+//! morphed after it last read the slab's descriptor.
+
+use super::*;
+
+const ROOT_GO: usize = 8;
+const ROOT_FREED_A: usize = 9;
+const ROOT_GO_B: usize = 10;
+
+/// Writes `blocks` (offset, length, tag) to `path`, one a line, for the other process.
+fn write_list(path: &std::path::Path, blocks: &[(Offset, usize, u8)]) {
+    let list: String = blocks
+        .iter()
+        .map(|(off, len, tag)| format!("{} {len} {tag}\n", off.0))
+        .collect();
+    std::fs::write(path, list).unwrap();
+}
+
+/// Frees every block listed in `path` after checking its bytes.
+fn free_listed(heap: &Heap, t: &ThreadHandle, path: &str) {
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let mut words = line.split(' ');
+        let off = Offset(words.next().unwrap().parse().unwrap());
+        let len: usize = words.next().unwrap().parse().unwrap();
+        let tag: u8 = words.next().unwrap().parse().unwrap();
+        assert!(holds(heap, off, len, tag), "block {} torn", off.0);
+        t.free(off);
+    }
+    t.flush_remote_frees();
+}
+
+/// An owner's slabs of one class went sparse and morph to serve a new class while another
+/// process, which read their descriptors before (a check), waits. That process then frees
+/// half the old blocks and half the new ones remotely: it must read each slab's morph (class,
+/// old set) as the owner wrote it, or it takes a new block for no block. Then the owner frees
+/// the other old blocks itself (the space under them comes back, morphs end) and allocates
+/// over them; the other process frees every block left: now it must read the old set afresh
+/// (its copy still names the blocks the owner freed), or a new block over one of them is no
+/// block. Every block comes back and the heap checks clean.
+#[test]
+fn another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked() {
+    const TEST: &str =
+        "morph::another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked";
+    const OLD: usize = 48;
+    const NEW: usize = 100;
+    let morph_config = || Config {
+        morph: true,
+        huge_bytes: 0,
+        ..config(4)
+    };
+    if let Some(parts) = role(TEST) {
+        let heap = Heap::open(&parts[1], &morph_config()).unwrap();
+        // Reads every descriptor (the owner still holds its slot, so what this process sees
+        // of its slabs need not check clean yet).
+        let _ = heap.check();
+        heap.root(ROOT_OPEN).store(1, SeqCst);
+        let t = heap.thread().unwrap();
+        wait_for("the owner's morph", None, || {
+            heap.root(ROOT_GO).load(SeqCst) != 0
+        });
+        free_listed(&heap, &t, &format!("{}.a", parts[2]));
+        heap.root(ROOT_FREED_A).store(1, SeqCst);
+        wait_for("the owner's own frees", None, || {
+            heap.root(ROOT_GO_B).load(SeqCst) != 0
+        });
+        free_listed(&heap, &t, &format!("{}.b", parts[2]));
+        return;
+    }
+    if other_role() {
+        return;
+    }
+    let (dir, path, heap) = common::modelled_heap(&morph_config());
+    let a = heap.thread().unwrap();
+    let all: Vec<Offset> = (0..6000)
+        .map(|_| a.allocate(layout(OLD)).unwrap())
+        .collect();
+    let mut old = Vec::new();
+    for (i, off) in all.into_iter().enumerate() {
+        if i % 10 == 0 {
+            fill(&heap, &a, off, OLD, 0x31);
+            old.push(off);
+        } else {
+            a.free(off);
+        }
+    }
+    let list = dir.path().join("list");
+    let mut child = spawn(TEST, &format!("{}|{}", path.display(), list.display()));
+    wait_for("the child's look", Some(&mut child), || {
+        heap.root(ROOT_OPEN).load(SeqCst) != 0
+    });
+    let small = *heap.slab_heap(podkv_alloc::Kind::Small);
+    let before = heap.len(&small);
+    let mut new: Vec<Offset> = (0..1200)
+        .map(|_| a.allocate(layout(NEW)).unwrap())
+        .collect();
+    assert_eq!(
+        heap.len(&small),
+        before,
+        "the new class took morphing slabs"
+    );
+    for &off in &new {
+        fill(&heap, &a, off, NEW, 0x32);
+    }
+    // Phase A: the other process frees every other old block and new block.
+    let (mut theirs, mut own_old) = (Vec::new(), Vec::new());
+    for (i, off) in old.into_iter().enumerate() {
+        if i % 2 == 0 {
+            theirs.push((off, OLD, 0x31));
+        } else {
+            own_old.push(off);
+        }
+    }
+    let kept_new = new.split_off(new.len() / 2);
+    theirs.extend(new.iter().map(|&off| (off, NEW, 0x32)));
+    write_list(&list.with_extension("a"), &theirs);
+    heap.root(ROOT_GO).store(1, SeqCst);
+    wait_for("the child's first frees", Some(&mut child), || {
+        heap.root(ROOT_FREED_A).load(SeqCst) != 0
+    });
+    // Phase B: the owner frees its old blocks (the space under them comes back, morphs
+    // end) and allocates there; the other process frees every new block.
+    for off in own_old {
+        a.free(off);
+    }
+    let mut theirs: Vec<(Offset, usize, u8)> =
+        kept_new.iter().map(|&off| (off, NEW, 0x32)).collect();
+    for _ in 0..600 {
+        let off = a.allocate(layout(NEW)).unwrap();
+        fill(&heap, &a, off, NEW, 0x33);
+        theirs.push((off, NEW, 0x33));
+    }
+    write_list(&list.with_extension("b"), &theirs);
+    heap.root(ROOT_GO_B).store(1, SeqCst);
+    finish(child, "");
+    drop(a);
+    let report = heap.check();
+    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
+    assert_eq!(report.live_blocks(), 0, "blocks left live");
+}
