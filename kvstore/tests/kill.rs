@@ -7,13 +7,18 @@
 //! flight (about one kill in 75 with 64 slots): recovery released the dead slot before the
 //! store settled it, and the handle that claimed it settled it first, as its own, with no
 //! report. Settling now happens while the slot is held (`Heap::recover_dead_with`).
+//!
+//! And once more with the recovery in a process of its own, which keeps its cache (no random
+//! evictions) while the next child claims the slot it recovered: that child reads the dead
+//! slot's record as recovery left it, so a log word recovery took but did not write back
+//! (`store.recover.take_write_back`) is settled twice (a double retire).
 
 mod common;
 
 use podkv_store::Store;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KEYS: u64 = 16;
@@ -48,6 +53,9 @@ fn kill_child_entry() {
         .unwrap();
         // One write(2) per acknowledgement: the kernel keeps it when the process dies.
         out.write_all(format!("{k} {seq}\n").as_bytes()).unwrap();
+        if replaces_only() {
+            continue;
+        }
         // Churn: items of several size classes set and deleted, so the kill also lands in
         // retirement, limbo bags and their frees.
         let churn = format!("c{}", seq % 61);
@@ -57,6 +65,52 @@ fn kill_child_entry() {
         } else {
             h.set(churn.as_bytes(), &vec![b'x'; len], 0, 0).unwrap();
         }
+    }
+}
+
+/// Whether the child only replaces its keys, so a kill often lands between a removal and
+/// its retirement (in a store of few buckets, a bucket block's too).
+fn replaces_only() -> bool {
+    std::env::var_os("PODKV_KILL_REPLACES").is_some()
+}
+
+/// A recovering child: recovers the dead slot (taking a handle does), checks that every
+/// acknowledged write of the killed child is there, says so, and keeps its handle and cache
+/// until its stdin closes.
+#[test]
+fn kill_recoverer_entry() {
+    let Ok(heap) = std::env::var("PODKV_KILL_RECOVER") else {
+        return;
+    };
+    let log = std::env::var("PODKV_KILL_LOG").unwrap();
+    let round: u64 = std::env::var("PODKV_KILL_ROUND").unwrap().parse().unwrap();
+    let store = Store::open(&heap, config(slots_of_env())).unwrap();
+    let h = store.handle().unwrap();
+    check_acked(&h, Path::new(&log), round);
+    println!("<recovered>");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    drop(h);
+}
+
+/// Every key the killed child of `round` acknowledged holds its last acknowledged write, or
+/// the one in flight when the kill came.
+fn check_acked(h: &podkv_store::StoreHandle, log: &Path, round: u64) {
+    for (k, acked) in last_acked(log).into_iter().enumerate() {
+        let Some(acked) = acked else { continue };
+        let got = h
+            .get(format!("k{k}").as_bytes())
+            .unwrap()
+            .map(|g| g.value().to_vec());
+        let got = String::from_utf8(got.expect("acknowledged key present")).unwrap();
+        let (r, seq) = got.split_once(':').unwrap();
+        let seq: u64 = seq.parse().unwrap();
+        assert_eq!(r.parse::<u64>().unwrap(), round, "key k{k}");
+        assert!(
+            seq == acked || seq == acked + KEYS,
+            "key k{k}: acked {acked}, found {seq}"
+        );
     }
 }
 
@@ -124,7 +178,7 @@ fn kill_rounds(slots: u64) {
         }
         std::thread::sleep(Duration::from_micros(500 + 997 * (round * 7919 % 23)));
         child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        assert_killed(child, round);
 
         let start = Instant::now();
         let done = store.recover_dead().unwrap();
@@ -139,22 +193,7 @@ fn kill_rounds(slots: u64) {
         }
 
         let h = store.handle().unwrap();
-        for (k, acked) in last_acked(&log).into_iter().enumerate() {
-            let Some(acked) = acked else { continue };
-            let got = h
-                .get(format!("k{k}").as_bytes())
-                .unwrap()
-                .map(|g| g.value().to_vec());
-            let got = String::from_utf8(got.expect("acknowledged key present")).unwrap();
-            let (r, seq) = got.split_once(':').unwrap();
-            let seq: u64 = seq.parse().unwrap();
-            // The last acknowledged write, or the one in flight when the kill came.
-            assert_eq!(r.parse::<u64>().unwrap(), round, "key k{k}");
-            assert!(
-                seq == acked || seq == acked + KEYS,
-                "key k{k}: acked {acked}, found {seq}"
-            );
-        }
+        check_acked(&h, &log, round);
         // The epoch is not held back by the dead: this handle's own garbage is freed.
         let before = store.walk().epoch;
         for i in 0..8 {
@@ -203,6 +242,118 @@ fn kill_rounds(slots: u64) {
         settled.0,
         settled.1
     );
+}
+
+/// The child died of the test's SIGKILL, not of a failure of its own before it.
+fn assert_killed(mut child: std::process::Child, round: u64) {
+    let status = child.wait().unwrap();
+    let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+    assert_eq!(
+        signal,
+        Some(9),
+        "round {round}: the child ended before the kill: {status}"
+    );
+}
+
+/// A child process that is killed if the test fails while it runs (a writing child never
+/// ends by itself).
+struct Running(Option<std::process::Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A recovering child that said `<recovered>`; `finish` lets it end (its stdout is read to
+/// the end, so its last words find the pipe open).
+struct Recoverer {
+    child: Running,
+    out: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Recoverer {
+    fn spawn(heap: &Path, log: &Path, round: u64) -> Recoverer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "kill_recoverer_entry", "--nocapture"])
+            .env("PODKV_KILL_RECOVER", heap)
+            .env("PODKV_KILL_ROUND", round.to_string())
+            .env("PODKV_KILL_SLOTS", "2")
+            .env("PODKV_KILL_LOG", log)
+            .env("PODKV_COHERENCE_EVICT", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let said = out.any(|l| l.is_ok_and(|l| l.contains("<recovered>")));
+        let child = Running(Some(child));
+        assert!(
+            said,
+            "round {round}: the recoverer ended before it recovered"
+        );
+        Recoverer { child, out }
+    }
+
+    fn finish(mut self, round: u64) {
+        let mut child = self.child.0.take().unwrap();
+        drop(child.stdin.take());
+        for _ in self.out.by_ref() {}
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "round {round}: the recoverer failed: {status}"
+        );
+    }
+}
+
+#[test]
+fn sigkill_then_recovery_in_another_process_hands_the_slot_on() {
+    let (dir, heap) = common::heap_path("heap");
+    // Two buckets (every write replaces a bucket block) and two slots: once the recoverer
+    // holds one, the next child takes the other, which is often the one just recovered.
+    let mut config = config(2);
+    config.table = podkv_store::Table::Fixed(1);
+    drop(Store::open(&heap, config).unwrap());
+    let mut recoverer: Option<Recoverer> = None;
+    for round in 0..rounds().min(40) {
+        let log = dir.path().join(format!("log-{round}"));
+        let mut child = Running(Some(
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "kill_child_entry", "--nocapture"])
+                .env("PODKV_KILL_HEAP", &heap)
+                .env("PODKV_KILL_ROUND", round.to_string())
+                .env("PODKV_KILL_SLOTS", "2")
+                .env("PODKV_KILL_LOG", &log)
+                .env("PODKV_KILL_REPLACES", "1")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+        let t0 = Instant::now();
+        while std::fs::metadata(&log).map_or(0, |m| m.len()) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "child never wrote");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The child has claimed its slot and settled what the last owner left: the last
+        // recoverer may go.
+        if let Some(r) = recoverer.take() {
+            r.finish(round);
+        }
+        std::thread::sleep(Duration::from_micros(200 + 397 * (round * 7919 % 23)));
+        let mut child = child.0.take().unwrap();
+        child.kill().unwrap(); // SIGKILL
+        assert_killed(child, round);
+        recoverer = Some(Recoverer::spawn(&heap, &log, round));
+    }
+    if let Some(r) = recoverer.take() {
+        r.finish(u64::MAX);
+    }
+    let report = podkv_store::check_path(&heap).unwrap();
+    assert!(report.is_valid(), "{:?}", report.problems);
 }
 
 /// Whether the heaps of this run are opened under the model of non-coherent caches.
