@@ -108,6 +108,8 @@ const SITES: &[(&str, Kind)] = &[
     ("alloc.transition.free.invalidate", Kind::Swcc),
     ("alloc.transition.free_detached.invalidate", Kind::Swcc),
     ("alloc.transition.free_remote_small.invalidate", Kind::Swcc),
+    ("alloc.transition.give_back.write_back", Kind::Swcc),
+    ("alloc.transition.release.write_back", Kind::Swcc),
     ("alloc.transition.to_detached.write_back", Kind::Swcc),
     ("alloc.transition.to_sized.write_back", Kind::Swcc),
 ];

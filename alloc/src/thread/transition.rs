@@ -195,12 +195,9 @@ impl SlabOwner<'_> {
         let lists = self.lists(heap.kind);
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
         if count >= heap.count_keep_unsized {
-            // No write-back here (SWcc writer rule all the same): `push_global` reaches
-            // `GlobalLists::push`, which sets the meta and links and writes the whole
-            // descriptor back (`alloc.global.link.write_back`) before each CAS that could
-            // let another thread reach the slab; until then only this slot reads it. A crash
-            // in between leaves the dirty lines to this host (settled when it is judged dead),
-            // and an adopter that redoes the push rewrites meta, links and depth itself.
+            if podkv_hw::site!("alloc.transition.release.write_back") {
+                self.write_back(heap.desc(slab));
+            }
             self.push_global(heap, slab, false);
             return;
         }
@@ -394,8 +391,9 @@ impl SlabOwner<'_> {
                 if head == 0 {
                     break;
                 }
-                // No write-back first: `push_global` writes the whole descriptor back before
-                // the slab is published (`keep_or_release` says why that suffices).
+                if podkv_hw::site!("alloc.transition.give_back.write_back") {
+                    self.write_back(heap.desc(head - 1));
+                }
                 self.push_global(&heap, head - 1, true);
             }
         }

@@ -36,6 +36,8 @@ pub const SCENARIOS: &[Scenario] = &[
             "alloc.thread.claim.invalidate_heads",
             "alloc.transition.free_detached.invalidate",
             "alloc.transition.free_remote_small.invalidate",
+            "alloc.transition.give_back.write_back",
+            "alloc.transition.release.write_back",
             "alloc.transition.to_detached.write_back",
             "alloc.global.back_cold.invalidate_desc",
             "alloc.global.back_cold.invalidate_pages",
