@@ -31,8 +31,9 @@
 //! the operations' path. So the backer also populates the data of the slabs in its lead in
 //! this process's mapping (`MADV_POPULATE_WRITE`, one call per batch, no trap per page), and
 //! a grow wakes it while this process's population is behind, even if another process's
-//! backer backed the slabs. It costs page-table entries only: the pages are the file's
-//! already. A kernel without the call (before Linux 5.14) and the coherence model (whose copy
+//! backer backed the slabs. The pages are the file's already, but mapped they count towards
+//! the process's PSS, so only the first `BYTES_POPULATE_AHEAD` (256 KiB, at least one slab) of
+//! the lead are populated: the grows wake the backer often enough for that to stay ahead. A kernel without the call (before Linux 5.14) and the coherence model (whose copy
 //! of the heap fills on touch) leave the pages to fault as before.
 //!
 //! # The cold list
@@ -53,6 +54,7 @@
 //! slabs released in a burst of frees stay released.
 
 use crate::class::Kind;
+use crate::slabs::SlabHeap;
 // Process-local state shared with a real OS thread: std's atomics in every build.
 use podkv_hw::sync::mapped::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -120,14 +122,15 @@ impl Backer {
             .fetch_add(u64::from(count), Ordering::Relaxed);
     }
 
-    /// Called after a grow of slab heap `kind` to `len` slabs, with the slabs backed so far and
-    /// the heap's `count_back_ahead`: wakes the backer unless its whole lead is still there,
-    /// backed in the file and populated in this process.
+    /// Called after a grow of slab heap `heap` to `len` slabs, with the slabs backed so far:
+    /// wakes the backer unless its whole lead is still there, backed in the file and
+    /// populated in this process.
     #[inline]
-    pub(crate) fn grown(&self, kind: Kind, len: u64, backed: u64, lead: u32) {
-        let lead = u64::from(lead);
-        let populated = self.populated[kind as usize].load(Ordering::Relaxed);
-        if lead == 0 || backed.min(populated) >= len + lead {
+    pub(crate) fn grown(&self, heap: &SlabHeap, len: u64, backed: u64) {
+        let lead = u64::from(heap.count_back_ahead);
+        let populated = self.populated[heap.kind as usize].load(Ordering::Relaxed);
+        let populate = u64::from(heap.count_populate_ahead());
+        if lead == 0 || (backed >= len + lead && populated >= len + populate) {
             return;
         }
         self.want();
@@ -252,7 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn slabs_within_the_backers_lead_take_no_page_fault_at_their_first_stores() {
+    fn slabs_within_the_populated_lead_take_no_page_fault_at_their_first_stores() {
         let dir = tempfile::tempdir().unwrap();
         let heap = Heap::open(dir.path().join("heap"), &config()).unwrap();
         let t = heap.thread().unwrap();
@@ -261,32 +264,35 @@ mod tests {
         let mut blocks = vec![t.allocate(layout).unwrap()];
         let len = u64::from(heap.len(large));
         let backer = heap.shared.slabs.backer();
-        let lead = len + u64::from(large.count_back_ahead);
-        wait_until("the backer never populated ahead", || {
-            backer.populated(Kind::Large) >= lead
-        });
+        let ahead = u64::from(large.count_populate_ahead());
+        let wait_for_population = || {
+            let lead = u64::from(heap.len(large)) + ahead;
+            wait_until("the backer never populated ahead", || {
+                backer.populated(Kind::Large) >= lead
+            });
+        };
+        wait_for_population();
         if backer.populated(Kind::Large) == u64::MAX {
             eprintln!("this kernel has no MADV_POPULATE_WRITE: nothing to test");
             return;
         }
-        // Fill four slabs past the first grow's (which the backer had not reached): each of
-        // their pages is written for the first time, by this thread.
+        // Fill four slabs past the first grow's (which the backer had not reached), each block
+        // once the backer has populated its lead: each page is written for the first time,
+        // by this thread.
         let first_new = large.data_at + (len << large.shift);
-        let mut fresh = Vec::new();
+        let (mut faults, mut pages) = (0, 0);
         while u64::from(heap.len(large)) < len + 4 {
+            wait_for_population();
             let off = t.allocate(layout).unwrap();
             blocks.push(off);
             if off.0 >= first_new {
-                fresh.push(off);
+                let before = faults_of_this_thread();
+                // SAFETY: a fresh block of 100 000 bytes, this thread's.
+                unsafe { std::ptr::write_bytes(t.resolve(off), 7, 100_000) };
+                faults += faults_of_this_thread() - before;
+                pages += 100_000 / 4096;
             }
         }
-        let before = faults_of_this_thread();
-        for off in &fresh {
-            // SAFETY: a fresh block of 100 000 bytes, this thread's.
-            unsafe { std::ptr::write_bytes(t.resolve(*off), 7, 100_000) };
-        }
-        let faults = faults_of_this_thread() - before;
-        let pages = fresh.len() as i64 * 100_000 / 4096;
         assert!(pages > 300, "{pages} pages written");
         // Without the population every page faults once; a few stray ones (the kernel may
         // split or reclaim) are not the point.

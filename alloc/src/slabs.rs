@@ -22,6 +22,12 @@ use std::sync::Arc;
 /// [`crate::backer`]; zero in a fresh heap, which is always true).
 const OFFSET_BACKED_AHEAD: u64 = 264;
 
+/// How much of its lead past `len` the backer populates in this process's mapping, per slab
+/// heap (at least one slab). The pages it maps count towards the process's PSS before any
+/// block uses them, so this is far less than the backed lead: enough to stay ahead of the
+/// grows, which wake the backer each time.
+const BYTES_POPULATE_AHEAD: u64 = 256 << 10;
+
 /// Where one slab heap's metadata and data lie (offsets from the heap's start), and this
 /// process's view of them (read inside the crate, while the heap that made it is open; the
 /// public way in is `Heap::desc`, `Heap::remote`, `Heap::len`).
@@ -221,6 +227,13 @@ impl SlabHeap {
         self.words().word(offset)
     }
 
+    /// Slabs past `len` this process's backer populates (`BYTES_POPULATE_AHEAD`, at least one,
+    /// at most the backed lead).
+    pub(crate) fn count_populate_ahead(&self) -> u32 {
+        let slabs = (BYTES_POPULATE_AHEAD >> self.shift).max(1) as u32;
+        slabs.min(self.count_back_ahead)
+    }
+
     /// How many of this heap's slabs the backers have backed (header word, raised only).
     pub(crate) fn backed_ahead(&self) -> &AtomicU64 {
         self.words()
@@ -324,7 +337,7 @@ impl SlabHeaps {
             podkv_hw::cas_site!("alloc.slabs.grow.cas");
             match dcas::cas(len, cur, new as u32, writer) {
                 Ok(_) => {
-                    backer.grown(heap.kind, new, backed, heap.count_back_ahead);
+                    backer.grown(heap, new, backed);
                     return Ok(from as u32..new as u32);
                 }
                 Err(seen) => cur = seen,
@@ -347,12 +360,14 @@ impl SlabHeaps {
                 continue;
             }
             done.fetch_max(target, Ordering::AcqRel);
-            self.populate_ahead(slabs, len, target);
+            let populate = (len + u64::from(slabs.count_populate_ahead())).min(target);
+            self.populate_ahead(slabs, len, populate);
         }
     }
 
-    /// Populates the data of slabs `[len, target)` of `heap` (backed) in this process's
-    /// mapping, past what it populated before. A first store into a page of shared memory
+    /// Populates the data of slabs `[len, target)` of `heap` (backed; the first
+    /// `count_populate_ahead` past `len`) in this process's mapping, past what it populated
+    /// before. A first store into a page of shared memory
     /// otherwise takes a fault on the operation's path (about 2.2 M of them to load 8.4 M
     /// items of 1 KiB); the backer takes them all off it, in batches the kernel maps without
     /// a trap per page. Slabs below `len` are left alone: their owners have touched them.
