@@ -19,11 +19,8 @@
 
 mod common;
 
+use common::children::{role, say, wait_go, Child};
 use podkv_store::{Store, StoreConfig};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-
-const ENV_ROLE: &str = "PODKV_SITES_ROLE";
 const KEYS: u64 = 300;
 
 fn config() -> StoreConfig {
@@ -81,63 +78,18 @@ fn expect_generation(store: &Store, gen: u64) {
     assert!(report.is_valid(), "check: {}", report.problems.join("; "));
 }
 
-/// Spawns this test binary as `role` for `test` on heap `heap`.
-fn spawn(test: &str, role: &str, heap: &std::path::Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(ENV_ROLE, format!("{role}|{}", heap.display()))
-        .env("PODKV_COHERENCE_EVICT", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
-}
-
-/// Reads the child's stdout until it says `word` (libtest may print the test's name on the
-/// same line first).
-fn wait_for(child: &mut Child, word: &str) {
-    let out = child.stdout.as_mut().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    loop {
-        match lines.next() {
-            Some(Ok(line)) if line.contains(&format!("<{word}>")) => return,
-            Some(Ok(_)) => continue,
-            _ => panic!("the child ended before saying {word}"),
-        }
-    }
-}
-
-fn succeed(mut child: Child, what: &str) {
-    drop(child.stdin.take());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{what}: {status}");
-}
-
-/// In a child: says `word`, then waits until the parent closes its stdin.
-fn say_and_wait(word: &str) {
-    println!("<{word}>");
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-}
-
-fn tell(child: &mut Child) -> ChildStdin {
-    child.stdin.take().unwrap()
-}
-
 #[test]
 fn a_store_made_in_one_process_reads_whole_in_another_while_its_maker_keeps_it_open() {
     const TEST: &str =
         "a_store_made_in_one_process_reads_whole_in_another_while_its_maker_keeps_it_open";
-    if let Ok(spec) = std::env::var(ENV_ROLE) {
-        let (role, heap) = spec.split_once('|').unwrap();
-        let store = Store::open(heap, config()).unwrap();
-        match role {
+    if let Some((role, heap)) = role() {
+        let store = Store::open(&heap, config()).unwrap();
+        match role.as_str() {
             "maker" => {
                 write_generation(&store, 1);
                 write_generation(&store, 2);
-                say_and_wait("made");
+                say("made", "");
+                wait_go();
             }
             "reader" => expect_generation(&store, 2),
             _ => {}
@@ -145,25 +97,24 @@ fn a_store_made_in_one_process_reads_whole_in_another_while_its_maker_keeps_it_o
         return;
     }
     let (_dir, heap) = common::heap_path("heap");
-    let mut maker = spawn(TEST, "maker", &heap);
-    wait_for(&mut maker, "made");
-    let reader = spawn(TEST, "reader", &heap);
-    succeed(reader, "the reader");
-    succeed(maker, "the maker");
+    let mut maker = Child::spawn(TEST, "maker", &heap);
+    maker.wait_for("made");
+    Child::spawn(TEST, "reader", &heap).succeed("the reader");
+    maker.succeed("the maker");
 }
 
 #[test]
 fn a_process_that_read_the_store_earlier_checks_it_fresh_after_another_changed_it() {
     const TEST: &str =
         "a_process_that_read_the_store_earlier_checks_it_fresh_after_another_changed_it";
-    if let Ok(spec) = std::env::var(ENV_ROLE) {
-        let (role, heap) = spec.split_once('|').unwrap();
-        let store = Store::open(heap, config()).unwrap();
-        match role {
+    if let Some((role, heap)) = role() {
+        let store = Store::open(&heap, config()).unwrap();
+        match role.as_str() {
             "early" => {
                 write_generation(&store, 1);
                 expect_generation(&store, 1);
-                say_and_wait("cached");
+                say("cached", "");
+                wait_go();
                 expect_generation(&store, 2);
             }
             "changer" => write_generation(&store, 2),
@@ -172,12 +123,11 @@ fn a_process_that_read_the_store_earlier_checks_it_fresh_after_another_changed_i
         return;
     }
     let (_dir, heap) = common::heap_path("heap");
-    let mut early = spawn(TEST, "early", &heap);
-    wait_for(&mut early, "cached");
-    let changer = spawn(TEST, "changer", &heap);
-    succeed(changer, "the changer");
-    drop(tell(&mut early));
-    succeed(early, "the early reader's second look");
+    let mut early = Child::spawn(TEST, "early", &heap);
+    early.wait_for("cached");
+    Child::spawn(TEST, "changer", &heap).succeed("the changer");
+    early.go();
+    early.succeed("the early reader's second look");
 }
 
 const TOKEN_KEYS: u64 = 6_000;
@@ -185,12 +135,12 @@ const TOKEN_KEYS: u64 = 6_000;
 #[test]
 fn cas_tokens_are_unique_across_processes_writing_at_once() {
     const TEST: &str = "cas_tokens_are_unique_across_processes_writing_at_once";
-    if let Ok(spec) = std::env::var(ENV_ROLE) {
-        let (role, heap) = spec.split_once('|').unwrap();
-        let store = Store::open(heap, config()).unwrap();
+    if let Some((role, heap)) = role() {
+        let store = Store::open(&heap, config()).unwrap();
         if let Some(writer) = role.strip_prefix("writer") {
             let h = store.handle().unwrap();
-            say_and_wait("ready");
+            say("ready", "");
+            wait_go();
             for k in 0..TOKEN_KEYS {
                 h.set(format!("t{writer}-{k}").as_bytes(), b"v", 0, 0)
                     .unwrap();
@@ -202,15 +152,16 @@ fn cas_tokens_are_unique_across_processes_writing_at_once() {
     // Both writers open first, then start together on one word: their token reservations
     // (one shared add per 64 writes) race from the first write on.
     let mut writers: Vec<Child> = (0..2)
-        .map(|w| spawn(TEST, &format!("writer{w}"), &heap))
+        .map(|w| Child::spawn(TEST, &format!("writer{w}"), &heap))
         .collect();
     for w in &mut writers {
-        wait_for(w, "ready");
+        w.wait_for("ready");
     }
-    let go: Vec<ChildStdin> = writers.iter_mut().map(tell).collect();
-    drop(go);
+    for w in &mut writers {
+        w.go();
+    }
     for w in writers {
-        succeed(w, "a writer");
+        w.succeed("a writer");
     }
     let store = Store::open(&heap, config()).unwrap();
     // The shared item and byte counters, which both writers added to at once, agree with
