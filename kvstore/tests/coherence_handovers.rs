@@ -6,7 +6,7 @@
 //! Each child keeps what it cached (`common::children`), so only the store's own calls make a
 //! line fresh. Meaningful in a `limited` or `mcas` heap under the model of non-coherent caches
 //! (`PODKV_TEST_COHERENCE`, `PODKV_COHERENCE_MODEL=1`, feature `coherence-model`); on coherent
-//! memory they pass by construction. Each takes well under a second.
+//! memory they pass by construction.
 //!
 //! - `a_store_made_while_another_process_has_the_heap_open_opens_there`: a process allocates
 //!   and frees blocks, then reads the pages of their slabs; another makes the store there; the
@@ -27,6 +27,10 @@
 //!   flushing and loading an empty dump every few writes; each one's tokens increase, no
 //!   token is handed out twice, and a later write's token is above all of them
 //!   (`store.token.barrier.cas`, `store.token.raise.cas`, in `mcas`).
+//! - `a_store_opened_the_moment_it_is_published_reads_whole`: a process maps a fresh heap
+//!   and spins on its root; another makes the store; the first opens it the moment the root
+//!   names it, before the maker's own open has made the descriptor fresh, 150 times over
+//!   (`store.create.write_back`; the one scenario that takes a few seconds).
 
 mod common;
 
@@ -422,4 +426,48 @@ fn cas_tokens_stay_unique_while_processes_flush_and_load() {
         .unwrap();
     let highest = seen.keys().max().copied().unwrap();
     assert!(token > highest, "a new token {token}, not above {highest}");
+}
+
+const OPEN_ROUNDS: u32 = 150;
+
+#[test]
+fn a_store_opened_the_moment_it_is_published_reads_whole() {
+    const TEST: &str = "a_store_opened_the_moment_it_is_published_reads_whole";
+    if let Some((role, heap)) = role() {
+        match role.as_str() {
+            "watcher" => {
+                // Maps the heap first, then opens the store as soon as the root names it:
+                // before its maker's own open has made the descriptor fresh (an
+                // invalidation, which writes a dirty line back first).
+                let h = podkv_alloc::Heap::open(&heap, &config().heap).unwrap();
+                say("mapped", "");
+                let t0 = std::time::Instant::now();
+                while h.root(0).load(podkv_hw::sync::mapped::Ordering::Acquire) == 0 {
+                    assert!(t0.elapsed().as_secs() < 60, "no store was made");
+                    std::hint::spin_loop();
+                }
+                // Its maker is still opening (its slot's allocator state is its own until
+                // it lets the slot go), so no `check` here: the descriptor must read whole.
+                let store = Store::open_heap(h, &config()).unwrap();
+                assert_eq!(store.key_max(), config().key_max);
+                assert_eq!(store.value_max(), config().value_max);
+            }
+            "maker" => {
+                wait_go();
+                drop(Store::open(&heap, config()).unwrap());
+            }
+            _ => unreachable!(),
+        }
+        return;
+    }
+    for _ in 0..OPEN_ROUNDS {
+        let (_dir, heap) = common::heap_path("heap");
+        drop(podkv_alloc::Heap::open(&heap, &config().heap).unwrap());
+        let mut maker = Child::spawn(TEST, "maker", &heap);
+        let mut watcher = Child::spawn(TEST, "watcher", &heap);
+        watcher.wait_for("mapped");
+        maker.go();
+        watcher.succeed("the watcher");
+        maker.succeed("the maker");
+    }
 }
