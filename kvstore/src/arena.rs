@@ -24,6 +24,13 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn slot_index(thread: &Self::Thread) -> u32;
     /// How many slots exist.
     fn slots(&self) -> u32;
+    /// Whether thread slot `i` may hold a thread (live or dead): an advancer of the epoch
+    /// skips the announcements of slots that cannot (`reclaim::epoch`). Always, unless the
+    /// arena knows better.
+    fn slot_is_owned(&self, i: u32) -> bool {
+        let _ = i;
+        true
+    }
     /// The address offsets are relative to.
     fn base(&self) -> *mut u8;
     /// Allocates `size` bytes aligned to 8.
@@ -147,6 +154,11 @@ impl Arena for PodArena {
 
     fn slots(&self) -> u32 {
         self.heap.geometry().slots() as u32
+    }
+
+    #[inline]
+    fn slot_is_owned(&self, i: u32) -> bool {
+        self.heap.slot_is_owned(u64::from(i))
     }
 
     #[inline]

@@ -387,6 +387,57 @@ fn epoch_protects_pinned_reader() {
     });
 }
 
+/// The advancer reads only the announcements of owned slots (`reclaim::reclaimer::
+/// try_advance`): a reader that claims its slot (CAS of the owner word from zero) and then
+/// pins is still protected, whether the scan saw its slot owned or not.
+#[test]
+fn a_slot_claimed_after_the_scan_skipped_it_pins_too_late_to_be_missed() {
+    model(|| {
+        let global = Arc::new(AtomicU64::new(2));
+        let slots = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let owners = Arc::new([AtomicU64::new(1), AtomicU64::new(0)]);
+        let current = Arc::new(AtomicU64::new(1));
+        let cells = Arc::new([
+            UnsafeCell::new(0u64),
+            UnsafeCell::new(11),
+            UnsafeCell::new(22),
+        ]);
+        let (g, s, o, c, cl) = (
+            global.clone(),
+            slots.clone(),
+            owners.clone(),
+            current.clone(),
+            cells.clone(),
+        );
+        let reader = spawn(move || {
+            o[1].compare_exchange(0, 7, Ordering::AcqRel, Ordering::Relaxed)
+                .unwrap();
+            epoch::pin(&g, &s[1]);
+            let node = c.load(Ordering::Acquire) as usize;
+            // SAFETY (test): the node is reachable or retired after our pin; never freed yet.
+            let v = cl[node].with(|p| unsafe { *p });
+            assert!(v == 11 || v == 22, "read a freed node: {v}");
+            epoch::unpin(&s[1]);
+        });
+        current.store(2, Ordering::Release);
+        let retired = epoch::retire_epoch(&global);
+        for _ in 0..3 {
+            let owned = slots
+                .iter()
+                .zip(owners.iter())
+                .filter(|(_, owner)| owner.load(Ordering::Relaxed) != 0)
+                .map(|(slot, _)| slot);
+            let now = epoch::try_advance(&global, owned);
+            if epoch::is_reclaimable(retired, now) {
+                cells[1].with_mut(|p| unsafe { *p = 0xdead });
+                break;
+            }
+            loom::thread::yield_now();
+        }
+        reader.join().unwrap();
+    });
+}
+
 /// An unpinned (released) slot never holds the epoch back; a pinned one behind does.
 #[test]
 fn released_slot_does_not_hold_epoch() {

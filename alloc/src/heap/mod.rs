@@ -276,6 +276,16 @@ impl Heap {
         self.shared.slots.try_claim(i, from, owner)
     }
 
+    /// Whether thread slot `i` has an owner, live or dead (its HWcc owner word is not zero).
+    /// A slot without one holds no thread: what its thread last published is no one's
+    /// (a thread claims its slot before it publishes anything there, and an owner's death
+    /// leaves the word set until its recovery has run). One load, ordered like the caller's
+    /// other loads; `i` must be below [`Geometry::slots`].
+    #[inline]
+    pub fn slot_is_owned(&self, i: u64) -> bool {
+        self.shared.slots.owner_word(i).load(Ordering::Relaxed) != 0
+    }
+
     /// Whether slot `i`'s owner is alive, dead (known stopped), fenced, or the slot free. In
     /// lease mode this is this process watching the owner's beat: it fences an owner it has
     /// seen silent for a lease ([`crate::lease`]).

@@ -299,8 +299,17 @@ impl<A: Arena> Reclaim<A> {
 }
 
 /// One attempt to advance the global epoch; the epoch afterwards.
+///
+/// Only the announcements of owned slots are read: a heap has 1024 slots by default, one
+/// announcement line each, and a few threads. A slot read as unowned is one whose thread (if
+/// it claims the slot later) pins after this scan, exactly as if its announcement had been
+/// read unpinned: it claims before it announces, and the owner word is read after the
+/// scan's fence, as the announcements are. A dead owner keeps its word until its recovery
+/// has cleared the announcement, so a dead pin still holds the epoch back.
 fn try_advance<A: Arena>(slot: &Slot<A>) -> u64 {
     let shared = slot.shared();
-    let slots = (0..shared.arena.slots()).map(|i| shared.announce(i));
+    let slots = (0..shared.arena.slots())
+        .filter(|&i| shared.arena.slot_is_owned(i))
+        .map(|i| shared.announce(i));
     epoch::try_advance_with(slot, &shared.hw().epoch.word, slots)
 }
