@@ -97,6 +97,16 @@ impl Slots {
         self.words.word(self.owners_at + 8 * i)
     }
 
+    /// Every slot's owner word, in slot order (HWcc, contiguous): for scans that skip free
+    /// slots.
+    pub(crate) fn owner_words(&self) -> &[podkv_hw::sync::mapped::AtomicU64] {
+        let first = self.words.at(self.owners_at);
+        // SAFETY: the owner words are `count` aligned words at `owners_at`, backed and mapped
+        // for as long as the heap (`owner_word`'s contract); mapped memory is read with std's
+        // atomics in every build, which are valid for any bits.
+        unsafe { std::slice::from_raw_parts(first.cast(), self.count as usize) }
+    }
+
     /// Takes slot `i` for `owner` if its owner word holds `from`: see `Heap::try_claim_slot`.
     pub(crate) fn try_claim(&self, i: u64, from: u64, owner: Owner) -> bool {
         let word = self.owner_word(i);

@@ -24,12 +24,11 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn slot_index(thread: &Self::Thread) -> u32;
     /// How many slots exist.
     fn slots(&self) -> u32;
-    /// Whether thread slot `i` may hold a thread (live or dead): an advancer of the epoch
-    /// skips the announcements of slots that cannot (`reclaim::epoch`). Always, unless the
-    /// arena knows better.
-    fn slot_is_owned(&self, i: u32) -> bool {
-        let _ = i;
-        true
+    /// The slots' owner words, if the arena has them: a slot whose word is zero holds no
+    /// thread, live or dead, and an advancer of the epoch skips its announcement
+    /// (`reclaim::reclaimer::try_advance`). `None`: every slot may hold one.
+    fn slot_owners(&self) -> Option<&[AtomicU64]> {
+        None
     }
     /// The address offsets are relative to.
     fn base(&self) -> *mut u8;
@@ -156,9 +155,8 @@ impl Arena for PodArena {
         self.heap.geometry().slots() as u32
     }
 
-    #[inline]
-    fn slot_is_owned(&self, i: u32) -> bool {
-        self.heap.slot_is_owned(u64::from(i))
+    fn slot_owners(&self) -> Option<&[AtomicU64]> {
+        Some(self.heap.slot_owner_words())
     }
 
     #[inline]

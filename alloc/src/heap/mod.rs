@@ -276,14 +276,13 @@ impl Heap {
         self.shared.slots.try_claim(i, from, owner)
     }
 
-    /// Whether thread slot `i` has an owner, live or dead (its HWcc owner word is not zero).
-    /// A slot without one holds no thread: what its thread last published is no one's
-    /// (a thread claims its slot before it publishes anything there, and an owner's death
-    /// leaves the word set until its recovery has run). One load, ordered like the caller's
-    /// other loads; `i` must be below [`Geometry::slots`].
-    #[inline]
-    pub fn slot_is_owned(&self, i: u64) -> bool {
-        self.shared.slots.owner_word(i).load(Ordering::Relaxed) != 0
+    /// Every thread slot's HWcc owner word, in slot order: zero for a slot without an owner,
+    /// live or dead. Such a slot holds no thread, so what its thread last published is no
+    /// one's: a thread claims its slot before it publishes anything there, and an owner's
+    /// death leaves the word set until its recovery has run. For scans over the slots that
+    /// skip the free ones; read them with the ordering the scan needs.
+    pub fn slot_owner_words(&self) -> &[podkv_hw::sync::mapped::AtomicU64] {
+        self.shared.slots.owner_words()
     }
 
     /// Whether slot `i`'s owner is alive, dead (known stopped), fenced, or the slot free. In
