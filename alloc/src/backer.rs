@@ -54,7 +54,6 @@
 //! slabs released in a burst of frees stay released.
 
 use crate::class::Kind;
-use crate::slabs::SlabHeap;
 // Process-local state shared with a real OS thread: std's atomics in every build.
 use podkv_hw::sync::mapped::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -122,15 +121,15 @@ impl Backer {
             .fetch_add(u64::from(count), Ordering::Relaxed);
     }
 
-    /// Called after a grow of slab heap `heap` to `len` slabs, with the slabs backed so far:
+    /// Called after a grow of slab heap `kind` to `len` slabs, with the slabs backed so far
+    /// and the leads the backer keeps (`back` slabs backed, `populate` of them populated):
     /// wakes the backer unless its whole lead is still there, backed in the file and
     /// populated in this process.
     #[inline]
-    pub(crate) fn grown(&self, heap: &SlabHeap, len: u64, backed: u64) {
-        let lead = u64::from(heap.count_back_ahead);
-        let populated = self.populated[heap.kind as usize].load(Ordering::Relaxed);
-        let populate = u64::from(heap.count_populate_ahead());
-        if lead == 0 || (backed >= len + lead && populated >= len + populate) {
+    pub(crate) fn grown(&self, kind: Kind, len: u64, backed: u64, (back, populate): (u32, u32)) {
+        let populated = self.populated[kind as usize].load(Ordering::Relaxed);
+        let (back, populate) = (u64::from(back), u64::from(populate));
+        if back == 0 || (backed >= len + back && populated >= len + populate) {
             return;
         }
         self.want();

@@ -337,7 +337,8 @@ impl SlabHeaps {
             podkv_hw::cas_site!("alloc.slabs.grow.cas");
             match dcas::cas(len, cur, new as u32, writer) {
                 Ok(_) => {
-                    backer.grown(heap, new, backed);
+                    let leads = (heap.count_back_ahead, heap.count_populate_ahead());
+                    backer.grown(heap.kind, new, backed, leads);
                     return Ok(from as u32..new as u32);
                 }
                 Err(seen) => cur = seen,
