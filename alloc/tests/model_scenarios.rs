@@ -3,8 +3,8 @@
 //! `coherence_model.rs` does not reach or cannot see dropped. Each asserts an invariant
 //! another process can observe: the checker counts exactly the blocks another process left
 //! live; a block reads as its writer wrote it; a huge block another process maps is not
-//! reclaimed (and is once it unmapped), also when opens claim hazard records at once; a slot
-//! has one holder at a time; a beating owner is never fenced; a remote freer reads a morph as
+//! reclaimed (and is once it unmapped), also when opens claim hazard records at once; slots
+//! claiming huge ranges at once never share one; a slot has one holder at a time; a beating owner is never fenced; a remote freer reads a morph as
 //! its owner made it (`morph.rs`); a crashed holder's huge step is seen by a checker and
 //! recovered by another process, here or for a crashed host (`recovery.rs`). The reading
 //! process always loads the lines first, so a dropped write-back or invalidation leaves it a
@@ -553,6 +553,54 @@ fn opens_at_once_hold_a_hazard_record_each() {
     finish(child, "");
     t.collect_huge();
     drop(t);
+    heap.collect_huge();
+    let report = heap.check();
+    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
+    assert_eq!(
+        report.live_blocks() + report.huge.live,
+        0,
+        "blocks left live"
+    );
+}
+
+/// Threads of two processes take fresh slots and allocate huge blocks over and over, so their
+/// slots claim runs of the huge heap's ranges (a hook CAS on each range word) at the same
+/// time, and give them back when empty; each writes the start of its block, yields and reads
+/// it back fresh. Two slots that claimed one range (a claim that is not atomic) put blocks on
+/// the same pages, and one reads the other's bytes.
+#[test]
+fn slots_claiming_huge_ranges_at_once_never_share_one() {
+    const TEST: &str = "slots_claiming_huge_ranges_at_once_never_share_one";
+    fn storm(heap: &Heap, seed: u8) {
+        std::thread::scope(|scope| {
+            for n in 0..3u8 {
+                scope.spawn(move || {
+                    for round in 0..12u8 {
+                        let t = heap.thread().unwrap();
+                        let off = t.allocate(layout(SIZE_HUGE)).unwrap();
+                        let tag = seed.wrapping_mul(64) ^ n.wrapping_mul(16) ^ round;
+                        fill(heap, &t, off, 4096, tag);
+                        std::thread::yield_now();
+                        assert!(holds(heap, off, 4096, tag), "a huge block shares pages");
+                        t.free(off);
+                        t.collect_huge();
+                    }
+                });
+            }
+        });
+    }
+    if let Some(parts) = role(TEST) {
+        let heap = Heap::open(&parts[1], &config(8)).unwrap();
+        storm(&heap, 2);
+        return;
+    }
+    if other_role() {
+        return;
+    }
+    let (_dir, path, heap) = common::modelled_heap(&config(8));
+    let child = spawn(TEST, &path.display().to_string());
+    storm(&heap, 1);
+    finish(child, "");
     heap.collect_huge();
     let report = heap.check();
     assert!(report.is_valid(), "check: {}", report.problems.join("; "));

@@ -69,6 +69,12 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
+        test: "slots_claiming_huge_ranges_at_once_never_share_one",
+        env: &[],
+        sites: &["alloc.huge.reserve.cas", "alloc.huge.unreserve.cas"],
+    },
+    Scenario {
+        binary: "model_scenarios",
         test: "a_slot_has_one_holder_at_a_time",
         env: &[],
         sites: &[
