@@ -213,8 +213,11 @@ impl<A: Arena> Walk<'_, A> {
                 return;
             }
             self.report.blocks_bucket += 1;
+            // The claim's read makes the block's first line fresh (SWcc), which holds `len`
+            // too: read it first.
+            let claimed = self.view.retire_claim(at, true) != 0;
             let len = self.view.block_len(at);
-            if len < 2 || self.view.retire_claim(at, true) != 0 {
+            if len < 2 || claimed {
                 self.report.problems.push(format!(
                     "bucket {b}'s block {at:#x}: {len} entries, or claimed while in use"
                 ));
