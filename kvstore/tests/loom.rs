@@ -348,43 +348,7 @@ fn delete_delete() {
 /// before the unlink can still read it (loom reports a race on the cell otherwise).
 #[test]
 fn epoch_protects_pinned_reader() {
-    model(|| {
-        let global = Arc::new(AtomicU64::new(2));
-        let slots = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let current = Arc::new(AtomicU64::new(1));
-        let cells = Arc::new([
-            UnsafeCell::new(0u64),
-            UnsafeCell::new(11),
-            UnsafeCell::new(22),
-        ]);
-        let (g, s, c, cl) = (
-            global.clone(),
-            slots.clone(),
-            current.clone(),
-            cells.clone(),
-        );
-        let reader = spawn(move || {
-            epoch::pin(&g, &s[1]);
-            let node = c.load(Ordering::Acquire) as usize;
-            // SAFETY (test): the node is reachable or retired after our pin; never freed yet.
-            let v = cl[node].with(|p| unsafe { *p });
-            assert!(v == 11 || v == 22, "read a freed node: {v}");
-            epoch::unpin(&s[1]);
-        });
-        // writer: unlink node 1 (publish node 2), retire, try to free
-        current.store(2, Ordering::Release);
-        let retired = epoch::retire_epoch(&global);
-        for _ in 0..3 {
-            let now = epoch::try_advance(&global, slots.iter());
-            if epoch::is_reclaimable(retired, now) {
-                // "free": poison the node
-                cells[1].with_mut(|p| unsafe { *p = 0xdead });
-                break;
-            }
-            loom::thread::yield_now();
-        }
-        reader.join().unwrap();
-    });
+    a_pinned_reader_reads_no_freed_node(false);
 }
 
 /// The advancer reads only the announcements of owned slots (`reclaim::reclaimer::
@@ -392,10 +356,17 @@ fn epoch_protects_pinned_reader() {
 /// pins is still protected, whether the scan saw its slot owned or not.
 #[test]
 fn a_slot_claimed_after_the_scan_skipped_it_pins_too_late_to_be_missed() {
-    model(|| {
+    a_pinned_reader_reads_no_freed_node(true);
+}
+
+/// A reader in slot 1 pins (after claiming the slot from zero if `claims`, else it is owned
+/// from the start) and reads the current node, while the writer unlinks node 1, retires it
+/// and frees it once the epoch allows, advancing over the owned slots' announcements.
+fn a_pinned_reader_reads_no_freed_node(claims: bool) {
+    model(move || {
         let global = Arc::new(AtomicU64::new(2));
         let slots = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let owners = Arc::new([AtomicU64::new(1), AtomicU64::new(0)]);
+        let owners = Arc::new([AtomicU64::new(1), AtomicU64::new(u64::from(!claims))]);
         let current = Arc::new(AtomicU64::new(1));
         let cells = Arc::new([
             UnsafeCell::new(0u64),
@@ -410,8 +381,10 @@ fn a_slot_claimed_after_the_scan_skipped_it_pins_too_late_to_be_missed() {
             cells.clone(),
         );
         let reader = spawn(move || {
-            o[1].compare_exchange(0, 7, Ordering::AcqRel, Ordering::Relaxed)
-                .unwrap();
+            if claims {
+                o[1].compare_exchange(0, 7, Ordering::AcqRel, Ordering::Relaxed)
+                    .unwrap();
+            }
             epoch::pin(&g, &s[1]);
             let node = c.load(Ordering::Acquire) as usize;
             // SAFETY (test): the node is reachable or retired after our pin; never freed yet.
@@ -419,6 +392,7 @@ fn a_slot_claimed_after_the_scan_skipped_it_pins_too_late_to_be_missed() {
             assert!(v == 11 || v == 22, "read a freed node: {v}");
             epoch::unpin(&s[1]);
         });
+        // writer: unlink node 1 (publish node 2), retire, try to free
         current.store(2, Ordering::Release);
         let retired = epoch::retire_epoch(&global);
         for _ in 0..3 {
@@ -429,6 +403,7 @@ fn a_slot_claimed_after_the_scan_skipped_it_pins_too_late_to_be_missed() {
                 .map(|(slot, _)| slot);
             let now = epoch::try_advance(&global, owned);
             if epoch::is_reclaimable(retired, now) {
+                // "free": poison the node
                 cells[1].with_mut(|p| unsafe { *p = 0xdead });
                 break;
             }
