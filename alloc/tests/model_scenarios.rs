@@ -208,14 +208,7 @@ fn a_checker_counts_the_blocks_another_process_left_live() {
         t.free(off);
     }
     drop(t);
-    heap.collect_huge();
-    let report = heap.check();
-    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
-    assert_eq!(
-        report.live_blocks() + report.huge.live,
-        0,
-        "blocks left live"
-    );
+    common::assert_clean(&heap, "");
 }
 
 const SIZE_HUGE: usize = 2 << 20;
@@ -319,14 +312,7 @@ fn a_huge_block_another_process_maps_is_reclaimed_only_after_it_unmapped() {
     }
     t.collect_huge();
     drop(t);
-    heap.collect_huge();
-    let report = heap.check();
-    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
-    assert_eq!(
-        report.live_blocks() + report.huge.live,
-        0,
-        "blocks left live"
-    );
+    common::assert_clean(&heap, "");
 }
 
 /// Threads of two processes claim and release the two slots of a heap as fast as they can;
@@ -553,14 +539,7 @@ fn opens_at_once_hold_a_hazard_record_each() {
     finish(child, "");
     t.collect_huge();
     drop(t);
-    heap.collect_huge();
-    let report = heap.check();
-    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
-    assert_eq!(
-        report.live_blocks() + report.huge.live,
-        0,
-        "blocks left live"
-    );
+    common::assert_clean(&heap, "");
 }
 
 /// Threads of two processes take fresh slots and allocate huge blocks over and over, so their
@@ -601,12 +580,5 @@ fn slots_claiming_huge_ranges_at_once_never_share_one() {
     let child = spawn(TEST, &path.display().to_string());
     storm(&heap, 1);
     finish(child, "");
-    heap.collect_huge();
-    let report = heap.check();
-    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
-    assert_eq!(
-        report.live_blocks() + report.huge.live,
-        0,
-        "blocks left live"
-    );
+    common::assert_clean(&heap, "");
 }

@@ -139,6 +139,5 @@ fn a_new_tenure_allocating_beside_the_last_ones_live_blocks_keeps_them_whole() {
         t.free(off);
     }
     drop(t);
-    let report = heap.check();
-    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
+    common::assert_clean(&heap, "");
 }

@@ -1,5 +1,6 @@
-//! Set-up shared by the tests in which two processes (this test binary, re-executed as a
-//! child) write one modelled heap (`podkv_hw::model`): `tenure.rs`, `huge_lines.rs`.
+//! Set-up and the closing check shared by the tests in which two processes (this test binary,
+//! re-executed as a child) write one modelled heap (`podkv_hw::model`): `tenure.rs`,
+//! `huge_lines.rs`, `model_scenarios.rs`.
 
 use podkv_alloc::{Config, Heap};
 use std::path::PathBuf;
@@ -23,4 +24,21 @@ pub fn child(test: &str, role: &str, spec: &str) -> Command {
         .env(role, spec)
         .env("PODKV_COHERENCE_MODEL", "1");
     command
+}
+
+/// The end of a scenario: once this process's huge blocks are collected, the heap checks
+/// valid and holds no live block, slab or huge (`what` names the case in a failure).
+pub fn assert_clean(heap: &Heap, what: &str) {
+    heap.collect_huge();
+    let report = heap.check();
+    assert!(
+        report.is_valid(),
+        "{what}check: {}",
+        report.problems.join("; ")
+    );
+    assert_eq!(
+        report.live_blocks() + report.huge.live,
+        0,
+        "{what}blocks left live"
+    );
 }

@@ -175,18 +175,7 @@ fn one_case(point: &str, recoverer: Recoverer) {
     }
     mine.collect_huge();
     drop(mine);
-    heap.collect_huge();
-    let report = heap.check();
-    assert!(
-        report.is_valid(),
-        "{case}: check: {}",
-        report.problems.join("; ")
-    );
-    assert_eq!(
-        report.live_blocks() + report.huge.live,
-        0,
-        "{case}: blocks left live"
-    );
+    common::assert_clean(&heap, &format!("{case}: "));
 }
 
 /// Recovers the dead child's slot `slot` as `recoverer` does; returns what each recovered
