@@ -135,7 +135,8 @@ pub(crate) fn cas_word(
 }
 
 /// A hook CAS whose site a test switched off (`podkv_hw::cas_site!`): a CPU CAS, which on
-/// mCAS memory is not atomic across hosts, so under the coherence model it is torn.
+/// mCAS memory acts on this host's cached copy of the line, so under the coherence model
+/// other processes see it only once that line is written back whole (`podkv_hw::model`).
 #[cold]
 fn cpu_cas_off(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
     if podkv_hw::model::active() {
@@ -150,9 +151,20 @@ fn cpu_cas_off(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
 pub(crate) fn store_word(mcas: Option<&HeapMcas>, client: u32, word: &AtomicU64, value: u64) {
     let off = podkv_hw::model::take_cas_off();
     match mcas {
-        Some(_) if off => crate::dcas::cpu_store(word, value),
+        Some(_) if off => cpu_store_off(word, value),
         Some(mcas) => mcas.store(client, word, value),
         None => crate::dcas::cpu_store(word, value),
+    }
+}
+
+/// A hook store whose site a test switched off: a CPU store, on this host's copy of the line
+/// under the coherence model (as [`cpu_cas_off`]).
+#[cold]
+fn cpu_store_off(word: &AtomicU64, value: u64) {
+    if podkv_hw::model::active() {
+        podkv_hw::model::torn_store(word, value)
+    } else {
+        crate::dcas::cpu_store(word, value)
     }
 }
 

@@ -29,7 +29,9 @@ impl FlushCas {
             .region
             .target(target)
             .ok_or(McasError::BadTarget(target))?;
-        persist::evict(self.region.window().addr(target), 8);
+        let addr = self.region.window().addr(target);
+        crate::model::evict_plain(addr, 8);
+        persist::evict(addr, 8);
         persist::fence_full();
         Ok(word)
     }

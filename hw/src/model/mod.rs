@@ -14,7 +14,10 @@
 //!   `PODKV_COHERENCE_EVICT`, default 4) and from a background thread;
 //! - the header, the HWcc region and the mCAS lines (everything below the `start` a heap gives
 //!   [`Cache::map`]) stay mapped shared, so they are coherent, as are words changed by mCAS;
-//! - a CPU CAS on SWcc memory acts on this process's copy only, because that is all it sees.
+//! - a CPU CAS on SWcc memory acts on this process's copy only, because that is all it sees;
+//!   so does a CPU CAS or store to an mCAS word (a switched-off hook site): it changes this
+//!   process's copy of the line, which reaches memory whole at the process's next write-back or
+//!   eviction of that line, or at a random eviction (`plain`).
 //!
 //! Threads of one process share its cache (they run on one host). A process killed with
 //! dirty lines leaves them in its host's cache: they reach memory when a process of its host
@@ -56,8 +59,9 @@
 //! podkv_hw::cas_site!("alloc.free_list.push.cas"); // the next hook CAS of this thread
 //! ```
 //! `PODKV_COHERENCE_SITE_OFF=name[,name…]` switches sites off in a test build: `site!` then
-//! returns false, and `cas_site!` makes the thread's next hook CAS a plain CPU CAS (which on
-//! an `mcas` heap under the model is not atomic across processes: [`torn_cas`]). [`hits`]
+//! returns false, and `cas_site!` makes the thread's next hook CAS (or store) a plain CPU one
+//! (which on an `mcas` heap under the model acts on this process's copy of the line:
+//! [`torn_cas`], [`torn_store`]). [`hits`]
 //! tells how often a site ran in this process. Without the feature `site!` is `true` and
 //! `cas_site!` nothing.
 
@@ -69,6 +73,8 @@ mod clobber;
 mod fault;
 #[cfg(feature = "coherence-model")]
 mod file;
+#[cfg(feature = "coherence-model")]
+mod plain;
 #[cfg(feature = "coherence-model")]
 mod registry;
 #[cfg(feature = "coherence-model")]
@@ -130,25 +136,26 @@ mod real {
         active, attach, cache_domain, detach, forget_file, invalidate, seed, serve_fault,
         set_active, settle_dead, stored, touch, write_back, Cache,
     };
-    use crate::sync::mapped::{AtomicU64, Ordering};
+    use crate::sync::mapped::AtomicU64;
 
-    /// A CPU CAS as it behaves on memory that is not coherent across hosts: the load, the
-    /// compare and the store are separate steps with a pause between them, so two processes
-    /// that CAS one word at once both succeed and one update is lost. What a switched-off hook
-    /// CAS site does on an `mcas` heap under the model.
+    /// A CPU CAS of an mCAS word, as a host without coherence makes it: on this process's
+    /// dirty copy of the word's line, which other processes see only once the line is written
+    /// back whole (`plain`). What a switched-off hook CAS site does on an `mcas` heap under the
+    /// model.
     pub fn torn_cas(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        let seen = word.load(Ordering::Acquire);
-        if seen != current {
-            return Err(seen);
-        }
-        std::thread::yield_now();
-        word.store(new, Ordering::Release);
-        Ok(current)
+        super::plain::cas(word, current, new)
     }
 
-    /// The store of a switched-off hook store site: a plain store (stores are atomic anyway).
+    /// The store of a switched-off hook store site: on this process's copy of the line, as
+    /// [`torn_cas`].
     pub fn torn_store(word: &AtomicU64, value: u64) {
-        word.store(value, Ordering::Release);
+        super::plain::store(word, value)
+    }
+
+    /// An eviction of `[ptr, ptr + len)` outside the SWcc calls (`flush-cas` evicts its target
+    /// before each CAS): this process's dirty copies of mCAS lines there go to memory first.
+    pub fn evict_plain(ptr: *const u8, len: usize) {
+        super::plain::write_back(ptr, len)
     }
 }
 
@@ -226,6 +233,10 @@ mod stub {
     pub fn torn_store(_word: &AtomicU64, _value: u64) {
         unreachable!("no site is off without the coherence-model feature")
     }
+
+    /// Nothing to write back: the model is not built in.
+    #[inline(always)]
+    pub fn evict_plain(_ptr: *const u8, _len: usize) {}
 
     /// The model's cache of one heap, as callers name it in either build.
     pub type Cache = NoCache;

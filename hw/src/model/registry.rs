@@ -110,6 +110,7 @@ fn evictor() {
         for i in 0..COUNT_REGIONS {
             use_entry(i, |region| region.evict_some(random()));
         }
+        super::plain::evict_some(random(), EVICT_ONE_IN.load(Ordering::Relaxed));
     }
 }
 
@@ -152,6 +153,7 @@ fn maybe_evict(region: &HeapCache) {
 /// The writer rule under the model: every dirty line overlapping the range goes to memory
 /// whole. Ranges outside any modelled heap are left alone.
 pub fn write_back(ptr: *const u8, len: usize) {
+    super::plain::write_back(ptr, len);
     at(ptr as usize, |region| {
         maybe_evict(region);
         region.write_back(ptr as usize, len);
@@ -161,6 +163,7 @@ pub fn write_back(ptr: *const u8, len: usize) {
 /// The reader rule under the model: dirty lines are written back, then every line overlapping
 /// the range is reloaded from memory.
 pub fn invalidate(ptr: *const u8, len: usize) {
+    super::plain::write_back(ptr, len);
     at(ptr as usize, |region| {
         maybe_evict(region);
         region.invalidate(ptr as usize, len);
