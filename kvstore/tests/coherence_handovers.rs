@@ -27,6 +27,11 @@
 //!   flushing and loading an empty dump every few writes; each one's tokens increase, no
 //!   token is handed out twice, and a later write's token is above all of them
 //!   (`store.token.barrier.cas`, `store.token.raise.cas`, in `mcas`).
+//! - `a_flush_in_one_process_hides_items_from_another_at_once`: a process writes and flushes
+//!   at once, then writes and flushes two seconds ahead; the other reads every item gone,
+//!   the second time once the flush is due (`store.flush.oldest_cas.store`,
+//!   `store.flush.oldest_live.store`: a switched-off hook store stays in the flusher's copy
+//!   of the line).
 //! - `a_store_opened_the_moment_it_is_published_reads_whole`: a process maps a fresh heap
 //!   and spins on its root; another makes the store; the first opens it the moment the root
 //!   names it, before the maker's own open has made the descriptor fresh, 150 times over
@@ -426,6 +431,79 @@ fn cas_tokens_stay_unique_while_processes_flush_and_load() {
         .unwrap();
     let highest = seen.keys().max().copied().unwrap();
     assert!(token > highest, "a new token {token}, not above {highest}");
+}
+
+const FLUSH_KEYS: u32 = 50;
+
+#[test]
+fn a_flush_in_one_process_hides_items_from_another_at_once() {
+    const TEST: &str = "a_flush_in_one_process_hides_items_from_another_at_once";
+    if let Some((role, heap)) = role() {
+        let store = Store::open(&heap, config()).unwrap();
+        let h = store.handle().unwrap();
+        let key = |round: &str, i: u32| format!("{round}-{i}").into_bytes();
+        match role.as_str() {
+            "flusher" => {
+                // Written and flushed within one second of the store's clock: only the
+                // token barrier (`oldest_cas`) hides these, since `oldest_live` is the
+                // second before.
+                loop {
+                    let second = store.now();
+                    for i in 0..FLUSH_KEYS {
+                        h.set(&key("now", i), b"v", 0, 0).unwrap();
+                    }
+                    h.flush_all(0);
+                    if store.now() == second {
+                        break;
+                    }
+                }
+                // Nothing here reads the flush marks again until the reader has looked.
+                say("flushed", "");
+                wait_go();
+                // A flush two seconds ahead sets `oldest_live` alone: it hides these by
+                // their time once it is due.
+                for i in 0..FLUSH_KEYS {
+                    h.set(&key("later", i), b"v", 0, 0).unwrap();
+                }
+                h.flush_all(2);
+                say("flushed", "");
+                wait_go();
+            }
+            "reader" => {
+                wait_go();
+                for i in 0..FLUSH_KEYS {
+                    assert!(
+                        h.get(&key("now", i)).unwrap().is_none(),
+                        "an item written before an immediate flush in another process is seen"
+                    );
+                }
+                say("checked", "");
+                wait_go();
+                std::thread::sleep(std::time::Duration::from_millis(3_100));
+                for i in 0..FLUSH_KEYS {
+                    assert!(
+                        h.get(&key("later", i)).unwrap().is_none(),
+                        "an item written before a due delayed flush in another process is seen"
+                    );
+                }
+            }
+            _ => unreachable!(),
+        }
+        return;
+    }
+    let (_dir, heap) = common::heap_path("heap");
+    drop(Store::open(&heap, config()).unwrap());
+    let mut reader = Child::spawn(TEST, "reader", &heap);
+    let mut flusher = Child::spawn(TEST, "flusher", &heap);
+    flusher.wait_for("flushed");
+    reader.go();
+    reader.wait_for("checked");
+    flusher.go();
+    flusher.wait_for("flushed");
+    reader.go();
+    reader.succeed("the reader");
+    flusher.go();
+    flusher.succeed("the flusher");
 }
 
 const OPEN_ROUNDS: u32 = 150;
