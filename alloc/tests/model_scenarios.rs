@@ -4,8 +4,9 @@
 //! another process can observe: the checker counts exactly the blocks another process left
 //! live; a block reads as its writer wrote it; a huge block another process maps is not
 //! reclaimed (and is once it unmapped), also when opens claim hazard records at once; slots
-//! claiming huge ranges at once never share one; a slot has one holder at a time; a beating owner is never fenced; a remote freer reads a morph as
-//! its owner made it (`morph.rs`); a crashed holder's huge step is seen by a checker and
+//! claiming huge ranges at once never share one; a slot has one holder at a time; a beating
+//! owner is never fenced; a fence, and the rejoin after it, are read by every process
+//! (`fence.rs`); a remote freer reads a morph as its owner made it (`morph.rs`); a crashed holder's huge step is seen by a checker and
 //! recovered by another process, here or for a crashed host (`recovery.rs`). The reading
 //! process always loads the lines first, so a dropped write-back or invalidation leaves it a
 //! stale copy instead of a first touch that would hide it.
@@ -27,17 +28,21 @@ use std::time::{Duration, Instant};
 
 const ROLE: &str = "PODKV_SCENARIO_CHILD";
 
+#[path = "model_scenarios/fence.rs"]
+mod fence;
 #[path = "model_scenarios/morph.rs"]
 mod morph;
 #[path = "model_scenarios/recovery.rs"]
 mod recovery;
 
-/// The mode the sweep asks for (`PODKV_SCENARIO_MODE=limited|mcas`), `limited` by default.
-fn mode() -> Coherence {
+/// The mode the sweep asks for (`PODKV_SCENARIO_MODE=limited|mcas|mcas-nmp`), `limited` by
+/// default, and the mCAS implementation (flush-cas unless `mcas-nmp`).
+fn mode() -> (Coherence, McasKind) {
     match std::env::var("PODKV_SCENARIO_MODE").as_deref() {
-        Ok("mcas") => Coherence::Mcas,
-        Ok("hardware") => Coherence::Hardware,
-        _ => Coherence::Limited,
+        Ok("mcas") => (Coherence::Mcas, McasKind::FlushCas),
+        Ok("mcas-nmp") => (Coherence::Mcas, McasKind::Nmp),
+        Ok("hardware") => (Coherence::Hardware, McasKind::FlushCas),
+        _ => (Coherence::Limited, McasKind::FlushCas),
     }
 }
 
@@ -46,8 +51,8 @@ fn config(slots: u64) -> Config {
         small_bytes: 64 << 20,
         large_bytes: 128 << 20,
         slots,
-        coherence: mode(),
-        mcas: McasKind::FlushCas,
+        coherence: mode().0,
+        mcas: mode().1,
         ..Config::default()
     }
 }

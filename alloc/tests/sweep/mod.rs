@@ -87,6 +87,12 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
+        test: "fence::a_fence_and_the_rejoin_after_it_are_read_by_every_process",
+        env: &[],
+        sites: &["alloc.slots.life.fence.cas", "alloc.slots.rejoin.cas"],
+    },
+    Scenario {
+        binary: "model_scenarios",
         test: "an_owner_that_keeps_beating_is_never_fenced",
         env: &[],
         sites: &[
