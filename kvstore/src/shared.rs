@@ -85,6 +85,7 @@ impl<A: Arena> Shared<A> {
         shared.validate_descriptor()?;
         shared.hwcc_at = shared.desc().hwcc_at;
         shared.hw = shared.view.ptr(shared.hwcc_at) as *const HwccWords;
+        shared.validate_hwcc()?;
         let value_max = shared.value_max_now();
         shared.value_max.store(value_max, Ordering::Relaxed);
         Ok((shared, created))
@@ -108,6 +109,25 @@ impl<A: Arena> Shared<A> {
             return Err(StoreError::Corrupt(
                 "fewer slot records than heap slots".into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// The multi-writer words a creator sets before publishing (table size, epoch, first
+    /// segment) are never zero afterwards: zero means the creator's stores never reached
+    /// memory (in an `mcas` heap, a missing write-back), and a table of size zero would
+    /// recurse without end looking for bucket 0's segment.
+    fn validate_hwcc(&self) -> Result<(), StoreError> {
+        let hw = self.hw();
+        let size = self.load_word(&hw.size.word);
+        let epoch = self.load_word(&hw.epoch.word);
+        let first = self.load_word(&hw.directory[0]);
+        if size == 0 || epoch == 0 || first == 0 {
+            return Err(StoreError::Corrupt(format!(
+                "the store's shared words at {:#x} read zero (table size {size}, epoch {epoch}, \
+                 first segment {first:#x}): its creator's stores never reached memory",
+                self.hwcc_at
+            )));
         }
         Ok(())
     }
@@ -419,8 +439,15 @@ pub(crate) fn create<A: Arena>(
     let seg0 = arena.hwcc_block(&thread, SIZE_SEGMENT)?;
     let desc_at = alloc_zeroed::<A>(&thread, view, std::mem::size_of::<Descriptor>())?;
     let slots_at = alloc_zeroed::<A>(&thread, view, slots as usize * SIZE_SLOT_RECORD)?;
+    // The HWcc area's first words are stored plainly (nothing can name them yet); in an
+    // `mcas` heap that area is not coherent, so under the model of non-coherent caches they
+    // stay in this process's copy until written back below.
+    let first_store = |word: &AtomicU64, value: u64| match arena.coherence() {
+        Coherence::Mcas => podkv_hw::model::cpu_store(word, value),
+        _ => word.store(value, Ordering::Relaxed),
+    };
     // Bucket 0 is the ancestor of every bucket: made from birth.
-    view.word(seg0).store(index::EMPTY, Ordering::Relaxed);
+    first_store(view.word(seg0), index::EMPTY);
     // SAFETY: a fresh zeroed block of `size_of::<Descriptor>()` bytes, unpublished.
     let d = unsafe { &mut *(view.ptr(desc_at) as *mut Descriptor) };
     d.magic = MAGIC;
@@ -439,9 +466,9 @@ pub(crate) fn create<A: Arena>(
     // SAFETY: a fresh zeroed block of `size_hwcc_block(slots)` bytes this creator carved,
     // unpublished; its words are atomics.
     let hw = unsafe { &*(view.ptr(hwcc_at) as *const HwccWords) };
-    hw.size.word.store(size, Ordering::Relaxed);
-    hw.epoch.word.store(2, Ordering::Relaxed);
-    hw.directory[0].store(seg0, Ordering::Relaxed);
+    first_store(&hw.size.word, size);
+    first_store(&hw.epoch.word, 2);
+    first_store(&hw.directory[0], seg0);
     if view.is_swcc() && podkv_hw::site!("store.create.write_back") {
         view.write_back(desc_at, std::mem::size_of::<Descriptor>());
         view.write_back(slots_at, slots as usize * SIZE_SLOT_RECORD);

@@ -103,6 +103,34 @@ mod tests {
         }
     }
 
+    /// A store whose shared words read zero (its creator's stores never reached memory: a
+    /// coherence bug, or a damaged file) is refused with one line, not opened to recurse
+    /// looking for bucket 0.
+    #[test]
+    fn a_store_whose_shared_words_read_zero_is_refused_as_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heap");
+        let config = StoreConfig {
+            heap: heap_config(Coherence::Hardware, McasKind::FlushCas),
+            ..StoreConfig::default()
+        };
+        drop(Store::open(&path, config.clone()).unwrap());
+        let heap = Heap::open(&path, &config.heap).unwrap();
+        let desc_at = heap.root(0).load(Ordering::Acquire);
+        // SAFETY: root 0 names the store's live descriptor, and its `hwcc_at` the store's
+        // HWcc block, whose first word is the table size; no handle is open.
+        unsafe {
+            let desc =
+                &*(heap.resolve(podkv_alloc::Offset(desc_at)) as *const crate::layout::Descriptor);
+            let size = heap.resolve(podkv_alloc::Offset(desc.hwcc_at)) as *mut u64;
+            size.write_volatile(0);
+        }
+        match Store::open_heap(heap, &config) {
+            Err(StoreError::Corrupt(why)) => assert!(why.contains("read zero"), "{why}"),
+            other => panic!("opened: {:?}", other.map(|_| ())),
+        }
+    }
+
     #[test]
     fn a_hardware_heap_is_served() {
         let dir = tempfile::tempdir().unwrap();

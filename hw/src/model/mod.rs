@@ -152,6 +152,18 @@ mod real {
         super::plain::store(word, value)
     }
 
+    /// A plain CPU store to a word of an `mcas` heap's mCAS region, outside the hook (a
+    /// creator's first stores, before anyone can name the word). Under the model it goes to
+    /// this process's copy of the line, as on a host without coherence, until the line is
+    /// written back ([`crate::swcc::write_back`]); else to memory.
+    pub fn cpu_store(word: &AtomicU64, value: u64) {
+        if active() {
+            super::plain::store(word, value)
+        } else {
+            word.store(value, crate::sync::mapped::Ordering::Release)
+        }
+    }
+
     /// An eviction of `[ptr, ptr + len)` outside the SWcc calls (`flush-cas` evicts its target
     /// before each CAS): this process's dirty copies of mCAS lines there go to memory first.
     pub fn evict_plain(ptr: *const u8, len: usize) {
@@ -232,6 +244,12 @@ mod stub {
     /// Never called: [`take_cas_off`] is always false.
     pub fn torn_store(_word: &AtomicU64, _value: u64) {
         unreachable!("no site is off without the coherence-model feature")
+    }
+
+    /// A plain store: the model is not built in.
+    #[inline(always)]
+    pub fn cpu_store(word: &AtomicU64, value: u64) {
+        word.store(value, crate::sync::mapped::Ordering::Release)
     }
 
     /// Nothing to write back: the model is not built in.
