@@ -16,6 +16,12 @@
 //! - `cas_tokens_are_unique_across_processes_writing_at_once`: two processes reserve blocks of
 //!   CAS tokens from the one shared counter at once; no two keys get one token, and the shared
 //!   item and byte counters they both added to agree with the index.
+//! - `a_dead_pin_recovered_elsewhere_leaves_the_next_owners_pin_alone`: a reader dies pinned;
+//!   another process recovers its slot (unpinning its announcement); a third takes that very
+//!   slot and pins; the recoverer then deletes what the third reads, churns and lets its slot go:
+//!   the deleted item must wait in limbo (`store.recover.unpin.cas`: a CPU CAS leaves the
+//!   unpin in the recoverer's copy of the announcement line, and writing that line back later
+//!   wipes the new owner's pin).
 
 mod common;
 
@@ -182,4 +188,89 @@ fn cas_tokens_are_unique_across_processes_writing_at_once() {
             }
         }
     }
+}
+
+const CHURN: u32 = 200;
+
+#[test]
+fn a_dead_pin_recovered_elsewhere_leaves_the_next_owners_pin_alone() {
+    const TEST: &str = "a_dead_pin_recovered_elsewhere_leaves_the_next_owners_pin_alone";
+    let two_slots = || {
+        let mut config = config();
+        config.heap.slots = 2;
+        config
+    };
+    if let Some((role, heap)) = role() {
+        let store = Store::open(&heap, two_slots()).unwrap();
+        match role.as_str() {
+            "doomed" => {
+                let h = store.handle().unwrap();
+                h.set(b"doomed", b"v", 0, 0).unwrap();
+                let _pin = h.get(b"doomed").unwrap();
+                say("pinned", &h.slot_index().to_string());
+                wait_go(); // killed here
+                unreachable!("the doomed reader was to be killed");
+            }
+            "recoverer" => {
+                let settled = store.recover_dead().unwrap();
+                assert_eq!(settled.len(), 1, "one dead slot");
+                say("recovered", "");
+                wait_go();
+                // The new owner is pinned now: what this deletes must wait for it.
+                let h = store.handle().unwrap();
+                h.delete(b"read").unwrap();
+                for i in 0..CHURN {
+                    let key = format!("churn{i}").into_bytes();
+                    h.set(&key, &[3u8; 200], 0, 0).unwrap();
+                    h.delete(&key).unwrap();
+                }
+                drop(h);
+                // Only the limbo count: the owner's slot is its own until it lets it go (its
+                // allocator state is not written back yet), so the check is not clean now.
+                let report = store.check();
+                assert!(
+                    report.store.limbo_entries >= 1,
+                    "an item deleted while another process is pinned left limbo"
+                );
+                say("checked", "");
+                wait_go();
+            }
+            "owner" => {
+                // The dead reader's slot, which the recoverer unpinned: holding the other
+                // slot meanwhile if the first claim lands there.
+                let dead: u32 = wait_go().parse().unwrap();
+                let mut h = store.handle().unwrap();
+                if h.slot_index() != dead {
+                    let other = h;
+                    h = store.handle().unwrap();
+                    drop(other);
+                }
+                assert_eq!(h.slot_index(), dead);
+                h.set(b"read", &[9u8; 300], 0, 0).unwrap();
+                let item = h.get(b"read").unwrap().unwrap();
+                say("pinned", "");
+                wait_go();
+                assert_eq!(item.value(), &[9u8; 300][..]);
+                drop(item);
+            }
+            _ => unreachable!(),
+        }
+        return;
+    }
+    let (_dir, heap) = common::heap_path("heap");
+    drop(Store::open(&heap, two_slots()).unwrap());
+    let mut doomed = Child::spawn(TEST, "doomed", &heap);
+    let dead = doomed.wait_for("pinned");
+    doomed.kill();
+    let mut recoverer = Child::spawn(TEST, "recoverer", &heap);
+    recoverer.wait_for("recovered");
+    let mut owner = Child::spawn(TEST, "owner", &heap);
+    owner.tell(&dead);
+    owner.wait_for("pinned");
+    recoverer.go();
+    recoverer.wait_for("checked");
+    owner.go();
+    owner.succeed("the owner");
+    recoverer.go();
+    recoverer.succeed("the recoverer");
 }

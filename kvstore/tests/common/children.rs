@@ -75,6 +75,12 @@ impl Child {
         stdin.flush().unwrap();
     }
 
+    /// Kills the child (SIGKILL) and waits for it to be gone.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// Closes the child's stdin and waits for it to end well.
     pub fn succeed(mut self, what: &str) {
         drop(self.stdin.take());
