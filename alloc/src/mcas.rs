@@ -23,7 +23,9 @@
 //! A thread's requests go on its slot's line, which it owns while it holds the slot. Claiming
 //! a slot (or adopting a dead one, or a sweep taking a released one for a moment) is itself an
 //! mCAS, made before the thread owns any line, and so are the claim and release of a process's
-//! hazard record. Those go on a *process line*: each open heap handle borrows one of
+//! hazard record. So is a slot's release: once performed, the slot and its line belong to the
+//! next claimer, whose first request would overwrite the reply the releaser has yet to read.
+//! Those go on a *process line*: each open heap handle borrows one of
 //! [`COUNT_PROCESS_LINES`] at open (a borrow word in the header, `OFFSET_PROCESS_LINES`, CASed
 //! from zero to the process's owner word: host, start time, pid) and returns it at close; its
 //! threads take turns on it under a process-local mutex. So a stalled or dead process blocks
@@ -100,8 +102,8 @@ use std::sync::Mutex;
 
 /// The CAS of a thread that holds no slot (or not the one it changes): on the process line of
 /// an `mcas` heap's region, one thread of the process at a time in an `nmp` heap; a CPU CAS in
-/// other modes. Claims of slots and hazard records, and the release of this process's hazard
-/// record, go this way.
+/// other modes. Claims and releases of slots, and of this process's hazard record, go this
+/// way.
 pub(crate) fn cas_as_process(
     mcas: Option<&HeapMcas>,
     word: &AtomicU64,

@@ -135,8 +135,13 @@ impl Slots {
 
     /// Gives slot `i`, held by `owner`, back: writes the slot back (SWcc), then CASes its owner
     /// word from `owner` (or from `owner` fenced: it stopped for a while, and nobody took the
-    /// slot) to zero on the slot's own line. False if the word names someone else (an
-    /// operator recovered the host while this process was stopped).
+    /// slot) to zero. False if the word names someone else (an operator recovered the host
+    /// while this process was stopped).
+    ///
+    /// The CAS goes on the process line, not the slot's own: once it is performed the slot is
+    /// free, and in an `nmp` heap its next holder takes over the slot's line at once, whose
+    /// first request would overwrite the reply this thread has yet to read (and a request it
+    /// then sent again would share the line with the new holder's).
     pub(crate) fn release(&self, i: u32, owner: Owner) -> bool {
         let (bytes, len) = self.slot(u64::from(i)).bytes();
         if podkv_hw::site!("alloc.slots.release.write_back") {
@@ -146,7 +151,7 @@ impl Slots {
         let word = self.owner_word(u64::from(i));
         let cas = |from| {
             podkv_hw::cas_site!("alloc.slots.release.cas");
-            crate::mcas::cas_word(self.mcas.as_deref(), i, word, from, 0)
+            cas_as_process(self.mcas.as_deref(), word, from, 0)
         };
         match cas(owner.pack()) {
             Ok(_) => true,

@@ -1,9 +1,78 @@
-//! Fencing seen by another process: a fence one process sets on a silent owner, and the
-//! owner's rejoin once it resumes, are what every other process then reads in the owner word.
+//! Leases seen by another process: a beating owner is never fenced; a fence one process sets
+//! on a silent owner, and the owner's rejoin once it resumes, are what every other process
+//! then reads in the owner word.
 
 use super::*;
 use podkv_alloc::lease::FLAG_FENCED;
 use podkv_alloc::process::SlotLife;
+
+const ROOT_HELD: usize = 6;
+const ROOT_DONE: usize = 7;
+
+/// The lease of [`an_owner_that_keeps_beating_is_never_fenced`]: long enough that a renewer
+/// (every third of it) is never starved past it on a loaded machine.
+const LEASE_WATCHED: Duration = Duration::from_millis(1200);
+
+fn lease_config() -> Config {
+    Config {
+        liveness: Liveness::Lease,
+        lease: LEASE_WATCHED,
+        ..config(2)
+    }
+}
+
+/// An owner on another host (`PODKV_HOST_ID`) holds a slot for many leases while its
+/// renewer beats; a watcher that read the slot's beat before must judge it alive throughout
+/// (a beat left unwritten, or read from the watcher's cache, gets a live owner fenced). The
+/// slot was this process's before (its beat line is in this process's cache).
+#[test]
+fn an_owner_that_keeps_beating_is_never_fenced() {
+    const TEST: &str = "fence::an_owner_that_keeps_beating_is_never_fenced";
+    if let Some(parts) = role(TEST) {
+        let heap = Heap::open(&parts[1], &lease_config()).unwrap();
+        let t = heap.thread().unwrap();
+        heap.root(ROOT_HELD)
+            .store(u64::from(t.slot_index()) + 1, SeqCst);
+        wait_for("the watcher", None, || {
+            heap.root(ROOT_DONE).load(SeqCst) != 0
+        });
+        assert_eq!(heap.slots_lost(), 0);
+        return;
+    }
+    if other_role() {
+        return;
+    }
+    let (_dir, path, heap) = common::modelled_heap(&lease_config());
+    for _ in 0..3 {
+        let t = heap.thread().unwrap();
+        drop(t);
+        for i in 0..2 {
+            heap.slot_life(i);
+        }
+    }
+    let host = podkv_alloc::process::host_id().wrapping_add(7).max(1);
+    let mut child = common::child(TEST, ROLE, &format!("{TEST}|{}", path.display()))
+        .env("PODKV_HOST_ID", host.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the child's slot", Some(&mut child), || {
+        heap.root(ROOT_HELD).load(SeqCst) != 0
+    });
+    let slot = heap.root(ROOT_HELD).load(SeqCst) - 1;
+    let started = Instant::now();
+    let mut judged = None;
+    while judged.is_none() && started.elapsed() < LEASE_WATCHED * 3 {
+        let life = heap.slot_life(slot);
+        if !matches!(life, podkv_alloc::process::SlotLife::Alive(_)) {
+            judged = Some(life);
+        }
+        std::thread::sleep(LEASE_WATCHED / 20);
+    }
+    heap.root(ROOT_DONE).store(1, SeqCst);
+    finish(child, "");
+    assert!(judged.is_none(), "a beating owner judged {judged:?}");
+}
 
 const ROOT_STOPPED_HELD: usize = 14;
 const ROOT_STOPPED_DONE: usize = 15;

@@ -93,7 +93,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
-        test: "an_owner_that_keeps_beating_is_never_fenced",
+        test: "fence::an_owner_that_keeps_beating_is_never_fenced",
         env: &[],
         sites: &[
             "alloc.slots.beat.invalidate",
