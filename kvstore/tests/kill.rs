@@ -161,15 +161,16 @@ fn kill_rounds(slots: u64) {
     let mut settled = (0, 0);
     for round in 0..rounds() {
         let log = dir.path().join(format!("log-{round}"));
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "kill_child_entry", "--nocapture"])
-            .env("PODKV_KILL_HEAP", &heap)
-            .env("PODKV_KILL_ROUND", round.to_string())
-            .env("PODKV_KILL_SLOTS", slots.to_string())
-            .env("PODKV_KILL_LOG", &log)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child =
+            common::dies_with_parent(&mut Command::new(std::env::current_exe().unwrap()))
+                .args(["--exact", "kill_child_entry", "--nocapture"])
+                .env("PODKV_KILL_HEAP", &heap)
+                .env("PODKV_KILL_ROUND", round.to_string())
+                .env("PODKV_KILL_SLOTS", slots.to_string())
+                .env("PODKV_KILL_LOG", &log)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
         // Kill it mid-run: after its first acknowledgements, at a varying moment.
         let t0 = Instant::now();
         while std::fs::metadata(&log).map_or(0, |m| m.len()) == 0 {
@@ -277,17 +278,18 @@ struct Recoverer {
 
 impl Recoverer {
     fn spawn(heap: &Path, log: &Path, round: u64) -> Recoverer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "kill_recoverer_entry", "--nocapture"])
-            .env("PODKV_KILL_RECOVER", heap)
-            .env("PODKV_KILL_ROUND", round.to_string())
-            .env("PODKV_KILL_SLOTS", "2")
-            .env("PODKV_KILL_LOG", log)
-            .env("PODKV_COHERENCE_EVICT", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child =
+            common::dies_with_parent(&mut Command::new(std::env::current_exe().unwrap()))
+                .args(["--exact", "kill_recoverer_entry", "--nocapture"])
+                .env("PODKV_KILL_RECOVER", heap)
+                .env("PODKV_KILL_ROUND", round.to_string())
+                .env("PODKV_KILL_SLOTS", "2")
+                .env("PODKV_KILL_LOG", log)
+                .env("PODKV_COHERENCE_EVICT", "0")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
         let said = out.any(|l| l.is_ok_and(|l| l.contains("<recovered>")));
         let child = Running(Some(child));
@@ -322,7 +324,7 @@ fn sigkill_then_recovery_in_another_process_hands_the_slot_on() {
     for round in 0..rounds().min(40) {
         let log = dir.path().join(format!("log-{round}"));
         let mut child = Running(Some(
-            Command::new(std::env::current_exe().unwrap())
+            common::dies_with_parent(&mut Command::new(std::env::current_exe().unwrap()))
                 .args(["--exact", "kill_child_entry", "--nocapture"])
                 .env("PODKV_KILL_HEAP", &heap)
                 .env("PODKV_KILL_ROUND", round.to_string())

@@ -29,15 +29,16 @@ pub struct Child {
 impl Child {
     /// Runs this test binary's `test` as `role` on `heap`.
     pub fn spawn(test: &str, role: &str, heap: &Path) -> Child {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(ENV_ROLE, format!("{role}|{}", heap.display()))
-            .env("PODKV_COHERENCE_EVICT", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child =
+            super::dies_with_parent(&mut Command::new(std::env::current_exe().unwrap()))
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(ENV_ROLE, format!("{role}|{}", heap.display()))
+                .env("PODKV_COHERENCE_EVICT", "0")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let stdin = child.stdin.take();
         Child {

@@ -62,3 +62,18 @@ pub fn fake_store(t0: u64) -> (tempfile::TempDir, Store, Arc<AtomicU64>) {
     let store = Store::open(&path, StoreConfig { clock, ..config() }).expect("open");
     (dir, store, time)
 }
+
+/// Makes the child `command` spawns die (SIGKILL) when the thread that spawned it ends: a
+/// child a test meant to kill or stop outlives a parent that failed or was killed otherwise,
+/// and some spin until killed.
+pub fn dies_with_parent(command: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: `prctl` is async-signal-safe, allocates nothing and touches no lock of the
+    // parent, as a `pre_exec` closure must.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    }
+}
