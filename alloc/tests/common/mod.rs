@@ -16,13 +16,24 @@ pub fn modelled_heap(config: &Config) -> (tempfile::TempDir, PathBuf, Heap) {
     (dir, path, heap)
 }
 
-/// This test binary, to run only test `test` modelled, with `role` set to `spec`.
+/// This test binary, to run only test `test` modelled, with `role` set to `spec`. The child
+/// dies (SIGKILL) when the thread that spawns it ends, so a scenario that fails or is killed
+/// leaves no child waiting or spinning behind it.
 pub fn child(test: &str, role: &str, spec: &str) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(role, spec)
         .env("PODKV_COHERENCE_MODEL", "1");
+    // SAFETY: `prctl` is async-signal-safe, allocates nothing and takes no lock, as a
+    // `pre_exec` closure must.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     command
 }
 
