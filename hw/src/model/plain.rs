@@ -155,6 +155,23 @@ pub fn write_back(ptr: *const u8, len: usize) {
     }
 }
 
+/// Drops this process's copies of lines in `[from, from + len)` unwritten: the heap mapped
+/// there is being closed, and a copy written out later would land in whatever is mapped at
+/// that address next (or fault).
+pub(super) fn forget(from: usize, len: usize) {
+    if HELD.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let _held = lock();
+    for entry in &COPIES {
+        let line = entry.line.load(Ordering::Relaxed);
+        if line != 0 && line >= from && line < from + len {
+            entry.line.store(0, Ordering::Relaxed);
+            HELD.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A random eviction: one copy in `one_in` goes to memory.
 pub(super) fn evict_some(random: u64, one_in: u64) {
     if HELD.load(Ordering::Relaxed) == 0 {

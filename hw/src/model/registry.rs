@@ -297,6 +297,8 @@ impl Drop for Cache {
             std::hint::spin_loop();
         }
         // SAFETY: unpublished, and no caller holds it any more (`busy` drained).
-        drop(unsafe { Box::from_raw(region) });
+        let region = unsafe { Box::from_raw(region) };
+        super::plain::forget(region.base, region.start);
+        drop(region);
     }
 }
