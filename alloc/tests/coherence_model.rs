@@ -457,7 +457,8 @@ fn the_stress_workload_passes_under_the_model() {
     if std::env::var(ENV_CHILD).is_ok() {
         return;
     }
-    for m in 0..MODES.len() {
+    // `limited` and `mcas` flush-cas; the sweep adds nmp for the hook sites it tries there.
+    for m in 0..2 {
         run(m, None, 1, ops());
     }
 }
