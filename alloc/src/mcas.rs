@@ -112,7 +112,7 @@ pub(crate) fn cas_as_process(
 ) -> Result<u64, u64> {
     let off = podkv_hw::model::take_cas_off();
     match mcas {
-        Some(_) if off => cpu_cas_off(word, current, new),
+        Some(_) if off => podkv_hw::model::cpu_cas(word, current, new),
         Some(mcas) => mcas.cas_as_process(word, current, new),
         None => crate::dcas::cpu_cas(word, current, new),
     }
@@ -130,21 +130,9 @@ pub(crate) fn cas_word(
 ) -> Result<u64, u64> {
     let off = podkv_hw::model::take_cas_off();
     match mcas {
-        Some(_) if off => cpu_cas_off(word, current, new),
+        Some(_) if off => podkv_hw::model::cpu_cas(word, current, new),
         Some(mcas) => mcas.cas(client, word, current, new),
         None => crate::dcas::cpu_cas(word, current, new),
-    }
-}
-
-/// A hook CAS whose site a test switched off (`podkv_hw::cas_site!`): a CPU CAS, which on
-/// mCAS memory acts on this host's cached copy of the line, so under the coherence model
-/// other processes see it only once that line is written back whole (`podkv_hw::model`).
-#[cold]
-fn cpu_cas_off(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-    if podkv_hw::model::active() {
-        podkv_hw::model::torn_cas(word, current, new)
-    } else {
-        crate::dcas::cpu_cas(word, current, new)
     }
 }
 
@@ -153,20 +141,9 @@ fn cpu_cas_off(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
 pub(crate) fn store_word(mcas: Option<&HeapMcas>, client: u32, word: &AtomicU64, value: u64) {
     let off = podkv_hw::model::take_cas_off();
     match mcas {
-        Some(_) if off => cpu_store_off(word, value),
+        Some(_) if off => podkv_hw::model::cpu_store(word, value),
         Some(mcas) => mcas.store(client, word, value),
         None => crate::dcas::cpu_store(word, value),
-    }
-}
-
-/// A hook store whose site a test switched off: a CPU store, on this host's copy of the line
-/// under the coherence model (as [`cpu_cas_off`]).
-#[cold]
-fn cpu_store_off(word: &AtomicU64, value: u64) {
-    if podkv_hw::model::active() {
-        podkv_hw::model::torn_store(word, value)
-    } else {
-        crate::dcas::cpu_store(word, value)
     }
 }
 

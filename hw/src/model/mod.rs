@@ -61,7 +61,7 @@
 //! `PODKV_COHERENCE_SITE_OFF=name[,name…]` switches sites off in a test build: `site!` then
 //! returns false, and `cas_site!` makes the thread's next hook CAS (or store) a plain CPU one
 //! (which on an `mcas` heap under the model acts on this process's copy of the line:
-//! [`torn_cas`], [`torn_store`]). [`hits`]
+//! [`cpu_cas`], [`cpu_store`]). [`hits`]
 //! tells how often a site ran in this process. Without the feature `site!` is `true` and
 //! `cas_site!` nothing.
 
@@ -112,7 +112,7 @@ macro_rules! site {
 }
 
 /// Names the calling thread's next hook CAS (or store); if the site is switched off, that
-/// call is made as a plain CPU CAS ([`crate::model::torn_cas`] on an `mcas` heap). Nothing
+/// call is made as a plain CPU CAS ([`crate::model::cpu_cas`] on an `mcas` heap). Nothing
 /// without the `coherence-model` feature.
 #[cfg(feature = "coherence-model")]
 #[macro_export]
@@ -136,31 +136,28 @@ mod real {
         active, attach, cache_domain, detach, forget_file, invalidate, seed, serve_fault,
         set_active, settle_dead, stored, touch, write_back, Cache,
     };
-    use crate::sync::mapped::AtomicU64;
+    use crate::sync::mapped::{AtomicU64, Ordering};
 
-    /// A CPU CAS of an mCAS word, as a host without coherence makes it: on this process's
-    /// dirty copy of the word's line, which other processes see only once the line is written
-    /// back whole (`plain`). What a switched-off hook CAS site does on an `mcas` heap under the
-    /// model.
-    pub fn torn_cas(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        super::plain::cas(word, current, new)
+    /// A CPU CAS of an mCAS word (a switched-off hook CAS site), as a host without coherence
+    /// makes it: under the model, on this process's dirty copy of the word's line, which other
+    /// processes see only once the line is written back whole (`plain`); else on memory.
+    pub fn cpu_cas(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        if active() {
+            super::plain::cas(word, current, new)
+        } else {
+            word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+        }
     }
 
-    /// The store of a switched-off hook store site: on this process's copy of the line, as
-    /// [`torn_cas`].
-    pub fn torn_store(word: &AtomicU64, value: u64) {
-        super::plain::store(word, value)
-    }
-
-    /// A plain CPU store to a word of an `mcas` heap's mCAS region, outside the hook (a
-    /// creator's first stores, before anyone can name the word). Under the model it goes to
-    /// this process's copy of the line, as on a host without coherence, until the line is
-    /// written back ([`crate::swcc::write_back`]); else to memory.
+    /// A CPU store to an mCAS word: a switched-off hook store site, or a creator's first
+    /// stores before anyone can name the word. Under the model it goes to this process's copy
+    /// of the line until the line is written back ([`crate::swcc::write_back`]), as
+    /// [`cpu_cas`]; else to memory.
     pub fn cpu_store(word: &AtomicU64, value: u64) {
         if active() {
             super::plain::store(word, value)
         } else {
-            word.store(value, crate::sync::mapped::Ordering::Release)
+            word.store(value, Ordering::Release)
         }
     }
 
@@ -174,7 +171,7 @@ mod real {
 #[cfg(not(feature = "coherence-model"))]
 mod stub {
     //! Without the `coherence-model` feature: nothing is modelled and every call is free.
-    use crate::sync::mapped::AtomicU64;
+    use crate::sync::mapped::{AtomicU64, Ordering};
 
     /// Never: the model is not built in.
     #[inline(always)]
@@ -236,20 +233,16 @@ mod stub {
         false
     }
 
-    /// Never called: [`take_cas_off`] is always false.
-    pub fn torn_cas(_word: &AtomicU64, _current: u64, _new: u64) -> Result<u64, u64> {
-        unreachable!("no site is off without the coherence-model feature")
-    }
-
-    /// Never called: [`take_cas_off`] is always false.
-    pub fn torn_store(_word: &AtomicU64, _value: u64) {
-        unreachable!("no site is off without the coherence-model feature")
+    /// A CPU CAS: the model is not built in.
+    #[inline(always)]
+    pub fn cpu_cas(word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
     /// A plain store: the model is not built in.
     #[inline(always)]
     pub fn cpu_store(word: &AtomicU64, value: u64) {
-        word.store(value, crate::sync::mapped::Ordering::Release)
+        word.store(value, Ordering::Release)
     }
 
     /// Nothing to write back: the model is not built in.

@@ -308,19 +308,12 @@ impl<A: Arena> Reclaim<A> {
 /// has cleared the announcement, so a dead pin still holds the epoch back.
 fn try_advance<A: Arena>(slot: &Slot<A>) -> u64 {
     let shared = slot.shared();
-    let global = &shared.hw().epoch.word;
-    match shared.arena.slot_owners() {
-        Some(owners) => {
-            let owned = owners
-                .iter()
-                .enumerate()
-                .filter(|(_, owner)| owner.load(podkv_hw::sync::mapped::Ordering::Relaxed) != 0)
-                .map(|(i, _)| shared.announce(i as u32));
-            epoch::try_advance_with(slot, global, owned)
-        }
-        None => {
-            let slots = (0..shared.arena.slots()).map(|i| shared.announce(i));
-            epoch::try_advance_with(slot, global, slots)
-        }
-    }
+    let owners = shared.arena.slot_owners();
+    let owned = |i: &u32| {
+        owners.is_none_or(|o| o[*i as usize].load(podkv_hw::sync::mapped::Ordering::Relaxed) != 0)
+    };
+    let slots = (0..shared.arena.slots())
+        .filter(owned)
+        .map(|i| shared.announce(i));
+    epoch::try_advance_with(slot, &shared.hw().epoch.word, slots)
 }
