@@ -16,8 +16,8 @@
 //! also miss the change until the line goes back.
 //!
 //! No allocation and no blocking lock: the copies are a fixed array, guarded by one spin flag
-//! that nothing holds across a heap access, so the huge heap's SIGSEGV handler cannot find it
-//! held by the thread it interrupted.
+//! held only across loads and stores of mCAS lines, which are always mapped, so the huge
+//! heap's SIGSEGV handler cannot find it held by the thread it interrupted.
 
 use crate::sync::mapped::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -26,14 +26,15 @@ const COUNT_LINES: usize = 64;
 const SIZE_LINE: usize = 64;
 const WORDS: usize = SIZE_LINE / 8;
 
-struct Copy {
+/// This process's copy of one line of mCAS words.
+struct LineCopy {
     /// The line's address; 0 when this entry holds none.
     line: AtomicUsize,
     words: [AtomicU64; WORDS],
 }
 
-static COPIES: [Copy; COUNT_LINES] = [const {
-    Copy {
+static COPIES: [LineCopy; COUNT_LINES] = [const {
+    LineCopy {
         line: AtomicUsize::new(0),
         words: [const { AtomicU64::new(0) }; WORDS],
     }
@@ -42,6 +43,8 @@ static COPIES: [Copy; COUNT_LINES] = [const {
 static HELD: AtomicUsize = AtomicUsize::new(0);
 /// The next entry to take when all are in use (oldest first, roughly).
 static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Held while a copy is made, changed or written out; only always-mapped mCAS lines are
+/// touched meanwhile, so no fault handler can find it held.
 static LOCK: AtomicBool = AtomicBool::new(false);
 
 struct Guard;
@@ -77,7 +80,7 @@ unsafe fn memory<'a>(line: usize) -> &'a [AtomicU64; WORDS] {
 
 /// The entry holding this process's copy of `word`'s line, loading the line into a new entry
 /// (evicting one if all are taken) when none does. Called under the lock.
-fn copy_of(word: &AtomicU64) -> &'static Copy {
+fn copy_of(word: &AtomicU64) -> &'static LineCopy {
     let line = line_of(word as *const AtomicU64 as usize);
     if let Some(held) = COPIES
         .iter()
@@ -104,7 +107,7 @@ fn copy_of(word: &AtomicU64) -> &'static Copy {
 }
 
 /// Writes an entry's line to memory whole and frees the entry. Called under the lock.
-fn write_out(entry: &Copy) {
+fn write_out(entry: &LineCopy) {
     let line = entry.line.load(Ordering::Relaxed);
     if line == 0 {
         return;
