@@ -41,17 +41,22 @@
 //! must back them again: a 512 KiB `fallocate` for a large slab (65 µs here when quiet, backing
 //! pages that are already there costs nearly as much), and `podkv heap chaos` pops hundreds of
 //! them after kills, when a dead process's slabs were released and the restarted one wants
-//! slabs again. So a cold pop also wakes the backer, which backs the data of the next
-//! `count_back_cold` slabs of the list and says so in each slab's `pages` word
-//! ([`crate::slab::SlabDesc::pages`]); a popper that finds it set makes no system call.
-//! Nothing is owned or logged for this: the backer only reads the list (stale links lead it
-//! to slabs in use, which backing cannot harm), and the word is set by CAS from the value
-//! read before backing, while every release bumps it after punching, so the word never says
-//! backed for pages punched since. A crash between backing and the CAS leaves pages backed
-//! that the word does not admit: the next popper backs them again, nothing worse. The price is
-//! rule 7's: up to `count_back_cold` free slabs per slab heap keep their pages while a burst of
-//! pops drains the list, counted in `SlabHeaps::slack_bytes`. Pushes never wake the backer, so
-//! slabs released in a burst of frees stay released.
+//! slabs again. So a cold pop also wakes this process's backer, which backs the data of the
+//! next `count_back_cold` slabs of the list and notes, in this process, each slab with the
+//! count of releases its `pages` word held when the backer read it
+//! ([`crate::slab::SlabDesc::pages`]); a popper of this process that finds its slab noted at
+//! the count the word still holds makes no system call. Every release bumps the count after
+//! punching, so a note taken before a release never matches after it.
+//!
+//! Nothing is owned or logged for this, and the backer writes nothing in the heap: it only
+//! reads the list (stale links lead it to slabs in use, which backing cannot harm) and the
+//! words, which only a slab's owner writes. (It once set a bit of the word by CAS: a write by
+//! a non-owner into a descriptor line, whose cached copy, written back later, could carry the
+//! owner's older bitset words back with it.) A backer that dies leaves nothing: the notes
+//! die with its process, and the next popper backs again. The price is rule 7's: up to
+//! `count_back_cold` free slabs per slab heap keep their pages while a burst of pops drains
+//! the list, counted in `SlabHeaps::slack_bytes`. Pushes never wake the backer, so slabs
+//! released in a burst of frees stay released.
 
 use crate::class::Kind;
 // Process-local state shared with a real OS thread: std's atomics in every build.
@@ -78,11 +83,33 @@ pub(crate) struct Backer {
     wanted: AtomicBool,
     /// Bit `kind`: a pop off that slab heap's cold list since the backer last looked at it.
     wanted_cold: AtomicU64,
+    /// Cold-list slabs this process's backer backed: `(kind, slab + 1, releases)` packed by
+    /// [`cold_note`], at the index [`cold_index`] picks (a later slab of the same index
+    /// replaces the note: a missed note costs one system call).
+    cold_notes: [AtomicU64; COUNT_COLD_NOTES],
     /// What the backer sleeps on. A grow only ever *tries* the lock to wake it, so no
     /// operation waits on a lock (nor deadlocks on one a fork left held); a wake lost that
     /// way costs at most one `PERIOD_IDLE` before the backer sees `wanted`.
     sleep: Mutex<()>,
     wake: Condvar,
+}
+
+/// Notes of backed cold-list slabs a process keeps: several times `count_back_cold` of both
+/// slab heaps.
+const COUNT_COLD_NOTES: usize = 32;
+const SHIFT_NOTE_SLAB: u32 = 38;
+
+/// A note of slab `slab` of heap `kind` backed when its release count was `releases` (the
+/// count's low 38 bits: a note is compared with the count of the same slab a few releases
+/// later at most). Never zero: the slab is stored plus one.
+fn cold_note(kind: Kind, slab: u32, releases: u64) -> u64 {
+    (kind as u64) << 63
+        | (u64::from(slab) + 1) << SHIFT_NOTE_SLAB
+        | releases & ((1 << SHIFT_NOTE_SLAB) - 1)
+}
+
+fn cold_index(kind: Kind, slab: u32) -> usize {
+    (slab as usize ^ (kind as usize) << 5) % COUNT_COLD_NOTES
 }
 
 /// How long the backer sleeps between looks at whether its heap is still open.
@@ -113,6 +140,20 @@ impl Backer {
     /// `kind`).
     pub(crate) fn take_cold_popped(&self) -> u64 {
         self.wanted_cold.swap(0, Ordering::AcqRel)
+    }
+
+    /// Notes that the backer backed slab `slab` of heap `kind` after reading its release
+    /// count `releases` (read before backing, so a release since makes the note stale).
+    pub(crate) fn note_backed_cold(&self, kind: Kind, slab: u32, releases: u64) {
+        self.cold_notes[cold_index(kind, slab)]
+            .store(cold_note(kind, slab, releases), Ordering::Release);
+    }
+
+    /// Whether this process's backer backed slab `slab` of heap `kind` since its release
+    /// count became `releases`, as the popper just read it.
+    pub(crate) fn backed_cold_at(&self, kind: Kind, slab: u32, releases: u64) -> bool {
+        self.cold_notes[cold_index(kind, slab)].load(Ordering::Acquire)
+            == cold_note(kind, slab, releases)
     }
 
     /// Counts cold-list slabs the backer backed.
@@ -354,6 +395,21 @@ mod tests {
             u.free(off);
         }
         t.free(block);
+    }
+
+    #[test]
+    fn a_note_of_a_backed_slab_holds_only_at_the_release_count_it_was_taken_at() {
+        let backer = super::Backer::default();
+        backer.note_backed_cold(Kind::Large, 5, 3);
+        assert!(backer.backed_cold_at(Kind::Large, 5, 3));
+        assert!(!backer.backed_cold_at(Kind::Large, 5, 4), "released since");
+        assert!(!backer.backed_cold_at(Kind::Small, 5, 3), "the other heap's slab 5");
+        assert!(!backer.backed_cold_at(Kind::Large, 6, 3));
+        backer.note_backed_cold(Kind::Large, 5 + super::COUNT_COLD_NOTES as u32, 3);
+        assert!(
+            !backer.backed_cold_at(Kind::Large, 5, 3),
+            "a slab of the same index took the note's place"
+        );
     }
 
     #[test]

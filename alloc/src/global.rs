@@ -8,8 +8,9 @@
 //!   through the caller's [`Writer`]).
 //! - a listed slab's descriptor links and depth: written by the pusher, which owns the slab
 //!   until its CAS, and written back before it (SWcc); read fresh by poppers.
-//! - a cold slab's `pages` word: set by CAS after backing (a popper or the backer), cleared by
-//!   every release (`SlabDesc::pages`).
+//! - a slab's `pages` word (its release count): written by its owner when it pushes the slab
+//!   on the cold list, and written back with the links; read fresh by poppers and by the
+//!   backer, which keeps what it backed in its own process (`crate::backer`).
 
 use crate::backer::Backer;
 use crate::dcas::Writer;
@@ -109,21 +110,33 @@ impl GlobalLists {
     pub(crate) fn back_popped(&self, heap: &SlabHeap, slab: u32) -> Result<(), AllocError> {
         let backer = &self.backer;
         backer.cold_popped(heap.kind);
-        if heap.desc(slab).pages_backed() {
+        if backer.backed_cold_at(heap.kind, slab, self.releases(heap, slab)) {
             return Ok(());
         }
         backer.missed_cold();
         self.back_slab(heap, slab)
     }
 
+    /// How many times slab `slab`'s pages were released, read fresh: the word's last writer
+    /// was the slab's last pusher, maybe on another host (SWcc reader rule).
+    fn releases(&self, heap: &SlabHeap, slab: u32) -> u64 {
+        let desc = heap.desc(slab);
+        if podkv_hw::site!("alloc.global.back_cold.invalidate_pages") {
+            self.coherence
+                .invalidate((&desc.pages as *const AtomicU64).cast(), 8);
+        }
+        desc.releases()
+    }
+
     /// The backer's half of [`GlobalLists::back_popped`]: backs the data pages of the first
-    /// `count` slabs of `heap`'s cold list that are not known to be backed. Returns how many
-    /// it backed.
+    /// `count` slabs of `heap`'s cold list that this process's backer has not backed since
+    /// their last release, and notes each. Returns how many it backed.
     ///
-    /// The walk owns nothing: a slab it reads may be popped (and pushed again) under it, and
-    /// from then on it follows stale links. That is harmless: it stops at `count` slabs and at
-    /// any slab past `len`, backing never destroys data, and a slab's `pages` word is set only
-    /// by a CAS from the value read *before* backing, so it fails if a release came between.
+    /// The walk owns nothing and writes nothing in the heap: a slab it reads may be popped
+    /// (and pushed again) under it, and from then on it follows stale links. That is harmless:
+    /// it stops at `count` slabs and at any slab past `len`, backing never destroys data, and
+    /// each note carries the release count read *before* backing, so a release in between
+    /// leaves it stale.
     pub(crate) fn back_cold_head(&self, heap: &SlabHeap, count: u32) -> Result<u32, AllocError> {
         let len = heap.len();
         let coherence = self.coherence;
@@ -139,17 +152,11 @@ impl GlobalLists {
             if podkv_hw::site!("alloc.global.back_cold.invalidate_desc") {
                 coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
             }
-            if podkv_hw::site!("alloc.global.back_cold.invalidate_pages") {
-                coherence.invalidate((&desc.pages as *const AtomicU64).cast(), 8);
-            }
-            let pages = desc.pages.load(Ordering::Acquire);
-            if pages & 1 == 0 {
+            let releases = self.releases(heap, slab);
+            if !self.backer.backed_cold_at(heap.kind, slab, releases) {
                 self.back_slab(heap, slab)?;
-                backed += u32::from(
-                    desc.pages
-                        .compare_exchange(pages, pages | 1, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok(),
-                );
+                self.backer.note_backed_cold(heap.kind, slab, releases);
+                backed += 1;
             }
             link = desc.next();
         }

@@ -124,12 +124,14 @@ pub struct SlabDesc {
     pub depth: AtomicU64,
     /// Bit `i` set: block `i` is free for the owner to allocate. Owner only.
     pub bits: [AtomicU64; COUNT_BITSET_WORDS],
-    /// Whether the data pages are backed since they were last released:
-    /// `releases << 1 | backed`. A cold-list pusher counts a release (clearing `backed`)
-    /// after punching the pages; a backer sets `backed` by CAS from the value it read before
-    /// backing them ([`crate::backer`]), so a release in between makes its CAS fail; a
-    /// cold-list popper skips backing when it is set. It lies in what was the descriptor's end
-    /// padding, so the descriptor keeps its size; zero (a fresh slab): not known to be backed.
+    /// How many times the slab's data pages were released (punched): `releases << 1`. Only
+    /// the slab's owner writes it, counting a release when it pushes the slab on the cold list
+    /// (after punching); a backer remembers in its own process the count it read before
+    /// backing a cold slab's pages, and a popper of that process skips backing while the
+    /// count is unchanged ([`crate::backer`]). Bit 0 is what builds that let backers set a
+    /// `backed` bit by CAS left; it is ignored and the next release clears it. It lies in
+    /// what was the descriptor's end padding, so the descriptor keeps its size; zero (a fresh
+    /// slab): never released.
     pub pages: AtomicU64,
 }
 
@@ -189,18 +191,17 @@ impl SlabDesc {
             .store(u64::from(next) | u64::from(prev) << 32, Relaxed);
     }
 
-    /// Counts a release of the slab's data pages (the caller just punched them): they are not
-    /// backed until a backer says so again.
+    /// Counts a release of the slab's data pages (the caller, the slab's owner, just punched
+    /// them): no backer's note of them holds any more.
     #[inline]
     pub fn pages_released(&self) {
-        let pages = self.pages.load(Acquire);
-        self.pages.store(((pages >> 1) + 1) << 1, Release);
+        self.pages.store((self.releases() + 1) << 1, Release);
     }
 
-    /// Whether a backer backed the slab's data pages after their last release.
+    /// How many times the slab's data pages were released.
     #[inline]
-    pub fn pages_backed(&self) -> bool {
-        self.pages.load(Acquire) & 1 == 1
+    pub fn releases(&self) -> u64 {
+        self.pages.load(Acquire) >> 1
     }
 
     /// The search cursor.
@@ -329,27 +330,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_release_after_a_backer_read_the_pages_word_makes_its_claim_fail() {
+    fn a_release_counts_up_and_clears_the_bit_older_backers_set() {
         let desc = desc();
-        assert!(
-            !desc.pages_backed(),
-            "a fresh heap's slab is not known backed"
-        );
-        let seen = desc.pages.load(Relaxed);
+        assert_eq!(desc.releases(), 0, "a fresh heap's slab was never released");
         desc.pages_released();
-        assert!(desc
-            .pages
-            .compare_exchange(seen, seen | 1, Relaxed, Relaxed)
-            .is_err());
-        assert!(!desc.pages_backed());
-        let seen = desc.pages.load(Relaxed);
-        assert!(desc
-            .pages
-            .compare_exchange(seen, seen | 1, Relaxed, Relaxed)
-            .is_ok());
-        assert!(desc.pages_backed());
+        assert_eq!(desc.releases(), 1);
+        desc.pages.store(desc.pages.load(Relaxed) | 1, Relaxed);
+        assert_eq!(desc.releases(), 1, "the old backed bit is not part of the count");
         desc.pages_released();
-        assert!(!desc.pages_backed(), "a release clears what a backer set");
+        assert_eq!(desc.pages.load(Relaxed), 2 << 1, "and a release clears it");
     }
 
     #[test]

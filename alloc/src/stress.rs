@@ -138,6 +138,9 @@ fn size(rng: &mut Rng) -> usize {
 }
 
 fn fill(heap: &Heap, t: &ThreadHandle, off: Offset, size: usize, seed: u64) {
+    heap.geometry()
+        .coherence
+        .reload_edges(t.resolve(off), size);
     let words = node(t, off);
     words[1].store(size as u64, Ordering::Relaxed);
     words[2].store(seed, Ordering::Relaxed);

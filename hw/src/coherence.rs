@@ -10,7 +10,7 @@
 //!
 //! A heap records its mode at creation (2 bits of its header, [`Coherence::to_bits`]). The
 //! allocator asks the mode what an ownership move costs: [`Coherence::write_back`],
-//! [`Coherence::invalidate`], [`Coherence::read_fresh`] and [`Coherence::write_back_batch`] do
+//! [`Coherence::invalidate`], [`Coherence::reload_edges`], [`Coherence::read_fresh`] and [`Coherence::write_back_batch`] do
 //! nothing under `Hardware` and apply the SWcc rules ([`crate::swcc`], which knows no modes)
 //! under `Limited` and `Mcas`.
 
@@ -103,6 +103,18 @@ impl Coherence {
     pub fn invalidate(self, ptr: *const u8, len: usize) {
         if self.is_swcc() {
             swcc::invalidate(ptr, len);
+        }
+    }
+
+    /// Reloads the first and last lines of `len` bytes at `ptr` where the range covers them only
+    /// in part, before the caller writes the range: the SWcc edge rule ([`swcc::reload_edges`]).
+    /// A block that is not 64-byte aligned and sized shares lines with its neighbours, which
+    /// other hosts may own; written back whole, a stale copy of their bytes would clobber them.
+    /// The range must be mapped. A no-op under `Hardware`.
+    #[inline]
+    pub fn reload_edges(self, ptr: *const u8, len: usize) {
+        if self.is_swcc() {
+            swcc::reload_edges(ptr, len);
         }
     }
 

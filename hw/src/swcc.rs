@@ -11,6 +11,9 @@
 //! - **Reader rule** — [`invalidate`] then re-read ([`read_fresh`]): a thread that reads data it
 //!   does not own first evicts its (possibly stale) cached copy and fences, so the load goes to
 //!   memory. A stale value that slips through is caught by the CAS (or mCAS) that consumes it.
+//! - **Edge rule** — [`reload_edges`]: a cache writes back whole lines, so a writer whose range
+//!   shares a line with another owner's bytes first reloads that line; its write-back then
+//!   returns the neighbour's bytes as they are in memory, not as this cache last saw them.
 //!
 //! This module performs the rules; whether a heap needs them is its mode's call. Callers go
 //! through [`Coherence`](crate::Coherence) (`write_back`, `invalidate`, `read_fresh`,
@@ -113,6 +116,30 @@ pub fn invalidate(ptr: *const u8, len: usize) {
         c.lines_invalidated += lines_of(ptr, len);
         c.fences += 1;
     });
+}
+
+/// The edge rule, the writer rule's first half for a range that shares its first or last line
+/// with bytes another host may own (a block not 64-byte aligned and sized, beside its slab
+/// neighbours): reloads those partial lines before the caller writes the range. The writer
+/// rule writes back whole lines, so without the reload the neighbours' bytes go back as this
+/// cache last saw them, over what their owner wrote since. Lines the range covers whole are
+/// left alone (the caller overwrites or owns them). Nobody may write the neighbours' bytes
+/// between this and the write-back: true of a slab's blocks, which only its owner writes.
+///
+/// A no-op when `len` is 0 or both ends fall on line boundaries.
+pub fn reload_edges(ptr: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let (start, end) = (ptr as usize, ptr as usize + len);
+    let first = start & !(SIZE_CACHE_LINE - 1);
+    let last = (end - 1) & !(SIZE_CACHE_LINE - 1);
+    if start != first {
+        invalidate(first as *const u8, 1);
+    }
+    if end % SIZE_CACHE_LINE != 0 && (last != first || start == first) {
+        invalidate(last as *const u8, 1);
+    }
 }
 
 /// Invalidates then re-reads a `T` this thread does not own: the reader rule in one call.
@@ -239,6 +266,29 @@ mod tests {
     /// A buffer of `count` whole cache lines.
     fn lines(count: usize) -> Vec<Line> {
         vec![Line([0; 8]); count]
+    }
+
+    #[test]
+    fn reload_edges_reloads_exactly_the_lines_a_range_covers_in_part() {
+        let buf = lines(4);
+        let base = buf.as_ptr().cast::<u8>();
+        let reloaded = |start: usize, len: usize| {
+            let before = counts();
+            // SAFETY: inside the four-line buffer.
+            reload_edges(unsafe { base.add(start) }, len);
+            counts().since(before).lines_invalidated
+        };
+        assert_eq!(reloaded(0, 128), 0, "whole lines: nothing to reload");
+        assert_eq!(reloaded(0, 0), 0);
+        assert_eq!(reloaded(8, 120), 1, "a ragged start");
+        assert_eq!(reloaded(0, 100), 1, "a ragged end");
+        assert_eq!(reloaded(8, 200), 2, "both ends, in different lines");
+        assert_eq!(reloaded(8, 16), 1, "both ends in one line: that line once");
+        assert_eq!(
+            reloaded(0, 8),
+            1,
+            "an aligned start, its end in the same line"
+        );
     }
 
     #[test]

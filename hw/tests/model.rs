@@ -232,6 +232,44 @@ fn two_hosts_writing_different_bytes_of_one_line_clobber_each_other() {
 }
 
 #[test]
+fn a_writer_that_reloads_its_edge_lines_first_leaves_its_neighbours_bytes_alone() {
+    let Some((role, pod)) = child(
+        "a_writer_that_reloads_its_edge_lines_first_leaves_its_neighbours_bytes_alone",
+        &[],
+    ) else {
+        return;
+    };
+    // As above, but B's range (word 1 of the line) is a block whose first line holds A's:
+    // B reloads it before writing (the SWcc edge rule), so its write-back carries A's word.
+    pod.word(0).load(Ordering::Relaxed);
+    if role == "A" {
+        pod.step(1);
+        pod.wait(2);
+        pod.word(0).store(1, Ordering::Relaxed);
+        pod.write_back(0);
+        pod.step(3);
+        pod.wait(4);
+        pod.invalidate(0);
+        assert_eq!(
+            (
+                pod.word(0).load(Ordering::Relaxed),
+                pod.word(8).load(Ordering::Relaxed)
+            ),
+            (1, 2),
+            "B reloaded the line it shares with A before writing its part"
+        );
+    } else {
+        pod.wait(1);
+        pod.step(2);
+        pod.wait(3);
+        podkv_hw::swcc::reload_edges(pod.line(8), 8);
+        pod.word(8).store(2, Ordering::Relaxed);
+        pod.write_back(8);
+        pod.step(4);
+    }
+}
+
+#[test]
 fn dirty_lines_are_evicted_at_random_moments() {
     let env = [("PODKV_COHERENCE_EVICT", "1")];
     let Some((role, pod)) = child("dirty_lines_are_evicted_at_random_moments", &env) else {

@@ -186,7 +186,6 @@ pub(super) fn refuse_truncated(
     geometry: &Geometry,
     layout: &Layout,
 ) -> Result<(), HeapError> {
-    let len = file.len()?;
     let mut needed = 0;
     for kind in Kind::ALL {
         let heap = SlabHeap::new(kind, geometry, layout, None);
@@ -215,6 +214,10 @@ pub(super) fn refuse_truncated(
     {
         needed = needed.max(layout.huge_data);
     }
+    // The length is read after the words that say what must exist: another opener backs its
+    // part of the file before it sets them, so a length read first could predate a backing
+    // whose word is read next, and a heap growing under us would look truncated.
+    let len = file.len()?;
     if !file.is_device && len < needed {
         return Err(HeapError::Truncated {
             path: file.path.clone(),

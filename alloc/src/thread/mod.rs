@@ -422,6 +422,12 @@ impl ThreadHandle {
 
     /// Allocates a block for `layout` and returns its offset.
     ///
+    /// SWcc (`limited`, `mcas`): a block shares its first and last cache lines with its slab
+    /// neighbours unless `layout` is 64-byte aligned and sized, and those neighbours may be
+    /// another host's. Before writing such a block, reload its edge lines
+    /// ([`podkv_hw::Coherence::reload_edges`]): the write-back that hands the block on writes
+    /// whole lines, and a stale copy of a neighbour's bytes in them would clobber it.
+    ///
     /// The fast path takes the lowest free bit of the class's [`Current`] word: loads and
     /// stores on this slot's own metadata only — no atomic read-modify-write and no flush —
     /// after logging the block in the recovery word.

@@ -431,31 +431,59 @@ impl HeapCache {
     }
 
     /// Maps the cache (`PROT_NONE`) over a huge block at `[addr, addr + len)`, pages
-    /// `UNTOUCHED`. Already attached (a page is not `EMPTY`): nothing to do.
+    /// `UNTOUCHED`. Pages already attached are left as they are: this process may still hold
+    /// an earlier block's pages that the new one starts with (it unmaps freed blocks lazily),
+    /// and the new block may reach further, so each page is looked at, not only the first.
+    /// A page is taken `BUSY` while it is mapped, so a thread of this process attaching the
+    /// same block at once (two faults) maps each page once and never over a filled one.
     pub(super) fn attach(&self, addr: usize, len: usize) -> bool {
-        let page = self.page_of(addr);
-        if self.state(page).load(Ordering::Acquire) != EMPTY {
-            return true;
-        }
-        let off = addr - self.base - self.start;
-        for p in (page..page + len.div_ceil(SIZE_PAGE)).step_by(SIZE_CHUNK / SIZE_PAGE) {
-            self.chunk(p).store(1, Ordering::Release);
-        }
-        self.chunk(page + len.div_ceil(SIZE_PAGE) - 1)
-            .store(1, Ordering::Release);
-        let flags = libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED;
-        if mmap(addr, len, libc::PROT_NONE, flags, self.memfd, off).is_err() {
-            return false;
-        }
-        for p in page..page + len.div_ceil(SIZE_PAGE) {
-            let _ = self.state(p).compare_exchange(
-                EMPTY,
-                UNTOUCHED,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+        let first = self.page_of(addr);
+        let end = first + len.div_ceil(SIZE_PAGE);
+        let mut page = first;
+        while page < end {
+            let run = page;
+            while page < end
+                && self
+                    .state(page)
+                    .compare_exchange(EMPTY, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                page += 1;
+            }
+            if page > run && !self.attach_pages(run, page) {
+                return false;
+            }
+            page += usize::from(page == run);
         }
         true
+    }
+
+    /// Maps the cache over pages `[first, end)`, which the caller holds `BUSY` (taken from
+    /// `EMPTY`), and leaves them `UNTOUCHED`; on failure, `EMPTY` again.
+    fn attach_pages(&self, first: usize, end: usize) -> bool {
+        for page in (first..end)
+            .step_by(SIZE_CHUNK / SIZE_PAGE)
+            .chain([end - 1])
+        {
+            self.chunk(page).store(1, Ordering::Release);
+        }
+        let flags = libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED;
+        let addr = self.base + self.start + first * SIZE_PAGE;
+        let len = (end - first) * SIZE_PAGE;
+        let mapped = mmap(
+            addr,
+            len,
+            libc::PROT_NONE,
+            flags,
+            self.memfd,
+            first * SIZE_PAGE,
+        )
+        .is_ok();
+        for page in first..end {
+            self.state(page)
+                .store(if mapped { UNTOUCHED } else { EMPTY }, Ordering::Release);
+        }
+        mapped
     }
 
     /// Undoes [`HeapCache::attach`]: dirty lines are written back (evicted) and the pages dropped.

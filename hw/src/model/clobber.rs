@@ -1,7 +1,9 @@
 //! The clobber check (`PODKV_MODEL_CLOBBER=1`, or `=trace` for a backtrace each): a debugging
 //! aid for a failure under the model that two processes sharing a line may explain. A write-back
-//! reports each word of the line that this process never changed but another changed in memory
-//! since this one loaded it: writing the line back puts the stale value back.
+//! reports each word of the line that another process changed in memory since this one loaded
+//! it: *stale* if this process never changed it (writing the line back puts the old value
+//! back), *conflicting* if both did; each report lists the words this process changed, which
+//! tell whose data the line holds (a block's fill, a link, a descriptor word).
 //!
 //! A report is not always a bug. A word this process wrote with the very value it had loaded
 //! shows as unchanged (a block rewritten with equal bytes), and so do the bytes of a process's
@@ -28,7 +30,7 @@ fn traces() -> bool {
 }
 
 /// Reports the words of the line at heap offset `line` that the write-back of `copy` clobbers:
-/// unchanged here since the `snap`shot, changed in `mem`ory.
+/// changed in `mem`ory since this process's `snap`shot.
 #[cold]
 pub(super) fn report(line: usize, copy: &[u64], snap: &[AtomicU64], mem: &[AtomicU64]) {
     for w in 0..copy.len() {
@@ -36,19 +38,31 @@ pub(super) fn report(line: usize, copy: &[u64], snap: &[AtomicU64], mem: &[Atomi
             snap[w].load(Ordering::Relaxed),
             mem[w].load(Ordering::Relaxed),
         );
-        if copy[w] != old || now == old || REPORTS.fetch_add(1, Ordering::Relaxed) >= COUNT_REPORTS
-        {
+        if now == old || REPORTS.fetch_add(1, Ordering::Relaxed) >= COUNT_REPORTS {
             continue;
         }
+        // Stale: this process never changed the word, and puts back what it loaded.
+        // Conflicting: both changed it, with no write-back and reload between.
+        let what = if copy[w] == old {
+            "stale"
+        } else {
+            "conflicting"
+        };
         let trace = match traces() {
             true => std::backtrace::Backtrace::force_capture().to_string(),
             false => String::new(),
         };
+        let changed: Vec<String> = (0..copy.len())
+            .filter(|&v| copy[v] != snap[v].load(Ordering::Relaxed))
+            .map(|v| format!("{v}:{:#x}->{:#x}", snap[v].load(Ordering::Relaxed), copy[v]))
+            .collect();
         eprintln!(
-            "podkv coherence model: pid {} writes back a stale word at heap offset {:#x} \
-             (memory {now:#x}, stale {old:#x}){trace}",
+            "podkv coherence model: pid {} writes back a {what} word at heap offset {:#x} \
+             (memory {now:#x}, loaded {old:#x}, here {:#x}; this process changed {}){trace}",
             std::process::id(),
             line + 8 * w,
+            copy[w],
+            changed.join(" "),
         );
     }
 }
