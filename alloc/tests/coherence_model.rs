@@ -71,6 +71,7 @@ const SITES: &[(&str, Kind)] = &[
     ("alloc.hazard.read.invalidate_high", Kind::Swcc),
     ("alloc.hazard.release.cas", Kind::HookCas),
     ("alloc.hazard.withdraw.write_back", Kind::Swcc),
+    ("alloc.huge.allocate.invalidate_descs", Kind::Swcc),
     ("alloc.huge.allocate.write_back", Kind::Swcc),
     ("alloc.huge.check.invalidate_log", Kind::Swcc),
     ("alloc.huge.check.invalidate_record", Kind::Swcc),

@@ -67,6 +67,15 @@ impl HugeOwner<'_> {
         thread.collect_huge();
         let me = self.slot;
         let local = view.local(me);
+        // SWcc reader rule: other hosts wrote these descriptors since this process last read
+        // them (the slot's earlier owners, a sweep that reclaimed them, remote freers). A
+        // stale `EMPTY` would hand out a descriptor that names a live block, which would then
+        // lose its name (its readers could no longer map it, its range would look free) and
+        // this allocation's write-back would carry the stale generation along.
+        if podkv_hw::site!("alloc.huge.allocate.invalidate_descs") {
+            view.coherence
+                .invalidate(local.descs.as_ptr().cast(), std::mem::size_of_val(&local.descs));
+        }
         let desc = local
             .descs
             .iter()
