@@ -275,7 +275,9 @@ impl HugeView {
     /// Puts the reservation back over `[offset, offset + len)`: the range stays ours and any
     /// touch faults again (and is refused unless a live allocation is there by then).
     pub(super) fn unmap(&self, offset: u64, len: u64) {
-        podkv_hw::model::detach((self.base + offset as usize) as *mut u8, len as usize);
+        if podkv_hw::model::detach((self.base + offset as usize) as *mut u8, len as usize) {
+            return;
+        }
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
         // SAFETY: as `map`; a PROT_NONE anonymous mapping over our own reservation.
         unsafe {

@@ -392,6 +392,15 @@ impl HeapCache {
             }
         }
         self.punch(first - self.base - self.start, end - first);
+        if !mapped {
+            // The reservation goes back while the pages are held: an attach of the range by
+            // another thread (a fault on a new block there) waits for them and maps after,
+            // where a remap by the caller once this returned could land over its mapping,
+            // leaving pages the model counts as attached under an anonymous page.
+            let flags =
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
+            let _ = mmap(first, end - first, libc::PROT_NONE, flags, -1, 0);
+        }
         fence(Ordering::SeqCst);
         for (i, page) in pages.enumerate() {
             self.state(page).store(next[i], Ordering::Release);
@@ -486,8 +495,9 @@ impl HeapCache {
         mapped
     }
 
-    /// Undoes [`HeapCache::attach`]: dirty lines are written back (evicted) and the pages dropped.
-    /// The caller maps its reservation back over the range.
+    /// Undoes [`HeapCache::attach`]: dirty lines are written back (evicted), the pages dropped
+    /// and the reservation mapped back over them (as a huge block's unmap does without the
+    /// model).
     pub(super) fn detach(&self, addr: usize, len: usize) {
         self.forget(addr, len, false);
     }

@@ -219,7 +219,9 @@ mod stub {
 
     /// Never attached: the caller unmaps itself.
     #[inline(always)]
-    pub fn detach(_addr: *mut u8, _len: usize) {}
+    pub fn detach(_addr: *mut u8, _len: usize) -> bool {
+        false
+    }
 
     /// No fault is the model's without it.
     #[inline(always)]

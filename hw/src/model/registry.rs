@@ -228,10 +228,12 @@ pub fn attach(addr: *mut u8, len: usize) -> Option<bool> {
     at(addr as usize, |region| region.attach(addr as usize, len))
 }
 
-/// Before a huge block's range is unmapped: its dirty lines are evicted and its pages leave
-/// the cache.
-pub fn detach(addr: *mut u8, len: usize) {
-    at(addr as usize, |region| region.detach(addr as usize, len));
+/// Unmaps a huge block's range from the cache: its dirty lines are evicted, its pages leave
+/// the cache, and the reservation (`PROT_NONE`, anonymous) is put back over it while its pages
+/// are held, so a thread attaching the range at once maps after it, never under it. Returns
+/// whether the range was the model's (the caller maps its reservation back itself otherwise).
+pub fn detach(addr: *mut u8, len: usize) -> bool {
+    at(addr as usize, |region| region.detach(addr as usize, len)).is_some()
 }
 
 /// The SIGSEGV handler's question (also asked by `alloc::fault`'s handler first): is `addr`
