@@ -195,15 +195,10 @@ fn a_line_only_read_keeps_its_value_until_invalidated() {
     }
 }
 
-#[test]
-fn two_hosts_writing_different_bytes_of_one_line_clobber_each_other() {
-    let Some((role, pod)) = child(
-        "two_hosts_writing_different_bytes_of_one_line_clobber_each_other",
-        &[],
-    ) else {
-        return;
-    };
-    // Both load the line, each writes its own word of it, A writes back first, then B.
+/// Both children load one line; A writes word 0 of it and writes it back, then B writes word
+/// 1 and writes back (first reloading the line, the SWcc edge rule, when `reload_edges`).
+/// Returns, in A, both words as memory holds them at the end.
+fn two_writers_of_one_line(role: &str, pod: &Pod, reload_edges: bool) -> Option<(u64, u64)> {
     pod.word(0).load(Ordering::Relaxed);
     if role == "A" {
         pod.step(1);
@@ -213,21 +208,37 @@ fn two_hosts_writing_different_bytes_of_one_line_clobber_each_other() {
         pod.step(3);
         pod.wait(4);
         pod.invalidate(0);
+        return Some((
+            pod.word(0).load(Ordering::Relaxed),
+            pod.word(8).load(Ordering::Relaxed),
+        ));
+    }
+    pod.wait(1);
+    pod.step(2);
+    pod.wait(3);
+    if reload_edges {
+        podkv_hw::swcc::reload_edges(pod.line(8), 8);
+    }
+    pod.word(8).store(2, Ordering::Relaxed);
+    pod.write_back(8);
+    pod.step(4);
+    None
+}
+
+#[test]
+fn two_hosts_writing_different_bytes_of_one_line_clobber_each_other() {
+    let Some((role, pod)) = child(
+        "two_hosts_writing_different_bytes_of_one_line_clobber_each_other",
+        &[],
+    ) else {
+        return;
+    };
+    if let Some(words) = two_writers_of_one_line(&role, &pod, false) {
         assert_eq!(
-            (
-                pod.word(0).load(Ordering::Relaxed),
-                pod.word(8).load(Ordering::Relaxed)
-            ),
+            words,
             (0, 2),
             "B wrote back its whole line, with A's word as B had loaded it"
         );
-    } else {
-        pod.wait(1);
-        pod.step(2);
-        pod.wait(3);
-        pod.word(8).store(2, Ordering::Relaxed);
-        pod.write_back(8);
-        pod.step(4);
     }
 }
 
@@ -239,33 +250,13 @@ fn a_writer_that_reloads_its_edge_lines_first_leaves_its_neighbours_bytes_alone(
     ) else {
         return;
     };
-    // As above, but B's range (word 1 of the line) is a block whose first line holds A's:
-    // B reloads it before writing (the SWcc edge rule), so its write-back carries A's word.
-    pod.word(0).load(Ordering::Relaxed);
-    if role == "A" {
-        pod.step(1);
-        pod.wait(2);
-        pod.word(0).store(1, Ordering::Relaxed);
-        pod.write_back(0);
-        pod.step(3);
-        pod.wait(4);
-        pod.invalidate(0);
+    // B's range (word 1 of the line) is a block whose first line holds A's word.
+    if let Some(words) = two_writers_of_one_line(&role, &pod, true) {
         assert_eq!(
-            (
-                pod.word(0).load(Ordering::Relaxed),
-                pod.word(8).load(Ordering::Relaxed)
-            ),
+            words,
             (1, 2),
             "B reloaded the line it shares with A before writing its part"
         );
-    } else {
-        pod.wait(1);
-        pod.step(2);
-        pod.wait(3);
-        podkv_hw::swcc::reload_edges(pod.line(8), 8);
-        pod.word(8).store(2, Ordering::Relaxed);
-        pod.write_back(8);
-        pod.step(4);
     }
 }
 
