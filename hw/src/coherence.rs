@@ -10,9 +10,9 @@
 //!
 //! A heap records its mode at creation (2 bits of its header, [`Coherence::to_bits`]). The
 //! allocator asks the mode what an ownership move costs: [`Coherence::write_back`],
-//! [`Coherence::invalidate`], [`Coherence::reload_edges`], [`Coherence::read_fresh`] and [`Coherence::write_back_batch`] do
-//! nothing under `Hardware` and apply the SWcc rules ([`crate::swcc`], which knows no modes)
-//! under `Limited` and `Mcas`.
+//! [`Coherence::invalidate`], [`Coherence::reload_edges`], [`Coherence::read_fresh`] and
+//! [`Coherence::write_back_batch`] do nothing under `Hardware` and apply the SWcc rules
+//! ([`crate::swcc`], which knows no modes) under `Limited` and `Mcas`.
 
 use crate::swcc::{self, Batching, WriteBackBatch};
 

@@ -132,12 +132,14 @@ pub fn reload_edges(ptr: *const u8, len: usize) {
         return;
     }
     let (start, end) = (ptr as usize, ptr as usize + len);
+    let (ragged_start, ragged_end) = (start % SIZE_CACHE_LINE != 0, end % SIZE_CACHE_LINE != 0);
     let first = start & !(SIZE_CACHE_LINE - 1);
     let last = (end - 1) & !(SIZE_CACHE_LINE - 1);
-    if start != first {
+    if ragged_start {
         invalidate(first as *const u8, 1);
     }
-    if end % SIZE_CACHE_LINE != 0 && (last != first || start == first) {
+    // Both ends in one line: reloaded once.
+    if ragged_end && !(ragged_start && last == first) {
         invalidate(last as *const u8, 1);
     }
 }

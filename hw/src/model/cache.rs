@@ -393,9 +393,8 @@ impl HeapCache {
         }
         self.punch(first - self.base - self.start, end - first);
         if !mapped {
-            // The reservation goes back while the pages are held: an attach of the range by
-            // another thread (a fault on a new block there) waits for them and maps after,
-            // where a remap by the caller once this returned could land over its mapping,
+            // The reservation goes back while the pages are held, so an attach by another
+            // thread maps after it; a remap by the caller later could land over that attach,
             // leaving pages the model counts as attached under an anonymous page.
             let flags =
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
@@ -439,30 +438,31 @@ impl HeapCache {
         }
     }
 
-    /// Maps the cache (`PROT_NONE`) over a huge block at `[addr, addr + len)`, pages
-    /// `UNTOUCHED`. Pages already attached are left as they are: this process may still hold
-    /// an earlier block's pages that the new one starts with (it unmaps freed blocks lazily),
-    /// and the new block may reach further, so each page is looked at, not only the first.
-    /// A page is taken `BUSY` while it is mapped, so a thread of this process attaching the
-    /// same block at once (two faults) maps each page once and never over a filled one.
+    /// Maps the cache (`PROT_NONE`, `UNTOUCHED`) over each page of a huge block at `[addr,
+    /// addr + len)` not yet attached (an earlier block's pages may still be: freed blocks are
+    /// unmapped lazily). Each is taken `BUSY` first, so two faults map it once.
     pub(super) fn attach(&self, addr: usize, len: usize) -> bool {
         let first = self.page_of(addr);
         let end = first + len.div_ceil(SIZE_PAGE);
+        let take = |page: usize| {
+            self.state(page)
+                .compare_exchange(EMPTY, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        };
         let mut page = first;
         while page < end {
+            if !take(page) {
+                page += 1;
+                continue;
+            }
             let run = page;
-            while page < end
-                && self
-                    .state(page)
-                    .compare_exchange(EMPTY, BUSY, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-            {
+            page += 1;
+            while page < end && take(page) {
                 page += 1;
             }
-            if page > run && !self.attach_pages(run, page) {
+            if !self.attach_pages(run, page) {
                 return false;
             }
-            page += usize::from(page == run);
         }
         true
     }
