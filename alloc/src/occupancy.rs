@@ -36,6 +36,19 @@ impl Occupancy {
     }
 }
 
+/// How full one slab holding a class is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabFill {
+    /// The slab's index in its heap.
+    pub slab: u32,
+    /// Its class's index in its heap.
+    pub class: u8,
+    /// Live blocks.
+    pub live: u32,
+    /// Blocks of its class that fit in it.
+    pub capacity: u32,
+}
+
 /// The band of a slab with `live` of `capacity` blocks live.
 pub fn band(live: u32, capacity: u32) -> usize {
     let percent = 100 * u64::from(live) / u64::from(capacity.max(1));

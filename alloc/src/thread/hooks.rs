@@ -1,6 +1,6 @@
 //! The handle's trait faces: the writer of detectable words ([`Writer`]: its tag, the
 //! acknowledgement of a previous writer, the heap's CAS and store hook) and the thread the huge
-//! heap logs through ([`HugeThread`]).
+//! heap logs through ([`HugeThread`]); and its `Drop`.
 
 use super::ThreadHandle;
 use crate::dcas::{self, Tag, Writer};
@@ -60,5 +60,14 @@ impl HugeThread for ThreadHandle {
 
     fn collect_huge(&self) -> usize {
         ThreadHandle::collect_huge(self)
+    }
+}
+
+/// A dropped handle frees what it holds of the huge heap, gives its slabs back and releases
+/// its slot.
+impl Drop for ThreadHandle {
+    fn drop(&mut self) {
+        self.collect_huge();
+        self.release();
     }
 }

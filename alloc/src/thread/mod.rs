@@ -47,6 +47,7 @@ use std::sync::Arc;
 
 mod adopt;
 mod current;
+mod drain;
 mod hooks;
 mod morph;
 mod recover;
@@ -117,6 +118,13 @@ const _: () = assert!(
 );
 
 impl ThreadHandle {
+    /// Gives up this slot's sparse slabs at most `percent` in use, of size classes whose such
+    /// slabs fold into two fewer, so that moving their blocks out empties them
+    /// (`thread/drain.rs`); how many.
+    pub fn disown_sparse(&self, percent: u32) -> u32 {
+        drain::Drainer(self).disown_sparse(percent)
+    }
+
     /// Claims a free slot, or adopts a dead one (recovering it first).
     pub(crate) fn claim(
         shared: Hold,
@@ -582,13 +590,6 @@ impl ThreadHandle {
         self.log(Rec::slab(Op::Idle, self.ver(), SlabStep::default()));
         self.shared.slots.unhold(self.slot_index);
         self.shared.slots.release(self.slot_index, self.shared.me);
-    }
-}
-
-impl Drop for ThreadHandle {
-    fn drop(&mut self) {
-        self.collect_huge();
-        self.release();
     }
 }
 

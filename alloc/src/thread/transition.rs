@@ -41,9 +41,11 @@ impl SlabOwner<'_> {
     pub(super) fn took_slab(&self, heap: &SlabHeap, slab: u32) {
         self.log_step(Op::TookSlab, heap, slab, 0, |_| {});
         crash_point!("took_slab.logged");
-        heap.changed_hands(slab, self.coherence).set_meta(self.me, 0, State::Unsized);
+        let desc = heap.changed_hands(slab, self.coherence);
+        let given_up = desc.meta().state == Some(State::Disowned);
+        desc.set_meta(self.me, 0, State::Unsized);
         crash_point!("took_slab.meta");
-        self.keep_or_release(heap, slab);
+        super::drain::Drainer(self.0).keep_or_release(heap, slab, given_up);
     }
 
     /// Whether the full head slab `slab` stays attached (sized, at the back of its list) while

@@ -1,0 +1,136 @@
+//! [`Drainer`]: the owner gives up its sparse slabs of size classes that no longer fill them
+//! (`disown_sparse`), so that a mover (the store's compaction, `SparseSlabs`) can empty them;
+//! and a given-up slab that empties goes to the cold list (`release`).
+//!
+//! A slab on its owner's sized list takes back only the owner's frees: other slots' frees
+//! just count down its remote word, and their blocks come back when the owner has used up the
+//! slab's own free bits. After a size shift the owner allocates no more of an old class, so a
+//! slab of it that a mover emptied would stay the owner's, empty, for good. Disowned
+//! (`sized_to_disowned`, logged and recovered as at a slot's release), the slab is no one's:
+//! its free bits count as freed, every free counts down its remote word, and the last one
+//! takes it to the global list, whose memory goes back to the OS.
+//!
+//! Only slabs behind the head of a class's list (the head is the class's allocation slab), not
+//! morphing, with at most `percent` of their blocks in use by the owner's bits (other slots'
+//! frees only make them sparser), and only in a class whose such slabs' blocks in use fit in
+//! two slabs fewer: disowning a slab gives up its free blocks until it empties, which pays
+//! only when its blocks are moved into fewer slabs.
+//!
+//! # Where a given-up slab goes
+//! The last free of a disowned slab takes it (`took_slab`). An empty slab normally stays
+//! near at hand, pages and all: on the taker's unsized list, else the warm global list, so
+//! the next slab costs no page faults. A disowned slab was given up on purpose (drained, or
+//! left by a released slot): it goes straight to the cold list, its pages released (rule 7),
+//! or a drain would only move memory from sparse slabs to warm ones (up to 2.25 MiB of small
+//! and 5 MiB of large slabs per slab heap and slot). For the same reason each
+//! `disown_sparse` also cools the warm global lists: whatever emptied since the last one
+//! goes cold too.
+
+use super::ThreadHandle;
+use crate::class::Kind;
+use crate::crash_point;
+use crate::global::List;
+use crate::recovery::Op;
+use crate::slab::State;
+use crate::slabs::SlabHeap;
+use crate::slot::unpack_ends;
+use podkv_hw::sync::Ordering::Relaxed;
+use std::ops::Deref;
+
+/// A thread handle as the owner that gives its sparse slabs up.
+#[derive(Clone, Copy)]
+pub(super) struct Drainer<'a>(pub(super) &'a ThreadHandle);
+
+impl Deref for Drainer<'_> {
+    type Target = ThreadHandle;
+
+    #[inline]
+    fn deref(&self) -> &ThreadHandle {
+        self.0
+    }
+}
+
+impl Drainer<'_> {
+    /// An empty slab this slot just took, in hand: released cold if it was `given_up`
+    /// (disowned), else kept or pushed as any empty slab (`keep_or_release`).
+    pub(super) fn keep_or_release(&self, heap: &SlabHeap, slab: u32, given_up: bool) {
+        match given_up {
+            true => self.release(heap, slab),
+            false => self.slabs().keep_or_release(heap, slab),
+        }
+    }
+
+    /// Pushes a given-up slab this slot took (in hand, unsized) on the cold list, its pages
+    /// released: logged as `push_global`'s cold push, and recovered as one.
+    fn release(&self, heap: &SlabHeap, slab: u32) {
+        if podkv_hw::site!("alloc.drain.release.write_back") {
+            self.slabs().write_back(heap.desc(slab));
+        }
+        self.next_ver();
+        self.log_step(Op::PushGlobal, heap, slab, 0, |s| {
+            s.from_list = false;
+            s.warm = false;
+        });
+        crash_point!("push_global.logged");
+        self.shared.lists.push(heap, slab, List::Cold, self.0);
+        crash_point!("push_global.pushed");
+    }
+
+    /// Moves every slab of the warm global lists to the cold ones, pages released: a heap
+    /// being drained wants its memory back, not kept for a quick reuse. Each slab is popped
+    /// and pushed as `take_unsized` and `push_global` do, logged and recovered as theirs.
+    fn cool_warm(&self) {
+        for kind in Kind::ALL {
+            let heap = *self.shared.slabs.get(kind);
+            loop {
+                self.next_ver();
+                let log = |slab: u32| {
+                    self.log_step(Op::PopGlobal, &heap, slab, 0, |s| s.warm = true);
+                    crash_point!("pop_global.logged");
+                };
+                let Some(slab) = self.shared.lists.pop(&heap, List::Warm, self.0, log) else {
+                    break;
+                };
+                crash_point!("pop_global.popped");
+                heap.changed_hands(slab, self.coherence)
+                    .set_meta(self.me, 0, State::Unsized);
+                self.release(&heap, slab);
+            }
+        }
+    }
+
+    /// Disowns this slot's sparse sized slabs at most `percent` in use (module docs), then
+    /// cools the warm global lists (`cool_warm`); how many slabs it disowned.
+    pub(super) fn disown_sparse(&self, percent: u32) -> u32 {
+        let mut disowned = 0;
+        for kind in Kind::ALL {
+            let heap = *self.shared.slabs.get(kind);
+            for class in 0..heap.classes.len {
+                let capacity = heap.classes.count[class];
+                let (head, _) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
+                if head == 0 {
+                    continue;
+                }
+                let (mut sparse, mut used) = (Vec::new(), 0u64);
+                let mut link = heap.desc(head - 1).next();
+                while link != 0 {
+                    let desc = heap.desc(link - 1);
+                    let in_use = capacity - desc.count_free(capacity);
+                    if desc.meta().old == 0 && u64::from(in_use) * 100 <= u64::from(capacity) * u64::from(percent) {
+                        sparse.push(link - 1);
+                        used += u64::from(in_use);
+                    }
+                    link = desc.next();
+                }
+                if sparse.len() as u64 >= used.div_ceil(u64::from(capacity)) + 2 {
+                    for slab in sparse {
+                        self.slabs().sized_to_disowned(&heap, class, slab);
+                        disowned += 1;
+                    }
+                }
+            }
+        }
+        self.cool_warm();
+        disowned
+    }
+}
