@@ -98,6 +98,20 @@ pub trait Arena: Clone + Send + Sync + 'static {
             block: 0,
         }
     }
+    /// The slabs worth draining at `percent` of their blocks live at most
+    /// ([`podkv_alloc::SparseSlabs`], read by `compact`); `None` where the arena names none.
+    fn sparse_slabs(&self, _percent: u32) -> Option<podkv_alloc::SparseSlabs> {
+        None
+    }
+    /// Gives up `thread`'s sparse slabs at most `percent` in use, of classes whose such slabs
+    /// fold into two fewer (`podkv_alloc::ThreadHandle::disown_sparse`), so that moving their
+    /// blocks out empties them; how many. None by default.
+    fn disown_sparse(_thread: &Self::Thread, _percent: u32) -> u32 {
+        0
+    }
+    /// Counts `thread`'s batched remote frees on their slab now (a slab they empty goes
+    /// back). Nothing by default.
+    fn flush_remote_frees(_thread: &Self::Thread) {}
     /// The map's name in reports (`KvMap::name`).
     const NAME: &'static str;
     /// Recovers every slot whose owner died (finishing its allocator step) and calls
@@ -272,6 +286,18 @@ impl Arena for PodArena {
         let classes = self.heap.slab_heap(kind).classes;
         let block = classes.class_for(size, 8).map_or(0, |c| classes.size[c]);
         BlockClass { region, block }
+    }
+
+    fn sparse_slabs(&self, percent: u32) -> Option<podkv_alloc::SparseSlabs> {
+        Some(self.heap.sparse_slabs(percent))
+    }
+
+    fn disown_sparse(thread: &ThreadHandle, percent: u32) -> u32 {
+        thread.disown_sparse(percent)
+    }
+
+    fn flush_remote_frees(thread: &ThreadHandle) {
+        thread.flush_remote_frees();
     }
 
     fn recover_dead_with(&self, settle: &mut dyn FnMut(u32, InFlight, u64)) {

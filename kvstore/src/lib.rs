@@ -24,7 +24,8 @@
 //! - [`reclaim`]: [`epoch`] (the rule), `limbo` (the heap list and its walk), `spare`,
 //!   `reclaimer` (`Reclaim`);
 //! - `buckets`: segments, the store's side of [`index`] (blocks, their logs), growth; [`maintain`]: capacity, eviction, crawl;
-//! - `writer`: new items (spare or allocator) and the write loop;
+//! - `writer`: new items (spare or allocator) and the write loop; [`compact`]: moving items
+//!   out of sparse slabs through it;
 //! - [`recover`]: settling a dead slot's log; [`memcached`], [`meta`]: the commands;
 //! - [`map`]: `Map` and `Handle` (thin); [`store`], `crawler`, [`check`]; `driven`: the
 //!   store behind [`kvmap`]; with feature `baselines`, `local_arena` (the same index over
@@ -76,6 +77,8 @@ pub mod check;
 #[cfg(not(podkv_loom))]
 pub mod command;
 #[cfg(not(podkv_loom))]
+pub mod compact;
+#[cfg(not(podkv_loom))]
 pub mod config;
 #[cfg(not(podkv_loom))]
 mod crawler;
@@ -114,6 +117,7 @@ pub use kvmap::{KvHandle, KvMap, Recycling};
 pub use {
     arena::{Arena, PodArena},
     check::StoreReport,
+    compact::CompactReport,
     config::{Clock, Eviction, StoreConfig, Table},
     maintain::CrawlReport,
     map::{Handle, Map},

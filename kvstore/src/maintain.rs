@@ -41,6 +41,8 @@ pub struct CrawlReport {
     pub visited: u64,
     /// Expired or flushed items removed.
     pub reclaimed: u64,
+    /// Items moved out of sparse slabs (a crawler that compacts: `Map::spawn_crawler`).
+    pub moved: u64,
 }
 
 /// Evicts until `used + size ≤ capacity`, or fails with out-of-memory when eviction is off

@@ -12,6 +12,7 @@ use crate::arena::{Arena, PodArena};
 use crate::buckets::Buckets;
 use crate::check::{self, CheckReport, StoreReport};
 use crate::command::{Count, Counted, Delete, Mode, Outcome, Read, StoreExtra};
+use crate::compact::{self, CompactReport};
 use crate::config::StoreConfig;
 use crate::crawler::Crawler;
 use crate::kvmap::Recycling;
@@ -200,14 +201,19 @@ impl<A: Arena> Map<A> {
         check::walk(&self.inner)
     }
 
-    /// Starts the expiry crawler on a background thread (its own handle and slot).
-    pub fn spawn_crawler(&self, interval: Duration) -> Crawler {
+    /// Starts the expiry crawler on a background thread (its own handle and slot). With
+    /// `drain`, each pass then compacts ([`Handle::compact`] at that percent; see
+    /// [`compact::PERCENT_DRAIN`]).
+    pub fn spawn_crawler(&self, interval: Duration, drain: Option<u32>) -> Crawler {
         let map = self.clone();
         Crawler::spawn(interval, move || {
             // No free slot: nothing to crawl with; `stop` reports zero passes.
             let h = map.handle().ok()?;
             Some(move || {
-                let pass = h.crawl();
+                let mut pass = h.crawl();
+                if let Some(percent) = drain {
+                    pass.moved = h.compact(percent).moved;
+                }
                 h.collect();
                 pass
             })
@@ -480,5 +486,25 @@ impl<A: Arena> Handle<A> {
     /// One pass of the expiry crawler over every made bucket: removes invisible items.
     pub fn crawl(&self) -> CrawlReport {
         maintain::crawl(&self.reclaim, &self.buckets)
+    }
+
+    /// One compaction pass (`compact`): gives up this handle's own sparse slabs
+    /// ([`disown_sparse`](Self::disown_sparse)), then moves every visible item out of the
+    /// disowned slabs at most `percent` live, unchanged, so that they empty.
+    pub fn compact(&self, percent: u32) -> CompactReport {
+        compact::compact(self.parts(), percent)
+    }
+
+    /// The owner's half of compaction: gives up this handle's sparse slabs at most `percent`
+    /// in use, of size classes whose such slabs' items fit in two slabs fewer, so that a
+    /// compaction pass (any handle's, any process's) empties them; how many. A walk of this
+    /// handle's own slab lists: cheap enough for a worker to call every few seconds.
+    ///
+    /// It first frees what the handle holds back: its reclaimable limbo and its spares (kept
+    /// for rewrites of the same size, which a size shift no longer makes), so that they
+    /// neither pin the slabs given up nor count as in use.
+    pub fn disown_sparse(&self, percent: u32) -> u32 {
+        self.reclaim.collect_all();
+        A::disown_sparse(&self.reclaim.slot().thread, percent)
     }
 }

@@ -181,14 +181,19 @@ impl<'h, A: Arena> Parts<'h, A> {
     /// the arena has no room (the item's region is full), the error goes back to the write
     /// loop, which makes room unpinned and retries ([`room_after_oom`](Self::room_after_oom)).
     pub(crate) fn allocate(self, size: usize) -> Result<u64, StoreError> {
-        let (slot, reclaim, buckets) = (self.slot(), self.reclaim, self.buckets);
-        let d = slot.shared().desc();
-        if d.capacity != 0 {
-            maintain::make_room(reclaim, buckets, size as u64)?;
+        if self.shared().desc().capacity != 0 {
+            maintain::make_room(self.reclaim, self.buckets, size as u64)?;
         }
-        if let Some(at) = reclaim.take_spare(size) {
+        if let Some(at) = self.reclaim.take_spare(size) {
             return Ok(at);
         }
+        self.take_block(size)
+    }
+
+    /// A block of `size` bytes from the arena: [`allocate`](Self::allocate) without making
+    /// room or taking a spare.
+    fn take_block(self, size: usize) -> Result<u64, StoreError> {
+        let (slot, reclaim) = (self.slot(), self.reclaim);
         reclaim.count_recycling(|c| c.allocations += 1);
         slot.before_alloc();
         slot.log(ALLOC_ITEM, 0);
@@ -268,14 +273,35 @@ impl<'h, A: Arena> Parts<'h, A> {
             flags,
             lease,
         };
-        let view = shared.view();
-        view.write_item(at, &meta, key, value, vlen);
+        self.write_new(at, &meta, key, value, vlen);
+        Ok(at)
+    }
+
+    /// A copy of item `from` (read fresh by the caller, who is pinned), header and all, in a
+    /// new block, for compaction (`compact`): the same key, value, flags, expiry, CAS token,
+    /// write time and lease state. It never evicts: when the item's region has no room, the
+    /// copy fails with out-of-memory and the write loop does not make room for it. Nor does
+    /// it take a spare: the spares of a mover are the blocks it moved items out of.
+    pub(crate) fn copy_item(self, from: u64) -> Result<u64, StoreError> {
+        let view = self.shared().view();
+        let (meta, key, value) = (view.meta(from), view.key(from), view.value(from));
+        let at = self
+            .take_block(SIZE_HEADER + key.len() + value.len())
+            .inspect_err(|_| self.writer.short.set(0))?;
+        self.write_new(at, &meta, key, &[value], value.len());
+        Ok(at)
+    }
+
+    /// Writes a new item's header, key and value into the block at `at` (and, under SWcc,
+    /// back to memory), then logs `ITEM(at)`: from here recovery frees it unless published.
+    fn write_new(self, at: u64, meta: &Meta, key: &[u8], value: &[&[u8]], vlen: usize) {
+        let view = self.shared().view();
+        view.write_item(at, meta, key, value, vlen);
         if view.is_swcc() && podkv_hw::site!("store.item.write_back") {
             view.write_back_new(at, SIZE_HEADER + key.len() + vlen);
         }
         self.slot().log(ITEM, at);
         crate::reclaim::spare::end_take(self.slot());
-        Ok(at)
     }
 
     /// The write loop: search, let `decide` choose from the visible item, make it so by one CAS;

@@ -22,6 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KEYS: u64 = 16;
+/// Set (non-empty) in a child that shifts sizes and compacts.
+const ENV_COMPACT: &str = "PODKV_KILL_COMPACT";
 
 fn rounds() -> u64 {
     if std::env::var_os("PODKV_SOAK").is_some() {
@@ -56,6 +58,13 @@ fn kill_child_entry() {
         if replaces_only() {
             continue;
         }
+        if compacting() {
+            if seq % 8 == 0 {
+                let moved = shift_and_compact(&h, seq / 8);
+                out.write_all(format!("m {moved}\n").as_bytes()).unwrap();
+            }
+            continue;
+        }
         // Churn: items of several size classes set and deleted, so the kill also lands in
         // retirement, limbo bags and their frees.
         let churn = format!("c{}", seq % 61);
@@ -66,6 +75,58 @@ fn kill_child_entry() {
             h.set(churn.as_bytes(), &vec![b'x'; len], 0, 0).unwrap();
         }
     }
+}
+
+/// Whether the child shifts sizes and compacts (`shift_and_compact`) between its writes.
+fn compacting() -> bool {
+    std::env::var_os(ENV_COMPACT).is_some_and(|v| !v.is_empty())
+}
+
+/// A size shift and a compaction pass, so the kill also lands in disowning slabs and in
+/// moves: three of every five filler keys (a different three each cycle) are rewritten with
+/// the cycle's size, which leaves the slabs of the last cycle's class 40% full, then this
+/// handle gives them up and moves their items out; how many it moved.
+fn shift_and_compact(h: &podkv_store::StoreHandle, cycle: u64) -> u64 {
+    let len = 100 + (cycle % 4) as usize * 200;
+    for i in (0..600u64).filter(|i| cycle == 0 || (i + cycle) % 5 >= 2) {
+        h.set(format!("f{i}").as_bytes(), &vec![b'f'; len], 0, 0)
+            .unwrap();
+    }
+    h.compact(podkv_store::compact::PERCENT_DRAIN).moved
+}
+
+/// Whether the child's log shows it under way: any acknowledgement, or with `compact` two
+/// compaction cycles done (the second one moves items).
+fn started(log: &Path, compact: bool) -> bool {
+    match compact {
+        false => std::fs::metadata(log).is_ok_and(|m| m.len() > 0),
+        true => std::fs::read_to_string(log)
+            .is_ok_and(|text| text.lines().filter(|l| l.starts_with("m ")).count() >= 2),
+    }
+}
+
+/// After a compacting child's kill: the log's moves (`m N` lines) summed, and if the child
+/// wrote every filler key once (its first `m` line), each filler key holds one cycle's value.
+fn check_filler(h: &podkv_store::StoreHandle, log: &Path) -> u64 {
+    let text = std::fs::read_to_string(log).unwrap();
+    let moves: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("m ")?.parse().ok())
+        .collect();
+    if moves.is_empty() {
+        return 0;
+    }
+    for i in 0..600u64 {
+        let got = h.get(format!("f{i}").as_bytes()).unwrap();
+        let value = got.expect("a filler key written is present");
+        let value = value.value();
+        assert!(
+            [100, 300, 500, 700].contains(&value.len()) && value.iter().all(|&b| b == b'f'),
+            "filler f{i}: {} bytes",
+            value.len()
+        );
+    }
+    moves.iter().sum()
 }
 
 /// Whether the child only replaces its keys, so a kill often lands between a removal and
@@ -154,11 +215,30 @@ fn sigkill_with_two_slots_settles_the_dead_slot_before_anyone_claims_it() {
     kill_rounds(2);
 }
 
+/// The child also shifts sizes and compacts: a kill in a disown or a move loses no item and
+/// leaks no block.
+#[test]
+fn sigkill_mid_compaction_loses_nothing_and_leaks_nothing() {
+    let (moved, kills) = kill_rounds_with(64, true);
+    assert!(
+        moved * 2 >= kills,
+        "{moved} of {kills} kills found moved filler items"
+    );
+}
+
 fn kill_rounds(slots: u64) {
+    kill_rounds_with(slots, false);
+}
+
+/// Kill rounds; with `compact`, the child shifts sizes and compacts
+/// ([`shift_and_compact`]). Returns the rounds whose child moved items before its kill, and
+/// the rounds.
+fn kill_rounds_with(slots: u64, compact: bool) -> (u64, u64) {
     let (dir, heap) = common::heap_path("heap");
     let store = Store::open(&heap, config(slots)).unwrap();
     let mut took = Vec::new();
     let mut settled = (0, 0);
+    let mut moved_rounds = 0;
     for round in 0..rounds() {
         let log = dir.path().join(format!("log-{round}"));
         let mut child =
@@ -168,12 +248,14 @@ fn kill_rounds(slots: u64) {
                 .env("PODKV_KILL_ROUND", round.to_string())
                 .env("PODKV_KILL_SLOTS", slots.to_string())
                 .env("PODKV_KILL_LOG", &log)
+                .env(ENV_COMPACT, if compact { "1" } else { "" })
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap();
-        // Kill it mid-run: after its first acknowledgements, at a varying moment.
+        // Kill it mid-run: after its first acknowledgements (a compacting child's first two
+        // cycles, so every kill comes after moves began), at a varying moment.
         let t0 = Instant::now();
-        while std::fs::metadata(&log).map_or(0, |m| m.len()) == 0 {
+        while !started(&log, compact) {
             assert!(t0.elapsed() < Duration::from_secs(30), "child never wrote");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -195,6 +277,9 @@ fn kill_rounds(slots: u64) {
 
         let h = store.handle().unwrap();
         check_acked(&h, &log, round);
+        if compact {
+            moved_rounds += u64::from(check_filler(&h, &log) > 0);
+        }
         // The epoch is not held back by the dead: this handle's own garbage is freed.
         let before = store.walk().epoch;
         for i in 0..8 {
@@ -243,6 +328,7 @@ fn kill_rounds(slots: u64) {
         settled.0,
         settled.1
     );
+    (moved_rounds, took.len() as u64)
 }
 
 /// The child died of the test's SIGKILL, not of a failure of its own before it.

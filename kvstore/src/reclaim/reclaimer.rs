@@ -175,6 +175,14 @@ impl<A: Arena> Reclaim<A> {
     /// A handle is going: collects until the limbo is empty, a few tries at most (other
     /// threads unpin within one operation); what remains waits for the slot's next owner.
     pub(crate) fn release(&self) {
+        self.collect_all();
+        self.slot.write_back_puts();
+    }
+
+    /// Collects until the limbo is empty, a few tries at most (other threads unpin within
+    /// one operation), so that what this handle retired is freed now; with the slot's
+    /// pending remote frees counted on their slab, so a slab they empty goes back now.
+    pub(crate) fn collect_all(&self) {
         for _ in 0..COUNT_DROP_COLLECTS {
             self.collect();
             if limbo::is_empty(&self.slot) {
@@ -182,7 +190,7 @@ impl<A: Arena> Reclaim<A> {
             }
             std::thread::yield_now();
         }
-        self.slot.write_back_puts();
+        A::flush_remote_frees(&self.slot.thread);
     }
 
     /// As [`collect`](Self::collect), but with [`Reuse::Keep`] leaves some reclaimable items

@@ -1,0 +1,115 @@
+//! Compaction: moving items out of sparse slabs so that the slabs empty and their memory goes
+//! back to the OS, as memcached's slab mover rescues the items of a page it takes.
+//!
+//! When the sizes written shift (values grow over a day, a cluster's keys are rewritten with
+//! new sizes), the slabs of the old size classes stay half full: their items go one by one as
+//! their keys are rewritten elsewhere, and nothing of their size comes to fill the holes.
+//! Slab morphing (the allocator's) cannot reuse a half-full slab for a larger class, as the
+//! old blocks left would block most new ones. So a slab's owner gives up its sparse slabs of
+//! classes whose sparse slabs' items fit in two slabs fewer (`Handle::disown_sparse`: a
+//! disowned slab is taken by its last free, whoever frees, while a slab on its owner's list
+//! takes other slots' frees back only once its owner allocates from it again); one pass over
+//! the buckets then copies each visible item found in a disowned slab at most the share live
+//! ([`podkv_alloc::SparseSlabs`]) into a new block, and swaps the copy in by the write loop's
+//! CAS on its bucket. The copy is the item unchanged (CAS token and all), so a client sees no
+//! difference; a concurrent write of the key wins, and the copy is freed.
+//!
+//! The write loop's own logging and recovery cover a move (a crash leaves the old item or the
+//! copy published, never both, and the other freed), and its SWcc rules are the writes'.
+//! A move never evicts: a copy with no room fails, and the item stays where it is.
+
+use crate::arena::Arena;
+use crate::buckets::Table;
+use crate::command::{Outcome, Step};
+use crate::index::{self, Memory};
+use crate::layout::COUNT_SEGMENT;
+use crate::writer::Parts;
+
+/// Share of its blocks live, in percent, at most, for a slab to be drained by the crawler's
+/// pass (`Map::spawn_crawler`): half, so that two slabs' items fit in one.
+pub const PERCENT_DRAIN: u32 = 50;
+
+/// What one compaction pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CompactReport {
+    /// This handle's own sparse slabs it gave up first.
+    pub disowned: u64,
+    /// Disowned slabs named to drain when the pass started.
+    pub slabs: u64,
+    /// Items moved out of them.
+    pub moved: u64,
+    /// Bytes of the items moved.
+    pub moved_bytes: u64,
+}
+
+/// One pass: moves every visible item that lies in a slab worth draining at `percent` live
+/// at most (see the module docs). Nothing when the arena names no such slab.
+pub(crate) fn compact<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactReport {
+    let shared = p.shared();
+    // What the handle holds back (limbo, spares) would pin the slabs it gives up.
+    p.reclaim.collect_all();
+    let disowned = A::disown_sparse(&p.slot().thread, percent);
+    let Some(sparse) = shared.arena.sparse_slabs(percent) else {
+        return CompactReport::default();
+    };
+    let mut report = CompactReport {
+        disowned: u64::from(disowned),
+        slabs: sparse.len() as u64,
+        ..CompactReport::default()
+    };
+    if sparse.is_empty() {
+        return report;
+    }
+    let table = Table { reclaim: p.reclaim };
+    let count = 1u64 << shared.buckets_log2();
+    let mut found = Vec::new();
+    for bucket in 0..count {
+        if bucket % COUNT_SEGMENT == 0 && table.bucket(bucket, false).is_none() {
+            continue;
+        }
+        let _pin = p.pin();
+        let Some(word) = table.bucket(bucket, false).map(|w| table.load(w)) else {
+            continue;
+        };
+        if word == 0 {
+            continue;
+        }
+        found.clear();
+        index::owned(&table, bucket, word, |_, at| {
+            if sparse.holds(at) {
+                found.push(at);
+            }
+            true
+        });
+        for &at in &found {
+            if let Some(bytes) = move_item(p, at) {
+                report.moved += 1;
+                report.moved_bytes += bytes as u64;
+            }
+        }
+    }
+    if report.moved > 0 {
+        // The items moved out are this handle's to free: now, so the slabs go back now.
+        p.reclaim.collect_all();
+    }
+    report
+}
+
+/// Moves item `at` into a new block if it is still its key's visible item: its size if it
+/// did. The caller is pinned, so `at` stays readable.
+fn move_item<A: Arena>(p: Parts<'_, A>, at: u64) -> Option<usize> {
+    let view = p.shared().view();
+    view.fresh_item(at);
+    view.fresh_value(at);
+    let mut moved = false;
+    let outcome = p.update(view.key(at), |current| {
+        moved = false;
+        if current != Some(at) {
+            return Ok(Step::Keep(Outcome::NotFound));
+        }
+        let copy = p.copy_item(at)?;
+        moved = true;
+        Ok(Step::Put(copy, Outcome::Stored))
+    });
+    (outcome.is_ok() && moved).then(|| view.item_size(at))
+}

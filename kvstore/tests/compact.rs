@@ -1,0 +1,178 @@
+//! Compaction: items move out of sparse slabs unchanged, the slabs empty, and what was
+//! neither sparse nor worth draining stays where it is.
+
+mod common;
+
+use podkv_store::compact::PERCENT_DRAIN;
+use podkv_store::{Store, StoreHandle};
+use std::time::Duration;
+
+/// Bytes of the slabs holding class `block` (its block size).
+fn class_slab_bytes(store: &Store, block: u32) -> u64 {
+    let census = store.heap().census();
+    census
+        .classes
+        .iter()
+        .filter(|c| c.block_bytes == block)
+        .map(|c| c.slab_bytes)
+        .sum()
+}
+
+/// The block size of the class holding the most live bytes: the 300-byte values' class.
+fn busiest_class(store: &Store) -> u32 {
+    let census = store.heap().census();
+    census
+        .classes
+        .iter()
+        .max_by_key(|c| c.live_bytes)
+        .unwrap()
+        .block_bytes
+}
+
+fn fill(h: &StoreHandle, count: u32) {
+    for i in 0..count {
+        let value = vec![(i % 251) as u8; 300];
+        h.set(format!("key{i:06}").as_bytes(), &value, i, 0)
+            .unwrap();
+    }
+}
+
+#[test]
+fn sparse_slabs_empty_and_every_item_stays_the_same() {
+    let (_d, path) = common::heap_path("heap");
+    let store = Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    fill(&h, 20_000);
+    let block = busiest_class(&store);
+    // Three of every five keys go: every slab of the class is left about 40% full.
+    for i in (0..20_000u32).filter(|i| i % 5 >= 2) {
+        h.delete(format!("key{i:06}").as_bytes()).unwrap();
+    }
+    h.collect();
+    h.collect();
+    let kept: Vec<(u32, u64)> = (0..20_000u32)
+        .filter(|i| i % 5 < 2)
+        .map(|i| {
+            (
+                i,
+                h.get(format!("key{i:06}").as_bytes())
+                    .unwrap()
+                    .unwrap()
+                    .cas(),
+            )
+        })
+        .collect();
+    let before = class_slab_bytes(&store, block);
+
+    // The writer gives its sparse slabs up; the crawler's handle moves their items.
+    assert!(h.disown_sparse(PERCENT_DRAIN) > 10);
+    let mover = store.handle().unwrap();
+    let report = mover.compact(PERCENT_DRAIN);
+    assert!(
+        report.slabs > 10,
+        "the class's slabs are sparse: {report:?}"
+    );
+    assert!(
+        report.moved as usize > kept.len() / 2,
+        "most kept items lay in sparse slabs: {report:?} of {}",
+        kept.len()
+    );
+    mover.collect();
+    mover.collect();
+    let after = class_slab_bytes(&store, block);
+    assert!(
+        after * 10 <= before * 7,
+        "the class's slabs shrank from {before} to {after} bytes"
+    );
+    for (i, cas) in kept {
+        let item = h.get(format!("key{i:06}").as_bytes()).unwrap().unwrap();
+        assert_eq!(
+            item.value(),
+            &vec![(i % 251) as u8; 300][..],
+            "key{i:06}'s value"
+        );
+        assert_eq!(
+            (item.flags(), item.cas()),
+            (i, cas),
+            "key{i:06}'s flags and CAS token"
+        );
+    }
+    // A second pass finds the class dense: nothing left to move.
+    let again = mover.compact(PERCENT_DRAIN);
+    assert!(
+        again.moved * 20 <= report.moved,
+        "{again:?} after {report:?}"
+    );
+    drop((h, mover));
+    let check = store.check();
+    assert!(check.is_valid(), "{:#?}", check.problems);
+    assert_eq!(check.store.items, 8_000);
+}
+
+#[test]
+fn dense_slabs_are_left_alone() {
+    let (_d, path) = common::heap_path("heap");
+    let store = Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    fill(&h, 5_000);
+    // One of every five keys goes: the slabs stay 80% full, above any drain threshold.
+    for i in (0..5_000u32).filter(|i| i % 5 == 0) {
+        h.delete(format!("key{i:06}").as_bytes()).unwrap();
+    }
+    h.collect();
+    h.collect();
+    let report = h.compact(PERCENT_DRAIN);
+    assert_eq!(report.moved, 0, "{report:?}");
+}
+
+/// Writers shift sizes under a crawler that compacts every millisecond: moves race writes of
+/// the same keys, and every key ends with its last write, every move with the old item
+/// freed (the store checks clean).
+#[test]
+fn moves_racing_writers_lose_no_write() {
+    let (_d, path) = common::heap_path("heap");
+    let store = Store::open(&path, common::config()).unwrap();
+    let crawler = store.spawn_crawler(Duration::from_millis(1), Some(PERCENT_DRAIN));
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let h = store.handle().unwrap();
+                let mut last = vec![0u64; 1000];
+                for cycle in 0..24u64 {
+                    let len = 100 + (cycle % 4) as usize * 150;
+                    // Three of every five keys, a different three each cycle, take the
+                    // cycle's size: the last cycle's slabs are left 40% full.
+                    for i in (0..1000u64).filter(|i| cycle == 0 || (i + cycle) % 5 >= 2) {
+                        let mut value = vec![cycle as u8; len];
+                        value[..8].copy_from_slice(&cycle.to_le_bytes());
+                        h.set(format!("w{t}-{i}").as_bytes(), &value, 0, 0).unwrap();
+                        last[i as usize] = cycle;
+                    }
+                    h.disown_sparse(PERCENT_DRAIN);
+                    for (i, &cycle) in last.iter().enumerate() {
+                        let got = h.get(format!("w{t}-{i}").as_bytes()).unwrap().unwrap();
+                        assert_eq!(got.value()[..8], cycle.to_le_bytes(), "w{t}-{i}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    // Two more passes drain what the last cycle's disowning left.
+    let seen = crawler.passes();
+    while crawler.passes() < seen + 2 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let crawled = crawler.stop();
+    assert!(crawled.moved > 0, "the crawler moved items: {crawled:?}");
+    let h = store.handle().unwrap();
+    h.collect();
+    h.collect();
+    drop(h);
+    let report = store.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.store.items, 2000);
+}
