@@ -4,7 +4,8 @@
 //! `podkv` is a position-independent executable of some 15 MB of code. Its relative
 //! relocations (`.rela.dyn`, about 0.9 MB as RELA records) are read in full by the loader at
 //! every start, so their pages count in each server's proportional set size for as long as
-//! it runs; packed, they take about 9 KB. An idle `podkv serve` goes from 9.4 to 7.7 MiB PSS.
+//! it runs; packed, they take about 9 KB. An idle `podkv serve` goes from 8.0 to 7.1 MiB PSS
+//! (medians of three, docs/history/2026-11-26-size-shift.md).
 //!
 //! A linker that does not know the option would only warn, but a C library older than 2.36
 //! refuses a binary that needs it, so the option is used only when a probe linked with it

@@ -78,6 +78,12 @@ impl Backend {
         self.handle.flush_counters();
     }
 
+    /// One compaction pass of this worker's (`--drain`, `Handle::compact`): gives up its
+    /// sparse slabs and moves their items, and those of any disowned slab, into its own.
+    pub fn compact(&self, percent: u32) -> podkv_store::CompactReport {
+        self.handle.compact(percent)
+    }
+
     /// An item copied out of the heap, with the TTL of `expiry`.
     fn item(&self, guard: &Guard<'_, PodArena>, expiry: u32) -> Item {
         Item {

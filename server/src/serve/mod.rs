@@ -81,6 +81,14 @@ pub struct ServeArgs {
     /// podkv_limit_large_bytes).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub memory: Option<u64>,
+    /// Move the items of slabs at most this percent full to other slabs, so that they empty
+    /// and their memory goes back to the OS (0: never), as memcached's slab mover rescues
+    /// the items of a page. Each worker does it every 10 s, in the size classes whose sparse
+    /// slabs' items fit in two slabs fewer: after a size shift the old classes' slabs stay
+    /// half full, and morphing cannot reuse them.
+    #[arg(long, value_name = "PERCENT", default_value_t = podkv_store::compact::PERCENT_DRAIN,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub drain: u32,
     /// Most client connections at once; one more is answered `ERROR Too many open
     /// connections` and closed, as memcached does.
     #[arg(long, value_name = "N", default_value_t = 1024)]
@@ -161,6 +169,8 @@ pub struct Settings {
     pub limits: ProtocolLimits,
     /// SO_REUSEPORT.
     pub reuseport: bool,
+    /// `--drain`: percent in use at most of the slabs compacted (0: none).
+    pub drain: u32,
 }
 
 /// Runs `podkv serve` until SIGTERM/SIGINT.
@@ -191,7 +201,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let store = open_store(args)?;
-    let crawler: Crawler = store.spawn_crawler(Duration::from_secs(SECONDS_CRAWL));
+    let crawler: Crawler = store.spawn_crawler(Duration::from_secs(SECONDS_CRAWL), None);
     let settings = Settings {
         heap: args.heap.clone(),
         listen,
@@ -204,6 +214,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
             ..ProtocolLimits::default()
         },
         reuseport: args.reuseport,
+        drain: args.drain,
     };
     let shared = Arc::new(Shared {
         store,

@@ -227,6 +227,10 @@ impl Job {
                 }
             }
             tokio::task::spawn_local(publish_loop(backend.clone()));
+            let drain = backend.shared().settings.drain;
+            if drain > 0 {
+                tokio::task::spawn_local(compact_loop(backend.clone(), drain));
+            }
             tokio::task::spawn_local(inbox_loop(inbox, backend.clone()));
             let _ = ready.send(Ok(()));
             let _ = stop.wait_for(|stopped| *stopped).await;
@@ -301,6 +305,17 @@ async fn publish_loop(backend: Rc<Backend>) {
     loop {
         tick.tick().await;
         backend.publish();
+    }
+}
+
+/// Compacts every crawl interval (`--drain`): the worker gives up its sparse slabs (only the
+/// slot that owns a slab can) and moves their items into its own slabs of their classes,
+/// which it fills anyway; a mover of its own would hold a partly filled slab of every class.
+async fn compact_loop(backend: Rc<Backend>, percent: u32) {
+    let mut tick = tokio::time::interval(Duration::from_secs(super::SECONDS_CRAWL));
+    loop {
+        tick.tick().await;
+        backend.compact(percent);
     }
 }
 
