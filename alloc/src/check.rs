@@ -58,8 +58,6 @@ pub struct SlabHeapStats {
     pub max: u64,
     /// Slabs per state name.
     pub slabs_by_state: BTreeMap<&'static str, u64>,
-    /// How full each disowned slab is (read by `sparse.rs`: the slabs a mover may empty).
-    pub fills: Vec<crate::occupancy::SlabFill>,
     /// Per class (only classes with slabs).
     pub classes: BTreeMap<usize, ClassStats>,
     /// Bytes of live blocks (block sizes).
@@ -404,7 +402,7 @@ impl Walk<'_> {
             ));
         }
         self.report.heaps[heap.kind as usize].pending_blocks += u64::from(pending);
-        self.count_slab(heap, slab, state, meta, (free, count - pending));
+        self.count_slab(heap, state, meta, free, count - pending);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -444,7 +442,7 @@ impl Walk<'_> {
         ok
     }
 
-    fn count_slab(&mut self, heap: &SlabHeap, slab: u32, state: State, meta: Meta, (free, count): (u32, u32)) {
+    fn count_slab(&mut self, heap: &SlabHeap, state: State, meta: Meta, free: u32, count: u32) {
         let stats = &mut self.report.heaps[heap.kind as usize];
         *stats.slabs_by_state.entry(state_name(state)).or_default() += 1;
         stats.morphing += u64::from(meta.old != 0);
@@ -463,14 +461,6 @@ impl Walk<'_> {
         entry.live_blocks += u64::from(live);
         entry.free_blocks += u64::from(if state == State::Sized { free } else { 0 });
         entry.occupancy.add(live, heap.classes.count[class]);
-        if state == State::Disowned {
-            stats.fills.push(crate::occupancy::SlabFill {
-                slab,
-                class: class as u8,
-                live,
-                capacity: heap.classes.count[class],
-            });
-        }
         stats.live_blocks += u64::from(live);
         stats.live_bytes += u64::from(live) * u64::from(block);
     }

@@ -42,7 +42,7 @@
 //! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook; `thread/morph.rs` morphing and frees into morphing slabs; `thread/hooks.rs` the handle as a [`dcas::Writer`] and huge-heap thread |
 //! | [`heap`] | [`Heap`]: opening (its steps, `heap/open.rs`, [`Config`]), the public API over the components |
 //! | [`morph`] | a morphing slab's two sets in its bitset: which new blocks are blocked, which offsets are old blocks |
-//! | [`check`], [`occupancy`], [`census`], [`sparse`], [`crash`], [`stress`], [`api`] | the heap checker, slab occupancy bands, the slab-utilisation census and the sparse slabs worth draining over its walk, the named crash points, the stress drivers, `allocator_api2` |
+//! | [`check`], [`occupancy`], [`census`], [`sparse`], [`crash`], [`stress`], [`api`] | the heap checker, slab occupancy bands and the slab-utilisation census over its walk, the disowned slabs worth draining, the named crash points, the stress drivers, `allocator_api2` |
 //!
 //! # Where a change goes
 //! - **A slab transition** (a new state move, a change to when a slab is detached, kept or

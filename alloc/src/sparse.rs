@@ -12,12 +12,18 @@
 //! last free, whoever frees. The slabs named here are the disowned ones with at most
 //! `percent` of their blocks live (slabs given up at a slot's release included).
 //!
-//! A snapshot of a live heap (`Heap::check`'s walk): a slab may have emptied since. Acting on
+//! A snapshot of a live heap: a slab may have emptied since. Acting on
 //! it is only ever a wasted move, never a wrong one.
 
-use crate::check::HeapReport;
 use crate::class::Kind;
-use std::collections::BTreeSet;
+use crate::occupancy::SlabFill;
+use crate::pending::Pending;
+use crate::remote;
+use crate::shared::Shared;
+use crate::slab::State;
+use crate::slot::owner_pid;
+use podkv_hw::sync::Ordering::Acquire;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The slabs to drain, by heap; see the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -27,14 +33,53 @@ pub struct SparseSlabs {
 }
 
 impl SparseSlabs {
-    /// The disowned slabs to drain in `report`'s heap at `percent` live at most; `ranges` gives each
-    /// slab heap's first slab offset and slab shift, small heap first.
-    pub fn of_report(report: &HeapReport, percent: u32, ranges: [(u64, u32); 2]) -> SparseSlabs {
+    /// The disowned slabs of `shared`'s heap at most `percent` live. Reads every slab
+    /// descriptor and remote word, and the pending remote frees of claimed slots only: the
+    /// records of slots nobody holds are never touched (on a fresh tmpfs heap, reading one
+    /// would allocate its pages). Under SWcc a descriptor may be read stale: a slab named
+    /// wrongly costs a wasted move at most.
+    pub(crate) fn of_heap(shared: &Shared, percent: u32) -> SparseSlabs {
+        let mut pending: [BTreeMap<u32, u32>; 2] = Default::default();
+        for (i, owner) in shared.slots.owner_words().iter().enumerate() {
+            if owner_pid(owner.load(Acquire)) == 0 {
+                continue;
+            }
+            let word = shared.slots.slot(i as u64).pending.load(Acquire);
+            if let Some(batch) = Pending::unpack(word) {
+                *pending[batch.kind as usize].entry(batch.slab).or_default() += batch.count;
+            }
+        }
+        let mut fills: [Vec<SlabFill>; 2] = Default::default();
+        let mut ranges = [(0, 0); 2];
+        for kind in Kind::ALL {
+            let heap = *shared.slabs.get(kind);
+            ranges[kind as usize] = (heap.data_at, heap.shift);
+            for slab in 0..heap.len() {
+                let meta = heap.desc(slab).meta();
+                let class = usize::from(meta.class);
+                if meta.state != Some(State::Disowned) || class >= heap.classes.len {
+                    continue;
+                }
+                let count = remote::count(heap.remote(slab).load(Acquire));
+                let waiting = pending[kind as usize].get(&slab).copied().unwrap_or(0);
+                fills[kind as usize].push(SlabFill {
+                    slab,
+                    class: meta.class,
+                    live: count.saturating_sub(waiting),
+                    capacity: heap.classes.count[class],
+                });
+            }
+        }
+        SparseSlabs::of_fills(&fills, percent, ranges)
+    }
+
+    /// The slabs of `fills` (the disowned slabs of each slab heap, small first) at most
+    /// `percent` live; `ranges` gives each slab heap's first slab offset and slab shift.
+    pub fn of_fills(fills: &[Vec<SlabFill>; 2], percent: u32, ranges: [(u64, u32); 2]) -> SparseSlabs {
         let mut sparse = SparseSlabs::default();
         for kind in Kind::ALL {
             let (data_at, shift) = ranges[kind as usize];
-            let slabs = report.heaps[kind as usize]
-                .fills
+            let slabs = fills[kind as usize]
                 .iter()
                 .filter(|f| u64::from(f.live) * 100 <= u64::from(f.capacity) * u64::from(percent))
                 .map(|f| f.slab)
@@ -66,11 +111,9 @@ impl SparseSlabs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::occupancy::SlabFill;
 
-    fn report(fills: &[(u32, u8, u32)]) -> HeapReport {
-        let mut report = HeapReport::default();
-        report.heaps[0].fills = fills
+    fn fills(small: &[(u32, u8, u32)]) -> [Vec<SlabFill>; 2] {
+        let small = small
             .iter()
             .map(|&(slab, class, live)| SlabFill {
                 slab,
@@ -79,15 +122,15 @@ mod tests {
                 capacity: 100,
             })
             .collect();
-        report
+        [small, Vec::new()]
     }
 
     const RANGES: [(u64, u32); 2] = [(1 << 20, 16), (1 << 40, 19)];
 
     #[test]
     fn disowned_slabs_at_most_the_share_live_are_drained() {
-        let fills = [(0, 1, 50), (1, 1, 51), (3, 2, 0), (9, 2, 100)];
-        let sparse = SparseSlabs::of_report(&report(&fills), 50, RANGES);
+        let fills_in = [(0, 1, 50), (1, 1, 51), (3, 2, 0), (9, 2, 100)];
+        let sparse = SparseSlabs::of_fills(&fills(&fills_in), 50, RANGES);
         assert_eq!(sparse.len(), 2);
         let at = |slab: u64| (1 << 20) + (slab << 16) + 64;
         assert!(sparse.holds(at(0)) && sparse.holds(at(3)));
@@ -95,6 +138,6 @@ mod tests {
         assert!(!sparse.holds(at(2)), "a slab not disowned");
         assert!(!sparse.holds(at(3) + (1 << 40)), "an offset of the other heap");
         assert!(!sparse.holds(64), "an offset before both heaps");
-        assert!(SparseSlabs::of_report(&report(&[]), 50, RANGES).is_empty());
+        assert!(SparseSlabs::of_fills(&fills(&[]), 50, RANGES).is_empty());
     }
 }

@@ -455,15 +455,10 @@ impl Heap {
         crate::Census::of_report(&self.check())
     }
 
-    /// The slabs worth draining at `percent` of their blocks live at most (`sparse.rs`):
-    /// read-only, one walk over the slab metadata, as [`Heap::census`].
+    /// The disowned slabs worth draining at `percent` of their blocks live at most
+    /// (`sparse.rs`): read-only, one pass over the slab descriptors.
     pub fn sparse_slabs(&self, percent: u32) -> crate::SparseSlabs {
-        let report = HeapReport::walk(&self.shared, HeapReport::default());
-        let range = |kind| {
-            let heap = self.slab_heap(kind);
-            (heap.data_at, heap.shift)
-        };
-        crate::SparseSlabs::of_report(&report, percent, [range(Kind::Small), range(Kind::Large)])
+        crate::SparseSlabs::of_heap(&self.shared, percent)
     }
 
     /// Checks the huge heap, appending one line per violated invariant to `problems`.
