@@ -36,13 +36,11 @@ impl Occupancy {
     }
 }
 
-/// How full one slab holding a class is.
+/// How full one slab holding a class is (`sparse.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlabFill {
     /// The slab's index in its heap.
     pub slab: u32,
-    /// Its class's index in its heap.
-    pub class: u8,
     /// Live blocks.
     pub live: u32,
     /// Blocks of its class that fit in it.

@@ -64,7 +64,6 @@ impl SparseSlabs {
                 let waiting = pending[kind as usize].get(&slab).copied().unwrap_or(0);
                 fills[kind as usize].push(SlabFill {
                     slab,
-                    class: meta.class,
                     live: count.saturating_sub(waiting),
                     capacity: heap.classes.count[class],
                 });
@@ -75,7 +74,7 @@ impl SparseSlabs {
 
     /// The slabs of `fills` (the disowned slabs of each slab heap, small first) at most
     /// `percent` live; `ranges` gives each slab heap's first slab offset and slab shift.
-    pub fn of_fills(fills: &[Vec<SlabFill>; 2], percent: u32, ranges: [(u64, u32); 2]) -> SparseSlabs {
+    pub(crate) fn of_fills(fills: &[Vec<SlabFill>; 2], percent: u32, ranges: [(u64, u32); 2]) -> SparseSlabs {
         let mut sparse = SparseSlabs::default();
         for kind in Kind::ALL {
             let (data_at, shift) = ranges[kind as usize];
@@ -112,12 +111,11 @@ impl SparseSlabs {
 mod tests {
     use super::*;
 
-    fn fills(small: &[(u32, u8, u32)]) -> [Vec<SlabFill>; 2] {
+    fn fills(small: &[(u32, u32)]) -> [Vec<SlabFill>; 2] {
         let small = small
             .iter()
-            .map(|&(slab, class, live)| SlabFill {
+            .map(|&(slab, live)| SlabFill {
                 slab,
-                class,
                 live,
                 capacity: 100,
             })
@@ -129,7 +127,7 @@ mod tests {
 
     #[test]
     fn disowned_slabs_at_most_the_share_live_are_drained() {
-        let fills_in = [(0, 1, 50), (1, 1, 51), (3, 2, 0), (9, 2, 100)];
+        let fills_in = [(0, 50), (1, 51), (3, 0), (9, 100)];
         let sparse = SparseSlabs::of_fills(&fills(&fills_in), 50, RANGES);
         assert_eq!(sparse.len(), 2);
         let at = |slab: u64| (1 << 20) + (slab << 16) + 64;

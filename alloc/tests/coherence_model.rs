@@ -58,7 +58,6 @@ enum Kind {
 /// list against the sources).
 const SITES: &[(&str, Kind)] = &[
     ("alloc.check.invalidate", Kind::Swcc),
-    ("alloc.drain.release.write_back", Kind::Swcc),
     ("alloc.free_list.pop.cas", Kind::HookCas),
     ("alloc.free_list.push.cas", Kind::HookCas),
     ("alloc.global.back_cold.invalidate_desc", Kind::Swcc),

@@ -19,14 +19,12 @@
 //! A move never evicts: a copy with no room fails, and the item stays where it is.
 
 use crate::arena::Arena;
-use crate::buckets::Table;
 use crate::command::{Outcome, Step};
-use crate::index::{self, Memory};
-use crate::layout::COUNT_SEGMENT;
+use crate::maintain;
 use crate::writer::Parts;
 
-/// Share of its blocks live, in percent, at most, for a slab to be drained by the crawler's
-/// pass (`Map::spawn_crawler`): half, so that two slabs' items fit in one.
+/// Share of its blocks live, in percent, at most, for a slab to be drained by default
+/// (`podkv serve --drain`): half, so that two slabs' items fit in one.
 pub const PERCENT_DRAIN: u32 = 50;
 
 /// What one compaction pass did.
@@ -45,11 +43,8 @@ pub struct CompactReport {
 /// One pass: moves every visible item that lies in a slab worth draining at `percent` live
 /// at most (see the module docs). Nothing when the arena names no such slab.
 pub(crate) fn compact<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactReport {
-    let shared = p.shared();
-    // What the handle holds back (limbo, spares) would pin the slabs it gives up.
-    p.reclaim.collect_all();
-    let disowned = A::disown_sparse(&p.slot().thread, percent);
-    let Some(sparse) = shared.arena.sparse_slabs(percent) else {
+    let disowned = disown_sparse(p, percent);
+    let Some(sparse) = p.shared().arena.sparse_slabs(percent) else {
         return CompactReport::default();
     };
     let mut report = CompactReport {
@@ -60,39 +55,29 @@ pub(crate) fn compact<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactReport 
     if sparse.is_empty() {
         return report;
     }
-    let table = Table { reclaim: p.reclaim };
-    let count = 1u64 << shared.buckets_log2();
-    let mut found = Vec::new();
-    for bucket in 0..count {
-        if bucket % COUNT_SEGMENT == 0 && table.bucket(bucket, false).is_none() {
-            continue;
-        }
-        let _pin = p.pin();
-        let Some(word) = table.bucket(bucket, false).map(|w| table.load(w)) else {
-            continue;
-        };
-        if word == 0 {
-            continue;
-        }
-        found.clear();
-        index::owned(&table, bucket, word, |_, at| {
-            if sparse.holds(at) {
-                found.push(at);
-            }
-            true
-        });
-        for &at in &found {
+    maintain::each_bucket(
+        p.reclaim,
+        |at| sparse.holds(at),
+        |at| {
             if let Some(bytes) = move_item(p, at) {
                 report.moved += 1;
                 report.moved_bytes += bytes as u64;
             }
-        }
-    }
+        },
+    );
     if report.moved > 0 {
         // The items moved out are this handle's to free: now, so the slabs go back now.
         p.reclaim.collect_all();
     }
     report
+}
+
+/// The owner's half (`Handle::disown_sparse`): frees what the handle holds back (its
+/// reclaimable limbo and its spares, kept for rewrites of a size a shift no longer writes),
+/// which would pin the slabs it gives up, then gives up its sparse slabs; how many.
+pub(crate) fn disown_sparse<A: Arena>(p: Parts<'_, A>, percent: u32) -> u32 {
+    p.reclaim.collect_all();
+    A::disown_sparse(&p.slot().thread, percent)
 }
 
 /// Moves item `at` into a new block if it is still its key's visible item: its size if it

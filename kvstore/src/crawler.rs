@@ -1,6 +1,5 @@
 //! The background expiry crawler: one thread that runs a pass every `interval` until it is
-//! stopped (or dropped); a pass may also compact (`compact`). Started by `Map::spawn_crawler`,
-//! which gives it the pass to run.
+//! stopped (or dropped). Started by `Map::spawn_crawler`, which gives it the pass to run.
 
 use crate::maintain::CrawlReport;
 use podkv_hw::sync::mapped::{AtomicBool, AtomicU64, Ordering};
@@ -12,7 +11,6 @@ use std::time::Duration;
 pub struct Crawler {
     stop: Arc<AtomicBool>,
     passes: Arc<AtomicU64>,
-    moved: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<CrawlReport>>,
 }
 
@@ -26,8 +24,7 @@ impl Crawler {
     {
         let stop = Arc::new(AtomicBool::new(false));
         let passes = Arc::new(AtomicU64::new(0));
-        let moved = Arc::new(AtomicU64::new(0));
-        let (flag, count, count_moved) = (stop.clone(), passes.clone(), moved.clone());
+        let (flag, count) = (stop.clone(), passes.clone());
         let thread = std::thread::spawn(move || {
             let mut total = CrawlReport::default();
             let Some(mut pass) = start() else {
@@ -37,8 +34,6 @@ impl Crawler {
                 let done = pass();
                 total.visited += done.visited;
                 total.reclaimed += done.reclaimed;
-                total.moved += done.moved;
-                count_moved.fetch_add(done.moved, Ordering::Relaxed);
                 count.fetch_add(1, Ordering::Release);
                 std::thread::park_timeout(interval);
             }
@@ -47,7 +42,6 @@ impl Crawler {
         Crawler {
             stop,
             passes,
-            moved,
             thread: Some(thread),
         }
     }
@@ -55,11 +49,6 @@ impl Crawler {
     /// Passes completed so far.
     pub fn passes(&self) -> u64 {
         self.passes.load(Ordering::Acquire)
-    }
-
-    /// Items moved out of sparse slabs so far (a crawler that compacts).
-    pub fn moved(&self) -> u64 {
-        self.moved.load(Ordering::Relaxed)
     }
 
     /// Stops the crawler and returns what it did.

@@ -41,8 +41,6 @@ pub struct CrawlReport {
     pub visited: u64,
     /// Expired or flushed items removed.
     pub reclaimed: u64,
-    /// Items moved out of sparse slabs (a crawler that compacts: `Map::spawn_crawler`).
-    pub moved: u64,
 }
 
 /// Evicts until `used + size ≤ capacity`, or fails with out-of-memory when eviction is off
@@ -197,14 +195,37 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
 pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlReport {
     let mut report = CrawlReport::default();
     let shared = reclaim.slot().shared();
-    let count = 1u64 << shared.buckets_log2();
     let now = shared.now();
+    let (mut visited, mut reclaimed) = (0, 0);
+    each_bucket(
+        reclaim,
+        |at| {
+            shared.view().fresh_item(at);
+            visited += 1;
+            !shared.visible(at, now)
+        },
+        |at| reclaimed += u64::from(remove_exact(reclaim, buckets, at)),
+    );
+    (report.visited, report.reclaimed) = (visited, reclaimed);
+    buckets.flush_counters(reclaim.slot());
+    report
+}
+
+/// Walks every made bucket, pinned one bucket at a time: `pick` chooses among the items the
+/// bucket owns, then `act` runs on each item picked, still pinned (a pass's own changes to
+/// the bucket come after its read). The expiry crawl's and compaction's walk.
+pub(crate) fn each_bucket<A: Arena>(
+    reclaim: &Reclaim<A>,
+    mut pick: impl FnMut(u64) -> bool,
+    mut act: impl FnMut(u64),
+) {
+    let count = 1u64 << reclaim.slot().shared().buckets_log2();
     let table = Table { reclaim };
+    let mut picked = Vec::new();
     for bucket in 0..count {
         if bucket % COUNT_SEGMENT == 0 && table.bucket(bucket, false).is_none() {
             continue;
         }
-        let mut dead = Vec::new();
         let _pin = reclaim.pin();
         let Some(word) = table.bucket(bucket, false).map(|w| table.load(w)) else {
             continue;
@@ -212,18 +233,15 @@ pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlR
         if word == 0 {
             continue;
         }
+        picked.clear();
         index::owned(&table, bucket, word, |_, at| {
-            shared.view().fresh_item(at);
-            report.visited += 1;
-            if !shared.visible(at, now) {
-                dead.push(at);
+            if pick(at) {
+                picked.push(at);
             }
             true
         });
-        for at in dead {
-            report.reclaimed += u64::from(remove_exact(reclaim, buckets, at));
+        for &at in &picked {
+            act(at);
         }
     }
-    buckets.flush_counters(reclaim.slot());
-    report
 }

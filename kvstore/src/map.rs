@@ -201,19 +201,14 @@ impl<A: Arena> Map<A> {
         check::walk(&self.inner)
     }
 
-    /// Starts the expiry crawler on a background thread (its own handle and slot). With
-    /// `drain`, each pass then compacts ([`Handle::compact`] at that percent; see
-    /// [`compact::PERCENT_DRAIN`]).
-    pub fn spawn_crawler(&self, interval: Duration, drain: Option<u32>) -> Crawler {
+    /// Starts the expiry crawler on a background thread (its own handle and slot).
+    pub fn spawn_crawler(&self, interval: Duration) -> Crawler {
         let map = self.clone();
         Crawler::spawn(interval, move || {
             // No free slot: nothing to crawl with; `stop` reports zero passes.
             let h = map.handle().ok()?;
             Some(move || {
-                let mut pass = h.crawl();
-                if let Some(percent) = drain {
-                    pass.moved = h.compact(percent).moved;
-                }
+                let pass = h.crawl();
                 h.collect();
                 pass
             })
@@ -499,12 +494,8 @@ impl<A: Arena> Handle<A> {
     /// in use, of size classes whose such slabs' items fit in two slabs fewer, so that a
     /// compaction pass (any handle's, any process's) empties them; how many. A walk of this
     /// handle's own slab lists: cheap enough for a worker to call every few seconds.
-    ///
-    /// It first frees what the handle holds back: its reclaimable limbo and its spares (kept
-    /// for rewrites of the same size, which a size shift no longer makes), so that they
-    /// neither pin the slabs given up nor count as in use.
+    /// It first frees what the handle holds back (limbo, spares), which would pin them.
     pub fn disown_sparse(&self, percent: u32) -> u32 {
-        self.reclaim.collect_all();
-        A::disown_sparse(&self.reclaim.slot().thread, percent)
+        compact::disown_sparse(self.parts(), percent)
     }
 }

@@ -187,7 +187,12 @@ impl<'h, A: Arena> Parts<'h, A> {
         if let Some(at) = self.reclaim.take_spare(size) {
             return Ok(at);
         }
-        self.take_block(size)
+        // With no room the write loop makes some, unpinned (`room_after_oom`), for this size.
+        self.take_block(size).inspect_err(|e| {
+            if matches!(e, StoreError::OutOfMemory) {
+                self.writer.short.set(size);
+            }
+        })
     }
 
     /// A block of `size` bytes from the arena: [`allocate`](Self::allocate) without making
@@ -208,11 +213,7 @@ impl<'h, A: Arena> Parts<'h, A> {
                 len: size,
                 max: slot.shared().value_max(),
             }),
-            Err(AllocError::OutOfMemory) => {
-                // Room is made unpinned, by the write loop (`room_after_oom`).
-                self.writer.short.set(size);
-                Err(StoreError::OutOfMemory)
-            }
+            Err(AllocError::OutOfMemory) => Err(StoreError::OutOfMemory),
         }
     }
 
@@ -285,9 +286,7 @@ impl<'h, A: Arena> Parts<'h, A> {
     pub(crate) fn copy_item(self, from: u64) -> Result<u64, StoreError> {
         let view = self.shared().view();
         let (meta, key, value) = (view.meta(from), view.key(from), view.value(from));
-        let at = self
-            .take_block(SIZE_HEADER + key.len() + value.len())
-            .inspect_err(|_| self.writer.short.set(0))?;
+        let at = self.take_block(SIZE_HEADER + key.len() + value.len())?;
         self.write_new(at, &meta, key, &[value], value.len());
         Ok(at)
     }

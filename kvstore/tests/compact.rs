@@ -5,7 +5,8 @@ mod common;
 
 use podkv_store::compact::PERCENT_DRAIN;
 use podkv_store::{Store, StoreHandle};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Bytes of the slabs holding class `block` (its block size).
 fn class_slab_bytes(store: &Store, block: u32) -> u64 {
@@ -64,7 +65,7 @@ fn sparse_slabs_empty_and_every_item_stays_the_same() {
         .collect();
     let before = class_slab_bytes(&store, block);
 
-    // The writer gives its sparse slabs up; the crawler's handle moves their items.
+    // The writer gives its sparse slabs up; another handle moves their items.
     assert!(h.disown_sparse(PERCENT_DRAIN) > 10);
     let mover = store.handle().unwrap();
     let report = mover.compact(PERCENT_DRAIN);
@@ -125,14 +126,26 @@ fn dense_slabs_are_left_alone() {
     assert_eq!(report.moved, 0, "{report:?}");
 }
 
-/// Writers shift sizes under a crawler that compacts every millisecond: moves race writes of
+/// Writers shift sizes while another handle compacts without pause: moves race writes of
 /// the same keys, and every key ends with its last write, every move with the old item
 /// freed (the store checks clean).
 #[test]
 fn moves_racing_writers_lose_no_write() {
     let (_d, path) = common::heap_path("heap");
     let store = Store::open(&path, common::config()).unwrap();
-    let crawler = store.spawn_crawler(Duration::from_millis(1), Some(PERCENT_DRAIN));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mover = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let h = store.handle().unwrap();
+            let mut moved = 0;
+            // Passes until the writers are done, then one more for the last cycle's slabs.
+            while !stop.load(Ordering::Relaxed) {
+                moved += h.compact(PERCENT_DRAIN).moved;
+            }
+            moved + h.compact(PERCENT_DRAIN).moved
+        })
+    };
     let writers: Vec<_> = (0..2u64)
         .map(|t| {
             let store = store.clone();
@@ -161,13 +174,9 @@ fn moves_racing_writers_lose_no_write() {
     for w in writers {
         w.join().unwrap();
     }
-    // Two more passes drain what the last cycle's disowning left.
-    let seen = crawler.passes();
-    while crawler.passes() < seen + 2 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let crawled = crawler.stop();
-    assert!(crawled.moved > 0, "the crawler moved items: {crawled:?}");
+    stop.store(true, Ordering::Relaxed);
+    let moved = mover.join().unwrap();
+    assert!(moved > 0, "the mover moved items");
     let h = store.handle().unwrap();
     h.collect();
     h.collect();

@@ -3,7 +3,6 @@
 
 mod common;
 
-use podkv_store::compact::PERCENT_DRAIN;
 use podkv_store::{Clock, Store, StoreConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,8 +20,7 @@ fn writers_race_crawler_and_eviction() {
         ..common::config()
     };
     let store = Store::open(&path, config).unwrap();
-    // The crawler also compacts: its moves race the writers too.
-    let crawler = store.spawn_crawler(Duration::from_millis(1), Some(PERCENT_DRAIN));
+    let crawler = store.spawn_crawler(Duration::from_millis(1));
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = {
         let (time, stop) = (time.clone(), stop.clone());
@@ -44,10 +42,6 @@ fn writers_race_crawler_and_eviction() {
                         .unwrap();
                     h.set(format!("keep{t}").as_bytes(), &i.to_le_bytes(), 0, 0)
                         .unwrap();
-                    if i % 500 == 0 {
-                        // Give sparse slabs up for the crawler to drain, as a server worker does.
-                        h.disown_sparse(PERCENT_DRAIN);
-                    }
                     let g = h.get(format!("keep{t}").as_bytes()).unwrap();
                     assert!(
                         g.is_some_and(|g| g.value() == i.to_le_bytes()),

@@ -1,6 +1,5 @@
 //! [`Drainer`]: the owner gives up its sparse slabs of size classes that no longer fill them
-//! (`disown_sparse`), so that a mover (the store's compaction, `SparseSlabs`) can empty them;
-//! and a given-up slab that empties goes to the cold list (`release`).
+//! (`disown_sparse`), so that a mover (the store's compaction, `SparseSlabs`) can empty them.
 //!
 //! A slab on its owner's sized list takes back only the owner's frees: other slots' frees
 //! just count down its remote word, and their blocks come back when the owner has used up the
@@ -17,7 +16,8 @@
 //! only when its blocks are moved into fewer slabs.
 //!
 //! # Where a given-up slab goes
-//! The last free of a disowned slab takes it (`took_slab`). An empty slab normally stays
+//! The last free of a disowned slab takes it (`took_slab`, then `keep_or_release`, which
+//! knows the slab was given up). An empty slab normally stays
 //! near at hand, pages and all: on the taker's unsized list, else the warm global list, so
 //! the next slab costs no page faults. A disowned slab was given up on purpose (drained, or
 //! left by a released slot): it goes straight to the cold list, its pages released (rule 7),
@@ -32,7 +32,6 @@ use crate::crash_point;
 use crate::global::List;
 use crate::recovery::Op;
 use crate::slab::State;
-use crate::slabs::SlabHeap;
 use crate::slot::unpack_ends;
 use podkv_hw::sync::Ordering::Relaxed;
 use std::ops::Deref;
@@ -51,31 +50,6 @@ impl Deref for Drainer<'_> {
 }
 
 impl Drainer<'_> {
-    /// An empty slab this slot just took, in hand: released cold if it was `given_up`
-    /// (disowned), else kept or pushed as any empty slab (`keep_or_release`).
-    pub(super) fn keep_or_release(&self, heap: &SlabHeap, slab: u32, given_up: bool) {
-        match given_up {
-            true => self.release(heap, slab),
-            false => self.slabs().keep_or_release(heap, slab),
-        }
-    }
-
-    /// Pushes a given-up slab this slot took (in hand, unsized) on the cold list, its pages
-    /// released: logged as `push_global`'s cold push, and recovered as one.
-    fn release(&self, heap: &SlabHeap, slab: u32) {
-        if podkv_hw::site!("alloc.drain.release.write_back") {
-            self.slabs().write_back(heap.desc(slab));
-        }
-        self.next_ver();
-        self.log_step(Op::PushGlobal, heap, slab, 0, |s| {
-            s.from_list = false;
-            s.warm = false;
-        });
-        crash_point!("push_global.logged");
-        self.shared.lists.push(heap, slab, List::Cold, self.0);
-        crash_point!("push_global.pushed");
-    }
-
     /// Moves every slab of the warm global lists to the cold ones, pages released: a heap
     /// being drained wants its memory back, not kept for a quick reuse. Each slab is popped
     /// and pushed as `take_unsized` and `push_global` do, logged and recovered as theirs.
@@ -94,7 +68,7 @@ impl Drainer<'_> {
                 crash_point!("pop_global.popped");
                 heap.changed_hands(slab, self.coherence)
                     .set_meta(self.me, 0, State::Unsized);
-                self.release(&heap, slab);
+                self.slabs().keep_or_release(&heap, slab, true);
             }
         }
     }

@@ -197,7 +197,7 @@ impl Adopter<'_> {
         if popped {
             heap.desc(slab)
                 .set_meta(self.me, 0, State::Unsized);
-            self.slabs().push_global(heap, slab, false);
+            self.slabs().push_global(heap, slab, false, false);
         }
         InFlight::None
     }
@@ -258,7 +258,7 @@ impl Adopter<'_> {
             self.mine(head, ver) && dcas::payload(head.load(Acquire)) == slab + 1 || self.acked(ver);
         let still_listed = step.from_list && self.unsized_head(heap) == slab + 1;
         if !pushed && !still_listed {
-            self.slabs().push_global(heap, slab, false);
+            self.slabs().push_global(heap, slab, false, false);
         }
     }
 

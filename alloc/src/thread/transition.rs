@@ -45,7 +45,7 @@ impl SlabOwner<'_> {
         let given_up = desc.meta().state == Some(State::Disowned);
         desc.set_meta(self.me, 0, State::Unsized);
         crash_point!("took_slab.meta");
-        super::drain::Drainer(self.0).keep_or_release(heap, slab, given_up);
+        self.keep_or_release(heap, slab, given_up);
     }
 
     /// Whether the full head slab `slab` stays attached (sized, at the back of its list) while
@@ -188,19 +188,20 @@ impl SlabOwner<'_> {
         self.sized_unlink(heap, class, slab);
         heap.desc(slab).set_meta(self.me, 0, State::Unsized);
         crash_point!("to_unsized.meta");
-        self.keep_or_release(heap, slab);
+        self.keep_or_release(heap, slab, false);
     }
 
     /// Keeps an empty slab in hand on this slot's unsized list, or gives it to the global list
-    /// (its pages released) when the slot already keeps enough.
-    pub(super) fn keep_or_release(&self, heap: &SlabHeap, slab: u32) {
+    /// when the slot already keeps enough; a slab `given_up` (disowned: `thread/drain.rs`)
+    /// goes straight to the cold list, its pages released.
+    pub(super) fn keep_or_release(&self, heap: &SlabHeap, slab: u32, given_up: bool) {
         let lists = self.lists(heap.kind);
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
-        if count >= heap.count_keep_unsized {
+        if given_up || count >= heap.count_keep_unsized {
             if podkv_hw::site!("alloc.transition.release.write_back") {
                 self.write_back(heap.desc(slab));
             }
-            self.push_global(heap, slab, false);
+            self.push_global(heap, slab, false, given_up);
             return;
         }
         self.log_step(Op::Keep, heap, slab, 0, |_| {});
@@ -213,9 +214,9 @@ impl SlabOwner<'_> {
     }
 
     /// `unsized_to_free`: pushes a slab this slot holds (in hand, or the unsized list's head if
-    /// `from_list`) on the warm global list, else the cold one.
-    pub(super) fn push_global(&self, heap: &SlabHeap, slab: u32, from_list: bool) {
-        for list in List::ORDER {
+    /// `from_list`) on the warm global list, else (or if `cold`) the cold one.
+    pub(super) fn push_global(&self, heap: &SlabHeap, slab: u32, from_list: bool, cold: bool) {
+        for list in List::ORDER.into_iter().skip(usize::from(cold)) {
             self.next_ver();
             self.log_step(Op::PushGlobal, heap, slab, 0, |s| {
                 s.from_list = from_list;
@@ -260,7 +261,7 @@ impl SlabOwner<'_> {
                 crash_point!("pop_global.popped");
                 heap.changed_hands(slab, self.coherence).set_meta(self.me, 0, State::Unsized);
                 if list == List::Cold && lists.back_popped(heap, slab).is_err() {
-                    self.push_global(heap, slab, false);
+                    self.push_global(heap, slab, false, false);
                     return Err(AllocError::OutOfMemory);
                 }
                 return Ok((slab, false));
@@ -396,7 +397,7 @@ impl SlabOwner<'_> {
                 if podkv_hw::site!("alloc.transition.give_back.write_back") {
                     self.write_back(heap.desc(head - 1));
                 }
-                self.push_global(&heap, head - 1, true);
+                self.push_global(&heap, head - 1, true, false);
             }
         }
     }

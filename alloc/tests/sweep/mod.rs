@@ -36,7 +36,6 @@ pub const SCENARIOS: &[Scenario] = &[
             "alloc.thread.claim.invalidate_heads",
             "alloc.transition.free_detached.invalidate",
             "alloc.transition.disown.write_back",
-            "alloc.drain.release.write_back",
             "alloc.transition.free_remote_small.invalidate",
             "alloc.transition.give_back.write_back",
             "alloc.transition.release.write_back",

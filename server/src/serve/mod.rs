@@ -201,7 +201,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let store = open_store(args)?;
-    let crawler: Crawler = store.spawn_crawler(Duration::from_secs(SECONDS_CRAWL), None);
+    let crawler: Crawler = store.spawn_crawler(Duration::from_secs(SECONDS_CRAWL));
     let settings = Settings {
         heap: args.heap.clone(),
         listen,
