@@ -79,9 +79,16 @@ impl Backend {
     }
 
     /// One compaction pass of this worker's (`--drain`, `Handle::compact`): gives up its
-    /// sparse slabs and moves their items, and those of any disowned slab, into its own.
+    /// sparse slabs and moves their items, and those of any disowned slab, into its own;
+    /// counted in `stats` as memcached counts its slab mover's work.
     pub fn compact(&self, percent: u32) -> podkv_store::CompactReport {
-        self.handle.compact(percent)
+        let report = self.handle.compact(percent);
+        self.counters.add(Counter::SlabsMoved, report.disowned);
+        self.counters
+            .add(Counter::SlabReassignRescues, report.moved);
+        self.counters
+            .add(Counter::SlabReassignRescuedBytes, report.moved_bytes);
+        report
     }
 
     /// An item copied out of the heap, with the TTL of `expiry`.

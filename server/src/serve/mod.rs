@@ -83,12 +83,17 @@ pub struct ServeArgs {
     pub memory: Option<u64>,
     /// Move the items of slabs at most this percent full to other slabs, so that they empty
     /// and their memory goes back to the OS (0: never), as memcached's slab mover rescues
-    /// the items of a page. Each worker does it every 10 s, in the size classes whose sparse
-    /// slabs' items fit in two slabs fewer: after a size shift the old classes' slabs stay
-    /// half full, and morphing cannot reuse them.
+    /// the items of a page. Each worker does it every --drain-interval seconds, in the size
+    /// classes whose sparse slabs' items fit in two slabs fewer: after a size shift the old
+    /// classes' slabs stay half full, and morphing cannot reuse them. `stats` counts the
+    /// items moved (slab_reassign_rescues) and the slabs given up (slabs_moved).
     #[arg(long, value_name = "PERCENT", default_value_t = podkv_store::compact::PERCENT_DRAIN,
           value_parser = clap::value_parser!(u32).range(0..=100))]
     pub drain: u32,
+    /// Seconds between two compaction passes of a worker (--drain).
+    #[arg(long, value_name = "SECONDS", default_value_t = SECONDS_CRAWL,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub drain_interval: u64,
     /// Most client connections at once; one more is answered `ERROR Too many open
     /// connections` and closed, as memcached does.
     #[arg(long, value_name = "N", default_value_t = 1024)]
@@ -171,6 +176,8 @@ pub struct Settings {
     pub reuseport: bool,
     /// `--drain`: percent in use at most of the slabs compacted (0: none).
     pub drain: u32,
+    /// `--drain-interval`: seconds between a worker's compaction passes.
+    pub drain_interval: u64,
 }
 
 /// Runs `podkv serve` until SIGTERM/SIGINT.
@@ -215,6 +222,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         },
         reuseport: args.reuseport,
         drain: args.drain,
+        drain_interval: args.drain_interval,
     };
     let shared = Arc::new(Shared {
         store,

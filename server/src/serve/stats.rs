@@ -124,6 +124,13 @@ pub enum Counter {
     BytesWritten,
     /// Items stored by this process.
     TotalItems,
+    /// Sparse slabs this process's workers gave up to be drained (`--drain`): memcached's
+    /// count of slab pages its mover took.
+    SlabsMoved,
+    /// Items moved out of sparse slabs by this process's workers (`--drain`).
+    SlabReassignRescues,
+    /// Bytes of those items.
+    SlabReassignRescuedBytes,
 }
 
 /// Counters, in `stats` order, with their memcached names.
@@ -151,10 +158,16 @@ pub const COUNTERS: [(Counter, &str); COUNT_COUNTERS] = [
     (Counter::BytesRead, "bytes_read"),
     (Counter::BytesWritten, "bytes_written"),
     (Counter::TotalItems, "total_items"),
+    (Counter::SlabsMoved, "slabs_moved"),
+    (Counter::SlabReassignRescues, "slab_reassign_rescues"),
+    (
+        Counter::SlabReassignRescuedBytes,
+        "podkv_slab_reassign_rescued_bytes",
+    ),
 ];
 
 /// Number of [`Counter`]s.
-pub const COUNT_COUNTERS: usize = 23;
+pub const COUNT_COUNTERS: usize = 26;
 
 /// One worker's counters. Written only by that worker's thread; read by any.
 #[derive(Debug, Default)]
@@ -321,6 +334,9 @@ impl Shared {
         lines.push("inter", s.listen.ip());
         lines.push("verbosity", 0);
         lines.push("evictions", "on");
+        lines.push("slab_reassign", if s.drain > 0 { "yes" } else { "no" });
+        lines.push("podkv_drain_percent", s.drain);
+        lines.push("podkv_drain_interval", s.drain_interval);
         lines.push("num_threads", s.threads);
         lines.push("cas_enabled", "yes");
         lines.push("item_size_max", s.limits.max_item_size);

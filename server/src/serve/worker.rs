@@ -227,9 +227,8 @@ impl Job {
                 }
             }
             tokio::task::spawn_local(publish_loop(backend.clone()));
-            let drain = backend.shared().settings.drain;
-            if drain > 0 {
-                tokio::task::spawn_local(compact_loop(backend.clone(), drain));
+            if backend.shared().settings.drain > 0 {
+                tokio::task::spawn_local(compact_loop(backend.clone()));
             }
             tokio::task::spawn_local(inbox_loop(inbox, backend.clone()));
             let _ = ready.send(Ok(()));
@@ -308,11 +307,13 @@ async fn publish_loop(backend: Rc<Backend>) {
     }
 }
 
-/// Compacts every crawl interval (`--drain`): the worker gives up its sparse slabs (only the
-/// slot that owns a slab can) and moves their items into its own slabs of their classes,
+/// Compacts every `--drain-interval` (`--drain`): the worker gives up its sparse slabs (only
+/// the slot that owns a slab can) and moves their items into its own slabs of their classes,
 /// which it fills anyway; a mover of its own would hold a partly filled slab of every class.
-async fn compact_loop(backend: Rc<Backend>, percent: u32) {
-    let mut tick = tokio::time::interval(Duration::from_secs(super::SECONDS_CRAWL));
+async fn compact_loop(backend: Rc<Backend>) {
+    let settings = &backend.shared().settings;
+    let (percent, every) = (settings.drain, Duration::from_secs(settings.drain_interval));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
         tick.tick().await;
         backend.compact(percent);
