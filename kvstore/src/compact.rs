@@ -40,23 +40,65 @@ pub struct CompactReport {
     pub moved_bytes: u64,
 }
 
+/// A compaction pass walked in slices of buckets (`Handle::compact_begin`,
+/// `Handle::compact_slice`), so that a server's worker answers its clients between slices
+/// instead of stalling for a walk of the whole index.
+#[derive(Debug)]
+pub struct CompactPass {
+    /// The slabs to drain, named when the pass began; `None` once the pass is done. A slab
+    /// reused meanwhile costs wasted moves at most: a move copies the item unchanged.
+    sparse: Option<podkv_alloc::SparseSlabs>,
+    /// The next bucket to walk.
+    next: u64,
+    report: CompactReport,
+}
+
+impl CompactPass {
+    /// What the pass did so far.
+    pub fn report(&self) -> CompactReport {
+        self.report
+    }
+
+    /// Whether every bucket was walked (or there was nothing to drain).
+    pub fn is_done(&self) -> bool {
+        self.sparse.is_none()
+    }
+}
+
 /// One pass: moves every visible item that lies in a slab worth draining at `percent` live
 /// at most (see the module docs). Nothing when the arena names no such slab.
 pub(crate) fn compact<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactReport {
+    let mut pass = begin(p, percent);
+    while !slice(p, &mut pass, u64::MAX) {}
+    pass.report
+}
+
+/// Starts a pass: gives up this handle's sparse slabs, then names the slabs to drain.
+pub(crate) fn begin<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactPass {
     let disowned = disown_sparse(p, percent);
-    let Some(sparse) = p.shared().arena.sparse_slabs(percent) else {
-        return CompactReport::default();
-    };
-    let mut report = CompactReport {
-        disowned: u64::from(disowned),
-        slabs: sparse.len() as u64,
-        ..CompactReport::default()
-    };
-    if sparse.is_empty() {
-        return report;
+    let sparse = p.shared().arena.sparse_slabs(percent);
+    CompactPass {
+        report: CompactReport {
+            disowned: u64::from(disowned),
+            slabs: sparse.as_ref().map_or(0, |s| s.len() as u64),
+            ..CompactReport::default()
+        },
+        sparse: sparse.filter(|s| !s.is_empty()),
+        next: 0,
     }
-    maintain::each_bucket(
+}
+
+/// Walks `buckets` more buckets of `pass`, moving the items found in its slabs; whether the
+/// pass is done. The last slice frees the items moved out, so the slabs go back now.
+pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: u64) -> bool {
+    let Some(sparse) = &pass.sparse else {
+        return true;
+    };
+    let report = &mut pass.report;
+    let next = maintain::each_bucket_from(
         p.reclaim,
+        pass.next,
+        buckets,
         |at| sparse.holds(at),
         |at| {
             if let Some(bytes) = move_item(p, at) {
@@ -65,11 +107,16 @@ pub(crate) fn compact<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactReport 
             }
         },
     );
-    if report.moved > 0 {
-        // The items moved out are this handle's to free: now, so the slabs go back now.
-        p.reclaim.collect_all();
-    }
-    report
+    let Some(next) = next else {
+        pass.sparse = None;
+        if pass.report.moved > 0 {
+            // The items moved out are this handle's to free.
+            p.reclaim.collect_all();
+        }
+        return true;
+    };
+    pass.next = next;
+    false
 }
 
 /// The owner's half (`Handle::disown_sparse`): frees what the handle holds back (its

@@ -117,7 +117,7 @@ pub use kvmap::{KvHandle, KvMap, Recycling};
 pub use {
     arena::{Arena, PodArena},
     check::StoreReport,
-    compact::CompactReport,
+    compact::{CompactPass, CompactReport},
     config::{Clock, Eviction, StoreConfig, Table},
     maintain::CrawlReport,
     map::{Handle, Map},

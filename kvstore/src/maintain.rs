@@ -213,16 +213,31 @@ pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlR
 
 /// Walks every made bucket, pinned one bucket at a time: `pick` chooses among the items the
 /// bucket owns, then `act` runs on each item picked, still pinned (a pass's own changes to
-/// the bucket come after its read). The expiry crawl's and compaction's walk.
+/// the bucket come after its read). The expiry crawl's walk.
 pub(crate) fn each_bucket<A: Arena>(
     reclaim: &Reclaim<A>,
+    pick: impl FnMut(u64) -> bool,
+    act: impl FnMut(u64),
+) {
+    each_bucket_from(reclaim, 0, u64::MAX, pick, act);
+}
+
+/// [`each_bucket`] for at most `count` buckets from bucket `from`, as the table is now: the
+/// bucket to go on from, or `None` past the table's end. Compaction's walk, in slices: a
+/// table that doubles meanwhile splits some items to buckets past a slice already walked,
+/// which the next pass finds.
+pub(crate) fn each_bucket_from<A: Arena>(
+    reclaim: &Reclaim<A>,
+    from: u64,
+    count: u64,
     mut pick: impl FnMut(u64) -> bool,
     mut act: impl FnMut(u64),
-) {
-    let count = 1u64 << reclaim.slot().shared().buckets_log2();
+) -> Option<u64> {
+    let end = 1u64 << reclaim.slot().shared().buckets_log2();
+    let stop = from.saturating_add(count).min(end);
     let table = Table { reclaim };
     let mut picked = Vec::new();
-    for bucket in 0..count {
+    for bucket in from..stop {
         if bucket % COUNT_SEGMENT == 0 && table.bucket(bucket, false).is_none() {
             continue;
         }
@@ -244,4 +259,5 @@ pub(crate) fn each_bucket<A: Arena>(
             act(at);
         }
     }
+    (stop < end).then_some(stop)
 }

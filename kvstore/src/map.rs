@@ -12,7 +12,7 @@ use crate::arena::{Arena, PodArena};
 use crate::buckets::Buckets;
 use crate::check::{self, CheckReport, StoreReport};
 use crate::command::{Count, Counted, Delete, Mode, Outcome, Read, StoreExtra};
-use crate::compact::{self, CompactReport};
+use crate::compact::{self, CompactPass, CompactReport};
 use crate::config::StoreConfig;
 use crate::crawler::Crawler;
 use crate::kvmap::Recycling;
@@ -488,6 +488,19 @@ impl<A: Arena> Handle<A> {
     /// disowned slabs at most `percent` live, unchanged, so that they empty.
     pub fn compact(&self, percent: u32) -> CompactReport {
         compact::compact(self.parts(), percent)
+    }
+
+    /// Begins a [`compact`](Self::compact) pass to walk in slices
+    /// ([`compact_slice`](Self::compact_slice)): gives up this handle's sparse slabs and
+    /// names the slabs to drain.
+    pub fn compact_begin(&self, percent: u32) -> CompactPass {
+        compact::begin(self.parts(), percent)
+    }
+
+    /// Walks up to `buckets` more buckets of `pass`, moving the items of its slabs; whether
+    /// the pass is done. Between slices the handle serves as usual.
+    pub fn compact_slice(&self, pass: &mut CompactPass, buckets: u64) -> bool {
+        compact::slice(self.parts(), pass, buckets)
     }
 
     /// The owner's half of compaction: gives up this handle's sparse slabs at most `percent`

@@ -110,6 +110,63 @@ fn sparse_slabs_empty_and_every_item_stays_the_same() {
     assert_eq!(check.store.items, 8_000);
 }
 
+/// A pass walked in slices, with writes of the same keys between slices (as a server's
+/// worker answers its clients between them): it moves the items as a whole pass does, each
+/// key ends with its last write, and the store checks clean.
+#[test]
+fn a_pass_in_slices_moves_items_while_writes_go_on_between_slices() {
+    let (_d, path) = common::heap_path("heap");
+    let store = Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    fill(&h, 20_000);
+    for i in (0..20_000u32).filter(|i| i % 5 >= 2) {
+        h.delete(format!("key{i:06}").as_bytes()).unwrap();
+    }
+    h.collect();
+    h.collect();
+    let mut last: std::collections::HashMap<u32, u8> = (0..20_000u32)
+        .filter(|i| i % 5 < 2)
+        .map(|i| (i, (i % 251) as u8))
+        .collect();
+
+    assert!(h.disown_sparse(PERCENT_DRAIN) > 10);
+    let mover = store.handle().unwrap();
+    let mut pass = mover.compact_begin(PERCENT_DRAIN);
+    assert!(
+        pass.report().slabs > 10 && !pass.is_done(),
+        "{:?}",
+        pass.report()
+    );
+    let mut slices = 0u32;
+    while !mover.compact_slice(&mut pass, 256) {
+        slices += 1;
+        // A kept key rewritten between two slices, with a new byte.
+        let i = (slices * 37 % 8_000) / 2 * 5;
+        let byte = (slices % 200) as u8 + 1;
+        h.set(format!("key{i:06}").as_bytes(), &vec![byte; 300], i, 0)
+            .unwrap();
+        last.insert(i, byte);
+    }
+    let report = pass.report();
+    assert!(slices > 10, "a pass of many slices: {slices}");
+    assert!(
+        report.moved as usize > last.len() / 2,
+        "most kept items lay in sparse slabs: {report:?}"
+    );
+    for (i, byte) in &last {
+        let item = h.get(format!("key{i:06}").as_bytes()).unwrap().unwrap();
+        assert_eq!(
+            item.value(),
+            &vec![*byte; 300][..],
+            "key{i:06}'s last write"
+        );
+    }
+    drop((h, mover));
+    let check = store.check();
+    assert!(check.is_valid(), "{:#?}", check.problems);
+    assert_eq!(check.store.items, 8_000);
+}
+
 #[test]
 fn dense_slabs_are_left_alone() {
     let (_d, path) = common::heap_path("heap");

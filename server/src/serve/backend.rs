@@ -33,8 +33,8 @@
 
 use bytes::Bytes;
 use podkv_store::{
-    ttl_of, Count, Counted, Delete, Guard, Mode, Outcome, PodArena, Read, StoreError, StoreExtra,
-    StoreHandle,
+    ttl_of, CompactPass, Count, Counted, Delete, Guard, Mode, Outcome, PodArena, Read, StoreError,
+    StoreExtra, StoreHandle,
 };
 
 use crate::protocol::storage::{Item, ItemDebug, MetaItem, StatLines, Storage, Stored};
@@ -78,17 +78,26 @@ impl Backend {
         self.handle.flush_counters();
     }
 
-    /// One compaction pass of this worker's (`--drain`, `Handle::compact`): gives up its
-    /// sparse slabs and moves their items, and those of any disowned slab, into its own;
-    /// counted in `stats` as memcached counts its slab mover's work.
-    pub fn compact(&self, percent: u32) -> podkv_store::CompactReport {
-        let report = self.handle.compact(percent);
+    /// Begins a compaction pass of this worker's (`--drain`, `Handle::compact_begin`): gives
+    /// up its sparse slabs and names the disowned slabs (anyone's) to drain.
+    pub fn compact_begin(&self, percent: u32) -> CompactPass {
+        self.handle.compact_begin(percent)
+    }
+
+    /// Walks `buckets` more buckets of `pass`, moving items into this worker's slabs; whether
+    /// the pass is done. A done pass is counted in `stats` as memcached counts its slab
+    /// mover's work.
+    pub fn compact_slice(&self, pass: &mut CompactPass, buckets: u64) -> bool {
+        if !self.handle.compact_slice(pass, buckets) {
+            return false;
+        }
+        let report = pass.report();
         self.counters.add(Counter::SlabsMoved, report.disowned);
         self.counters
             .add(Counter::SlabReassignRescues, report.moved);
         self.counters
             .add(Counter::SlabReassignRescuedBytes, report.moved_bytes);
-        report
+        true
     }
 
     /// An item copied out of the heap, with the TTL of `expiry`.

@@ -28,6 +28,10 @@ use super::stats::Counter;
 use super::stats::Shared;
 use super::{metrics, ServeError};
 
+/// Buckets a compaction pass walks between two turns of the worker's other tasks (a walk of
+/// a whole index of millions of buckets would hold the worker's connections for seconds).
+const COUNT_DRAIN_SLICE: u64 = 4096;
+
 /// Bytes a read buffer has free before each read (memcached's read buffer is 16 KiB).
 const SIZE_READ_CHUNK: usize = 16 * 1024;
 /// Listen backlog (memcached's default `-b`).
@@ -310,13 +314,19 @@ async fn publish_loop(backend: Rc<Backend>) {
 /// Compacts every `--drain-interval` (`--drain`): the worker gives up its sparse slabs (only
 /// the slot that owns a slab can) and moves their items into its own slabs of their classes,
 /// which it fills anyway; a mover of its own would hold a partly filled slab of every class.
+/// The pass walks the index in slices of [`COUNT_DRAIN_SLICE`] buckets, answering the
+/// worker's connections between them.
 async fn compact_loop(backend: Rc<Backend>) {
     let settings = &backend.shared().settings;
     let (percent, every) = (settings.drain, Duration::from_secs(settings.drain_interval));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        backend.compact(percent);
+        let mut pass = backend.compact_begin(percent);
+        while !backend.compact_slice(&mut pass, COUNT_DRAIN_SLICE) {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
