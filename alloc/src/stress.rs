@@ -147,9 +147,11 @@ fn fill(heap: &Heap, t: &ThreadHandle, off: Offset, size: usize, seed: u64) {
     // SAFETY: the block has `size` bytes and is ours until pushed.
     let bytes = unsafe { std::slice::from_raw_parts_mut(t.resolve(off), size) };
     bytes[SIZE_NODE..].copy_from_slice(pattern(seed, size - SIZE_NODE));
+    // A new block, written whole: `write_back_new`, or under the model a block refilled where
+    // this cache last saw an aligned window of the same pattern would look clean.
     heap.geometry()
         .coherence
-        .write_back(t.resolve(off), size);
+        .write_back_new(t.resolve(off), size);
 }
 
 fn verify_and_free(heap: &Heap, t: &ThreadHandle, off: Offset) -> bool {

@@ -112,7 +112,7 @@ fn fill(heap: &Heap, t: &ThreadHandle, off: Offset, len: usize, tag: u8) {
     let at = t.resolve(off);
     // SAFETY: the block has `len` bytes and is this thread's.
     unsafe { std::ptr::write_bytes(at, tag, len) };
-    heap.geometry().coherence.write_back(at, len);
+    heap.geometry().coherence.write_back_new(at, len);
 }
 
 /// Whether block `off` holds `tag` throughout, read fresh (the SWcc reader rule).

@@ -42,7 +42,7 @@ fn fill(heap: &Heap, t: &ThreadHandle, off: Offset, byte: u8) {
     unsafe { std::ptr::write_bytes(t.resolve(off), byte, SIZE_BLOCK) };
     heap.geometry()
         .coherence
-        .write_back(t.resolve(off), SIZE_BLOCK);
+        .write_back_new(t.resolve(off), SIZE_BLOCK);
 }
 
 /// Whether block `off` holds `byte` throughout, read fresh (the SWcc reader rule).

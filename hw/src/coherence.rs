@@ -96,6 +96,20 @@ impl Coherence {
         }
     }
 
+    /// [`Coherence::write_back`] for `len` bytes at `ptr` that the caller has just stored, every
+    /// byte (a new block or object, written whole before it is handed over). Under the model
+    /// of non-coherent caches the lines are marked dirty first ([`crate::model::stored`]), as
+    /// the stores made them on real hardware: the model tells dirty lines by comparing them with
+    /// what this cache loaded, so a block refilled with the bytes it held when this cache last
+    /// loaded it would look clean, and memory would keep what another host wrote there since.
+    #[inline]
+    pub fn write_back_new(self, ptr: *const u8, len: usize) {
+        if self.is_swcc() {
+            crate::model::stored(ptr, len);
+            swcc::write_back(ptr, len);
+        }
+    }
+
     /// Drops any stale cached copy of `len` bytes at `ptr` before reading data another host
     /// owns: the SWcc reader rule. See [`swcc::invalidate`]. The range must be mapped. A no-op
     /// under `Hardware`.

@@ -176,8 +176,7 @@ impl View {
     /// otherwise look clean there, and rule 2a leans on memory holding every published byte.
     #[inline]
     pub fn write_back_new(self, at: u64, len: usize) {
-        podkv_hw::model::stored(self.ptr(at), len);
-        self.write_back(at, len);
+        self.coherence.write_back_new(self.ptr(at), len);
     }
 
     /// The heap's coherence mode.

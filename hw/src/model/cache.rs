@@ -27,10 +27,10 @@
 //! touch `base` addresses meanwhile, so a thread holding one never faults.
 //!
 //! # Lines written while they are moved
-//! Another thread of this process may store into a line while it is written back or reloaded.
-//! A write-back copies the line once and writes that copy both to memory and to the snapshot,
-//! so a store that came later still shows as dirty; a reload replaces each word by CAS from
-//! the value written back, so a store that came later is kept (it happened after the reload).
+//! Another thread of this process may store into a line while it is written back or reloaded:
+//! a write-back writes one copy to memory and snapshot (a later store still shows dirty); a
+//! reload CASes each word from the value written back (a later store is kept). A page dropped
+//! from the cache is closed (`PROT_NONE`) before its lines are written back.
 
 use super::file::{create_file, data_pages, filling, new_domain, set_filling, size_file};
 use crate::sync::mapped::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -379,13 +379,13 @@ impl HeapCache {
         for (i, page) in pages.clone().enumerate() {
             let was = self.hold(page);
             if was == FILLED {
+                let at = self.base + self.start + page * SIZE_PAGE;
+                // SAFETY: the cache page is ours. Closed first, so a thread storing into it (a
+                // huge block where a freed one is unmapped lazily now) waits, as with munmap.
+                unsafe { libc::mprotect(at as *mut _, SIZE_PAGE, libc::PROT_NONE) };
                 for line in 0..SIZE_PAGE / SIZE_LINE {
                     self.write_back_line(page, line);
                 }
-                let at = self.base + self.start + page * SIZE_PAGE;
-                // SAFETY: the cache page is ours; PROT_NONE makes the next touch fault and
-                // reload.
-                unsafe { libc::mprotect(at as *mut _, SIZE_PAGE, libc::PROT_NONE) };
             }
             if mapped && was != EMPTY {
                 next[i] = UNTOUCHED;
