@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 const ROLE: &str = "PODKV_SCENARIO_CHILD";
 
+#[path = "model_scenarios/descs.rs"]
+mod descs;
 #[path = "model_scenarios/fence.rs"]
 mod fence;
 #[path = "model_scenarios/morph.rs"]

@@ -69,6 +69,16 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
+        test: "descs::a_slots_next_holder_reads_the_huge_descriptors_its_last_holder_left",
+        env: &[],
+        sites: &[
+            "alloc.huge.allocate.invalidate_descs",
+            "alloc.huge.read.invalidate",
+            "alloc.huge.reclaim.write_back",
+        ],
+    },
+    Scenario {
+        binary: "model_scenarios",
         test: "slots_claiming_huge_ranges_at_once_never_share_one",
         env: &[],
         sites: &["alloc.huge.reserve.cas", "alloc.huge.unreserve.cas"],
