@@ -185,18 +185,29 @@ pub(crate) fn bucket_word<A: Arena>(shared: &Shared<A>, b: u64) -> Option<&Atomi
 
 /// Calls `f(tag, item)` for each entry of the object `word` names, while it returns true.
 #[inline]
-pub(crate) fn entries(view: View, word: u64, mut f: impl FnMut(u64, u64) -> bool) {
+pub(crate) fn entries(view: View, word: u64, f: impl FnMut(u64, u64) -> bool) {
+    entries_read(view, word, true, f);
+}
+
+/// [`entries`], making the object's lines fresh first only if `fresh` (false: the caller made
+/// them fresh under the epoch pin it still holds, and a published object does not change).
+#[inline]
+fn entries_read(view: View, word: u64, fresh: bool, mut f: impl FnMut(u64, u64) -> bool) {
     let at = index::object(word);
     if word & EMPTY != 0 || at == 0 {
         return;
     }
     if index::is_item(word) {
         // The tag only: whoever reads the key or value makes those lines fresh.
-        view.fresh_header(at);
+        if fresh {
+            view.fresh_header(at);
+        }
         f(view.tag(at), at);
         return;
     }
-    view.fresh_block(at);
+    if fresh {
+        view.fresh_block(at);
+    }
     for i in 0..view.block_len(at) {
         let (tag, item) = view.block_entry(at, i);
         if !f(tag, item) {
@@ -269,7 +280,7 @@ impl<A: Arena> Memory for Table<'_, A> {
             _ => item,
         };
         let (mut len, mut only) = (0usize, (0, 0));
-        entries(view, change.from, |tag, item| {
+        entries_read(view, change.from, !change.fresh, |tag, item| {
             if change.keeps(tag, item) {
                 len += 1;
                 only = (tag, swapped(item));
@@ -303,7 +314,8 @@ impl<A: Arena> Memory for Table<'_, A> {
         };
         view.write_block(at, len);
         let mut i = 0;
-        entries(view, change.from, |tag, item| {
+        // Fresh since the count above, under the same pin.
+        entries_read(view, change.from, false, |tag, item| {
             if change.keeps(tag, item) {
                 view.write_entry(at, i, (tag, swapped(item)));
                 i += 1;

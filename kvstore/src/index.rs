@@ -137,6 +137,10 @@ pub struct Change {
     pub drop: u64,
     /// `(tag, item)` to add.
     pub add: Option<(u64, u64)>,
+    /// The caller read `from`'s entries fresh (`Memory::entries`) under the epoch pin it
+    /// makes the new word in: `Memory::make` need not make them fresh again (a published
+    /// object is immutable until it is reclaimed, which the pin holds off).
+    pub fresh: bool,
 }
 
 impl Change {
@@ -149,6 +153,7 @@ impl Change {
             swap: None,
             drop: 0,
             add: None,
+            fresh: false,
         }
     }
 
