@@ -175,6 +175,8 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
         }
         let mut change = Change::of(w);
         change.drop = item;
+        // `find` read `w`'s entries fresh just now, under this pin.
+        change.fresh = true;
         let Ok(next) = index::make(&table, &change) else {
             return false;
         };
