@@ -47,6 +47,12 @@ pub struct SlabFill {
     pub capacity: u32,
 }
 
+/// Whether `live` of `capacity` blocks are at most `percent` of them: a slab sparse enough
+/// to give up (`thread/drain.rs`) or to drain (`sparse.rs`).
+pub fn at_most(live: u32, capacity: u32, percent: u32) -> bool {
+    u64::from(live) * 100 <= u64::from(capacity) * u64::from(percent)
+}
+
 /// The band of a slab with `live` of `capacity` blocks live.
 pub fn band(live: u32, capacity: u32) -> usize {
     let percent = 100 * u64::from(live) / u64::from(capacity.max(1));

@@ -16,7 +16,7 @@
 //! it is only ever a wasted move, never a wrong one.
 
 use crate::class::Kind;
-use crate::occupancy::SlabFill;
+use crate::occupancy::{self, SlabFill};
 use crate::pending::Pending;
 use crate::remote;
 use crate::shared::Shared;
@@ -80,7 +80,7 @@ impl SparseSlabs {
             let (data_at, shift) = ranges[kind as usize];
             let slabs = fills[kind as usize]
                 .iter()
-                .filter(|f| u64::from(f.live) * 100 <= u64::from(f.capacity) * u64::from(percent))
+                .filter(|f| occupancy::at_most(f.live, f.capacity, percent))
                 .map(|f| f.slab)
                 .collect();
             sparse.heaps[kind as usize] = (data_at, shift, slabs);

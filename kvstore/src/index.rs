@@ -157,6 +157,15 @@ impl Change {
         }
     }
 
+    /// [`Change::of`] a word whose entries the caller just read fresh (`find`) under the
+    /// epoch pin it makes the new word in ([`Change::fresh`]).
+    pub fn read(from: u64) -> Change {
+        Change {
+            fresh: true,
+            ..Change::of(from)
+        }
+    }
+
     /// Whether the entry `(tag, item)` of `from` survives.
     #[inline]
     pub fn keeps(&self, tag: u64, item: u64) -> bool {

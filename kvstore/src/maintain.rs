@@ -173,10 +173,8 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
         if index::find(&table, w, h, |at| at == item) == 0 {
             return false;
         }
-        let mut change = Change::of(w);
+        let mut change = Change::read(w);
         change.drop = item;
-        // `find` read `w`'s entries fresh just now, under this pin.
-        change.fresh = true;
         let Ok(next) = index::make(&table, &change) else {
             return false;
         };

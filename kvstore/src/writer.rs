@@ -413,9 +413,7 @@ impl<'h, A: Arena> Parts<'h, A> {
             });
             let visible =
                 (found != 0 && shared.visible_when(found, || shared.now())).then_some(found);
-            let mut change = Change::of(w);
-            // `find` read `w`'s entries fresh just now, under this pin.
-            change.fresh = true;
+            let mut change = Change::read(w);
             let (new, outcome) = match decide(visible)? {
                 Step::Keep(outcome) => return Ok(outcome),
                 Step::Put(new, outcome) => {

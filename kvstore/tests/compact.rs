@@ -38,21 +38,26 @@ fn fill(h: &StoreHandle, count: u32) {
     }
 }
 
-#[test]
-fn sparse_slabs_empty_and_every_item_stays_the_same() {
-    let (_d, path) = common::heap_path("heap");
-    let store = Store::open(&path, common::config()).unwrap();
-    let h = store.handle().unwrap();
-    fill(&h, 20_000);
-    let block = busiest_class(&store);
-    // Three of every five keys go: every slab of the class is left about 40% full.
+/// Fills 20,000 keys, then deletes three of every five (every slab of the values' class is
+/// left about 40% full) and collects what they freed; the keys kept.
+fn thinned(h: &StoreHandle) -> impl Iterator<Item = u32> {
+    fill(h, 20_000);
     for i in (0..20_000u32).filter(|i| i % 5 >= 2) {
         h.delete(format!("key{i:06}").as_bytes()).unwrap();
     }
     h.collect();
     h.collect();
-    let kept: Vec<(u32, u64)> = (0..20_000u32)
-        .filter(|i| i % 5 < 2)
+    (0..20_000u32).filter(|i| i % 5 < 2)
+}
+
+#[test]
+fn sparse_slabs_empty_and_every_item_stays_the_same() {
+    let (_d, path) = common::heap_path("heap");
+    let store = Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    let kept = thinned(&h);
+    let block = busiest_class(&store);
+    let kept: Vec<(u32, u64)> = kept
         .map(|i| {
             (
                 i,
@@ -118,16 +123,8 @@ fn a_pass_in_slices_moves_items_while_writes_go_on_between_slices() {
     let (_d, path) = common::heap_path("heap");
     let store = Store::open(&path, common::config()).unwrap();
     let h = store.handle().unwrap();
-    fill(&h, 20_000);
-    for i in (0..20_000u32).filter(|i| i % 5 >= 2) {
-        h.delete(format!("key{i:06}").as_bytes()).unwrap();
-    }
-    h.collect();
-    h.collect();
-    let mut last: std::collections::HashMap<u32, u8> = (0..20_000u32)
-        .filter(|i| i % 5 < 2)
-        .map(|i| (i, (i % 251) as u8))
-        .collect();
+    let mut last: std::collections::HashMap<u32, u8> =
+        thinned(&h).map(|i| (i, (i % 251) as u8)).collect();
 
     assert!(h.disown_sparse(PERCENT_DRAIN) > 10);
     let mover = store.handle().unwrap();
@@ -234,11 +231,6 @@ fn moves_racing_writers_lose_no_write() {
     stop.store(true, Ordering::Relaxed);
     let moved = mover.join().unwrap();
     assert!(moved > 0, "the mover moved items");
-    let h = store.handle().unwrap();
-    h.collect();
-    h.collect();
-    drop(h);
-    let report = store.check();
-    assert!(report.is_valid(), "{:#?}", report.problems);
+    let report = common::settled_check(&store);
     assert_eq!(report.store.items, 2000);
 }

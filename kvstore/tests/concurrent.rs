@@ -67,12 +67,7 @@ fn writers_race_crawler_and_eviction() {
         crawled.reclaimed > 0,
         "the crawler reclaimed expired items: {crawled:?}"
     );
-    let h = store.handle().unwrap();
-    h.collect();
-    h.collect();
-    drop(h);
-    let report = store.check();
-    assert!(report.is_valid(), "{:#?}", report.problems);
+    let report = common::settled_check(&store);
     assert!(report.store.item_bytes <= (4 << 20) + 64 * 1024);
     assert_eq!(
         report.store.items, 2,

@@ -35,12 +35,7 @@ fn eviction_keeps_usage_under_the_limit() {
     for t in threads {
         t.join().unwrap();
     }
-    let h = store.handle().unwrap();
-    h.collect();
-    h.collect();
-    drop(h);
-    let report = store.check();
-    assert!(report.is_valid(), "{:#?}", report.problems);
+    let report = common::settled_check(&store);
     let slack = 2 * 16 * 1024;
     assert!(
         report.store.item_bytes <= CAPACITY + slack,

@@ -240,12 +240,7 @@ fn crawler_reclaims_expired_and_check_is_clean() {
     let crawl = h.crawl();
     assert_eq!(crawl.reclaimed, 2500);
     drop(h);
-    let h = store.handle().unwrap();
-    h.collect();
-    h.collect();
-    drop(h);
-    let report = store.check();
-    assert!(report.is_valid(), "{:#?}", report.problems);
+    let report = common::settled_check(&store);
     assert_eq!(report.store.items, 2500);
     assert!(report.store.buckets_log2 > 10, "the table grew");
 }

@@ -26,48 +26,25 @@
 //! `disown_sparse` also cools the warm global lists: whatever emptied since the last one
 //! goes cold too.
 
-use super::ThreadHandle;
 use crate::class::Kind;
-use crate::crash_point;
 use crate::global::List;
-use crate::recovery::Op;
-use crate::slab::State;
+use crate::occupancy;
 use crate::slot::unpack_ends;
 use podkv_hw::sync::Ordering::Relaxed;
-use std::ops::Deref;
 
-/// A thread handle as the owner that gives its sparse slabs up.
-#[derive(Clone, Copy)]
-pub(super) struct Drainer<'a>(pub(super) &'a ThreadHandle);
-
-impl Deref for Drainer<'_> {
-    type Target = ThreadHandle;
-
-    #[inline]
-    fn deref(&self) -> &ThreadHandle {
-        self.0
-    }
+role! {
+    /// A thread handle as the owner that gives its sparse slabs up.
+    Drainer
 }
 
 impl Drainer<'_> {
     /// Moves every slab of the warm global lists to the cold ones, pages released: a heap
     /// being drained wants its memory back, not kept for a quick reuse. Each slab is popped
-    /// and pushed as `take_unsized` and `push_global` do, logged and recovered as theirs.
+    /// and pushed by the logged steps `take_unsized` and `push_global` use.
     fn cool_warm(&self) {
         for kind in Kind::ALL {
             let heap = *self.shared.slabs.get(kind);
-            loop {
-                self.next_ver();
-                let log = |slab: u32| {
-                    self.log_step(Op::PopGlobal, &heap, slab, 0, |s| s.warm = true);
-                    crash_point!("pop_global.logged");
-                };
-                let Some(slab) = self.shared.lists.pop(&heap, List::Warm, self.0, log) else {
-                    break;
-                };
-                crash_point!("pop_global.popped");
-                heap.changed_hands(slab, self.coherence)
-                    .set_meta(self.me, 0, State::Unsized);
+            while let Some(slab) = self.slabs().pop_global(&heap, List::Warm) {
                 self.slabs().keep_or_release(&heap, slab, true);
             }
         }
@@ -90,7 +67,7 @@ impl Drainer<'_> {
                 while link != 0 {
                     let desc = heap.desc(link - 1);
                     let in_use = capacity - desc.count_free(capacity);
-                    if desc.meta().old == 0 && u64::from(in_use) * 100 <= u64::from(capacity) * u64::from(percent) {
+                    if desc.meta().old == 0 && occupancy::at_most(in_use, capacity, percent) {
                         sparse.push(link - 1);
                         used += u64::from(in_use);
                     }

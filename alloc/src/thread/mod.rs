@@ -45,6 +45,8 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+#[macro_use]
+mod role;
 mod adopt;
 mod current;
 mod drain;
@@ -118,9 +120,8 @@ const _: () = assert!(
 );
 
 impl ThreadHandle {
-    /// Gives up this slot's sparse slabs at most `percent` in use, of size classes whose such
-    /// slabs fold into two fewer, so that moving their blocks out empties them
-    /// (`thread/drain.rs`); how many.
+    /// Gives up this slot's sparse slabs at most `percent` in use, of classes whose such slabs
+    /// fold into two fewer, so that moving their blocks out empties them (`drain.rs`); how many.
     pub fn disown_sparse(&self, percent: u32) -> u32 {
         drain::Drainer(self).disown_sparse(percent)
     }

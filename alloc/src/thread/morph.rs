@@ -36,7 +36,6 @@
 //! and with no old block left the morph ends (`unblock.ended`). Each write is idempotent, so
 //! recovery redoes them all from the offset, the CAS only unless it took effect.
 
-use super::ThreadHandle;
 use crate::crash_point;
 use crate::dcas;
 use crate::class::{is_block_start, Kind, COUNT_CLASSES_MAX, SHIFT_SMALL_SLAB, SMALL, SMALL_RECIP};
@@ -51,23 +50,14 @@ use podkv_hw::sync::{
     AtomicU64,
     Ordering::{Acquire, Relaxed},
 };
-use std::ops::Deref;
 
 /// Clear bits of a morphing slab's word its owner's free tests for a live new block before
 /// it counts the whole slab (`Morpher::live_in_word`).
 const COUNT_CLEAR_TRIED: u32 = 4;
 
-/// A thread handle as the owner of its slabs, morphing them and freeing into morphing ones.
-#[derive(Clone, Copy)]
-pub(super) struct Morpher<'a>(pub(super) &'a ThreadHandle);
-
-impl Deref for Morpher<'_> {
-    type Target = ThreadHandle;
-
-    #[inline]
-    fn deref(&self) -> &ThreadHandle {
-        self.0
-    }
+role! {
+    /// A thread handle as the owner of its slabs, morphing them and freeing into morphing ones.
+    Morpher
 }
 
 impl Morpher<'_> {

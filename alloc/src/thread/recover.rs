@@ -39,7 +39,6 @@ use podkv_hw::sync::{
     AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
-use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 /// What recovering one slot did.
@@ -61,16 +60,10 @@ pub struct Recovered {
     pub took_cpu: Duration,
 }
 
-/// The adopter of a dead slot, finishing the step its recovery word names: the slot's
-/// [`ThreadHandle`], now held by the adopting thread, seen through the recovery's methods.
-pub(super) struct Adopter<'a>(pub(super) &'a ThreadHandle);
-
-impl Deref for Adopter<'_> {
-    type Target = ThreadHandle;
-
-    fn deref(&self) -> &ThreadHandle {
-        self.0
-    }
+role! {
+    /// The adopter of a dead slot, finishing the step its recovery word names: the slot's
+    /// [`ThreadHandle`], now held by the adopting thread, seen through the recovery's methods.
+    Adopter
 }
 
 impl Adopter<'_> {

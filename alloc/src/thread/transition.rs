@@ -1,15 +1,15 @@
 //! The slab transitions of one thread slot (CXLALLOC §3.2, Fig. 4): the cold paths behind
-//! [`ThreadHandle::allocate`] and [`ThreadHandle::free`], each move named `a_to_b` after the
-//! states it joins (`slab.rs` has the states' table), logged before it is done and with a
-//! crash point in every window. The slot's own lists change by plain stores ordered so that,
-//! read forward from their heads, they are valid at every instant (`recover.rs` relies on it).
+//! [`crate::ThreadHandle::allocate`] and [`crate::ThreadHandle::free`], each move named
+//! `a_to_b` after the states it joins (`slab.rs` has the states' table), logged before it is
+//! done and with a crash point in every window. The slot's own lists change by plain stores
+//! ordered so that, read forward from their heads, they are valid at every instant
+//! (`recover.rs` relies on it).
 //!
 //! [`SlabOwner`] is the handle seen as the owner of its slabs; the handle's cold entry points
 //! (`allocate_generic`, `free_generic`, …) call in here with their attributes unchanged.
 
 use super::current::Current;
 use super::morph::Morpher;
-use super::ThreadHandle;
 use crate::slot::{pack_ends, unpack_ends};
 use crate::class::{is_block_start, Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_COUNT, SMALL_RECIP};
 use crate::pending::{Pending, COUNT_MAX};
@@ -19,19 +19,10 @@ use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
 use podkv_hw::sync::Ordering::{Acquire, Relaxed};
 use std::alloc::Layout;
-use std::ops::Deref;
 
-/// A thread handle as the owner of its slabs, making their transitions.
-#[derive(Clone, Copy)]
-pub(super) struct SlabOwner<'a>(pub(super) &'a ThreadHandle);
-
-impl Deref for SlabOwner<'_> {
-    type Target = ThreadHandle;
-
-    #[inline]
-    fn deref(&self) -> &ThreadHandle {
-        self.0
-    }
+role! {
+    /// A thread handle as the owner of its slabs, making their transitions.
+    SlabOwner
 }
 
 impl SlabOwner<'_> {
@@ -241,6 +232,20 @@ impl SlabOwner<'_> {
         }
     }
 
+    /// `free_to_unsized`: pops a slab off global list `list` for this slot (logged first),
+    /// unsized and this slot's; `None` when the list is empty.
+    pub(super) fn pop_global(&self, heap: &SlabHeap, list: List) -> Option<u32> {
+        self.next_ver();
+        let log = |slab: u32| {
+            self.log_step(Op::PopGlobal, heap, slab, 0, |s| s.warm = list.is_warm());
+            crash_point!("pop_global.logged");
+        };
+        let slab = self.shared.lists.pop(heap, list, self.0, log)?;
+        crash_point!("pop_global.popped");
+        heap.changed_hands(slab, self.coherence).set_meta(self.me, 0, State::Unsized);
+        Some(slab)
+    }
+
     /// An empty slab for this slot and whether it is still the unsized list's head: the
     /// unsized list's head, else one popped off the global free list (warm, then cold), else a
     /// new slab from growing the heap (extra grown slabs join the unsized list).
@@ -250,17 +255,9 @@ impl SlabOwner<'_> {
         if head != 0 {
             return Ok((head - 1, true));
         }
-        let lists = &self.shared.lists;
         for list in List::ORDER {
-            self.next_ver();
-            let log = |slab: u32| {
-                self.log_step(Op::PopGlobal, heap, slab, 0, |s| s.warm = list.is_warm());
-                crash_point!("pop_global.logged");
-            };
-            if let Some(slab) = lists.pop(heap, list, self.0, log) {
-                crash_point!("pop_global.popped");
-                heap.changed_hands(slab, self.coherence).set_meta(self.me, 0, State::Unsized);
-                if list == List::Cold && lists.back_popped(heap, slab).is_err() {
+            if let Some(slab) = self.pop_global(heap, list) {
+                if list == List::Cold && self.shared.lists.back_popped(heap, slab).is_err() {
                     self.push_global(heap, slab, false, false);
                     return Err(AllocError::OutOfMemory);
                 }

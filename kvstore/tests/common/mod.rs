@@ -55,6 +55,19 @@ fn shm() -> &'static Path {
     }
 }
 
+/// The store's check once a fresh handle has collected what the test's handles retired
+/// (twice: the epoch moves the two steps that make a retired item reclaimable), asserted
+/// valid.
+pub fn settled_check(store: &Store) -> podkv_store::CheckReport {
+    let h = store.handle().expect("a handle");
+    h.collect();
+    h.collect();
+    drop(h);
+    let report = store.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    report
+}
+
 /// A fresh store with a fake clock at `t0`.
 pub fn fake_store(t0: u64) -> (tempfile::TempDir, Store, Arc<AtomicU64>) {
     let (dir, path) = heap_path("heap");
