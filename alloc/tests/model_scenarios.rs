@@ -3,7 +3,9 @@
 //! `coherence_model.rs` does not reach or cannot see dropped. Each asserts an invariant
 //! another process can observe: the checker counts exactly the blocks another process left
 //! live; a block reads as its writer wrote it; a huge block another process maps is not
-//! reclaimed (and is once it unmapped), also when opens claim hazard records at once; slots
+//! reclaimed (and is once it unmapped), also when opens claim hazard records at once; a dead
+//! process's claimed record is empty for all, and a corrupted one shows to a checker
+//! (`hazards.rs`); slots
 //! claiming huge ranges at once never share one; a slot has one holder at a time (also in an
 //! `nmp` heap); a beating owner is never fenced, and a fence and the rejoin after it are read
 //! by every process (`fence.rs`); a remote freer reads a morph as its owner made it (`morph.rs`); a crashed holder's huge step is seen by a checker and
@@ -33,6 +35,8 @@ const ROLE: &str = "PODKV_SCENARIO_CHILD";
 mod descs;
 #[path = "model_scenarios/fence.rs"]
 mod fence;
+#[path = "model_scenarios/hazards.rs"]
+mod hazards;
 #[path = "model_scenarios/morph.rs"]
 mod morph;
 #[path = "model_scenarios/recovery.rs"]

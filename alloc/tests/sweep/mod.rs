@@ -63,6 +63,18 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
+        test: "hazards::a_dead_processs_record_is_empty_for_all_once_claimed",
+        env: &[],
+        sites: &["alloc.hazard.clear.write_back", "alloc.hazard.claim.cas"],
+    },
+    Scenario {
+        binary: "model_scenarios",
+        test: "hazards::a_checker_finds_a_record_another_process_corrupted",
+        env: &[],
+        sites: &["alloc.huge.check.invalidate_record"],
+    },
+    Scenario {
+        binary: "model_scenarios",
         test: "opens_at_once_hold_a_hazard_record_each",
         env: &[],
         sites: &["alloc.hazard.claim.cas", "alloc.hazard.release.cas"],
