@@ -4,11 +4,12 @@
 //! another process can observe: the checker counts exactly the blocks another process left
 //! live; a block reads as its writer wrote it; a huge block another process maps is not
 //! reclaimed (and is once it unmapped), also when opens claim hazard records at once; a dead
-//! process's claimed record is empty for all, and a corrupted one shows to a checker
-//! (`hazards.rs`); slots
+//! process's claimed record is empty for all, a corrupted one shows to a checker, and a
+//! process opening the heap again and again gives each record back (`hazards.rs`); slots
 //! claiming huge ranges at once never share one; a slot has one holder at a time (also in an
 //! `nmp` heap); a beating owner is never fenced, and a fence and the rejoin after it are read
-//! by every process (`fence.rs`); a remote freer reads a morph as its owner made it (`morph.rs`); a crashed holder's huge step is seen by a checker and
+//! by every process (`fence.rs`); a remote freer reads a morph as its owner made it, and a
+//! checker its end (`morph.rs`); a crashed holder's huge step is seen by a checker and
 //! recovered by another process, here or for a crashed host (`recovery.rs`). The reading
 //! process always loads the lines first, so a dropped write-back or invalidation leaves it a
 //! stale copy instead of a first touch that would hide it.

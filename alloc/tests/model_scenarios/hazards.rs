@@ -127,3 +127,46 @@ fn a_checker_finds_a_record_another_process_corrupted() {
     let after = heap.check();
     assert!(after.is_valid(), "check: {}", after.problems.join("; "));
 }
+
+/// A process that opens and closes the heap over and over, mapping a huge block each time,
+/// never runs out of hazard records: each close gives its record back (a hook CAS on the
+/// record's owner word), so the next open, here or in another process, finds it free. A
+/// release left in this process's cache leaves the word naming this live process in memory,
+/// and after 63 opens every record is taken.
+#[test]
+fn opening_and_closing_the_heap_again_and_again_never_runs_out_of_records() {
+    const TEST: &str =
+        "hazards::opening_and_closing_the_heap_again_and_again_never_runs_out_of_records";
+    if let Some(parts) = role(TEST) {
+        let off = Offset(parts[2].parse().unwrap());
+        for _ in 0..COUNT_HAZARD_RECORDS + 8 {
+            let heap = Heap::open(&parts[1], &config(4)).unwrap();
+            heap.resolve_checked(off, SIZE_HUGE as u64).unwrap();
+            assert!(holds(&heap, off, SIZE_HUGE, 0x6E), "the huge block torn");
+        }
+        return;
+    }
+    if other_role() {
+        return;
+    }
+    let (_dir, path, heap) = common::modelled_heap(&config(4));
+    let t = heap.thread().unwrap();
+    let off = t.allocate(layout(SIZE_HUGE)).unwrap();
+    fill(&heap, &t, off, SIZE_HUGE, 0x6E);
+    finish(spawn(TEST, &format!("{}|{}", path.display(), off.0)), "");
+    let report = heap.check();
+    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
+    assert_eq!(
+        report.huge.processes, 1,
+        "records held once the other process closed"
+    );
+    t.free(off);
+    t.collect_huge();
+    heap.collect_huge();
+    assert!(
+        heap.huge_allocation(off).is_none(),
+        "the block, unmapped everywhere, reclaimed"
+    );
+    drop(t);
+    common::assert_clean(&heap, "");
+}

@@ -137,3 +137,137 @@ fn another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked() {
     assert!(report.is_valid(), "check: {}", report.problems.join("; "));
     assert_eq!(report.live_blocks(), 0, "blocks left live");
 }
+
+const ROOT_ENDED: usize = 12;
+const ROOT_FREED_NEW: usize = 13;
+
+/// The owner's own frees of a morphed slab's old blocks, seen by another process. The owner
+/// morphs one slab (a few new blocks, so the slab stays sized: a detach would write the
+/// whole descriptor back), frees its lowest old blocks and allocates new blocks over the
+/// space they leave, which the other process frees. Then the owner frees every other old
+/// block (the morph ends; nothing in this process reads the descriptor again, which would
+/// write its dirty line back) and the other process counts the morphing slabs: none, or it
+/// read a stale mark (`alloc.morph.end.write_back`).
+///
+/// The old set the owner's frees change (`alloc.morph.unblock.write_back`) is read by no
+/// other process here: a remote free of a new block is an exact block of the class the
+/// slab's head names and skips the old set, and a slab that changes hands is written back
+/// whole first. The write-back keeps memory whole for a host that dies later.
+#[test]
+fn the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process() {
+    const TEST: &str =
+        "morph::the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process";
+    const OLD: usize = 48;
+    const NEW: usize = 100;
+    let morph_config = || Config {
+        morph: true,
+        huge_bytes: 0,
+        ..config(4)
+    };
+    if let Some(parts) = role(TEST) {
+        let heap = Heap::open(&parts[1], &morph_config()).unwrap();
+        let _ = heap.check();
+        heap.root(ROOT_OPEN).store(1, SeqCst);
+        let t = heap.thread().unwrap();
+        wait_for("the owner's new blocks", None, || {
+            heap.root(ROOT_GO).load(SeqCst) != 0
+        });
+        free_listed(&heap, &t, &format!("{}.a", parts[2]));
+        heap.root(ROOT_FREED_NEW).store(1, SeqCst);
+        wait_for("the owner's end of the morph", None, || {
+            heap.root(ROOT_ENDED).load(SeqCst) != 0
+        });
+        assert_eq!(
+            heap.check().heaps[0].morphing,
+            0,
+            "slabs morphing, as this process reads their descriptors"
+        );
+        return;
+    }
+    if other_role() {
+        return;
+    }
+    let (dir, path, heap) = common::modelled_heap(&morph_config());
+    let a = heap.thread().unwrap();
+    let small = *heap.slab_heap(podkv_alloc::Kind::Small);
+    let slab_of = |off: Offset| small.slab_of(off.0).unwrap().0;
+    let all: Vec<Offset> = (0..3000)
+        .map(|_| a.allocate(layout(OLD)).unwrap())
+        .collect();
+    let mut old = Vec::new();
+    for (i, off) in all.into_iter().enumerate() {
+        if i % 10 == 0 {
+            fill(&heap, &a, off, OLD, 0x41);
+            old.push(off);
+        } else {
+            a.free(off);
+        }
+    }
+    let list = dir.path().join("list");
+    let mut child = spawn(TEST, &format!("{}|{}", path.display(), list.display()));
+    wait_for("the child's look", Some(&mut child), || {
+        heap.root(ROOT_OPEN).load(SeqCst) != 0
+    });
+    // New blocks fill the slot's empty slab first; then a sparse old slab morphs.
+    let mut filler = Vec::new();
+    let slab = loop {
+        let off = a.allocate(layout(NEW)).unwrap();
+        filler.push(off);
+        if old.iter().any(|&o| slab_of(o) == slab_of(off)) {
+            break slab_of(off);
+        }
+        assert!(filler.len() < 5000, "no slab morphed");
+    };
+    let mut first = vec![filler.pop().unwrap()];
+    first.extend((1..40).map(|_| a.allocate(layout(NEW)).unwrap()));
+    assert!(
+        first.iter().all(|&off| slab_of(off) == slab),
+        "the first new blocks fill one morphed slab"
+    );
+    assert_eq!(heap.check().heaps[0].morphing, 1, "slabs morphing");
+    for &off in &first {
+        fill(&heap, &a, off, NEW, 0x42);
+    }
+    let (mut here, elsewhere): (Vec<Offset>, Vec<Offset>) =
+        old.into_iter().partition(|&off| slab_of(off) == slab);
+    here.sort();
+    // The lowest old blocks go; new blocks are taken over the space they leave.
+    let gone: Vec<Offset> = here.drain(..here.len() / 3).collect();
+    for &off in &gone {
+        a.free(off);
+    }
+    let over_gone = |off: Offset| {
+        gone.iter()
+            .any(|g| off.0 < g.0 + OLD as u64 && g.0 < off.0 + NEW as u64)
+    };
+    let mut theirs: Vec<(Offset, usize, u8)> = first.iter().map(|&off| (off, NEW, 0x42)).collect();
+    let mut over = 0;
+    for _ in 0..200 {
+        let off = a.allocate(layout(NEW)).unwrap();
+        assert_eq!(slab_of(off), slab, "a new block outside the morphed slab");
+        fill(&heap, &a, off, NEW, 0x43);
+        theirs.push((off, NEW, 0x43));
+        over += usize::from(over_gone(off));
+        if over == 8 {
+            break;
+        }
+    }
+    assert_eq!(over, 8, "new blocks over the freed old ones");
+    write_list(&list.with_extension("a"), &theirs);
+    heap.root(ROOT_GO).store(1, SeqCst);
+    wait_for("the child's frees", Some(&mut child), || {
+        heap.root(ROOT_FREED_NEW).load(SeqCst) != 0
+    });
+    for off in here {
+        a.free(off);
+    }
+    heap.root(ROOT_ENDED).store(1, SeqCst);
+    finish(child, "");
+    for off in elsewhere.into_iter().chain(filler) {
+        a.free(off);
+    }
+    drop(a);
+    let report = heap.check();
+    assert!(report.is_valid(), "check: {}", report.problems.join("; "));
+    assert_eq!(report.live_blocks(), 0, "blocks left live");
+}

@@ -75,6 +75,12 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
+        test: "hazards::opening_and_closing_the_heap_again_and_again_never_runs_out_of_records",
+        env: &[],
+        sites: &["alloc.hazard.release.cas", "alloc.hazard.clear.write_back"],
+    },
+    Scenario {
+        binary: "model_scenarios",
         test: "opens_at_once_hold_a_hazard_record_each",
         env: &[],
         sites: &["alloc.hazard.claim.cas", "alloc.hazard.release.cas"],
@@ -172,6 +178,15 @@ pub const SCENARIOS: &[Scenario] = &[
             "alloc.morph.free.invalidate",
             "alloc.morph.meta.write_back",
             "alloc.morph.old.write_back",
+            "alloc.morph.unblock.write_back",
+        ],
+    },
+    Scenario {
+        binary: "model_scenarios",
+        test: "morph::the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process",
+        env: &[],
+        sites: &[
+            "alloc.morph.end.write_back",
             "alloc.morph.unblock.write_back",
         ],
     },
