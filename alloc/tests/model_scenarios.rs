@@ -2,7 +2,8 @@
 //! aimed at write-back, invalidation and hook-CAS sites the stress workload of
 //! `coherence_model.rs` does not reach or cannot see dropped. Each asserts an invariant
 //! another process can observe: the checker counts exactly the blocks another process left
-//! live; a block reads as its writer wrote it; a huge block another process maps is not
+//! live; a block reads as its writer wrote it; a remote free of a block whose slab was
+//! re-sized since the freer looked is refused (`frees.rs`); a huge block another process maps is not
 //! reclaimed (and is once it unmapped), also when opens claim hazard records at once; a dead
 //! process's claimed record is empty for all, a corrupted one shows to a checker, and a
 //! process opening the heap again and again gives each record back (`hazards.rs`); slots
@@ -36,6 +37,8 @@ const ROLE: &str = "PODKV_SCENARIO_CHILD";
 mod descs;
 #[path = "model_scenarios/fence.rs"]
 mod fence;
+#[path = "model_scenarios/frees.rs"]
+mod frees;
 #[path = "model_scenarios/hazards.rs"]
 mod hazards;
 #[path = "model_scenarios/morph.rs"]

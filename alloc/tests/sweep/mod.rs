@@ -81,6 +81,12 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         binary: "model_scenarios",
+        test: "frees::a_remote_free_of_a_block_whose_slab_was_resized_since_is_refused",
+        env: &[],
+        sites: &["alloc.transition.free_remote_small.invalidate"],
+    },
+    Scenario {
+        binary: "model_scenarios",
         test: "opens_at_once_hold_a_hazard_record_each",
         env: &[],
         sites: &["alloc.hazard.claim.cas", "alloc.hazard.release.cas"],
