@@ -338,7 +338,7 @@ fn a_huge_block_another_process_maps_is_reclaimed_only_after_it_unmapped() {
 #[test]
 fn a_slot_has_one_holder_at_a_time() {
     const TEST: &str = "a_slot_has_one_holder_at_a_time";
-    const ROUNDS: u64 = 150;
+    const ROUNDS: u64 = 500;
     fn storm(heap: &Heap, seed: u64) {
         let threads: Vec<_> = (0..3)
             .map(|n| {
