@@ -16,6 +16,7 @@
 //!   (single writer each), `stats` groups and Prometheus text.
 //! - [`worker`]: threads, the accept loop, connections, idle timeout.
 //! - [`metrics`]: a minimal HTTP responder for `--metrics`.
+//! - [`text`]: once ready, the start-up code leaves the resident set.
 //!
 //! # Output
 //!
@@ -32,6 +33,7 @@
 pub mod backend;
 pub mod metrics;
 pub mod stats;
+pub mod text;
 pub mod worker;
 
 use std::net::{SocketAddr, ToSocketAddrs};
