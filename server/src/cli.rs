@@ -42,7 +42,8 @@ pub enum Command {
     ///
     /// Examples: `podkv ycsb --workload a --records 100000 --ops 1000000 --threads 4
     /// --target dashmap`; `podkv ycsb --workload cxlalloc-a --dry-run --dump-ops ops.txt`.
-    /// The load phase is untimed unless it is the only phase (--phase load).
+    /// The load phase is untimed unless it is the only phase (--phase load, or a workload with
+    /// no run-phase operations such as `load`).
     Ycsb(run_cli::YcsbCommand),
     /// Twitter cache traces: convert, summarise, generate.
     #[command(subcommand)]

@@ -132,6 +132,30 @@ fn loaded_records_are_all_found_by_reads() {
     assert_eq!(r["misses"], 0);
 }
 
+/// CXLALLOC's `load` has no run phase: `podkv ycsb --workload load` times its load phase,
+/// as `--phase load` does, instead of reporting a run of nothing.
+#[test]
+fn the_load_workload_times_its_load_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.ndjson");
+    podkv(&[
+        "ycsb",
+        "--workload",
+        "load",
+        "--records",
+        "3000",
+        "--threads",
+        "2",
+        "--target",
+        "dashmap",
+        "--json",
+        s(&json),
+    ]);
+    let r = &records(&json)[0];
+    assert_eq!(per_op(r, "insert"), 3000, "{r}");
+    assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+}
+
 #[test]
 fn process_local_targets_refuse_several_processes() {
     let out = run(&[

@@ -107,9 +107,16 @@ impl YcsbJob {
         }
     }
 
-    /// The phases, in order.
+    /// The phases, in order; the last one is timed. A workload with no run-phase operations
+    /// (CXLALLOC's `load`, `operationcount=0`) asked for both runs its load phase alone,
+    /// timed: a timed run phase of nothing would report 0 ops/s.
     pub fn phases(&self) -> Vec<podkv_ycsb::Phase> {
-        self.phase_arg().phases().to_vec()
+        let phases = self.phase_arg().phases();
+        let empty_run = || self.args().workload().is_ok_and(|w| w.operation_count == 0);
+        if phases == [podkv_ycsb::Phase::Load, podkv_ycsb::Phase::Run] && empty_run() {
+            return vec![podkv_ycsb::Phase::Load];
+        }
+        phases.to_vec()
     }
 }
 
