@@ -7,6 +7,61 @@ const ROOT_GO: usize = 8;
 const ROOT_FREED_A: usize = 9;
 const ROOT_GO_B: usize = 10;
 
+/// The block sizes of the morph scenarios: sparse slabs of the old class morph to the new.
+const OLD: usize = 48;
+const NEW: usize = 100;
+
+fn morph_config() -> Config {
+    Config {
+        morph: true,
+        huge_bytes: 0,
+        ..config(4)
+    }
+}
+
+/// Allocates `count` old-class blocks and frees all but every tenth, filled with `tag`: sparse
+/// slabs, ready to morph. Returns the blocks kept.
+fn sparse_old(heap: &Heap, t: &ThreadHandle, count: usize, tag: u8) -> Vec<Offset> {
+    let all: Vec<Offset> = (0..count)
+        .map(|_| t.allocate(layout(OLD)).unwrap())
+        .collect();
+    let mut old = Vec::new();
+    for (i, off) in all.into_iter().enumerate() {
+        if i % 10 == 0 {
+            fill(heap, t, off, OLD, tag);
+            old.push(off);
+        } else {
+            t.free(off);
+        }
+    }
+    old
+}
+
+/// The other process's start in a morph scenario (`parts`: its role): opens the heap, reads
+/// every descriptor (a check; the owner still holds its slot, so what this process sees of
+/// its slabs need not check clean yet), says so, takes a slot, waits for `ROOT_GO` and frees
+/// the blocks listed in `<list>.a`.
+fn look_then_free_listed(parts: &[String]) -> (Heap, ThreadHandle) {
+    let heap = Heap::open(&parts[1], &morph_config()).unwrap();
+    let _ = heap.check();
+    heap.root(ROOT_OPEN).store(1, SeqCst);
+    let t = heap.thread().unwrap();
+    wait_for("the owner's go", None, || {
+        heap.root(ROOT_GO).load(SeqCst) != 0
+    });
+    free_listed(&heap, &t, &format!("{}.a", parts[2]));
+    (heap, t)
+}
+
+/// Spawns the other process of morph scenario `test` and waits until it has looked.
+fn spawn_looker(test: &str, heap: &Heap, path: &std::path::Path, list: &std::path::Path) -> Child {
+    let mut child = spawn(test, &format!("{}|{}", path.display(), list.display()));
+    wait_for("the child's look", Some(&mut child), || {
+        heap.root(ROOT_OPEN).load(SeqCst) != 0
+    });
+    child
+}
+
 /// Writes `blocks` (offset, length, tag) to `path`, one a line, for the other process.
 fn write_list(path: &std::path::Path, blocks: &[(Offset, usize, u8)]) {
     let list: String = blocks
@@ -41,24 +96,8 @@ fn free_listed(heap: &Heap, t: &ThreadHandle, path: &str) {
 fn another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked() {
     const TEST: &str =
         "morph::another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked";
-    const OLD: usize = 48;
-    const NEW: usize = 100;
-    let morph_config = || Config {
-        morph: true,
-        huge_bytes: 0,
-        ..config(4)
-    };
     if let Some(parts) = role(TEST) {
-        let heap = Heap::open(&parts[1], &morph_config()).unwrap();
-        // Reads every descriptor (the owner still holds its slot, so what this process sees
-        // of its slabs need not check clean yet).
-        let _ = heap.check();
-        heap.root(ROOT_OPEN).store(1, SeqCst);
-        let t = heap.thread().unwrap();
-        wait_for("the owner's morph", None, || {
-            heap.root(ROOT_GO).load(SeqCst) != 0
-        });
-        free_listed(&heap, &t, &format!("{}.a", parts[2]));
+        let (heap, t) = look_then_free_listed(&parts);
         heap.root(ROOT_FREED_A).store(1, SeqCst);
         wait_for("the owner's own frees", None, || {
             heap.root(ROOT_GO_B).load(SeqCst) != 0
@@ -71,23 +110,9 @@ fn another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked() {
     }
     let (dir, path, heap) = common::modelled_heap(&morph_config());
     let a = heap.thread().unwrap();
-    let all: Vec<Offset> = (0..6000)
-        .map(|_| a.allocate(layout(OLD)).unwrap())
-        .collect();
-    let mut old = Vec::new();
-    for (i, off) in all.into_iter().enumerate() {
-        if i % 10 == 0 {
-            fill(&heap, &a, off, OLD, 0x31);
-            old.push(off);
-        } else {
-            a.free(off);
-        }
-    }
+    let old = sparse_old(&heap, &a, 6000, 0x31);
     let list = dir.path().join("list");
-    let mut child = spawn(TEST, &format!("{}|{}", path.display(), list.display()));
-    wait_for("the child's look", Some(&mut child), || {
-        heap.root(ROOT_OPEN).load(SeqCst) != 0
-    });
+    let mut child = spawn_looker(TEST, &heap, &path, &list);
     let small = *heap.slab_heap(podkv_alloc::Kind::Small);
     let before = heap.len(&small);
     let mut new: Vec<Offset> = (0..1200)
@@ -157,22 +182,8 @@ const ROOT_FREED_NEW: usize = 13;
 fn the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process() {
     const TEST: &str =
         "morph::the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process";
-    const OLD: usize = 48;
-    const NEW: usize = 100;
-    let morph_config = || Config {
-        morph: true,
-        huge_bytes: 0,
-        ..config(4)
-    };
     if let Some(parts) = role(TEST) {
-        let heap = Heap::open(&parts[1], &morph_config()).unwrap();
-        let _ = heap.check();
-        heap.root(ROOT_OPEN).store(1, SeqCst);
-        let t = heap.thread().unwrap();
-        wait_for("the owner's new blocks", None, || {
-            heap.root(ROOT_GO).load(SeqCst) != 0
-        });
-        free_listed(&heap, &t, &format!("{}.a", parts[2]));
+        let (heap, _t) = look_then_free_listed(&parts);
         heap.root(ROOT_FREED_NEW).store(1, SeqCst);
         wait_for("the owner's end of the morph", None, || {
             heap.root(ROOT_ENDED).load(SeqCst) != 0
@@ -191,23 +202,9 @@ fn the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process() {
     let a = heap.thread().unwrap();
     let small = *heap.slab_heap(podkv_alloc::Kind::Small);
     let slab_of = |off: Offset| small.slab_of(off.0).unwrap().0;
-    let all: Vec<Offset> = (0..3000)
-        .map(|_| a.allocate(layout(OLD)).unwrap())
-        .collect();
-    let mut old = Vec::new();
-    for (i, off) in all.into_iter().enumerate() {
-        if i % 10 == 0 {
-            fill(&heap, &a, off, OLD, 0x41);
-            old.push(off);
-        } else {
-            a.free(off);
-        }
-    }
+    let old = sparse_old(&heap, &a, 3000, 0x41);
     let list = dir.path().join("list");
-    let mut child = spawn(TEST, &format!("{}|{}", path.display(), list.display()));
-    wait_for("the child's look", Some(&mut child), || {
-        heap.root(ROOT_OPEN).load(SeqCst) != 0
-    });
+    let mut child = spawn_looker(TEST, &heap, &path, &list);
     // New blocks fill the slot's empty slab first; then a sparse old slab morphs.
     let mut filler = Vec::new();
     let slab = loop {
