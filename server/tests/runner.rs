@@ -156,6 +156,28 @@ fn the_load_workload_times_its_load_phase() {
     assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
 }
 
+/// A timed phase of no operations says so instead of printing rates of nothing.
+#[test]
+fn a_run_of_no_operations_prints_no_rates() {
+    let out = run(&[
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "100",
+        "--ops",
+        "0",
+        "--phase",
+        "run",
+        "--target",
+        "dashmap",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no operations timed"), "{text}");
+    assert!(!text.contains("ops/s"), "{text}");
+}
+
 #[test]
 fn process_local_targets_refuse_several_processes() {
     let out = run(&[

@@ -326,13 +326,21 @@ impl RunRecord {
             "{} {} on {}: {} processes × {} threads, {} phase",
             self.kind, self.workload, self.target, self.processes, self.threads, self.phase
         );
+        // Rates of no operations would be noise divided by one.
+        let rates = if self.ops == 0 {
+            "no operations timed (the phase had none)".to_owned()
+        } else {
+            format!(
+                "{} ops in {:.3} s = {:.0} ops/s ({:.1} ns/op per worker, {:.1} CPU ns/op)",
+                self.ops,
+                self.seconds,
+                self.ops_per_sec,
+                self.ns_per_op_per_worker(),
+                self.cpu_ns_per_op,
+            )
+        };
         println!(
-            "  {} ops in {:.3} s = {:.0} ops/s ({:.1} ns/op per worker, {:.1} CPU ns/op); pss {}, {} page faults{}",
-            self.ops,
-            self.seconds,
-            self.ops_per_sec,
-            self.ns_per_op_per_worker(),
-            self.cpu_ns_per_op,
+            "  {rates}; pss {}, {} page faults{}",
             human_bytes(self.pss_bytes),
             self.page_faults,
             self.hwcc_bytes
