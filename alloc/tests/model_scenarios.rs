@@ -87,6 +87,14 @@ fn spawn(test: &str, spec: &str) -> Child {
         .unwrap()
 }
 
+/// Spawns this test's child with `spec` and waits until it set root word `root` of `heap`
+/// (`what` it did, for a timeout's message).
+fn spawn_until(test: &str, spec: &str, heap: &Heap, root: usize, what: &str) -> Child {
+    let mut child = spawn(test, spec);
+    wait_for(what, Some(&mut child), || heap.root(root).load(SeqCst) != 0);
+    child
+}
+
 /// Waits (generously: two cores, load 10) until `done`, failing if `child` ends first.
 fn wait_for(what: &str, child: Option<&mut Child>, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
@@ -277,10 +285,13 @@ fn a_huge_block_another_process_maps_is_reclaimed_only_after_it_unmapped() {
         return;
     }
     let (_dir, path, heap) = common::modelled_heap(&config(4));
-    let mut child = spawn(TEST, &path.display().to_string());
-    wait_for("the child's open", Some(&mut child), || {
-        is_set(&heap, ROOT_OPEN)
-    });
+    let mut child = spawn_until(
+        TEST,
+        &path.display().to_string(),
+        &heap,
+        ROOT_OPEN,
+        "the child's open",
+    );
     let t = heap.thread().unwrap();
     // Free a first block: its reclaim reads every live process's record (the child's, empty).
     let first = t.allocate(layout(SIZE_HUGE)).unwrap();

@@ -7,9 +7,10 @@ const ROOT_RESIZED: usize = 25;
 
 /// Another process checks the heap while the owner's slab serves 48-byte blocks (its cache
 /// now holds the slab's head). The owner frees them all, lets its slot go, and takes the
-/// slab again for 64-byte blocks. The other process then frees an old 48-byte block's offset, which is no block of
-/// the slab any more: the free must be refused. A freer that trusts the class its cache holds
-/// counts it on the slab's remote word, for a block that does not exist.
+/// slab again for 64-byte blocks. The other process then frees an old 48-byte block's
+/// offset, which is no block of the slab any more: the free must be refused. A freer that
+/// trusts the class its cache holds counts it on the slab's remote word, for a block that
+/// does not exist.
 #[test]
 fn a_remote_free_of_a_block_whose_slab_was_resized_since_is_refused() {
     const TEST: &str = "frees::a_remote_free_of_a_block_whose_slab_was_resized_since_is_refused";
@@ -48,10 +49,8 @@ fn a_remote_free_of_a_block_whose_slab_was_resized_since_is_refused() {
             s == slab && in_slab % 64 != 0
         })
         .unwrap();
-    let mut child = spawn(TEST, &format!("{}|{}", path.display(), bad.0));
-    wait_for("the other process's look", Some(&mut child), || {
-        heap.root(ROOT_LOOKED).load(SeqCst) != 0
-    });
+    let spec = format!("{}|{}", path.display(), bad.0);
+    let child = spawn_until(TEST, &spec, &heap, ROOT_LOOKED, "the other process's look");
     for &off in &old {
         t.free(off);
     }

@@ -3,14 +3,11 @@
 //! another process corrupted since it last looked.
 
 use super::*;
-use podkv_alloc::hazard::{COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
+use podkv_alloc::hazard::{HazardRecord, COUNT_HAZARD_RECORDS, SIZE_HAZARD_RECORD};
 
 const ROOT_DEAD_MAPPED: usize = 20;
 const ROOT_CLAIMED: usize = 21;
 const ROOT_DONE: usize = 22;
-
-/// Byte offset of a record's first cell (after two reserved words and `high`).
-const AT_CELLS: u64 = 24;
 
 /// A process maps the owner's huge block and is killed with it mapped; its record then
 /// counts for nobody. A new process takes that record (every other one is held: a third
@@ -56,10 +53,13 @@ fn a_dead_processs_record_is_empty_for_all_once_claimed() {
     let off = t.allocate(layout(SIZE_HUGE)).unwrap();
     fill(&heap, &t, off, SIZE_HUGE, 0x5D);
     heap.root(ROOT_BLOCKS).store(off.0, SeqCst);
-    let mut mapper = spawn(TEST, &format!("{path}|map"));
-    wait_for("the mapping", Some(&mut mapper), || {
-        heap.root(ROOT_DEAD_MAPPED).load(SeqCst) != 0
-    });
+    let mut mapper = spawn_until(
+        TEST,
+        &format!("{path}|map"),
+        &heap,
+        ROOT_DEAD_MAPPED,
+        "the mapping",
+    );
     mapper.kill().unwrap();
     mapper.wait().unwrap();
     let mut filler = common::child(TEST, ROLE, &format!("{TEST}|{path}|fill"))
@@ -98,7 +98,9 @@ fn a_checker_finds_a_record_another_process_corrupted() {
     const RECORD: u64 = COUNT_HAZARD_RECORDS - 1;
     let cell = |heap: &Heap, value: u64| {
         let at = heap.geometry().layout().huge_hazard + RECORD * SIZE_HAZARD_RECORD;
-        let word = heap.resolve(Offset(at + AT_CELLS + 8 * 3));
+        let word = heap.resolve(Offset(
+            at + std::mem::offset_of!(HazardRecord, cells) as u64 + 8 * 3,
+        ));
         // SAFETY: a word of the last hazard record, in the heap's metadata (mapped while the
         // heap is); nobody claims that record in this scenario.
         unsafe { (*(word as *const AtomicU64)).store(value, SeqCst) };

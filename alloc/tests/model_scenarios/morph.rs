@@ -53,15 +53,6 @@ fn look_then_free_listed(parts: &[String]) -> (Heap, ThreadHandle) {
     (heap, t)
 }
 
-/// Spawns the other process of morph scenario `test` and waits until it has looked.
-fn spawn_looker(test: &str, heap: &Heap, path: &std::path::Path, list: &std::path::Path) -> Child {
-    let mut child = spawn(test, &format!("{}|{}", path.display(), list.display()));
-    wait_for("the child's look", Some(&mut child), || {
-        heap.root(ROOT_OPEN).load(SeqCst) != 0
-    });
-    child
-}
-
 /// Writes `blocks` (offset, length, tag) to `path`, one a line, for the other process.
 fn write_list(path: &std::path::Path, blocks: &[(Offset, usize, u8)]) {
     let list: String = blocks
@@ -112,7 +103,8 @@ fn another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked() {
     let a = heap.thread().unwrap();
     let old = sparse_old(&heap, &a, 6000, 0x31);
     let list = dir.path().join("list");
-    let mut child = spawn_looker(TEST, &heap, &path, &list);
+    let spec = format!("{}|{}", path.display(), list.display());
+    let mut child = spawn_until(TEST, &spec, &heap, ROOT_OPEN, "the child's look");
     let small = *heap.slab_heap(podkv_alloc::Kind::Small);
     let before = heap.len(&small);
     let mut new: Vec<Offset> = (0..1200)
@@ -204,7 +196,8 @@ fn the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process() {
     let slab_of = |off: Offset| small.slab_of(off.0).unwrap().0;
     let old = sparse_old(&heap, &a, 3000, 0x41);
     let list = dir.path().join("list");
-    let mut child = spawn_looker(TEST, &heap, &path, &list);
+    let spec = format!("{}|{}", path.display(), list.display());
+    let mut child = spawn_until(TEST, &spec, &heap, ROOT_OPEN, "the child's look");
     // New blocks fill the slot's empty slab first; then a sparse old slab morphs.
     let mut filler = Vec::new();
     let slab = loop {

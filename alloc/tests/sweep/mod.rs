@@ -65,7 +65,7 @@ pub const SCENARIOS: &[Scenario] = &[
         binary: "model_scenarios",
         test: "hazards::a_dead_processs_record_is_empty_for_all_once_claimed",
         env: &[],
-        sites: &["alloc.hazard.clear.write_back", "alloc.hazard.claim.cas"],
+        sites: &["alloc.hazard.clear.write_back"],
     },
     Scenario {
         binary: "model_scenarios",
@@ -77,7 +77,7 @@ pub const SCENARIOS: &[Scenario] = &[
         binary: "model_scenarios",
         test: "hazards::opening_and_closing_the_heap_again_and_again_never_runs_out_of_records",
         env: &[],
-        sites: &["alloc.hazard.release.cas", "alloc.hazard.clear.write_back"],
+        sites: &["alloc.hazard.release.cas"],
     },
     Scenario {
         binary: "model_scenarios",
@@ -180,21 +180,16 @@ pub const SCENARIOS: &[Scenario] = &[
         test: "morph::another_process_frees_the_blocks_of_a_slab_that_morphed_after_it_looked",
         env: &[],
         sites: &[
-            "alloc.morph.end.write_back",
             "alloc.morph.free.invalidate",
             "alloc.morph.meta.write_back",
             "alloc.morph.old.write_back",
-            "alloc.morph.unblock.write_back",
         ],
     },
     Scenario {
         binary: "model_scenarios",
         test: "morph::the_old_blocks_an_owner_frees_and_its_ended_morph_show_to_another_process",
         env: &[],
-        sites: &[
-            "alloc.morph.end.write_back",
-            "alloc.morph.unblock.write_back",
-        ],
+        sites: &["alloc.morph.end.write_back"],
     },
 ];
 

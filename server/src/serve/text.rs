@@ -35,29 +35,27 @@ fn text_mappings() -> std::io::Result<Vec<(usize, usize)>> {
         .collect())
 }
 
-/// Pages this process's executable code out of its resident set (best effort: a kernel
-/// before 5.4 has no `MADV_PAGEOUT`, and then nothing changes). Returns the bytes of text
-/// asked to go.
-pub fn page_out() -> usize {
+/// Pages this process's executable code out of its resident set, unless `PODKV_KEEP_TEXT`
+/// is set (best effort: a kernel before 5.4 has no `MADV_PAGEOUT`, and then nothing changes).
+pub fn page_out() {
+    if std::env::var_os("PODKV_KEEP_TEXT").is_some() {
+        return;
+    }
     let mappings = match text_mappings() {
         Ok(mappings) => mappings,
         Err(e) => {
             tracing::debug!(error = %e, "text page-out: no mappings read");
-            return 0;
+            return;
         }
     };
-    let mut asked = 0;
     for (start, len) in mappings {
         // SAFETY: `MADV_PAGEOUT` only drops this process's page-table entries of a clean file
         // mapping (and may reclaim pages nobody else maps); the code stays mapped and faults
         // back in when run, so no memory the program uses changes.
         let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_PAGEOUT) };
-        if rc == 0 {
-            asked += len;
-        } else {
+        if rc != 0 {
             let e = std::io::Error::last_os_error();
             tracing::debug!(error = %e, start, len, "text page-out refused");
         }
     }
-    asked
 }

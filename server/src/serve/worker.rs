@@ -91,9 +91,7 @@ pub fn run(
         Signals::install()
     };
     let outcome = started.and(signals).map(|signals| {
-        if std::env::var_os("PODKV_KEEP_TEXT").is_none() {
-            super::text::page_out();
-        }
+        super::text::page_out();
         say_ready(&shared);
         main_rt.block_on(wait_for_signal(signals, shared.clone(), metrics_listener));
     });
