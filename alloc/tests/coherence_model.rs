@@ -538,10 +538,11 @@ const MODE_NAMES: [&str; 3] = ["limited", "mcas", "mcas-nmp"];
 
 /// How the sweep caught a site in mode `m`: the scenario that failed and why, or `None`.
 fn catch(site: &str, m: usize, seeds: u64) -> (u64, Option<(String, String)>) {
-    // Scenarios are short: three seeds each even in a short sweep, for those whose catch is
-    // a race (two slots' holders at once).
+    // Scenarios are short: five seeds each even in a short sweep, for those whose catch is a
+    // race (two slots' holders at once: about two seeds in three), and a caught site stops at
+    // its first.
     for scenario in sweep::SCENARIOS.iter().filter(|s| s.sites.contains(&site)) {
-        for seed in 0..seeds.max(3) {
+        for seed in 0..seeds.max(5) {
             if let Some(why) = sweep::run(scenario, MODE_NAMES[m], Some(site), 0, 100 + seed) {
                 return (0, Some((scenario.test.to_owned(), why)));
             }
