@@ -11,6 +11,8 @@
 //!   `clwb` may keep the line, so eviction always uses `clflushopt`, else `clflush`.
 //! - [`fence_full`]: orders earlier evictions, stores and loads before any later load or store
 //!   (`mfence`): a load after it cannot be served from a line evicted before it.
+//! - [`prefetch_write`]`(ptr)`: a hint only (no state changes, never faults): the line is
+//!   on its way before the write that needs it.
 //!
 //! # Implementations, chosen once at run time
 //! | instruction | when | why this order |
@@ -236,6 +238,20 @@ pub fn fence_full() {
 /// transition wrote back what it should.
 pub fn lines_written_back() -> u64 {
     LINES_WRITTEN_BACK.load(Ordering::Relaxed)
+}
+
+/// Hints the CPU to bring the line at `at` into cache before a write (no effect elsewhere).
+/// `prefetcht0`: a line no other core holds arrives exclusive, so the write that follows
+/// needs no further request (`prefetchw` needs a target feature the baseline lacks).
+#[inline(always)]
+pub fn prefetch_write(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and has no architectural effect, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 #[cfg(test)]

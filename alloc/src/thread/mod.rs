@@ -452,6 +452,10 @@ impl ThreadHandle {
             let free = bits & current.mask;
             if free != 0 {
                 let at = current.at + u64::from(free.trailing_zeros()) * current.size;
+                // The caller writes the block next, and a store that misses holds up the
+                // store buffer: the line is asked for now, while the log and the bitset are
+                // written (mimalloc's pop reads the block, which has the same effect).
+                podkv_hw::persist::prefetch_write(self.resolve(Offset(at)));
                 self.log_alloc(at);
                 crash_point!("alloc.logged");
                 // The mask clears only bits above the allocatable ones (phantom bits past the
@@ -598,3 +602,4 @@ fn thread_hash() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::thread::current().id())
 }
+

@@ -203,7 +203,7 @@ pub(crate) fn prefetch<A: Arena>(slot: &Slot<A>, spares: &Spares, size: usize) {
     // a line, 150 of a 1 KiB set's (callgrind).
     let mut line = slot.view().ptr(spare.node);
     for _ in 0..size.div_ceil(64) {
-        prefetch_write(line);
+        podkv_hw::persist::prefetch_write(line);
         line = line.wrapping_add(64);
     }
 }
@@ -218,20 +218,6 @@ pub(crate) fn end_take<A: Arena>(slot: &Slot<A>) {
         debug_assert_eq!(open & MASK_TAG, TAKE_ENTRY, "open limbo step");
         slot.limbo_log(0, 0, 0);
     }
-}
-
-/// Hints the CPU to bring the line at `at` into cache before a write (no effect elsewhere).
-/// `prefetcht0`: a line no other core holds arrives exclusive, so the write that follows
-/// needs no further request (`prefetchw` needs a target feature the baseline lacks).
-#[inline]
-fn prefetch_write(at: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and has no architectural effect, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 #[cfg(test)]
