@@ -524,6 +524,14 @@ impl SlabOwner<'_> {
     /// Bitset word `filled` of the slab filled up: if every block is free, the slab is empty.
     #[inline(always)]
     pub(super) fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset, filled: usize) {
+        // The class's only sized slab stays sized even when empty (`sized_to_unsized`), so
+        // whether it is empty does not matter: no scan (a 64 KiB slab of 8 B blocks has 128
+        // words, and a thread that allocates and frees a few blocks again and again would
+        // scan them all at each round).
+        let (head, tail) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
+        if head == slab + 1 && tail == slab + 1 {
+            return;
+        }
         let heap = *self.shared.slabs.get(kind);
         if heap.desc(slab)
             .is_empty_near(heap.classes.count[class], filled)
