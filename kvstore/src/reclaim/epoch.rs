@@ -149,14 +149,37 @@ pub fn try_advance_with<'a>(
     global: &AtomicU64,
     announcements: impl IntoIterator<Item = &'a AtomicU64>,
 ) -> u64 {
-    let epoch = words.load(global, Ordering::Relaxed);
-    fence(Ordering::SeqCst);
+    let epoch = advance_begin(words, global);
     for a in announcements {
-        let word = words.load(a, Ordering::Relaxed);
-        if word & PINNED != 0 && word >> 1 != epoch {
+        if holds_back(words, a, epoch) {
             return epoch;
         }
     }
+    advance_end(words, global, epoch)
+}
+
+/// The first step of [`try_advance_with`], for a caller that scans the announcements its own
+/// way: the epoch to advance from, read before the fence that every announcement read must
+/// follow.
+#[inline]
+pub fn advance_begin(words: &impl Words, global: &AtomicU64) -> u64 {
+    let epoch = words.load(global, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    epoch
+}
+
+/// Whether announcement `a`, read after [`advance_begin`], holds the global epoch at `epoch`
+/// (a pin announced in an older epoch).
+#[inline]
+pub fn holds_back(words: &impl Words, a: &AtomicU64, epoch: u64) -> bool {
+    let word = words.load(a, Ordering::Relaxed);
+    word & PINNED != 0 && word >> 1 != epoch
+}
+
+/// The last step of [`try_advance_with`], once no announcement held `epoch` back: the advance
+/// to `epoch + 1`; the global epoch afterwards.
+#[inline]
+pub fn advance_end(words: &impl Words, global: &AtomicU64, epoch: u64) -> u64 {
     fence(Ordering::Acquire);
     match words.cas(global, epoch, epoch + 1) {
         Ok(_) => epoch + 1,
