@@ -43,6 +43,7 @@ use podkv_hw::sync::{
 use std::alloc::Layout;
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 #[macro_use]
@@ -133,7 +134,7 @@ impl ThreadHandle {
     ) -> Result<ThreadHandle, HeapError> {
         let count = shared.geometry.slots();
         let me = shared.me;
-        let first = thread_hash() % count;
+        let first = RandomState::new().hash_one(std::thread::current().id()) % count;
         for i in (first..count).chain(0..first) {
             match shared.slots.life(i) {
                 SlotLife::Free if shared.slots.try_claim(i, 0, me) => {
@@ -452,9 +453,8 @@ impl ThreadHandle {
             let free = bits & current.mask;
             if free != 0 {
                 let at = current.at + u64::from(free.trailing_zeros()) * current.size;
-                // The caller writes the block next, and a store that misses holds up the
-                // store buffer: the line is asked for now, while the log and the bitset are
-                // written (mimalloc's pop reads the block, which has the same effect).
+                // The caller writes the block next: its line is asked for now, so that store
+                // does not miss and hold up the store buffer (mimalloc's pop reads the block).
                 podkv_hw::persist::prefetch_write(self.resolve(Offset(at)));
                 self.log_alloc(at);
                 crash_point!("alloc.logged");
@@ -597,9 +597,3 @@ impl ThreadHandle {
         self.shared.slots.release(self.slot_index, self.shared.me);
     }
 }
-
-fn thread_hash() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::thread::current().id())
-}
-

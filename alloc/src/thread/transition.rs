@@ -522,22 +522,15 @@ impl SlabOwner<'_> {
     }
 
     /// Bitset word `filled` of the slab filled up: if every block is free, the slab is empty.
+    /// A class's only sized slab stays sized anyway (`sized_to_unsized`): it is not scanned.
     #[inline(always)]
     pub(super) fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset, filled: usize) {
-        // The class's only sized slab stays sized even when empty (`sized_to_unsized`), so
-        // whether it is empty does not matter: no scan (a 64 KiB slab of 8 B blocks has 128
-        // words, and a thread that allocates and frees a few blocks again and again would
-        // scan them all at each round).
         let (head, tail) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
-        if head == slab + 1 && tail == slab + 1 {
-            return;
-        }
-        let heap = *self.shared.slabs.get(kind);
-        if heap.desc(slab)
-            .is_empty_near(heap.classes.count[class], filled)
-        {
+        let only = head == slab + 1 && tail == slab + 1;
+        let heap = self.shared.slabs.get(kind);
+        if !only && heap.desc(slab).is_empty_near(heap.classes.count[class], filled) {
             self.enter_free(offset.0);
-            self.sized_to_unsized(&heap, class, slab);
+            self.sized_to_unsized(heap, class, slab);
             self.after_free.set(false);
         }
     }
