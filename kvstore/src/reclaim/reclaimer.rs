@@ -325,8 +325,8 @@ fn try_advance<A: Arena>(slot: &Slot<A>) -> u64 {
     let owners = &owners[..owners.len().min(count as usize)];
     let epoch = epoch::advance_begin(slot, global);
     // Eight owner words at a time: a heap has 1024 slots and a few threads, so most groups
-    // are all zero and cost eight loads and one test (an iterator over the slots cost about
-    // 20 instructions a slot, and a collect scans twice).
+    // are all zero and cost eight loads and one test, where a filter over single slots costs
+    // about 20 instructions a slot (and a collect scans twice).
     for (g, group) in owners.chunks(COUNT_OWNERS_GROUP).enumerate() {
         if group.iter().fold(0, |any, w| any | w.load(Relaxed)) == 0 {
             continue;
