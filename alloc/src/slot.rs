@@ -37,7 +37,7 @@
 //! or adopter) invalidates it after a successful one.
 
 use crate::class::COUNT_CLASSES_MAX;
-use podkv_hw::sync::AtomicU64;
+use podkv_hw::sync::{AtomicU64, Ordering};
 
 /// Bytes of one slot.
 pub const SIZE_SLOT: usize = 2048;
@@ -49,6 +49,16 @@ pub struct LocalLists {
     pub unsized_list: AtomicU64,
     /// Per class: `head + 1` (bits 0..32) and `tail + 1` (32..64), doubly linked.
     pub sized: [AtomicU64; COUNT_CLASSES_MAX],
+}
+
+impl LocalLists {
+    /// Whether `slab` is all of `class`'s sized list: such a slab stays sized when it empties
+    /// (a thread allocating and freeing one block does not re-size a slab every time).
+    #[inline]
+    pub(crate) fn is_only_sized(&self, class: usize, slab: u32) -> bool {
+        let (head, tail) = unpack_ends(self.sized[class].load(Ordering::Relaxed));
+        head == slab + 1 && tail == slab + 1
+    }
 }
 
 /// A thread slot.

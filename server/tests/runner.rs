@@ -107,26 +107,20 @@ fn two_processes_add_up_to_the_dry_run() {
     assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
 }
 
-#[test]
-fn loaded_records_are_all_found_by_reads() {
+/// The record of `podkv ycsb ARGS --threads 2 --target dashmap` (ARGS split at spaces).
+fn on_dashmap(args: &str) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.ndjson");
-    podkv(&[
-        "ycsb",
-        "--workload",
-        "c",
-        "--records",
-        "2000",
-        "--ops",
-        "10000",
-        "--threads",
-        "2",
-        "--target",
-        "dashmap",
-        "--json",
-        s(&json),
-    ]);
-    let r = &records(&json)[0];
+    let mut all: Vec<&str> = vec!["ycsb"];
+    all.extend(args.split(' '));
+    all.extend(["--threads", "2", "--target", "dashmap", "--json", s(&json)]);
+    podkv(&all);
+    records(&json).swap_remove(0)
+}
+
+#[test]
+fn loaded_records_are_all_found_by_reads() {
+    let r = &on_dashmap("--workload c --records 2000 --ops 10000");
     assert_eq!(per_op(r, "read"), 10000);
     assert_eq!(r["per_op"]["read"]["hits"], 10000, "{r}");
     assert_eq!(r["misses"], 0);
@@ -136,22 +130,7 @@ fn loaded_records_are_all_found_by_reads() {
 /// as `--phase load` does, instead of reporting a run of nothing.
 #[test]
 fn the_load_workload_times_its_load_phase() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("r.ndjson");
-    podkv(&[
-        "ycsb",
-        "--workload",
-        "load",
-        "--records",
-        "3000",
-        "--threads",
-        "2",
-        "--target",
-        "dashmap",
-        "--json",
-        s(&json),
-    ]);
-    let r = &records(&json)[0];
+    let r = &on_dashmap("--workload load --records 3000");
     assert_eq!(per_op(r, "insert"), 3000, "{r}");
     assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
 }

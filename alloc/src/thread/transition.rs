@@ -166,12 +166,10 @@ impl SlabOwner<'_> {
         self.sized_push_back(heap, class, slab);
     }
 
-    /// `sized_to_unsized`: the owner freed the last live block. A slab that is its class's only
-    /// one stays sized, so a thread allocating and freeing one block does not re-size a slab
-    /// every time.
+    /// `sized_to_unsized`: the owner freed the last live block. A class's only slab stays
+    /// sized ([`crate::slot::LocalLists::is_only_sized`]).
     pub(super) fn sized_to_unsized(&self, heap: &SlabHeap, class: usize, slab: u32) {
-        let (head, tail) = unpack_ends(self.lists(heap.kind).sized[class].load(Relaxed));
-        if head == slab + 1 && tail == slab + 1 {
+        if self.lists(heap.kind).is_only_sized(class, slab) {
             return;
         }
         self.log_step(Op::ToUnsized, heap, slab, class, |_| {});
@@ -525,8 +523,7 @@ impl SlabOwner<'_> {
     /// A class's only sized slab stays sized anyway (`sized_to_unsized`): it is not scanned.
     #[inline(always)]
     pub(super) fn free_maybe_empty(&self, kind: Kind, class: usize, slab: u32, offset: Offset, filled: usize) {
-        let (head, tail) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
-        let only = head == slab + 1 && tail == slab + 1;
+        let only = self.lists(kind).is_only_sized(class, slab);
         let heap = self.shared.slabs.get(kind);
         if !only && heap.desc(slab).is_empty_near(heap.classes.count[class], filled) {
             self.enter_free(offset.0);
