@@ -129,7 +129,7 @@ not_under_loom! {
 
     pub use census::Census;
     pub use check::HeapReport;
-    pub use sparse::SparseSlabs;
+    pub use sparse::{Disowned, SparseSlabs};
     pub use error::{AllocError, HeapError, ResolveError};
     pub use heap::{default_path, Config, Heap, Kind};
     pub use huge::HugeBacking;

@@ -62,6 +62,38 @@ pub fn band(live: u32, capacity: u32) -> usize {
         .count()
 }
 
+/// The slabs of one class's list to give up (`thread/drain.rs`): `list` is the list in order,
+/// the class's allocation slab (its head, always kept) first, each slab with the blocks its
+/// owner has in use (`live`) and whether it may be given up (not morphing: a morphing slab's
+/// free blocks may be blocked by old ones, so they are not counted as room either). The sparsest slabs go first, each at most `percent` in use,
+/// for as long as the blocks in use of those given up fit in the free blocks of those kept:
+/// a slab given up then costs the moves of its blocks and saves a whole slab.
+pub fn to_give_up(list: &[(SlabFill, bool)], percent: u32) -> Vec<u32> {
+    let mut free_kept: u64 = list
+        .iter()
+        .filter(|(_, may)| *may)
+        .map(|(f, _)| u64::from(f.capacity.saturating_sub(f.live)))
+        .sum();
+    let mut candidates: Vec<&SlabFill> = list
+        .iter()
+        .skip(1)
+        .filter(|(f, may)| *may && at_most(f.live, f.capacity, percent))
+        .map(|(f, _)| f)
+        .collect();
+    candidates.sort_by_key(|f| f.live);
+    let (mut moved, mut out) = (0u64, Vec::new());
+    for f in candidates {
+        let free_left = free_kept - u64::from(f.capacity.saturating_sub(f.live));
+        if moved + u64::from(f.live) > free_left {
+            break;
+        }
+        free_kept = free_left;
+        moved += u64::from(f.live);
+        out.push(f.slab);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +120,28 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.slabs, [1, 1, 1]);
         assert_eq!(a.total(), 3);
+    }
+
+    fn list(lives: &[(u32, bool)]) -> Vec<(SlabFill, bool)> {
+        let fill = |(i, &(live, may)): (usize, &(u32, bool))| {
+            (SlabFill { slab: i as u32, live, capacity: 100 }, may)
+        };
+        lives.iter().enumerate().map(fill).collect()
+    }
+
+    #[test]
+    fn the_sparsest_slabs_are_given_up_while_their_blocks_fit_in_the_kept() {
+        // Head 60 in use (40 free), then 10, 70, 20, 45: 10 and 20 fit in the kept slabs' 40 +
+        // 30 + 55 free; giving up 45 too would leave 40 + 30 free for 10 + 20 + 45 moved.
+        let l = list(&[(60, true), (10, true), (70, true), (20, true), (45, true)]);
+        assert_eq!(to_give_up(&l, 50), vec![1, 3]);
+        assert_eq!(to_give_up(&l, 15), vec![1], "over the share in use");
+        assert!(to_give_up(&l[..1], 100).is_empty(), "the head is always kept");
+        let l = list(&[(95, true), (10, false), (20, true), (90, true)]);
+        assert_eq!(to_give_up(&l, 50), Vec::<u32>::new(), "20 do not fit in 5 + 10 free");
+        let l = list(&[(50, true), (0, true), (0, true)]);
+        assert_eq!(to_give_up(&l, 50), vec![1, 2], "empty slabs always go");
+        let l = list(&[(100, true), (50, true), (50, true)]);
+        assert_eq!(to_give_up(&l, 50), vec![1], "one half-full slab folds into the other");
     }
 }

@@ -25,6 +25,16 @@ use crate::slot::owner_pid;
 use podkv_hw::sync::Ordering::Acquire;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// What an owner gave up (`ThreadHandle::disown_sparse`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Disowned {
+    /// Slabs disowned, of both slab heaps.
+    pub count: u32,
+    /// Those given up for the memory over a limit: their blocks must go, not move (a move
+    /// would take a new block of the class, where the class may have no other slab).
+    pub to_empty: SparseSlabs,
+}
+
 /// The slabs to drain, by heap; see the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SparseSlabs {
@@ -84,6 +94,16 @@ impl SparseSlabs {
                 .map(|f| f.slab)
                 .collect();
             sparse.heaps[kind as usize] = (data_at, shift, slabs);
+        }
+        sparse
+    }
+
+    /// The slabs `slabs` (per slab heap, small first) of `shared`'s heap.
+    pub(crate) fn of_slabs(shared: &Shared, slabs: [BTreeSet<u32>; 2]) -> SparseSlabs {
+        let mut sparse = SparseSlabs::default();
+        for (kind, slabs) in Kind::ALL.into_iter().zip(slabs) {
+            let heap = shared.slabs.get(kind);
+            sparse.heaps[kind as usize] = (heap.data_at, heap.shift, slabs);
         }
         sparse
     }

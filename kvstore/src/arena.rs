@@ -103,11 +103,17 @@ pub trait Arena: Clone + Send + Sync + 'static {
     fn sparse_slabs(&self, _percent: u32) -> Option<podkv_alloc::SparseSlabs> {
         None
     }
-    /// Gives up `thread`'s sparse slabs at most `percent` in use, of classes whose such slabs
-    /// fold into two fewer (`podkv_alloc::ThreadHandle::disown_sparse`), so that moving their
-    /// blocks out empties them; how many. None by default.
-    fn disown_sparse(_thread: &Self::Thread, _percent: u32) -> u32 {
-        0
+    /// Gives up `thread`'s sparse slabs at most `percent` in use whose blocks fit in the
+    /// slabs it keeps, then its sparsest until they hold `over` bytes
+    /// (`podkv_alloc::ThreadHandle::disown_sparse`), so that moving (or, for the latter,
+    /// removing) their blocks empties them. None by default.
+    fn disown_sparse(_thread: &Self::Thread, _percent: u32, _over: u64) -> podkv_alloc::Disowned {
+        podkv_alloc::Disowned::default()
+    }
+    /// Bytes of slab memory the arena holds (`podkv_alloc::Heap::held_bytes`); `None` where
+    /// it has no slabs of its own to count.
+    fn held_bytes(&self) -> Option<u64> {
+        None
     }
     /// Counts `thread`'s batched remote frees on their slab now (a slab they empty goes
     /// back). Nothing by default.
@@ -292,8 +298,12 @@ impl Arena for PodArena {
         Some(self.heap.sparse_slabs(percent))
     }
 
-    fn disown_sparse(thread: &ThreadHandle, percent: u32) -> u32 {
-        thread.disown_sparse(percent)
+    fn disown_sparse(thread: &ThreadHandle, percent: u32, over: u64) -> podkv_alloc::Disowned {
+        thread.disown_sparse(percent, over)
+    }
+
+    fn held_bytes(&self) -> Option<u64> {
+        Some(self.heap.held_bytes())
     }
 
     fn flush_remote_frees(thread: &ThreadHandle) {

@@ -5,8 +5,8 @@
 //! new sizes), the slabs of the old size classes stay half full: their items go one by one as
 //! their keys are rewritten elsewhere, and nothing of their size comes to fill the holes.
 //! Slab morphing (the allocator's) cannot reuse a half-full slab for a larger class, as the
-//! old blocks left would block most new ones. So a slab's owner gives up its sparse slabs of
-//! classes whose sparse slabs' items fit in two slabs fewer (`Handle::disown_sparse`: a
+//! old blocks left would block most new ones. So a slab's owner gives up its sparse slabs,
+//! the sparsest first, while their items fit in the slabs it keeps (`Handle::disown_sparse`: a
 //! disowned slab is taken by its last free, whoever frees, while a slab on its owner's list
 //! takes other slots' frees back only once its owner allocates from it again); one pass over
 //! the buckets then copies each visible item found in a disowned slab at most the share live
@@ -17,6 +17,16 @@
 //! The write loop's own logging and recovery cover a move (a crash leaves the old item or the
 //! copy published, never both, and the other freed), and its SWcc rules are the writes'.
 //! A move never evicts: a copy with no room fails, and the item stays where it is.
+//!
+//! # Over a memory limit
+//! A pass may also be given the bytes of slab memory the heap holds over a limit (`over`,
+//! from [`Map::held_bytes`](crate::Map::held_bytes) against the store's capacity, as
+//! memcached's `-m` bounds its pages). The owner then also gives up its sparsest slabs that
+//! hold as much, whatever their class (the only slab of a class the shift left behind
+//! included), and the pass evicts their items instead of moving them: a move would take a new
+//! block of the class, and the class may have no other slab. The fewest live blocks per byte
+//! go first, so the fewest items go; a slab that also holds blocks of the index empties only
+//! once its buckets are rewritten, and the next pass gives up more meanwhile.
 
 use crate::arena::Arena;
 use crate::command::{Outcome, Step};
@@ -38,6 +48,10 @@ pub struct CompactReport {
     pub moved: u64,
     /// Bytes of the items moved.
     pub moved_bytes: u64,
+    /// Slabs given up for the memory over a limit (`over`), whose items are evicted.
+    pub emptied: u64,
+    /// Items evicted from them.
+    pub evicted: u64,
 }
 
 /// A compaction pass walked in slices of buckets (`Handle::compact_begin`,
@@ -48,6 +62,8 @@ pub struct CompactPass {
     /// The slabs to drain, named when the pass began; `None` once the pass is done. A slab
     /// reused meanwhile costs wasted moves at most: a move copies the item unchanged.
     sparse: Option<podkv_alloc::SparseSlabs>,
+    /// The slabs given up for the memory over a limit: their items are evicted, not moved.
+    to_empty: podkv_alloc::SparseSlabs,
     /// The next bucket to walk.
     next: u64,
     report: CompactReport,
@@ -67,23 +83,27 @@ impl CompactPass {
 
 /// One pass: moves every visible item that lies in a slab worth draining at `percent` live
 /// at most (see the module docs). Nothing when the arena names no such slab.
-pub(crate) fn compact<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactReport {
-    let mut pass = begin(p, percent);
+pub(crate) fn compact<A: Arena>(p: Parts<'_, A>, percent: u32, over: u64) -> CompactReport {
+    let mut pass = begin(p, percent, over);
     while !slice(p, &mut pass, u64::MAX) {}
     pass.report
 }
 
-/// Starts a pass: gives up this handle's sparse slabs, then names the slabs to drain.
-pub(crate) fn begin<A: Arena>(p: Parts<'_, A>, percent: u32) -> CompactPass {
-    let disowned = disown_sparse(p, percent);
+/// Starts a pass: gives up this handle's sparse slabs, and its sparsest for `over` bytes of
+/// slab memory over a limit, then names the slabs to drain.
+pub(crate) fn begin<A: Arena>(p: Parts<'_, A>, percent: u32, over: u64) -> CompactPass {
+    let disowned = disown_sparse(p, percent, over);
     let sparse = p.shared().arena.sparse_slabs(percent);
+    let to_empty = disowned.to_empty;
     CompactPass {
         report: CompactReport {
-            disowned: u64::from(disowned),
+            disowned: u64::from(disowned.count),
             slabs: sparse.as_ref().map_or(0, |s| s.len() as u64),
+            emptied: to_empty.len() as u64,
             ..CompactReport::default()
         },
-        sparse: sparse.filter(|s| !s.is_empty()),
+        sparse: sparse.filter(|s| !s.is_empty() || !to_empty.is_empty()),
+        to_empty,
         next: 0,
     }
 }
@@ -94,14 +114,16 @@ pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: 
     let Some(sparse) = &pass.sparse else {
         return true;
     };
-    let report = &mut pass.report;
+    let (report, to_empty) = (&mut pass.report, &pass.to_empty);
     let next = maintain::each_bucket_from(
         p.reclaim,
         pass.next,
         buckets,
-        |at| sparse.holds(at),
+        |at| sparse.holds(at) || to_empty.holds(at),
         |at| {
-            if let Some(bytes) = move_item(p, at) {
+            if to_empty.holds(at) {
+                report.evicted += u64::from(maintain::evict_exact(p.reclaim, p.buckets, at));
+            } else if let Some(bytes) = move_item(p, at) {
                 report.moved += 1;
                 report.moved_bytes += bytes as u64;
             }
@@ -109,7 +131,7 @@ pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: 
     );
     let Some(next) = next else {
         pass.sparse = None;
-        if pass.report.moved > 0 {
+        if pass.report.moved + pass.report.evicted > 0 {
             // The items moved out are this handle's to free.
             p.reclaim.collect_all();
         }
@@ -121,10 +143,15 @@ pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: 
 
 /// The owner's half (`Handle::disown_sparse`): frees what the handle holds back (its
 /// reclaimable limbo and its spares, kept for rewrites of a size a shift no longer writes),
-/// which would pin the slabs it gives up, then gives up its sparse slabs; how many.
-pub(crate) fn disown_sparse<A: Arena>(p: Parts<'_, A>, percent: u32) -> u32 {
+/// which would pin the slabs it gives up, then gives up its sparse slabs, and its sparsest
+/// for `over` bytes.
+pub(crate) fn disown_sparse<A: Arena>(
+    p: Parts<'_, A>,
+    percent: u32,
+    over: u64,
+) -> podkv_alloc::Disowned {
     p.reclaim.collect_all();
-    A::disown_sparse(&p.slot().thread, percent)
+    A::disown_sparse(&p.slot().thread, percent, over)
 }
 
 /// Moves item `at` into a new block if it is still its key's visible item: its size if it

@@ -144,6 +144,16 @@ fn sample_oldest<A: Arena>(
     best.map(|(visible, _, _, at)| Victim { visible, at })
 }
 
+/// Evicts `item` if its bucket still holds it (compaction's removal of the items of a slab
+/// given up for memory over a limit): a visible one counts as an eviction, an invisible one
+/// as a reclaimed expiry; whether this call removed it. The caller is pinned.
+pub(crate) fn evict_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, at: u64) -> bool {
+    let shared = reclaim.slot().shared();
+    shared.view().fresh_item(at);
+    let visible = shared.visible(at, shared.now());
+    remove_victim(reclaim, buckets, Victim { visible, at })
+}
+
 /// Removes a sampled victim, counting a visible one as an eviction; whether this call did.
 fn remove_victim<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, victim: Victim) -> bool {
     let removed = remove_exact(reclaim, buckets, victim.at);

@@ -139,6 +139,13 @@ impl<A: Arena> Map<A> {
         self.inner.capacity()
     }
 
+    /// Bytes of slab memory the store's arena holds, items' blocks free or not
+    /// ([`podkv_alloc::Heap::held_bytes`]): what a memory limit bounds, as memcached's `-m`
+    /// bounds its slab pages. `None` for an arena without slabs of its own.
+    pub fn held_bytes(&self) -> Option<u64> {
+        self.inner.arena.held_bytes()
+    }
+
     /// A handle for the calling thread (claims an arena slot). Recovers dead slots first
     /// ([`Map::recover_dead`]), so a killed process's in-flight blocks are settled with the
     /// allocator's report rather than by a silent adoption of its slot.
@@ -485,16 +492,18 @@ impl<A: Arena> Handle<A> {
 
     /// One compaction pass (`compact`): gives up this handle's own sparse slabs
     /// ([`disown_sparse`](Self::disown_sparse)), then moves every visible item out of the
-    /// disowned slabs at most `percent` live, unchanged, so that they empty.
-    pub fn compact(&self, percent: u32) -> CompactReport {
-        compact::compact(self.parts(), percent)
+    /// disowned slabs at most `percent` live, unchanged, so that they empty. With `over`
+    /// bytes of slab memory over a limit ([`held_bytes`](Self::held_bytes)), it also gives
+    /// up its sparsest slabs that hold as much, and evicts their items.
+    pub fn compact(&self, percent: u32, over: u64) -> CompactReport {
+        compact::compact(self.parts(), percent, over)
     }
 
     /// Begins a [`compact`](Self::compact) pass to walk in slices
-    /// ([`compact_slice`](Self::compact_slice)): gives up this handle's sparse slabs and
-    /// names the slabs to drain.
-    pub fn compact_begin(&self, percent: u32) -> CompactPass {
-        compact::begin(self.parts(), percent)
+    /// ([`compact_slice`](Self::compact_slice)): gives up this handle's sparse slabs (and
+    /// the sparsest for `over` bytes) and names the slabs to drain.
+    pub fn compact_begin(&self, percent: u32, over: u64) -> CompactPass {
+        compact::begin(self.parts(), percent, over)
     }
 
     /// Walks up to `buckets` more buckets of `pass`, moving the items of its slabs; whether
@@ -504,11 +513,11 @@ impl<A: Arena> Handle<A> {
     }
 
     /// The owner's half of compaction: gives up this handle's sparse slabs at most `percent`
-    /// in use, of size classes whose such slabs' items fit in two slabs fewer, so that a
+    /// in use, the sparsest first, while their items fit in the slabs kept, so that a
     /// compaction pass (any handle's, any process's) empties them; how many. A walk of this
     /// handle's own slab lists: cheap enough for a worker to call every few seconds.
     /// It first frees what the handle holds back (limbo, spares), which would pin them.
     pub fn disown_sparse(&self, percent: u32) -> u32 {
-        compact::disown_sparse(self.parts(), percent)
+        compact::disown_sparse(self.parts(), percent, 0).count
     }
 }

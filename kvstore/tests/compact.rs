@@ -73,7 +73,7 @@ fn sparse_slabs_empty_and_every_item_stays_the_same() {
     // The writer gives its sparse slabs up; another handle moves their items.
     assert!(h.disown_sparse(PERCENT_DRAIN) > 10);
     let mover = store.handle().unwrap();
-    let report = mover.compact(PERCENT_DRAIN);
+    let report = mover.compact(PERCENT_DRAIN, 0);
     assert!(
         report.slabs > 10,
         "the class's slabs are sparse: {report:?}"
@@ -104,7 +104,7 @@ fn sparse_slabs_empty_and_every_item_stays_the_same() {
         );
     }
     // A second pass finds the class dense: nothing left to move.
-    let again = mover.compact(PERCENT_DRAIN);
+    let again = mover.compact(PERCENT_DRAIN, 0);
     assert!(
         again.moved * 20 <= report.moved,
         "{again:?} after {report:?}"
@@ -128,7 +128,7 @@ fn a_pass_in_slices_moves_items_while_writes_go_on_between_slices() {
 
     assert!(h.disown_sparse(PERCENT_DRAIN) > 10);
     let mover = store.handle().unwrap();
-    let mut pass = mover.compact_begin(PERCENT_DRAIN);
+    let mut pass = mover.compact_begin(PERCENT_DRAIN, 0);
     assert!(
         pass.report().slabs > 10 && !pass.is_done(),
         "{:?}",
@@ -164,6 +164,49 @@ fn a_pass_in_slices_moves_items_while_writes_go_on_between_slices() {
     assert_eq!(check.store.items, 8_000);
 }
 
+/// Over a memory limit a pass gives up the sparsest slabs, whatever their class, and evicts
+/// their items (nothing moved at `percent` 0): the heap holds about the bytes over less,
+/// every item not evicted is still there, and the store checks clean.
+#[test]
+fn a_pass_over_the_limit_evicts_the_items_of_the_sparsest_slabs() {
+    let (_d, path) = common::heap_path("heap");
+    let store = Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    let thin: Vec<u32> = thinned(&h).collect();
+    // A second, dense class.
+    for i in 0..2_000u32 {
+        h.set(format!("big{i:05}").as_bytes(), &[7; 600], 0, 0)
+            .unwrap();
+    }
+    let held = store.held_bytes().expect("a pod heap counts its slabs");
+    // Sixteen slabs over: more than the few empty slabs the index's classes hold.
+    let over = 16 << 16;
+    let report = h.compact(0, over);
+    assert!(report.emptied >= 16 && report.moved == 0, "{report:?}");
+    assert!(report.evicted > 0, "{report:?}");
+    let evicted = report.evicted;
+    h.collect();
+    h.collect();
+    // A sparse slab given up may also hold blocks of the index (its small classes), which
+    // only rewrites of their buckets free; a server's next pass gives up more.
+    let now = store.held_bytes().unwrap();
+    assert!(held - now >= over * 3 / 4, "held {held} bytes, now {now}");
+    let present = |key: String| h.get(key.as_bytes()).unwrap().is_some();
+    let left = thin
+        .iter()
+        .filter(|i| present(format!("key{i:06}")))
+        .count()
+        + (0..2_000u32)
+            .filter(|i| present(format!("big{i:05}")))
+            .count();
+    assert_eq!(left as u64, 10_000 - evicted, "only the evicted items went");
+    assert_eq!(store.evictions(), evicted);
+    drop(h);
+    let check = store.check();
+    assert!(check.is_valid(), "{:#?}", check.problems);
+    assert_eq!(check.store.items, left as u64);
+}
+
 #[test]
 fn dense_slabs_are_left_alone() {
     let (_d, path) = common::heap_path("heap");
@@ -176,7 +219,7 @@ fn dense_slabs_are_left_alone() {
     }
     h.collect();
     h.collect();
-    let report = h.compact(PERCENT_DRAIN);
+    let report = h.compact(PERCENT_DRAIN, 0);
     assert_eq!(report.moved, 0, "{report:?}");
 }
 
@@ -195,9 +238,9 @@ fn moves_racing_writers_lose_no_write() {
             let mut moved = 0;
             // Passes until the writers are done, then one more for the last cycle's slabs.
             while !stop.load(Ordering::Relaxed) {
-                moved += h.compact(PERCENT_DRAIN).moved;
+                moved += h.compact(PERCENT_DRAIN, 0).moved;
             }
-            moved + h.compact(PERCENT_DRAIN).moved
+            moved + h.compact(PERCENT_DRAIN, 0).moved
         })
     };
     let writers: Vec<_> = (0..2u64)

@@ -92,7 +92,7 @@ fn shift_and_compact(h: &podkv_store::StoreHandle, cycle: u64) -> u64 {
         h.set(format!("f{i}").as_bytes(), &vec![b'f'; len], 0, 0)
             .unwrap();
     }
-    h.compact(podkv_store::compact::PERCENT_DRAIN).moved
+    h.compact(podkv_store::compact::PERCENT_DRAIN, 0).moved
 }
 
 /// Whether the child's log shows it under way: any acknowledgement, or with `compact` two

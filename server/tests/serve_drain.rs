@@ -116,3 +116,74 @@ fn drain_zero_turns_the_mover_off() {
     let s = stats(&mut client);
     assert_eq!((s["slabs_moved"], s["slab_reassign_rescues"]), (0, 0));
 }
+
+/// `--memory` bounds the slab memory the heap holds, as memcached's `-m` bounds its pages:
+/// after a size shift has outgrown it, the worker's passes (then every second while over) move
+/// what fits and evict the items of its sparsest slabs until `stats slabs`' total_malloced
+/// is within the limit; the items left read back unchanged.
+#[test]
+fn memory_bounds_the_slabs_held_after_a_size_shift() {
+    let dir = heap_dir();
+    let server = Server::start(
+        &dir.path().join("heap"),
+        &[
+            "--threads",
+            "1",
+            "--memory",
+            "2MiB",
+            "--drain-interval",
+            "5",
+        ],
+    );
+    let mut client = server.client();
+    // 3,000 keys written at 100, then 300, then 700 bytes: about 1 MiB of items last, in the
+    // slabs of three classes.
+    let keys: Vec<u32> = (0..3_000).collect();
+    let sized = |len: usize| {
+        move |i: u32| {
+            let mut r = format!("set {} 0 0 {len}\r\n", key(i)).into_bytes();
+            r.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, len));
+            r.extend_from_slice(b"\r\n");
+            r
+        }
+    };
+    for len in [100, 300, 700] {
+        pipelined(&mut client, &keys, sized(len), b"STORED\r\n");
+    }
+    let malloced = |client: &mut Client| {
+        let reply = String::from_utf8(client.call(b"stats slabs\r\n")).unwrap();
+        let line = reply
+            .lines()
+            .find(|l| l.starts_with("STAT total_malloced "))
+            .unwrap();
+        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    // The first pass is due 5 s after the start; the writes take a fraction of that.
+    let shifted = malloced(&mut client);
+    assert!(
+        shifted > 2 << 20,
+        "the shift outgrew the limit: {shifted} bytes"
+    );
+    let start = Instant::now();
+    while malloced(&mut client) > 2 << 20 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "over the limit after a minute: {} bytes, {:?}\n{}",
+            malloced(&mut client),
+            stats(&mut client),
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = stats(&mut client);
+    assert!(s["slabs_moved"] > 0, "{s:?}");
+    for i in keys {
+        let reply = client.call(format!("get {}\r\n", key(i)).as_bytes());
+        if reply != b"END\r\n" {
+            let mut want = format!("VALUE {} 0 700\r\n", key(i)).into_bytes();
+            want.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, 700));
+            want.extend_from_slice(b"\r\nEND\r\n");
+            assert_eq!(reply, want, "{}", key(i));
+        }
+    }
+}

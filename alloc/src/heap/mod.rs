@@ -510,6 +510,30 @@ impl Heap {
                 .sum::<u64>()
     }
 
+    /// Slabs of `heap` that hold memory: those it has grown to less those on its cold list
+    /// (their pages released), that is the slabs in use, the empty ones kept warm and the
+    /// unsized ones. A figure for a memory limit, read without a lock: a push or pop under
+    /// way may be counted either way.
+    pub fn held_slabs(&self, heap: &SlabHeap) -> u32 {
+        let top = crate::free_list::head_of(self.word(heap.free_at).load(Ordering::Acquire));
+        let cold = top.checked_sub(1).map_or(0, |slab| {
+            let desc = heap.desc(slab);
+            let at = (desc as *const crate::slab::SlabDesc).cast();
+            self.shared.geometry.coherence.invalidate(at, crate::slab::SIZE_DESC_HEAD);
+            desc.depth.load(Ordering::Relaxed) as u32
+        });
+        self.len(heap).saturating_sub(cold)
+    }
+
+    /// Bytes of slab memory the heap holds, both slab heaps ([`Heap::held_slabs`]).
+    pub fn held_bytes(&self) -> u64 {
+        let held = |kind| {
+            let heap = self.slab_heap(kind);
+            u64::from(self.held_slabs(heap)) * heap.slab_bytes()
+        };
+        Kind::ALL.into_iter().map(held).sum()
+    }
+
     fn word(&self, offset: u64) -> &AtomicU64 {
         // SAFETY: callers pass offsets of 8-byte-aligned words in backed metadata (header,
         // globals, remote words below `len`); AtomicU64 is valid for any bits.

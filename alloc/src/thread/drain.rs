@@ -11,9 +11,10 @@
 //!
 //! Only slabs behind the head of a class's list (the head is the class's allocation slab), not
 //! morphing, with at most `percent` of their blocks in use by the owner's bits (other slots'
-//! frees only make them sparser), and only in a class whose such slabs' blocks in use fit in
-//! two slabs fewer: disowning a slab gives up its free blocks until it empties, which pays
-//! only when its blocks are moved into fewer slabs.
+//! frees only make them sparser), the sparsest first, and only while their blocks in use fit
+//! in the free blocks of the slabs the owner keeps (`occupancy::to_give_up`): disowning a
+//! slab gives up its free blocks until it empties, which pays only when its blocks are moved
+//! into slabs that are kept.
 //!
 //! # Where a given-up slab goes
 //! The last free of a disowned slab takes it (`took_slab`, then `keep_or_release`, which
@@ -28,8 +29,10 @@
 
 use crate::class::Kind;
 use crate::global::List;
-use crate::occupancy;
+use crate::occupancy::{self, SlabFill};
 use crate::slot::unpack_ends;
+use crate::sparse::{Disowned, SparseSlabs};
+use std::collections::BTreeSet;
 use podkv_hw::sync::Ordering::Relaxed;
 
 role! {
@@ -50,10 +53,12 @@ impl Drainer<'_> {
         }
     }
 
-    /// Disowns this slot's sparse sized slabs at most `percent` in use (module docs), then
-    /// cools the warm global lists (`cool_warm`); how many slabs it disowned.
-    pub(super) fn disown_sparse(&self, percent: u32) -> u32 {
-        let mut disowned = 0;
+    /// Disowns this slot's sparse sized slabs at most `percent` in use (module docs), then,
+    /// while the slabs it disowned hold less than `over` bytes, its sparsest slabs
+    /// (`give_up_for`), then cools the warm global lists (`cool_warm`).
+    pub(super) fn disown_sparse(&self, percent: u32, over: u64) -> Disowned {
+        let mut count = 0;
+        let mut given = 0;
         for kind in Kind::ALL {
             let heap = *self.shared.slabs.get(kind);
             for class in 0..heap.classes.len {
@@ -62,26 +67,65 @@ impl Drainer<'_> {
                 if head == 0 {
                     continue;
                 }
-                let (mut sparse, mut used) = (Vec::new(), 0u64);
-                let mut link = heap.desc(head - 1).next();
+                let mut list = Vec::new();
+                let mut link = head;
                 while link != 0 {
                     let desc = heap.desc(link - 1);
-                    let in_use = capacity - desc.count_free(capacity);
-                    if desc.meta().old == 0 && occupancy::at_most(in_use, capacity, percent) {
-                        sparse.push(link - 1);
-                        used += u64::from(in_use);
-                    }
+                    let live = capacity - desc.count_free(capacity);
+                    list.push((SlabFill { slab: link - 1, live, capacity }, desc.meta().old == 0));
                     link = desc.next();
                 }
-                if sparse.len() as u64 >= used.div_ceil(u64::from(capacity)) + 2 {
-                    for slab in sparse {
-                        self.slabs().sized_to_disowned(&heap, class, slab);
-                        disowned += 1;
-                    }
+                for slab in occupancy::to_give_up(&list, percent) {
+                    self.slabs().sized_to_disowned(&heap, class, slab);
+                    count += 1;
+                    given += heap.slab_bytes();
                 }
             }
         }
+        let to_empty = self.give_up_for(over.saturating_sub(given));
+        count += to_empty.len() as u32;
         self.cool_warm();
-        disowned
+        Disowned { count, to_empty }
+    }
+
+    /// Disowns this slot's sparsest slabs until they hold at least `bytes`: the fewest blocks
+    /// live per byte first, of any class, the allocation slab of a class included (a class
+    /// whose sizes the shift left behind keeps only that one). Not morphing ones, and not
+    /// detached ones (they are full). The memory of a heap over its limit: the blocks of
+    /// these slabs must go for their memory to go back.
+    fn give_up_for(&self, bytes: u64) -> SparseSlabs {
+        let mut slabs: [BTreeSet<u32>; 2] = Default::default();
+        if bytes == 0 {
+            return SparseSlabs::default();
+        }
+        let mut all = Vec::new();
+        for kind in Kind::ALL {
+            let heap = *self.shared.slabs.get(kind);
+            for class in 0..heap.classes.len {
+                let capacity = heap.classes.count[class];
+                let (mut link, _) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
+                while link != 0 {
+                    let desc = heap.desc(link - 1);
+                    if desc.meta().old == 0 {
+                        let live = u64::from(capacity - desc.count_free(capacity));
+                        // Live blocks per MiB of slab: what emptying it costs per byte back.
+                        all.push(((live << 20) >> heap.shift, kind, class, link - 1));
+                    }
+                    link = desc.next();
+                }
+            }
+        }
+        all.sort_unstable_by_key(|&(cost, ..)| cost);
+        let mut given = 0;
+        for (_, kind, class, slab) in all {
+            if given >= bytes {
+                break;
+            }
+            let heap = *self.shared.slabs.get(kind);
+            self.slabs().sized_to_disowned(&heap, class, slab);
+            slabs[kind as usize].insert(slab);
+            given += heap.slab_bytes();
+        }
+        SparseSlabs::of_slabs(&self.shared, slabs)
     }
 }

@@ -121,10 +121,10 @@ const _: () = assert!(
 );
 
 impl ThreadHandle {
-    /// Gives up this slot's sparse slabs at most `percent` in use, of classes whose such slabs
-    /// fold into two fewer, so that moving their blocks out empties them (`drain.rs`); how many.
-    pub fn disown_sparse(&self, percent: u32) -> u32 {
-        drain::Drainer(self).disown_sparse(percent)
+    /// Gives up this slot's sparse slabs at most `percent` in use whose blocks fit in the
+    /// slabs it keeps, then its sparsest slabs until they hold `over` bytes (`drain.rs`).
+    pub fn disown_sparse(&self, percent: u32, over: u64) -> crate::Disowned {
+        drain::Drainer(self).disown_sparse(percent, over)
     }
 
     /// Claims a free slot, or adopts a dead one (recovering it first).

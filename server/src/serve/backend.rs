@@ -79,9 +79,31 @@ impl Backend {
     }
 
     /// Begins a compaction pass of this worker's (`--drain`, `Handle::compact_begin`): gives
-    /// up its sparse slabs and names the disowned slabs (anyone's) to drain.
+    /// up its sparse slabs, and its sparsest for its share of the slab memory over
+    /// `--memory` ([`Backend::share_over`]), and names the disowned slabs (anyone's) to drain.
+    /// Over the limit, any slab whose items fit in the slabs kept is drained, however full
+    /// (unless `--drain 0`): a move costs a copy, the alternative an eviction.
     pub fn compact_begin(&self, percent: u32) -> CompactPass {
-        self.handle.compact_begin(percent)
+        let over = self.share_over();
+        let percent = if over > 0 && percent > 0 {
+            100
+        } else {
+            percent
+        };
+        self.handle.compact_begin(percent, over)
+    }
+
+    /// This worker's share (one of `--threads`) of the bytes of slab memory the heap holds
+    /// over the store's capacity (`--memory`), which bounds slab memory as memcached's `-m`
+    /// bounds its pages; 0 without a capacity. Every worker gives up its share, so the other
+    /// servers of the store, if any, give up theirs on their next pass.
+    pub fn share_over(&self) -> u64 {
+        let store = &self.shared.store;
+        let over = match (store.capacity(), store.held_bytes()) {
+            (Some(capacity), Some(held)) => held.saturating_sub(capacity),
+            _ => 0,
+        };
+        over / self.shared.settings.threads as u64
     }
 
     /// Walks `buckets` more buckets of `pass`, moving items into this worker's slabs; whether

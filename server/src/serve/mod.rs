@@ -72,22 +72,27 @@ pub struct ServeArgs {
     /// gives each member one.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub host_id: Option<u16>,
-    /// Bytes of items (48-byte header + key + value), all regions together, the store may
-    /// hold before a write evicts (e.g. 64MiB); only the process that creates the store sets
-    /// it [default: the heap's capacity]. Each item also lives in the heap region of its size
-    /// — up to 1 KiB the small region (`heap create --small-bytes`), up to 512 KiB the large
-    /// one (`--large-bytes`), beyond the huge one — and a write whose region is full evicts
-    /// items of that region (its size and class first) and stores: so 4 KiB values can fill
-    /// the large region only. `stats` shows limit_maxbytes (this, or both slab regions'
-    /// size if less or unset) and each region's size (podkv_limit_small_bytes,
-    /// podkv_limit_large_bytes).
+    /// Memory for items (e.g. 64MiB), bounded twice, as memcached's `-m`: a write evicts
+    /// before the items' bytes (48-byte header + key + value, all regions together) pass it,
+    /// and while the heap holds more slab memory than this (blocks free or not: after a size
+    /// shift old classes' slabs stay part empty), each worker's pass, every second until it
+    /// fits, moves the items that fit in its other slabs and evicts those of its sparsest
+    /// slabs. Only the process that creates the store sets it [default: the heap's
+    /// capacity]. Each item also lives in the heap region of its size — up to 1 KiB the
+    /// small region (`heap create --small-bytes`), up to 512 KiB the large one
+    /// (`--large-bytes`), beyond the huge one — and a write whose region is full evicts
+    /// items of that region (its size and class first) and stores. `stats` shows
+    /// limit_maxbytes (this, or both slab regions' size if less or unset), each region's
+    /// size (podkv_limit_small_bytes, podkv_limit_large_bytes), and `stats slabs` the slab
+    /// memory held (total_malloced).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub memory: Option<u64>,
     /// Move the items of slabs at most this percent full to other slabs, so that they empty
     /// and their memory goes back to the OS (0: never), as memcached's slab mover rescues
-    /// the items of a page. Each worker does it every --drain-interval seconds, in the size
-    /// classes whose sparse slabs' items fit in two slabs fewer: after a size shift the old
-    /// classes' slabs stay half full, and morphing cannot reuse them. `stats` counts the
+    /// the items of a page. Each worker does it every --drain-interval seconds, the sparsest
+    /// slabs first, while their items fit in its other slabs of their class (over --memory,
+    /// however full): after a size shift the old classes' slabs stay half full, and
+    /// morphing cannot reuse them. `stats` counts the
     /// items moved (slab_reassign_rescues) and the slabs given up (slabs_moved).
     #[arg(long, value_name = "PERCENT", default_value_t = podkv_store::compact::PERCENT_DRAIN,
           value_parser = clap::value_parser!(u32).range(0..=100))]

@@ -354,19 +354,19 @@ impl Shared {
     }
 
     /// The allocator's two slab heaps as classes 1 (small, 64 KiB slabs) and 2 (large,
-    /// 512 KiB).
+    /// 512 KiB): their slabs that hold memory (`Heap::held_slabs`), as memcached's pages.
     fn slabs(&self, lines: &mut Lines) {
         let heap = self.store.heap();
         let mut active = 0;
         for (class, kind) in [(1, podkv_alloc::Kind::Small), (2, podkv_alloc::Kind::Large)] {
             let page = heap.slab_heap(kind).slab_bytes();
-            let pages = u64::from(heap.len(heap.slab_heap(kind)));
+            let pages = u64::from(heap.held_slabs(heap.slab_heap(kind)));
             active += u64::from(pages > 0);
             lines.push(&format!("{class}:page_size"), page);
             lines.push(&format!("{class}:total_pages"), pages);
         }
         lines.push("active_slabs", active);
-        lines.push("total_malloced", heap.file_allocated_bytes().unwrap_or(0));
+        lines.push("total_malloced", heap.held_bytes());
     }
 
     /// The general stats as Prometheus text (`podkv_<name>`; strings become labels).

@@ -28,6 +28,10 @@ use super::stats::Counter;
 use super::stats::Shared;
 use super::{metrics, ServeError};
 
+/// Seconds between two compaction passes of a worker while the heap holds more slab memory
+/// than `--memory`: a size shift can outgrow the limit within one `--drain-interval`.
+const SECONDS_OVER: u64 = 1;
+
 /// Buckets a compaction pass walks between two turns of the worker's other tasks (a walk of
 /// a whole index of millions of buckets would hold the worker's connections for seconds).
 const COUNT_DRAIN_SLICE: u64 = 4096;
@@ -232,7 +236,7 @@ impl Job {
                 }
             }
             tokio::task::spawn_local(publish_loop(backend.clone()));
-            if backend.shared().settings.drain > 0 {
+            if backend.shared().settings.drain > 0 || backend.shared().store.capacity().is_some() {
                 tokio::task::spawn_local(compact_loop(backend.clone()));
             }
             tokio::task::spawn_local(inbox_loop(inbox, backend.clone()));
@@ -312,22 +316,40 @@ async fn publish_loop(backend: Rc<Backend>) {
     }
 }
 
-/// Compacts every `--drain-interval` (`--drain`): the worker gives up its sparse slabs (only
+/// Compacts every `--drain-interval` (`--drain`), and every [`SECONDS_OVER`] while the
+/// heap holds more slab memory than `--memory`: the worker gives up its sparse slabs (only
 /// the slot that owns a slab can) and moves their items into its own slabs of their classes,
-/// which it fills anyway; a mover of its own would hold a partly filled slab of every class.
-/// The pass walks the index in slices of [`COUNT_DRAIN_SLICE`] buckets, answering the
-/// worker's connections between them.
+/// which it fills anyway (a mover of its own would hold a partly filled slab of every
+/// class); over the limit it also gives up its sparsest slabs and evicts their items, as
+/// memcached's slab mover evicts the items of a page it takes. The pass walks the index in
+/// slices of [`COUNT_DRAIN_SLICE`] buckets, answering the worker's connections between them.
 async fn compact_loop(backend: Rc<Backend>) {
     let settings = &backend.shared().settings;
     let (percent, every) = (settings.drain, Duration::from_secs(settings.drain_interval));
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = every;
     loop {
-        tick.tick().await;
+        tokio::time::sleep(wait).await;
         let mut pass = backend.compact_begin(percent);
         while !backend.compact_slice(&mut pass, COUNT_DRAIN_SLICE) {
             tokio::task::yield_now().await;
         }
+        trim_malloc();
+        wait = if backend.share_over() > 0 {
+            every.min(Duration::from_secs(SECONDS_OVER))
+        } else {
+            every
+        };
+    }
+}
+
+/// Gives the free pages of the process's own malloc heaps back to the OS, as compaction gives
+/// back the store's: connection buffers and request parsing leave freed memory in glibc's
+/// per-thread arenas, which glibc returns only from the top of each heap by itself.
+fn trim_malloc() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: `malloc_trim` only releases free memory of glibc's heaps; any thread may call it.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
