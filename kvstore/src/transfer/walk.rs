@@ -16,7 +16,7 @@
 
 use crate::arena::Arena;
 use crate::buckets::Table;
-use crate::index;
+use crate::index::{self, Memory};
 use crate::item::{self, View};
 use crate::reclaim::Reclaim;
 use crate::transfer::stream::{self, Record};
@@ -73,9 +73,12 @@ pub(crate) fn next_chunk<A: Arena>(
         let log2 = shared.buckets_log2();
         let mask = (1u64 << log2) - 1;
         let b = cursor.from.reverse_bits() & mask;
-        let (made, word) = index::read(&table, b, log2, || log2);
+        let (_, word) = index::read(&table, b, log2, || log2);
         let mut items = Vec::new();
-        index::owned(&table, made, word, |tag, at| {
+        // All the word's entries, as a lookup reads them: a frozen word still holds the items
+        // its split moves to the child (`owned` would skip them once the child is installed,
+        // though the child was unmade when `read` checked it, so they would be missed).
+        table.entries(word, |tag, at| {
             view.fresh_item(at);
             if tag & mask == b && cursor.passed_by(view, at) {
                 items.push(at);
