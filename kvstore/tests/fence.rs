@@ -89,7 +89,11 @@ fn last_acked(log: &Path) -> (Vec<Option<u64>>, usize) {
     let mut last = vec![None; KEYS as usize];
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut count = 0;
-    for line in text.lines() {
+    // Whole lines only: a kill can cut the last write(2) short where it crosses a page.
+    for line in text
+        .split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
+    {
         let mut f = line.split(' ');
         if let (Some(Ok(k)), Some(Ok(seq))) = (
             f.next().map(str::parse::<usize>),

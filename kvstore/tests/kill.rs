@@ -178,7 +178,12 @@ fn check_acked(h: &podkv_store::StoreHandle, log: &Path, round: u64) {
 fn last_acked(log: &Path) -> Vec<Option<u64>> {
     let mut last = vec![None; KEYS as usize];
     let text = std::fs::read_to_string(log).unwrap();
-    for line in text.lines() {
+    // Whole lines only: a kill can cut the last write(2) short where the line crosses a page
+    // of the file (the write it acknowledges was done; the line before stands for it).
+    for line in text
+        .split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
+    {
         let mut f = line.split(' ');
         let (Some(k), Some(seq)) = (f.next(), f.next()) else {
             continue;
