@@ -177,6 +177,10 @@ fn memory_bounds_the_slabs_held_after_a_size_shift() {
     }
     let s = stats(&mut client);
     assert!(s["slabs_moved"] > 0, "{s:?}");
+    assert!(
+        s["slab_reassign_evictions_nomem"] <= s["evictions"],
+        "{s:?}"
+    );
     for i in keys {
         let reply = client.call(format!("get {}\r\n", key(i)).as_bytes());
         if reply != b"END\r\n" {

@@ -119,6 +119,8 @@ impl Backend {
             .add(Counter::SlabReassignRescues, report.moved);
         self.counters
             .add(Counter::SlabReassignRescuedBytes, report.moved_bytes);
+        self.counters
+            .add(Counter::SlabReassignEvictionsNomem, report.evicted);
         true
     }
 

@@ -131,6 +131,9 @@ pub enum Counter {
     SlabReassignRescues,
     /// Bytes of those items.
     SlabReassignRescuedBytes,
+    /// Items evicted from the sparsest slabs while the heap held more slab memory than
+    /// `--memory`: memcached's count of items its mover evicted for want of memory.
+    SlabReassignEvictionsNomem,
 }
 
 /// Counters, in `stats` order, with their memcached names.
@@ -164,10 +167,14 @@ pub const COUNTERS: [(Counter, &str); COUNT_COUNTERS] = [
         Counter::SlabReassignRescuedBytes,
         "podkv_slab_reassign_rescued_bytes",
     ),
+    (
+        Counter::SlabReassignEvictionsNomem,
+        "slab_reassign_evictions_nomem",
+    ),
 ];
 
 /// Number of [`Counter`]s.
-pub const COUNT_COUNTERS: usize = 26;
+pub const COUNT_COUNTERS: usize = 27;
 
 /// One worker's counters. Written only by that worker's thread; read by any.
 #[derive(Debug, Default)]
