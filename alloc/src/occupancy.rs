@@ -65,9 +65,10 @@ pub fn band(live: u32, capacity: u32) -> usize {
 /// The slabs of one class's list to give up (`thread/drain.rs`): `list` is the list in order,
 /// the class's allocation slab (its head, always kept) first, each slab with the blocks its
 /// owner has in use (`live`) and whether it may be given up (not morphing: a morphing slab's
-/// free blocks may be blocked by old ones, so they are not counted as room either). The sparsest slabs go first, each at most `percent` in use,
-/// for as long as the blocks in use of those given up fit in the free blocks of those kept:
-/// a slab given up then costs the moves of its blocks and saves a whole slab.
+/// free blocks may be blocked by old ones, so they are not counted as room either). The
+/// sparsest slabs go first, each at most `percent` in use, for as long as the blocks in use
+/// of those given up fit in the free blocks of those kept: a slab given up then costs the
+/// moves of its blocks and saves a whole slab.
 pub fn to_give_up(list: &[(SlabFill, bool)], percent: u32) -> Vec<u32> {
     let mut free_kept: u64 = list
         .iter()
