@@ -76,6 +76,19 @@ impl GlobalLists {
         })
     }
 
+    /// Slabs on `heap`'s `list`: the depth its top slab's descriptor records (read fresh). A
+    /// count for reports and limits, read without a lock: a push or pop under way may be
+    /// counted either way.
+    pub(crate) fn count(&self, heap: &SlabHeap, list: List) -> u32 {
+        let top = free_list::head_of(self.head(heap, list).load(Ordering::Acquire));
+        top.checked_sub(1).map_or(0, |slab| {
+            let desc = heap.desc(slab);
+            self.coherence
+                .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            desc.depth.load(Ordering::Relaxed) as u32
+        })
+    }
+
     /// Pops a slab off `list`; `before(slab)` runs before each CAS attempt. A cold slab's
     /// pages must be backed again ([`GlobalLists::back_popped`]) before use.
     pub(crate) fn pop(

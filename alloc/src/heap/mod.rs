@@ -512,16 +512,9 @@ impl Heap {
 
     /// Slabs of `heap` that hold memory: those it has grown to less those on its cold list
     /// (their pages released), that is the slabs in use, the empty ones kept warm and the
-    /// unsized ones. A figure for a memory limit, read without a lock: a push or pop under
-    /// way may be counted either way.
+    /// unsized ones. Read without a lock ([`GlobalLists::count`]).
     pub fn held_slabs(&self, heap: &SlabHeap) -> u32 {
-        let top = crate::free_list::head_of(self.word(heap.free_at).load(Ordering::Acquire));
-        let cold = top.checked_sub(1).map_or(0, |slab| {
-            let desc = heap.desc(slab);
-            let at = (desc as *const crate::slab::SlabDesc).cast();
-            self.shared.geometry.coherence.invalidate(at, crate::slab::SIZE_DESC_HEAD);
-            desc.depth.load(Ordering::Relaxed) as u32
-        });
+        let cold = self.shared.lists.count(heap, crate::global::List::Cold);
         self.len(heap).saturating_sub(cold)
     }
 

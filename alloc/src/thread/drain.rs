@@ -30,6 +30,7 @@
 use crate::class::Kind;
 use crate::global::List;
 use crate::occupancy::{self, SlabFill};
+use crate::slabs::SlabHeap;
 use crate::slot::unpack_ends;
 use crate::sparse::{Disowned, SparseSlabs};
 use std::collections::BTreeSet;
@@ -62,19 +63,7 @@ impl Drainer<'_> {
         for kind in Kind::ALL {
             let heap = *self.shared.slabs.get(kind);
             for class in 0..heap.classes.len {
-                let capacity = heap.classes.count[class];
-                let (head, _) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
-                if head == 0 {
-                    continue;
-                }
-                let mut list = Vec::new();
-                let mut link = head;
-                while link != 0 {
-                    let desc = heap.desc(link - 1);
-                    let live = capacity - desc.count_free(capacity);
-                    list.push((SlabFill { slab: link - 1, live, capacity }, desc.meta().old == 0));
-                    link = desc.next();
-                }
+                let list = self.fills(&heap, class);
                 for slab in occupancy::to_give_up(&list, percent) {
                     self.slabs().sized_to_disowned(&heap, class, slab);
                     count += 1;
@@ -94,7 +83,6 @@ impl Drainer<'_> {
     /// detached ones (they are full). The memory of a heap over its limit: the blocks of
     /// these slabs must go for their memory to go back.
     fn give_up_for(&self, bytes: u64) -> SparseSlabs {
-        let mut slabs: [BTreeSet<u32>; 2] = Default::default();
         if bytes == 0 {
             return SparseSlabs::default();
         }
@@ -102,21 +90,15 @@ impl Drainer<'_> {
         for kind in Kind::ALL {
             let heap = *self.shared.slabs.get(kind);
             for class in 0..heap.classes.len {
-                let capacity = heap.classes.count[class];
-                let (mut link, _) = unpack_ends(self.lists(kind).sized[class].load(Relaxed));
-                while link != 0 {
-                    let desc = heap.desc(link - 1);
-                    if desc.meta().old == 0 {
-                        let live = u64::from(capacity - desc.count_free(capacity));
-                        // Live blocks per MiB of slab: what emptying it costs per byte back.
-                        all.push(((live << 20) >> heap.shift, kind, class, link - 1));
-                    }
-                    link = desc.next();
+                for (fill, _) in self.fills(&heap, class).into_iter().filter(|(_, may)| *may) {
+                    // Live blocks per MiB of slab: what emptying it costs per byte back.
+                    let cost = (u64::from(fill.live) << 20) >> heap.shift;
+                    all.push((cost, kind, class, fill.slab));
                 }
             }
         }
         all.sort_unstable_by_key(|&(cost, ..)| cost);
-        let mut given = 0;
+        let (mut slabs, mut given): ([BTreeSet<u32>; 2], u64) = Default::default();
         for (_, kind, class, slab) in all {
             if given >= bytes {
                 break;
@@ -127,5 +109,21 @@ impl Drainer<'_> {
             given += heap.slab_bytes();
         }
         SparseSlabs::of_slabs(&self.shared, slabs)
+    }
+
+    /// This slot's sized list of `heap`'s `class`, head (the allocation slab) first: each
+    /// slab's blocks in use by the owner's bits, and whether it may be given up (not
+    /// morphing).
+    fn fills(&self, heap: &SlabHeap, class: usize) -> Vec<(SlabFill, bool)> {
+        let capacity = heap.classes.count[class];
+        let (mut link, _) = unpack_ends(self.lists(heap.kind).sized[class].load(Relaxed));
+        let mut list = Vec::new();
+        while link != 0 {
+            let desc = heap.desc(link - 1);
+            let live = capacity - desc.count_free(capacity);
+            list.push((SlabFill { slab: link - 1, live, capacity }, desc.meta().old == 0));
+            link = desc.next();
+        }
+        list
     }
 }

@@ -60,7 +60,8 @@ pub fn page_out() {
             let e = std::io::Error::last_os_error();
             tracing::debug!(error = %e, start, len, "text page-out refused");
         }
-        // SAFETY: as above; `MADV_RANDOM` only changes how faults on the mapping read ahead.
+        // SAFETY: `MADV_RANDOM` only sets how faults on this mapping of the executable read
+        // ahead and map around; no memory or mapping the program uses changes.
         let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_RANDOM) };
         if rc != 0 {
             let e = std::io::Error::last_os_error();
