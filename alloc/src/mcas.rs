@@ -321,12 +321,11 @@ impl HeapMcas {
         self.ops.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
     }
 
-    /// Counts one operation sent on behalf of `client`.
+    /// Counts one operation sent on behalf of `client`: a thread slot's index, or a process
+    /// line's (`first_process_line + line`), both below the region's client count.
     #[inline]
     fn count(&self, client: u32) {
-        self.ops[client as usize % self.ops.len()]
-            .0
-            .fetch_add(1, Ordering::Relaxed);
+        self.ops[client as usize].0.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Starts a processor on a thread of this process unless a live one serves the region.

@@ -22,10 +22,8 @@
 //! | `clflush` | CPUID.1:EDX[19] | every x86-64 CPU has it; serialising and slow |
 //! | none | not x86-64 | a compiler fence only; such builds support hardware coherence alone |
 
-// Process-global detection state and counters, not shared protocol state: std atomics even
+// Process-global detection state, not shared protocol state: std atomics even
 // under loom.
-use std::cell::Cell;
-
 use crate::sync::mapped::{AtomicU8, Ordering};
 
 /// Bytes in one cache line on every CPU podkv targets.
@@ -61,16 +59,20 @@ static CHOSEN: AtomicU8 = AtomicU8::new(0);
 // 0 = not yet detected; 2 = clflushopt, 3 = clflush, 4 = none (the `encode` numbering).
 static CHOSEN_EVICT: AtomicU8 = AtomicU8::new(0);
 
+#[cfg(test)]
 thread_local! {
-    // Per thread, not a process-wide atomic: a locked add after a `clwb` or `clflushopt` waits
-    // for that line's write-back to finish (locked instructions are ordered with them), so a
-    // shared counter serialised every line of a batch (perf: 98% of the batch's time on the
-    // add) and bounced its line between threads.
-    static LINES_WRITTEN_BACK: Cell<u64> = const { Cell::new(0) };
+    // Per thread, and only in this module's tests: what callers need counted they count in
+    // `swcc::Counts`. A process-wide atomic here once cost every batch its overlap: a locked
+    // add after a `clwb` or `clflushopt` waits for that line's write-back to finish, so the
+    // lines of a batch went to memory one at a time (perf: 98% of the batch's time on the add).
+    static LINES_WRITTEN_BACK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-fn count_lines(lines: u64) {
-    LINES_WRITTEN_BACK.with(|cell| cell.set(cell.get() + lines));
+/// Notes `lines` written back or evicted, for this module's tests; nothing otherwise.
+#[inline(always)]
+fn count_lines(_lines: u64) {
+    #[cfg(test)]
+    LINES_WRITTEN_BACK.with(|cell| cell.set(cell.get() + _lines));
 }
 
 /// The write-back instruction chosen for this process (detected on first use).
@@ -168,7 +170,7 @@ pub fn write_back(ptr: *const u8, len: usize) {
 }
 
 /// Writes back and evicts every cache line overlapping `[ptr, ptr + len)`; follow with
-/// [`fence_full`] before loading from the range. Counted in [`lines_written_back`].
+/// [`fence_full`] before loading from the range.
 ///
 /// The range must be mapped (reading it would be sound); it need not be aligned.
 pub fn evict(ptr: *const u8, len: usize) {
@@ -176,7 +178,7 @@ pub fn evict(ptr: *const u8, len: usize) {
 }
 
 /// Writes back (or evicts) one cache line by address, the batched flusher's step; the address
-/// need not be aligned. Counted in [`lines_written_back`].
+/// need not be aligned.
 pub(crate) fn write_back_line(line: usize, evict: bool) {
     let kind = if evict { evict_kind() } else { flush_kind() };
     flush_line(kind, (line & !(SIZE_CACHE_LINE - 1)) as *const u8);
@@ -244,10 +246,10 @@ pub fn fence_full() {
     crate::sync::mapped::fence(Ordering::SeqCst);
 }
 
-/// Cache lines written back (or evicted) by the calling thread so far: tests check that a
-/// transition wrote back what it should.
-pub fn lines_written_back() -> u64 {
-    LINES_WRITTEN_BACK.with(Cell::get)
+/// Cache lines written back (or evicted) by the calling thread so far, for this module's tests.
+#[cfg(test)]
+fn lines_written_back() -> u64 {
+    LINES_WRITTEN_BACK.with(std::cell::Cell::get)
 }
 
 /// Hints the CPU to bring the line at `at` into cache before a write (no effect elsewhere).
