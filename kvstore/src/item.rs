@@ -336,7 +336,7 @@ impl View {
     /// claim word 0 → `slot + 1`; see # Claims). Under SWcc the claim's line (the object's
     /// first, its own) is read fresh and written back at once; the CAS is on this host's
     /// copy, so two hosts claiming at once are told apart only by recovery's grace period
-    /// (README, Coherence).
+    /// (README, Coherence). For a recoverer; a remover uses [`View::claim_removed`].
     #[inline]
     pub fn claim_retire(self, at: u64, block: bool, slot: u32) -> bool {
         if self.is_swcc() && podkv_hw::site!("store.claim.invalidate") {
@@ -350,6 +350,26 @@ impl View {
             self.write_back(at, 64);
         }
         won
+    }
+
+    /// [`View::claim_retire`] by the thread whose bucket CAS just removed `at`, still pinned
+    /// as when it read `at`'s first line (a key it compared, or a block's entries it copied):
+    /// that line holds the object as published (read fresh, or written by this cache domain:
+    /// rule 2a), and nobody but a recoverer writes the claim after publication, which
+    /// `recover::grace` holds off until this pin ends. So the CAS needs no fresh read first;
+    /// the caller writes the claim's line back before it unpins ([`View::claim_line`]), so
+    /// that a recoverer waiting for the unpin reads it.
+    #[inline]
+    pub fn claim_removed(self, at: u64, block: bool, slot: u32) -> bool {
+        self.claim_word(at, block)
+            .compare_exchange(0, slot + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The address and length of `at`'s claim word, for a write-back batch.
+    #[inline]
+    pub fn claim_line(self, at: u64, block: bool) -> (*const u8, usize) {
+        ((self.claim_word(at, block) as *const AtomicU32).cast(), 4)
     }
 
     /// Who claimed `at`'s retirement: `slot + 1`, or zero.

@@ -113,6 +113,21 @@ impl<A: Arena> Slot<A> {
         }
     }
 
+    /// Adds the line of a claim this thread just won ([`View::claim_removed`]) to the lines
+    /// written back before it unpins ([`Slot::write_back_puts`]): a recoverer reads the claim
+    /// once this pin has ended (`recover::grace`), so one fence serves every claim and step
+    /// of the operation.
+    ///
+    /// [`View::claim_removed`]: crate::item::View::claim_removed
+    #[inline]
+    pub(crate) fn put_claim(&self, at: u64, block: bool) {
+        let view = self.view();
+        if view.is_swcc() && podkv_hw::site!("store.claim.write_back") {
+            let (ptr, len) = view.claim_line(at, block);
+            self.puts.borrow_mut().push(ptr, len);
+        }
+    }
+
     /// Writes back the lines [`Slot::put`] stored since the last call, with one fence.
     #[inline]
     pub(crate) fn write_back_puts(&self) {

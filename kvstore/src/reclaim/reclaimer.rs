@@ -119,29 +119,46 @@ impl<A: Arena> Reclaim<A> {
         let depth = self.pins.get() - 1;
         self.pins.set(depth);
         if depth == 0 {
+            // Before the unpin: this pin's claims must be in memory when a recoverer's
+            // grace sees it end (`recover::grace`).
+            slot.write_back_puts();
             epoch::unpin_with(slot, slot.announce());
             if self.retired_since.get() >= BATCH_COLLECT {
                 self.collect_keeping(Reuse::Keep);
+                slot.write_back_puts();
             }
-            slot.write_back_puts();
         }
     }
 
     /// Retires an item this thread's bucket CAS just removed: claims the retirement
     /// (recovery of a killed remover may race for it, see `recover`), then puts it on the
-    /// slot's limbo list.
-    pub(crate) fn retire(&self, node: u64) {
+    /// slot's limbo list. `read`: the caller read the item's header line in this pin (it
+    /// compared the key), so the claim needs no fresh read ([`View::claim_removed`]).
+    ///
+    /// [`View::claim_removed`]: crate::item::View::claim_removed
+    pub(crate) fn retire(&self, node: u64, read: bool) {
         let slot = &self.slot;
-        if slot.view().claim_retire(node, false, slot.index) {
-            self.push_limbo(node, slot.view().item_size(node));
+        let view = slot.view();
+        let won = if read {
+            view.claim_removed(node, false, slot.index)
+        } else {
+            view.claim_retire(node, false, slot.index)
+        };
+        if won {
+            if read {
+                slot.put_claim(node, false);
+            }
+            self.push_limbo(node, view.item_size(node));
         }
         slot.put(&slot.record().unlink, 0);
     }
 
-    /// As [`retire`](Self::retire), for a bucket block.
+    /// As [`retire`](Self::retire), for a bucket block, whose entries the caller read in
+    /// this pin (it made the bucket's next word from them).
     pub(crate) fn retire_block(&self, block: u64) {
         let slot = &self.slot;
-        if slot.view().claim_retire(block, true, slot.index) {
+        if slot.view().claim_removed(block, true, slot.index) {
+            slot.put_claim(block, true);
             let len = slot.view().block_len(block);
             self.push_limbo(block, crate::item::block_size(len));
         }
