@@ -164,8 +164,8 @@ impl SlabHeap {
     /// - Every descriptor head below `len` (the line other threads read). This process may
     ///   hold heads it read while another process held the slot (a remote free into one of
     ///   that tenure's slabs), still saying "sized, owned by this slot", and the small free
-    ///   fast path trusts such a head without reading it again. (Large frees read their head
-    ///   fresh; their heads are read here for the next point.)
+    ///   fast path, and any free of a block of a slab whose head says so, trust such a head
+    ///   without reading it again.
     /// - The data of every slab the slot still holds with live blocks (sized or detached):
     ///   the blocks the new tenure allocates there share lines with the last tenure's live
     ///   blocks, which another process wrote. A write-back of such a line carries the whole

@@ -101,6 +101,36 @@ fn detaching_a_full_slab_writes_it_back() {
     let _ = blocks;
 }
 
+/// A sized or detached slab not morphing carries the descriptor lines its class uses between
+/// hosts, not the whole 1 KiB bitset: 200 KiB blocks use one bitset word, so the head line
+/// and one more. And its owner's free into it while it is sized reads nothing fresh (only it
+/// writes a sized slab's head).
+#[test]
+fn a_large_slab_moves_only_the_descriptor_lines_its_class_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = heap(&dir, Coherence::Limited);
+    let t = heap.thread().unwrap();
+    let blocks: Vec<Offset> = (0..4).map(|_| t.allocate(layout(BIG)).unwrap()).collect();
+    // The owner's free of a block of its sized head slab, then the block taken again.
+    let c = during(|| t.free(blocks[3]));
+    assert_eq!(
+        c.lines_invalidated, 0,
+        "owner's free into its sized slab: {c:?}"
+    );
+    let again = t.allocate(layout(BIG)).unwrap();
+    // Detach the full head (2 lines) and size a fresh slab (its head line: nothing to clear).
+    let c = during(|| {
+        t.allocate(layout(BIG)).unwrap();
+    });
+    assert_eq!(c.lines_written_back, 3, "detach and sizing: {c:?}");
+    assert!(detached(&heap) >= 1, "{c:?}");
+    // The owner's free into the detached slab: its head, then the lines its class uses.
+    let c = during(|| t.free(again));
+    assert_eq!(c.lines_invalidated, 3, "free into a detached slab: {c:?}");
+    let report = heap.check();
+    assert!(report.is_valid(), "{report:?}");
+}
+
 #[test]
 fn a_full_slab_kept_attached_is_not_written_back_but_one_freed_into_remotely_is_detached() {
     let dir = tempfile::tempdir().unwrap();

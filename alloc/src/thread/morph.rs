@@ -43,7 +43,7 @@ use crate::morph::{Morph, COUNT_SCAN_MAX, OCCUPANCY_MAX_PERCENT};
 use crate::offset::Offset;
 use crate::recovery::Op;
 use crate::remote::{self, RemoteFree};
-use crate::slab::{Meta, SlabDesc, State, SIZE_DESC_HEAD};
+use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
 use crate::slot::unpack_ends;
 use podkv_hw::sync::{
@@ -330,10 +330,13 @@ impl Morpher<'_> {
         }
         if !morph.any_old_set(desc) {
             desc.end_morph();
-            // SWcc writer rule: freers read the slab's class and mark from here.
+            // SWcc writer rule: freers read the slab's class and mark from here. The whole
+            // descriptor: the old set's lines past the new class's words were written in
+            // the morph, and from now on only the lines the class uses are written back
+            // (`desc_in_use`).
             if podkv_hw::site!("alloc.morph.end.write_back") {
                 self.coherence
-                    .write_back((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+                    .write_back((desc as *const SlabDesc).cast(), SIZE_DESC);
             }
             crash_point!("unblock.ended");
         }

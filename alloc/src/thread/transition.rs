@@ -15,7 +15,7 @@ use crate::class::{is_block_start, Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_
 use crate::pending::{Pending, COUNT_MAX};
 use crate::{crash_point, dcas, error::AllocError, global::List, offset::Offset, recovery::Op};
 use crate::remote::{self, Disown, RemoteFree};
-use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
+use crate::slab::{desc_in_use, Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
 use podkv_hw::sync::Ordering::{Acquire, Relaxed};
 use std::alloc::Layout;
@@ -65,10 +65,13 @@ impl SlabOwner<'_> {
         block: u32,
         offset: Offset,
     ) {
-        // A detached slab may have come with the slot from another process: read it whole.
-        let detached = desc.meta().state == Some(State::Detached);
+        // A detached slab may have come with the slot from another process: read what it
+        // uses whole (`unsized_to_sized` and a morph's end wrote the rest back, zero).
+        let meta = desc.meta();
+        let detached = meta.state == Some(State::Detached);
         if detached && podkv_hw::site!("alloc.transition.free_detached.invalidate") {
-            self.coherence.invalidate((desc as *const SlabDesc).cast(), SIZE_DESC);
+            let in_use = desc_in_use(heap.classes.count[class], meta.old != 0);
+            self.coherence.invalidate((desc as *const SlabDesc).cast(), in_use);
         }
         let word = &desc.bits[(block / 64) as usize];
         let bits = word.load(Relaxed);
@@ -121,14 +124,16 @@ impl SlabOwner<'_> {
         }
         let desc = heap.desc(slab);
         let capacity = heap.classes.count[class];
-        desc.fill_bits(capacity);
+        let zeroed = desc.fill_bits(capacity);
         remote::reset(heap.remote(slab), capacity, self.0);
         crash_point!("to_sized.reset");
         desc.set_meta(self.me, class as u8, State::Sized);
         // SWcc writer rule: remote freers of this slab's blocks read its class from here.
+        // The whole descriptor if `fill_bits` zeroed words past the class's: while the slab
+        // is sized only the lines it uses are written back (`desc_in_use`).
         if podkv_hw::site!("alloc.transition.to_sized.write_back") {
-            self.coherence
-                .write_back((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            let len = if zeroed { SIZE_DESC } else { SIZE_DESC_HEAD };
+            self.coherence.write_back((desc as *const SlabDesc).cast(), len);
         }
         crash_point!("to_sized.meta");
         self.sized_push_front(heap, class, slab);
@@ -144,8 +149,11 @@ impl SlabOwner<'_> {
         self.sized_unlink(heap, class, slab);
         let desc = heap.desc(slab);
         desc.set_meta(self.me, class as u8, State::Detached);
+        // What the slab uses: a taker reads it fresh, and this cache holds no dirty line
+        // past it (`unsized_to_sized`, a morph's end).
         if podkv_hw::site!("alloc.transition.to_detached.write_back") {
-            self.write_back(desc);
+            let in_use = desc_in_use(heap.classes.count[class], desc.meta().old != 0);
+            self.coherence.write_back((desc as *const SlabDesc).cast(), in_use);
         }
         crash_point!("to_detached.meta");
         if remote::detach(heap.remote(slab), self.0) == 0 {
@@ -495,7 +503,13 @@ impl SlabOwner<'_> {
         let (heap, slab, in_slab) = self.locate(offset);
         let desc = heap.desc(slab);
         // SWcc reader rule, as on the small remote path: the slab may be another thread's.
-        if podkv_hw::site!("alloc.transition.free.invalidate") {
+        // Not for a slab whose meta this cache holds as this slot's sized one: only this
+        // slot changes such a meta (no freer takes a sized slab), and the tenure's claim made
+        // every head fresh (`SlabHeap::begin_tenure`), so this cache holds the owner's last
+        // write, its own; the small fast path trusts it the same way.
+        let cached = desc.meta();
+        let mine = cached.owner == self.me && cached.state == Some(State::Sized);
+        if !mine && podkv_hw::site!("alloc.transition.free.invalidate") {
             self.coherence
                 .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
         }
