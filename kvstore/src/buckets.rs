@@ -185,24 +185,27 @@ pub(crate) fn bucket_word<A: Arena>(shared: &Shared<A>, b: u64) -> Option<&Atomi
 
 /// Calls `f(tag, item)` for each entry of the object `word` names, while it returns true.
 #[inline]
-pub(crate) fn entries(view: View, word: u64, f: impl FnMut(u64, u64) -> bool) {
-    entries_read(view, word, true, f);
+pub(crate) fn entries(view: View, word: u64, mut f: impl FnMut(u64, u64) -> bool) {
+    entries_read(view, word, true, |tag, item| f(tag, index::object(item)));
 }
 
-/// [`entries`], making the object's lines fresh first only if `fresh` (false: the caller made
-/// them fresh under the epoch pin it still holds, and a published object does not change).
+/// [`entries`], with each entry's item word as it is (hint included), making the object's
+/// lines fresh first only if `fresh` (false: the caller made them fresh under the epoch pin
+/// it still holds, and a published object does not change) and the word's hint is not this
+/// view's (an object this cache domain wrote: rule 2a).
 #[inline]
 fn entries_read(view: View, word: u64, fresh: bool, mut f: impl FnMut(u64, u64) -> bool) {
     let at = index::object(word);
     if word & EMPTY != 0 || at == 0 {
         return;
     }
+    let fresh = fresh && !view.hinted_here(word);
     if index::is_item(word) {
         // The tag only: whoever reads the key or value makes those lines fresh.
         if fresh {
             view.fresh_header(at);
         }
-        f(view.tag(at), at);
+        f(view.tag(at), index::hinted(at, index::hint(word)));
         return;
     }
     if fresh {
@@ -270,24 +273,27 @@ impl<A: Arena> Memory for Table<'_, A> {
 
     #[inline]
     fn entries(&self, word: u64, f: impl FnMut(u64, u64) -> bool) {
-        entries(self.slot().view(), word, f)
+        entries_read(self.slot().view(), word, true, f)
     }
 
     fn make(&self, change: &Change) -> Result<u64, StoreError> {
         let view = self.slot().view();
+        // Entries keep their items' hints; an item this write made carries this view's.
         let swapped = |item: u64| match change.swap {
-            Some((old, new)) if old == item => new,
+            Some((old, new)) if old == index::object(item) => view.hinted(new),
             _ => item,
         };
+        let keeps = |tag: u64, item: u64| change.keeps(tag, index::object(item));
+        let add = change.add.map(|(tag, item)| (tag, view.hinted(item)));
         let (mut len, mut only) = (0usize, (0, 0));
         entries_read(view, change.from, !change.fresh, |tag, item| {
-            if change.keeps(tag, item) {
+            if keeps(tag, item) {
                 len += 1;
                 only = (tag, swapped(item));
             }
             true
         });
-        if let Some(add) = change.add {
+        if let Some(add) = add {
             len += 1;
             only = add;
         }
@@ -316,13 +322,13 @@ impl<A: Arena> Memory for Table<'_, A> {
         let mut i = 0;
         // Fresh since the count above, under the same pin.
         entries_read(view, change.from, false, |tag, item| {
-            if change.keeps(tag, item) {
+            if keeps(tag, item) {
                 view.write_entry(at, i, (tag, swapped(item)));
                 i += 1;
             }
             true
         });
-        if let Some(add) = change.add {
+        if let Some(add) = add {
             view.write_entry(at, i, add);
         }
         if view.is_swcc() && podkv_hw::site!("store.block.write_back") {
@@ -330,7 +336,7 @@ impl<A: Arena> Memory for Table<'_, A> {
         }
         slot.block_log(BLOCK, at);
         crate::reclaim::spare::end_take(slot);
-        Ok(at)
+        Ok(view.hinted(at))
     }
 
     #[inline]

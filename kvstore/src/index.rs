@@ -9,6 +9,12 @@
 //! - `block`: made, an immutable **bucket block** (SWcc) of `(tag, item)` entries;
 //! - any of the last three `| FROZEN | bit << SHIFT_SPLIT`: being split (see # Growth).
 //!
+//! A word naming an item or block, and a block entry's item word, carry the object's *hint*
+//! (bits [`SHIFT_HINT`]..52): which cache domain wrote it, as an index into the store's
+//! domain table (`layout::DomainTable`; 0: not told). A reader in that domain trusts its
+//! cache for the object's lines without making even the first one fresh (the store's
+//! README, Coherence, rule 2a). The index itself never reads it: [`object`] drops it.
+//!
 //! Every made word also carries its bucket's *split count* (bits [`SHIFT_DEPTH`]..58, mod
 //! 64): a split's replacement of the parent's word raises it, and every other write keeps
 //! it. Without it a split that leaves the parent's entries as they were (an empty bucket, or
@@ -54,8 +60,15 @@ pub const SHIFT_SPLIT: u32 = 58;
 pub const SHIFT_DEPTH: u32 = 52;
 /// The split count's bits.
 const MASK_DEPTH: u64 = ((1 << SHIFT_SPLIT) - 1) & !((1 << SHIFT_DEPTH) - 1);
-/// The object (block or item offset) bits of a word: heap offsets under 4 PiB.
-pub const MASK_AT: u64 = ((1 << SHIFT_DEPTH) - 1) & !7;
+/// Bits 46..52 of a word or entry naming an object: its hint (see # Bucket words).
+pub const SHIFT_HINT: u32 = 46;
+/// The hint's bits.
+const MASK_HINT: u64 = ((1 << SHIFT_DEPTH) - 1) & !((1 << SHIFT_HINT) - 1);
+/// The largest hint.
+pub const HINT_MAX: u64 = MASK_HINT >> SHIFT_HINT;
+/// The object (block or item offset) bits of a word: heap offsets under 64 TiB (a heap is
+/// at most 32 TiB of address space).
+pub const MASK_AT: u64 = ((1 << SHIFT_HINT) - 1) & !7;
 /// Bit 63 of every tag: a tag is never zero.
 const TAG_TOP: u64 = 1 << 63;
 
@@ -69,6 +82,19 @@ pub fn tag(hash: u64) -> u64 {
 #[inline]
 pub fn object(word: u64) -> u64 {
     word & MASK_AT
+}
+
+/// The hint of a word or entry naming an object (see # Bucket words; 0: none).
+#[inline]
+pub fn hint(word: u64) -> u64 {
+    (word & MASK_HINT) >> SHIFT_HINT
+}
+
+/// `object` with hint `hint` (at most [`HINT_MAX`]).
+#[inline]
+pub fn hinted(object: u64, hint: u64) -> u64 {
+    debug_assert!(object & !MASK_AT == 0 && hint <= HINT_MAX);
+    object | hint << SHIFT_HINT
 }
 
 /// Whether the word names one item directly.
@@ -195,7 +221,7 @@ pub trait Memory {
     /// The CAS of a bucket word (through the heap's hook); whether it succeeded.
     fn cas(&self, word: &AtomicU64, old: u64, new: u64) -> bool;
     /// Calls `f(tag, item)` for each entry of the word's object, read fresh, while it returns
-    /// true.
+    /// true; `item` is the entry's item word, hint included ([`object`] is the item).
     fn entries(&self, word: u64, f: impl FnMut(u64, u64) -> bool);
     /// Makes the word for `change` (zero entries: [`EMPTY`]; one: the item itself; more: a
     /// new block, written back and logged as this slot's unpublished block).
@@ -362,12 +388,14 @@ pub fn finish_split<M: Memory>(
 }
 
 /// The item whose key `same` accepts among the entries of `word` tagged `tag` (0: none).
+/// `same` gets each candidate's item word as the entry holds it (with its hint: [`object`]
+/// is the item).
 #[inline]
 pub fn find<M: Memory>(m: &M, word: u64, tag: u64, mut same: impl FnMut(u64) -> bool) -> u64 {
     let mut found = 0;
     m.entries(word, |t, item| {
         if t == tag && same(item) {
-            found = item;
+            found = object(item);
             return false;
         }
         true
@@ -383,7 +411,7 @@ pub fn owned<M: Memory>(m: &M, b: u64, word: u64, mut f: impl FnMut(u64, u64) ->
         split_of(b, word).filter(|&(c, _)| m.bucket(c, false).is_some_and(|cw| m.load(cw) != 0));
     m.entries(word, |tag, item| match skip {
         Some((c, mask)) if tag & mask == c => true,
-        _ => f(tag, item),
+        _ => f(tag, object(item)),
     });
 }
 
@@ -395,4 +423,29 @@ pub fn chain(b: u64) -> impl Iterator<Item = u64> {
         next = (b != 0).then(|| parent(b));
         Some(b)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hint_rides_beside_the_object_and_every_other_field() {
+        let at = (1u64 << 45) - 64; // the last line of a 32 TiB heap
+        for hint in [0, 1, 17, HINT_MAX] {
+            let word = hinted(at, hint) | TAG_ITEM | 5 << SHIFT_DEPTH;
+            assert_eq!(object(word), at);
+            assert_eq!(super::hint(word), hint);
+            assert!(is_item(word));
+            let frozen = word | FROZEN | 9 << SHIFT_SPLIT;
+            assert_eq!(unfrozen(frozen), word);
+            assert_eq!(super::hint(frozen), hint);
+            assert_eq!(object(frozen), at);
+        }
+        assert_eq!(super::hint(EMPTY), 0);
+        assert!(is_block(hinted(64, 3)));
+    }
+
+    // Every heap offset fits below the hint.
+    const _: () = assert!(podkv_alloc::layout::SIZE_RESERVATION_MAX <= 1 << SHIFT_HINT);
 }

@@ -45,6 +45,7 @@
 //! claims the object (CAS of `claim`, 0 → slot + 1), and so does a recoverer for the dead
 //! slot: exactly one of them retires it (`recover`).
 
+use crate::index;
 use podkv_hw::sync::mapped::{AtomicU32, AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::cmp::Ordering as Order;
@@ -126,6 +127,9 @@ pub struct View {
     /// The cache domain this process's loads and stores go through (# Writer domain); zero
     /// when items need no SWcc (and then no item is trusted by it).
     domain: u64,
+    /// The domain's index in the store's domain table, which words and entries naming an
+    /// object this view writes carry (`index`, # Bucket words); zero: none.
+    hint: u64,
 }
 
 // SAFETY: a view is a base address; the memory it names is shared deliberately and accessed
@@ -141,6 +145,7 @@ impl View {
             base,
             coherence: Coherence::Hardware,
             domain: 0,
+            hint: 0,
         }
     }
 
@@ -159,6 +164,34 @@ impl View {
     #[inline]
     pub fn domain(self) -> u64 {
         self.domain
+    }
+
+    /// The same view, whose writes name their objects with hint `hint` (its domain's index in
+    /// the store's domain table; zero: none).
+    pub fn with_hint(self, hint: u64) -> View {
+        debug_assert!(hint <= index::HINT_MAX);
+        View { hint, ..self }
+    }
+
+    /// The hint objects written through this view carry.
+    #[inline]
+    pub fn hint(self) -> u64 {
+        self.hint
+    }
+
+    /// Object `at` as a word or block entry names one this view wrote: with its hint.
+    #[inline]
+    pub fn hinted(self, at: u64) -> u64 {
+        index::hinted(at, self.hint)
+    }
+
+    /// Whether the word or entry `word` names an object written through this view's cache
+    /// domain (its hint is this view's, never zero): what [`View::written_here`] tells from
+    /// the object's first line, told by the word that names it (README, Coherence, rule 2a),
+    /// so that not even that line is made fresh.
+    #[inline]
+    pub fn hinted_here(self, word: u64) -> bool {
+        self.hint != 0 && index::hint(word) == self.hint
     }
 
     /// Whether item `at` was written through this view's cache domain, so that its lines in

@@ -20,8 +20,9 @@ pub const MAGIC: u64 = 0x3154_5356_4b44_4f50;
 /// and the announcements live in a [`HwccWords`] block, in the heap's user HWcc area; 5: the
 /// index is copy-on-write buckets, HWcc bucket words naming bucket blocks, see `index`;
 /// 6: an item's first word names the cache domain that wrote it, see `item`, and the two
-/// `flush_all` marks share one line, [`FlushMarks`]).
-pub const VERSION: u64 = 6;
+/// `flush_all` marks share one line, [`FlushMarks`]; 7: words and block entries naming an
+/// object carry the hint of the domain that wrote it, an index into the [`DomainTable`]).
+pub const VERSION: u64 = 7;
 /// Buckets per segment (a 32 KiB block of bucket words in the HWcc area).
 pub const COUNT_SEGMENT: u64 = 4096;
 /// Segments in the directory: at most `COUNT_SEGMENT * COUNT_SEGMENTS` = 2^26 buckets.
@@ -100,6 +101,8 @@ pub struct HwccWords {
     /// `flush_all`'s marks, both on one line: every read loads them (`Shared::flush_marks`),
     /// and in an `mcas` heap one eviction of the line then serves both.
     pub flush: FlushMarks,
+    /// The cache domains whose writes carry a hint (`index`, # Bucket words).
+    pub domains: DomainTable,
     /// Offsets of segments of bucket words (0: not yet made), each installed once by CAS
     /// 0 → offset by the writer that first needs a bucket in it.
     pub directory: [AtomicU64; COUNT_SEGMENTS],
@@ -119,6 +122,28 @@ pub struct FlushMarks {
     pub oldest_cas: AtomicU64,
     _pad: [u64; 6],
 }
+
+/// The cache domains that wrote objects of the store, by index: a word's or entry's hint `h`
+/// (`index`, # Bucket words) names `names[h - 1]`, a domain name as `item` (# Writer domain)
+/// gives it (a host id; under the model of non-coherent caches, a heap mapping's).
+///
+/// # Fields (who may touch them)
+#[repr(C)]
+#[derive(Debug)]
+pub struct DomainTable {
+    /// Zero until a process of the domain takes the entry by one hook CAS 0 → name (the
+    /// first free entry, at its first handle: `Shared::domain_hint`); never changed after.
+    /// Read (hook loads) by processes looking for their domain's entry. A process that finds
+    /// no entry (all taken: a pod has a handful of hosts, but under the model every mapping
+    /// is a domain) writes without a hint, which every reader treats as another domain's.
+    pub names: [AtomicU64; COUNT_DOMAINS],
+    _pad: u64,
+}
+
+/// Entries of the [`DomainTable`]: every hint from 1 to `index::HINT_MAX`.
+pub const COUNT_DOMAINS: usize = 63;
+const _: () = assert!(COUNT_DOMAINS as u64 == crate::index::HINT_MAX);
+const _: () = assert!(std::mem::size_of::<DomainTable>() == 512);
 
 /// Bytes of a [`HwccWords`].
 pub const SIZE_HWCC_WORDS: usize = std::mem::size_of::<HwccWords>();

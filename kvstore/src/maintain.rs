@@ -180,7 +180,7 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
         }) else {
             return false;
         };
-        if index::find(&table, w, h, |at| at == item) == 0 {
+        if index::find(&table, w, h, |entry| index::object(entry) == item) == 0 {
             return false;
         }
         let mut change = Change::read(w);

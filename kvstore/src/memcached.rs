@@ -101,9 +101,11 @@ pub(crate) fn get<'h, A: Arena>(
     let (_, word) = index::read(&table, h, shared.buckets_log2_cached(), || {
         shared.buckets_log2()
     });
-    let at = index::find(&table, word, index::tag(h), |at| {
-        // A word naming one item made its header fresh (`buckets::entries`): the rest only.
-        if !index::is_item(word) {
+    let at = index::find(&table, word, index::tag(h), |entry| {
+        let at = index::object(entry);
+        // A word naming one item made its header fresh (`buckets::entries`): the rest only;
+        // nothing of an item this domain wrote (rule 2a).
+        if !index::is_item(word) && !view.hinted_here(entry) {
             view.fresh_header(at);
         }
         view.fresh_value(at);

@@ -15,6 +15,7 @@ use crate::StoreError;
 use podkv_alloc::HwccUser;
 use podkv_hw::sync::mapped::{AtomicU64, AtomicUsize, Ordering};
 use podkv_hw::Coherence;
+use std::sync::OnceLock;
 
 /// One open store: see the module doc. Held in an `Arc` by the map and by every handle.
 pub(crate) struct Shared<A: Arena> {
@@ -34,6 +35,9 @@ pub(crate) struct Shared<A: Arena> {
     /// [`Shared::value_max`], set once the descriptor is validated (0 before): fixed for the
     /// store's life, and computing it asked the heap's geometry on every write.
     value_max: AtomicUsize,
+    /// This process's domain's index in the store's [`DomainTable`], taken at its first
+    /// handle ([`Shared::domain_hint`]; 0: none).
+    hint: OnceLock<u64>,
 }
 
 // SAFETY: `View` is a base address into memory shared on purpose; all shared words are atomics.
@@ -77,6 +81,7 @@ impl<A: Arena> Shared<A> {
             clock: config.clock.clone(),
             hook: None,
             value_max: AtomicUsize::new(0),
+            hint: OnceLock::new(),
         };
         shared.hook = shared.arena.mcas_hook();
         if view.is_swcc() && podkv_hw::site!("store.open.invalidate") {
@@ -297,7 +302,35 @@ impl<A: Arena> Shared<A> {
     /// The node view.
     #[inline]
     pub(crate) fn view(&self) -> View {
-        self.view
+        self.view.with_hint(self.hint.get().copied().unwrap_or(0))
+    }
+
+    /// This process's cache domain's hint (`index`, # Bucket words): its entry in the
+    /// store's [`DomainTable`], found or taken (by hook CAS 0 → the domain's name, on the
+    /// first free entry) on the first call, which a handle makes with its thread. Zero where
+    /// objects need no SWcc, or when every entry is another domain's: then this process
+    /// writes without a hint and trusts none. Two domains never share an entry (the CAS), so
+    /// a hint names one domain for the store's life.
+    pub(crate) fn domain_hint(&self, thread: &A::Thread) -> u64 {
+        *self.hint.get_or_init(|| {
+            let domain = self.view.domain();
+            if domain == 0 {
+                return 0;
+            }
+            for (i, name) in self.hw().domains.names.iter().enumerate() {
+                let mut seen = self.load_word(name);
+                if seen == 0 {
+                    podkv_hw::cas_site!("store.domain.take.cas");
+                    seen = self
+                        .cas_word(thread, name, 0, domain)
+                        .map_or_else(|found| found, |_| domain);
+                }
+                if seen == domain {
+                    return i as u64 + 1;
+                }
+            }
+            0
+        })
     }
 
     /// Now, in Unix seconds.

@@ -31,6 +31,9 @@ pub(crate) struct Slot<A: Arena> {
     record_at: u64,
     /// Offset of this slot's announcement (`Shared::announce_at(index)`).
     announce_at: u64,
+    /// The store's view with this process's hint (taken with this slot's thread if no handle
+    /// took it before: `Shared::domain_hint`).
+    view: View,
 }
 
 impl<A: Arena> Slot<A> {
@@ -40,6 +43,8 @@ impl<A: Arena> Slot<A> {
         let record_at = shared.slot_at(index);
         let announce_at = shared.announce_at(index);
         let puts = RefCell::new(shared.view.coherence().write_back_batch());
+        shared.domain_hint(&thread);
+        let view = shared.view();
         let slot = Slot {
             shared,
             puts,
@@ -47,6 +52,7 @@ impl<A: Arena> Slot<A> {
             index,
             record_at,
             announce_at,
+            view,
         };
         slot.fresh_slot(index);
         slot
@@ -79,7 +85,7 @@ impl<A: Arena> Slot<A> {
     /// The node view.
     #[inline]
     pub(crate) fn view(&self) -> View {
-        self.shared.view
+        self.view
     }
 
     /// This slot's record.

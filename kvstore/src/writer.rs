@@ -403,9 +403,11 @@ impl<'h, A: Arena> Parts<'h, A> {
         let (tag, log2) = (index::tag(h), || shared.buckets_log2());
         loop {
             let (word, w) = index::write_target(&table, h, shared.buckets_log2_cached(), log2)?;
-            let found = index::find(&table, w, tag, |at| {
-                // A word naming one item made its header fresh (`buckets::entries`).
-                if !index::is_item(w) {
+            let found = index::find(&table, w, tag, |entry| {
+                let at = index::object(entry);
+                // A word naming one item made its header fresh (`buckets::entries`); nothing
+                // of an item this domain wrote (rule 2a).
+                if !index::is_item(w) && !view.hinted_here(entry) {
                     view.fresh_header(at);
                 }
                 view.fresh_key(at);

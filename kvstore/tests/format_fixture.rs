@@ -1,17 +1,18 @@
 //! A heap and store written by an earlier build open and check clean with this one: the
-//! fixture `fixtures/heap10-store6.zst` was written (heap format 10, store format 6) with
-//! `write_fixture` below by the build that introduced heap format 10, and every item it
+//! fixture `fixtures/heap10-store7.zst` was written (heap format 10, store format 7) with
+//! `write_fixture` below by the build that introduced store format 7, and every item it
 //! holds reads back as written. Heaps of older formats (`fixtures/heap6-store3.zst`, written by
 //! `main` at 38e26c2; `fixtures/heap7-store5.zst`, by the build that introduced store format
 //! 5; `fixtures/heap8-store5.zst`, by the build that introduced heap format 8;
 //! `fixtures/heap9-store5.zst`, by the build that introduced heap format 9;
 //! `fixtures/heap9-store6.zst`, by the build that introduced store format 6) and stores of
-//! older formats in a current heap (`fixtures/heap7-store3.zst`, by `main` at d1f2bbe;
-//! `fixtures/heap7-store4.zst`, by the build that introduced store format 4; their heap
-//! version byte raised to the current one, as heap formats 8 to 10 only changed what a heap of
-//! 7 without a huge heap never holds: morphing slabs, the owner's free of their old blocks,
-//! and the huge descriptors' lines) are refused with one line that names the way across:
-//! `podkv store dump|load`.
+//! older formats in a current heap (`fixtures/heap10-store6.zst`, by the build that
+//! introduced heap format 10; `fixtures/heap7-store3.zst`, by `main` at d1f2bbe;
+//! `fixtures/heap7-store4.zst`, by the build that introduced store format 4; these two with
+//! their heap version byte raised to the current one, as heap formats 8 to 10 only changed
+//! what a heap of 7 without a huge heap never holds: morphing slabs, the owner's free of
+//! their old blocks, and the huge descriptors' lines) are refused with one line that names
+//! the way across: `podkv store dump|load`.
 //!
 //! Regenerate it (only when the format changes on purpose, with a version bump; keep the
 //! old one for the refusal test):
@@ -27,7 +28,7 @@ const COUNT_ITEMS: u32 = 600;
 const EXPIRY_FAR: i64 = 2_000_000_000;
 
 fn fixture_path() -> PathBuf {
-    fixture("heap10-store6.zst")
+    fixture("heap10-store7.zst")
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -138,6 +139,11 @@ fn a_heap_or_store_of_an_older_format_is_refused_with_one_line_naming_dump_and_l
         ("heap8-store5.zst", "heap ", false),
         ("heap9-store5.zst", "heap ", false),
         ("heap9-store6.zst", "heap ", false),
+        (
+            "heap10-store6.zst",
+            "the heap's store has format version 6",
+            false,
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = unpack(&fixture(old), dir.path());

@@ -78,7 +78,8 @@ pub(crate) fn next_chunk<A: Arena>(
         // All the word's entries, as a lookup reads them: a frozen word still holds the items
         // its split moves to the child (`owned` would skip them once the child is installed,
         // though the child was unmade when `read` checked it, so they would be missed).
-        table.entries(word, |tag, at| {
+        table.entries(word, |tag, entry| {
+            let at = index::object(entry);
             view.fresh_item(at);
             if tag & mask == b && cursor.passed_by(view, at) {
                 items.push(at);
