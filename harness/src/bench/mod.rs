@@ -314,6 +314,7 @@ fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64
         duration,
         pin: true,
         pacing: crate::runner::pacing::Pacing::Closed,
+        hosts_apart: false,
     }
 }
 

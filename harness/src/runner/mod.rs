@@ -115,14 +115,17 @@ fn run_processes(
     let spec_json = serde_json::to_string(spec)?;
     let mut children = Vec::new();
     for p in 0..spec.processes {
-        let child = std::process::Command::new(&exe)
+        let mut command = std::process::Command::new(&exe);
+        command
             .arg("run-worker")
             .arg("--control")
             .arg(ctl_file.path())
             .args(["--process", &p.to_string(), "--spec", &spec_json])
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start a worker process")?;
+            .stdout(Stdio::piped());
+        if spec.hosts_apart {
+            command.env("PODKV_HOST_ID", (p + 1).to_string());
+        }
+        let child = command.spawn().context("cannot start a worker process")?;
         children.push(child);
     }
     let coordinated = coordinate(spec, ctl_file.control(), &mut children, expected);

@@ -124,6 +124,9 @@ pub struct RunRecord {
     pub processes: usize,
     /// Threads per process.
     pub threads: usize,
+    /// `--hosts-apart`: each process had a host id of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hosts_apart: bool,
     /// Operations done in the timed phase.
     pub ops: u64,
     /// Timed seconds (the slowest worker's).
@@ -279,6 +282,7 @@ impl RunRecord {
             phase: phase.into(),
             processes: spec.processes,
             threads: spec.threads,
+            hosts_apart: spec.hosts_apart,
             ops,
             seconds,
             ops_per_sec: ops as f64 / seconds,
@@ -323,8 +327,18 @@ impl RunRecord {
     /// Prints the table on stdout.
     pub fn print_table(&self, kinds: &[&str]) {
         println!(
-            "{} {} on {}: {} processes × {} threads, {} phase",
-            self.kind, self.workload, self.target, self.processes, self.threads, self.phase
+            "{} {} on {}: {} processes × {} threads{}, {} phase",
+            self.kind,
+            self.workload,
+            self.target,
+            self.processes,
+            self.threads,
+            if self.hosts_apart {
+                " (hosts apart)"
+            } else {
+                ""
+            },
+            self.phase
         );
         // Rates of no operations would be noise divided by one.
         let rates = if self.ops == 0 {

@@ -33,6 +33,13 @@ pub struct RunArgs {
     /// Do not pin worker threads to CPUs.
     #[arg(long)]
     pub no_pin: bool,
+    /// Each worker process takes a host id of its own (`PODKV_HOST_ID` = 1 + its index), as
+    /// if the pod's processes ran on separate hosts: in a `limited` or `mcas` heap every read
+    /// of an item another process wrote then pays the SWcc reader rule, which processes of
+    /// one host, sharing its caches, skip. The memory of this machine stays coherent, so only
+    /// the cost changes. Needs `--processes` above 1 and `--target embedded`.
+    #[arg(long)]
+    pub hosts_apart: bool,
     /// Append one NDJSON record of the run to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -235,6 +242,9 @@ pub struct RunSpec {
     /// Closed or open loop (`--target-rate`, `--pace timestamps`).
     #[serde(default)]
     pub pacing: Pacing,
+    /// `--hosts-apart`: each worker process gets host id 1 + its index.
+    #[serde(default)]
+    pub hosts_apart: bool,
 }
 
 impl RunSpec {
@@ -255,6 +265,7 @@ impl RunSpec {
             threads,
             duration: args.duration,
             pin: !args.no_pin,
+            hosts_apart: args.hosts_apart,
             pacing: args
                 .target_rate
                 .map_or(Pacing::Closed, |ops_per_sec| Pacing::Rate { ops_per_sec }),
@@ -276,6 +287,11 @@ impl RunSpec {
         anyhow::ensure!(
             self.workers() <= COUNT_WORKERS_MAX,
             "at most {COUNT_WORKERS_MAX} workers (processes × threads)"
+        );
+        anyhow::ensure!(
+            !self.hosts_apart
+                || (self.processes > 1 && matches!(self.target, TargetSpec::Embedded { .. })),
+            "--hosts-apart needs --processes above 1 and --target embedded"
         );
         anyhow::ensure!(
             self.processes == 1 || self.target.spans_processes(),
