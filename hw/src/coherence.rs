@@ -110,6 +110,26 @@ impl Coherence {
         }
     }
 
+    /// [`Coherence::write_back_new`] without its fence ([`swcc::write_back_unfenced`]): the
+    /// caller calls [`Coherence::fence`] before the write-back must be complete (before the
+    /// CAS that publishes the range). A no-op under `Hardware`.
+    #[inline]
+    pub fn write_back_new_unfenced(self, ptr: *const u8, len: usize) {
+        if self.is_swcc() {
+            crate::model::stored(ptr, len);
+            swcc::write_back_unfenced(ptr, len);
+        }
+    }
+
+    /// Waits for the write-backs this thread started ([`Coherence::write_back_new_unfenced`]).
+    /// A no-op under `Hardware`.
+    #[inline]
+    pub fn fence(self) {
+        if self.is_swcc() {
+            swcc::fence();
+        }
+    }
+
     /// Drops any stale cached copy of `len` bytes at `ptr` before reading data another host
     /// owns: the SWcc reader rule. See [`swcc::invalidate`]. The range must be mapped. A no-op
     /// under `Hardware`.

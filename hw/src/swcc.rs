@@ -100,6 +100,28 @@ pub fn write_back(ptr: *const u8, len: usize) {
     });
 }
 
+/// The writer rule's first half: starts the write-back of every line overlapping `[ptr,
+/// ptr + len)` and returns without waiting for it. The caller calls [`fence`] before
+/// anything that must follow the write-back (the CAS that publishes the range), and may do
+/// other work meanwhile, which then overlaps with the lines' trip to memory.
+///
+/// The range must be mapped. A no-op when `len` is 0.
+pub fn write_back_unfenced(ptr: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    persist::write_back(ptr, len);
+    crate::model::write_back(ptr, len);
+    count(|c| c.lines_written_back += lines_of(ptr, len));
+}
+
+/// The writer rule's second half: waits until every line this thread started writing back
+/// ([`write_back_unfenced`]) is in memory.
+pub fn fence() {
+    persist::fence();
+    count(|c| c.fences += 1);
+}
+
 /// The reader rule: evicts every line overlapping `[ptr, ptr + len)` from this CPU's caches
 /// and fences (`mfence`, which also orders later loads), so the next load of the range reads
 /// memory rather than a stale copy.

@@ -267,6 +267,10 @@ impl<A: Arena> Memory for Table<'_, A> {
     #[inline]
     fn cas(&self, word: &AtomicU64, old: u64, new: u64) -> bool {
         let slot = self.slot();
+        // Rule 1: what the new word names (an item `Writer::write_new` wrote, a block `make`
+        // made) is in memory before the CAS publishes it; their write-backs were started
+        // without waiting.
+        slot.view().publish_fence();
         podkv_hw::cas_site!("store.bucket.cas");
         slot.shared().cas_word(&slot.thread, word, old, new).is_ok()
     }
@@ -331,8 +335,9 @@ impl<A: Arena> Memory for Table<'_, A> {
         if let Some(add) = add {
             view.write_entry(at, i, add);
         }
+        // Waited for by the publishing CAS (`Table::cas`).
         if view.is_swcc() && podkv_hw::site!("store.block.write_back") {
-            view.write_back_new(at, size);
+            view.write_back_new_unfenced(at, size);
         }
         slot.block_log(BLOCK, at);
         crate::reclaim::spare::end_take(slot);

@@ -212,6 +212,21 @@ impl View {
         self.coherence.write_back_new(self.ptr(at), len);
     }
 
+    /// [`View::write_back_new`] without its fence: the lines start for memory now, and the
+    /// publishing CAS ([`View::publish_fence`], in `buckets::Table::cas`) waits for them, so
+    /// the work between (making the bucket's next block) overlaps with their trip.
+    #[inline]
+    pub fn write_back_new_unfenced(self, at: u64, len: usize) {
+        self.coherence.write_back_new_unfenced(self.ptr(at), len);
+    }
+
+    /// Waits until the write-backs this thread started are complete: before a CAS publishes
+    /// what they carry (nothing under `Hardware`).
+    #[inline]
+    pub fn publish_fence(self) {
+        self.coherence.fence();
+    }
+
     /// The heap's coherence mode.
     #[inline]
     pub fn coherence(self) -> Coherence {

@@ -296,8 +296,9 @@ impl<'h, A: Arena> Parts<'h, A> {
     fn write_new(self, at: u64, meta: &Meta, key: &[u8], value: &[&[u8]], vlen: usize) {
         let view = self.shared().view();
         view.write_item(at, meta, key, value, vlen);
+        // Waited for by the publishing CAS (`buckets::Table::cas`).
         if view.is_swcc() && podkv_hw::site!("store.item.write_back") {
-            view.write_back_new(at, SIZE_HEADER + key.len() + vlen);
+            view.write_back_new_unfenced(at, SIZE_HEADER + key.len() + vlen);
         }
         self.slot().log(ITEM, at);
         crate::reclaim::spare::end_take(self.slot());
