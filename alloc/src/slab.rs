@@ -230,6 +230,18 @@ impl SlabDesc {
         self.cursor.store(u64::from(cursor), Relaxed);
     }
 
+    /// Writes back its first `len` bytes (the SWcc writer rule; nothing under `Hardware`).
+    #[inline]
+    pub fn write_back(&self, coherence: podkv_hw::Coherence, len: usize) {
+        coherence.write_back((self as *const SlabDesc).cast(), len);
+    }
+
+    /// Makes its first `len` bytes fresh (the SWcc reader rule; nothing under `Hardware`).
+    #[inline]
+    pub fn invalidate(&self, coherence: podkv_hw::Coherence, len: usize) {
+        coherence.invalidate((self as *const SlabDesc).cast(), len);
+    }
+
     /// Makes every one of `capacity` blocks free (the `unsized_to_sized` half that touches
     /// bits), with the phantom bits past the capacity set in the last word. Words past the
     /// capacity are cleared only where a larger earlier capacity left bits: a small class's

@@ -87,6 +87,8 @@ mod driven;
 #[cfg(not(podkv_loom))]
 pub mod item;
 #[cfg(not(podkv_loom))]
+mod key;
+#[cfg(not(podkv_loom))]
 pub mod layout;
 #[cfg(all(not(podkv_loom), feature = "baselines"))]
 pub mod local_arena;

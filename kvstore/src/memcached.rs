@@ -102,12 +102,7 @@ pub(crate) fn get<'h, A: Arena>(
         shared.buckets_log2()
     });
     let at = index::find(&table, word, index::tag(h), |entry| {
-        let at = index::object(entry);
-        // A word naming one item made its header fresh (`buckets::entries`): the rest only;
-        // nothing of an item this domain wrote (rule 2a).
-        if !index::is_item(word) && !view.hinted_here(entry) {
-            view.fresh_header(at);
-        }
+        let at = view.fresh_candidate(word, entry);
         view.fresh_value(at);
         item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
     });

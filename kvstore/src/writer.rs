@@ -405,12 +405,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         loop {
             let (word, w) = index::write_target(&table, h, shared.buckets_log2_cached(), log2)?;
             let found = index::find(&table, w, tag, |entry| {
-                let at = index::object(entry);
-                // A word naming one item made its header fresh (`buckets::entries`); nothing
-                // of an item this domain wrote (rule 2a).
-                if !index::is_item(w) && !view.hinted_here(entry) {
-                    view.fresh_header(at);
-                }
+                let at = view.fresh_candidate(w, entry);
                 view.fresh_key(at);
                 item::compare_keys(view.key(at), key) == std::cmp::Ordering::Equal
             });

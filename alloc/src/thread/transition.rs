@@ -71,7 +71,7 @@ impl SlabOwner<'_> {
         let detached = meta.state == Some(State::Detached);
         if detached && podkv_hw::site!("alloc.transition.free_detached.invalidate") {
             let in_use = desc_in_use(heap.classes.count[class], meta.old != 0);
-            self.coherence.invalidate((desc as *const SlabDesc).cast(), in_use);
+            desc.invalidate(self.coherence, in_use);
         }
         let word = &desc.bits[(block / 64) as usize];
         let bits = word.load(Relaxed);
@@ -132,8 +132,7 @@ impl SlabOwner<'_> {
         // The whole descriptor if `fill_bits` zeroed words past the class's: while the slab
         // is sized only the lines it uses are written back (`desc_in_use`).
         if podkv_hw::site!("alloc.transition.to_sized.write_back") {
-            let len = if zeroed { SIZE_DESC } else { SIZE_DESC_HEAD };
-            self.coherence.write_back((desc as *const SlabDesc).cast(), len);
+            desc.write_back(self.coherence, if zeroed { SIZE_DESC } else { SIZE_DESC_HEAD });
         }
         crash_point!("to_sized.meta");
         self.sized_push_front(heap, class, slab);
@@ -152,8 +151,7 @@ impl SlabOwner<'_> {
         // What the slab uses: a taker reads it fresh, and this cache holds no dirty line
         // past it (`unsized_to_sized`, a morph's end).
         if podkv_hw::site!("alloc.transition.to_detached.write_back") {
-            let in_use = desc_in_use(heap.classes.count[class], desc.meta().old != 0);
-            self.coherence.write_back((desc as *const SlabDesc).cast(), in_use);
+            desc.write_back(self.coherence, desc_in_use(heap.classes.count[class], desc.meta().old != 0));
         }
         crash_point!("to_detached.meta");
         if remote::detach(heap.remote(slab), self.0) == 0 {
@@ -196,7 +194,7 @@ impl SlabOwner<'_> {
         let (head, count) = unpack_ends(lists.unsized_list.load(Relaxed));
         if given_up || count >= heap.count_keep_unsized {
             if podkv_hw::site!("alloc.transition.release.write_back") {
-                self.write_back(heap.desc(slab));
+                heap.desc(slab).write_back(self.coherence, SIZE_DESC);
             }
             self.push_global(heap, slab, false, given_up);
             return;
@@ -302,11 +300,6 @@ impl SlabOwner<'_> {
         );
     }
 
-    pub(super) fn write_back(&self, desc: &SlabDesc) {
-        let coherence = self.shared.geometry.coherence;
-        coherence.write_back((desc as *const SlabDesc).cast(), SIZE_DESC);
-    }
-
     /// Puts `slab` at the head of a sized list. Forward from the head, the list holds the slab
     /// only after the last store.
     pub(super) fn sized_push_front(&self, heap: &SlabHeap, class: usize, slab: u32) {
@@ -398,7 +391,7 @@ impl SlabOwner<'_> {
                     break;
                 }
                 if podkv_hw::site!("alloc.transition.give_back.write_back") {
-                    self.write_back(heap.desc(head - 1));
+                    heap.desc(head - 1).write_back(self.coherence, SIZE_DESC);
                 }
                 self.push_global(&heap, head - 1, true, false);
             }
@@ -416,7 +409,7 @@ impl SlabOwner<'_> {
         let free = desc.count_free(heap.classes.count[class]);
         desc.set_meta(0, class as u8, State::Disowned);
         if podkv_hw::site!("alloc.transition.disown.write_back") {
-            self.write_back(desc);
+            desc.write_back(self.coherence, SIZE_DESC);
         }
         crash_point!("disown.meta");
         if remote::disown(heap.remote(slab), free, self.0) == Disown::Empty {
@@ -503,15 +496,12 @@ impl SlabOwner<'_> {
         let (heap, slab, in_slab) = self.locate(offset);
         let desc = heap.desc(slab);
         // SWcc reader rule, as on the small remote path: the slab may be another thread's.
-        // Not for a slab whose meta this cache holds as this slot's sized one: only this
-        // slot changes such a meta (no freer takes a sized slab), and the tenure's claim made
-        // every head fresh (`SlabHeap::begin_tenure`), so this cache holds the owner's last
-        // write, its own; the small fast path trusts it the same way.
+        // Not one this cache holds as this slot's sized slab: only the owner writes such a
+        // head, fresh since the tenure's claim (`SlabHeap::begin_tenure`; as the fast path).
         let cached = desc.meta();
         let mine = cached.owner == self.me && cached.state == Some(State::Sized);
         if !mine && podkv_hw::site!("alloc.transition.free.invalidate") {
-            self.coherence
-                .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+            desc.invalidate(self.coherence, SIZE_DESC_HEAD);
         }
         let meta = desc.meta();
         if meta.old != 0 {
@@ -557,8 +547,7 @@ impl SlabOwner<'_> {
         let meta = if self.coherence.is_swcc() && !self.batches(Kind::Small, slab) {
             let desc = self.small_desc(slab);
             if podkv_hw::site!("alloc.transition.free_remote_small.invalidate") {
-                self.coherence
-                    .invalidate((desc as *const SlabDesc).cast(), SIZE_DESC_HEAD);
+                desc.invalidate(self.coherence, SIZE_DESC_HEAD);
             }
             desc.meta.load(Relaxed)
         } else {
