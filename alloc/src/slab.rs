@@ -42,20 +42,6 @@ pub const SIZE_DESC_HEAD: usize = 64;
 /// Bytes of one descriptor: the head line and the bitset (1088 B).
 pub const SIZE_DESC: usize = SIZE_DESC_HEAD + COUNT_BITSET_WORDS * 8;
 
-/// Bytes at the start of a descriptor that a slab of `capacity` blocks, not morphing, reads
-/// and writes: the head line and the lines of its bitset words (the rest is zero in every
-/// state, [`SlabDesc::fill_bits`]). What the SWcc rules must carry for such a slab, once the
-/// lines past it are written back (`unsized_to_sized`, a morph's end): a 512 KiB slab of 1 KiB
-/// blocks uses 2 of the descriptor's 17 lines. A morphing slab uses the whole descriptor.
-#[inline]
-pub fn desc_in_use(capacity: u32, morphing: bool) -> usize {
-    if morphing {
-        return SIZE_DESC;
-    }
-    let words = (capacity.div_ceil(64) as usize).min(COUNT_BITSET_WORDS);
-    (SIZE_DESC_HEAD + words * 8).next_multiple_of(64)
-}
-
 /// A slab's state, stored in `meta`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -230,6 +216,20 @@ impl SlabDesc {
         self.cursor.store(u64::from(cursor), Relaxed);
     }
 
+    /// Bytes at its start that its slab, of `capacity` blocks, reads and writes: the head
+    /// line and the lines of the class's bitset words (the rest is zero in every state,
+    /// [`SlabDesc::fill_bits`]), or all of it while the slab morphs. What the SWcc rules must
+    /// carry for the slab, once the lines past it are written back (`unsized_to_sized`, a
+    /// morph's end): a 512 KiB slab of 1 KiB blocks uses 2 of the descriptor's 17 lines.
+    #[inline]
+    pub fn in_use(&self, capacity: u32) -> usize {
+        if self.meta().old != 0 {
+            return SIZE_DESC;
+        }
+        let words = (capacity.div_ceil(64) as usize).min(COUNT_BITSET_WORDS);
+        (SIZE_DESC_HEAD + words * 8).next_multiple_of(64)
+    }
+
     /// Writes back its first `len` bytes (the SWcc writer rule; nothing under `Hardware`).
     #[inline]
     pub fn write_back(&self, coherence: podkv_hw::Coherence, len: usize) {
@@ -246,7 +246,7 @@ impl SlabDesc {
     /// bits), with the phantom bits past the capacity set in the last word. Words past the
     /// capacity are cleared only where a larger earlier capacity left bits: a small class's
     /// sizing writes its few words, not the whole 1 KiB bitset. Whether it cleared any (under
-    /// SWcc their lines must then be written back: [`desc_in_use`] leaves them out).
+    /// SWcc their lines must then be written back: [`SlabDesc::in_use`] leaves them out).
     pub fn fill_bits(&self, capacity: u32) -> bool {
         let words = capacity.div_ceil(64) as usize;
         let mut zeroed = false;

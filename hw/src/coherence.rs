@@ -104,9 +104,9 @@ impl Coherence {
     /// loaded it would look clean, and memory would keep what another host wrote there since.
     #[inline]
     pub fn write_back_new(self, ptr: *const u8, len: usize) {
-        if self.is_swcc() {
-            crate::model::stored(ptr, len);
-            swcc::write_back(ptr, len);
+        if self.is_swcc() && len != 0 {
+            self.write_back_new_unfenced(ptr, len);
+            swcc::fence();
         }
     }
 

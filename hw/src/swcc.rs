@@ -91,13 +91,8 @@ pub fn write_back(ptr: *const u8, len: usize) {
     if len == 0 {
         return;
     }
-    persist::write_back(ptr, len);
-    persist::fence();
-    crate::model::write_back(ptr, len);
-    count(|c| {
-        c.lines_written_back += lines_of(ptr, len);
-        c.fences += 1;
-    });
+    write_back_unfenced(ptr, len);
+    fence();
 }
 
 /// The writer rule's first half: starts the write-back of every line overlapping `[ptr,

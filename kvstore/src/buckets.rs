@@ -192,7 +192,7 @@ pub(crate) fn entries(view: View, word: u64, mut f: impl FnMut(u64, u64) -> bool
 /// [`entries`], with each entry's item word as it is (hint included), making the object's
 /// lines fresh first only if `fresh` (false: the caller made them fresh under the epoch pin
 /// it still holds, and a published object does not change) and the word's hint is not this
-/// view's (an object this cache domain wrote: rule 2a).
+/// view's (an object this cache domain wrote: rule 2b).
 #[inline]
 fn entries_read(view: View, word: u64, fresh: bool, mut f: impl FnMut(u64, u64) -> bool) {
     let at = index::object(word);

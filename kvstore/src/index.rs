@@ -13,7 +13,7 @@
 //! (bits [`SHIFT_HINT`]..52): which cache domain wrote it, as an index into the store's
 //! domain table (`layout::DomainTable`; 0: not told). A reader in that domain trusts its
 //! cache for the object's lines without making even the first one fresh (the store's
-//! README, Coherence, rule 2a). The index itself never reads it: [`object`] drops it.
+//! README, Coherence, rule 2b). The index itself never reads it: [`object`] drops it.
 //!
 //! Every made word also carries its bucket's *split count* (bits [`SHIFT_DEPTH`]..58, mod
 //! 64): a split's replacement of the parent's word raises it, and every other write keeps

@@ -150,12 +150,6 @@ impl View {
         View { hint, ..self }
     }
 
-    /// The hint objects written through this view carry.
-    #[inline]
-    pub fn hint(self) -> u64 {
-        self.hint
-    }
-
     /// Object `at` as a word or block entry names one this view wrote: with its hint.
     #[inline]
     pub fn hinted(self, at: u64) -> u64 {
@@ -164,7 +158,7 @@ impl View {
 
     /// Whether the word or entry `word` names an object written through this view's cache
     /// domain (its hint is this view's, never zero): what [`View::written_here`] tells from
-    /// the object's first line, told by the word that names it (README, Coherence, rule 2a),
+    /// the object's first line, told by the word that names it (README, Coherence, rule 2b),
     /// so that not even that line is made fresh.
     #[inline]
     pub fn hinted_here(self, word: u64) -> bool {
@@ -392,7 +386,7 @@ impl View {
     /// [`View::claim_retire`] by the thread whose bucket CAS just removed `at`, still pinned
     /// as when it read `at`'s first line (a key it compared, or a block's entries it copied):
     /// that line holds the object as published (read fresh, or written by this cache domain:
-    /// rule 2a), and nobody but a recoverer writes the claim after publication, which
+    /// rules 2a, 2b), and nobody but a recoverer writes the claim after publication, which
     /// `recover::grace` holds off until this pin ends. So the CAS needs no fresh read first;
     /// the caller writes the claim's line back before it unpins ([`View::claim_line`]), so
     /// that a recoverer waiting for the unpin reads it.

@@ -194,7 +194,7 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
         table.replaced(w, next, won);
         if won {
             buckets.account(slot, -1, -(view.item_size(item) as i64));
-            reclaim.retire(item, false);
+            reclaim.retire(item);
             return true;
         }
         slot.put(&slot.record().unlink, 0);

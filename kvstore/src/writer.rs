@@ -459,7 +459,7 @@ impl<'h, A: Arena> Parts<'h, A> {
             if found != 0 {
                 let removed = view.item_size(found) as i64;
                 buckets.account(slot, i64::from(new != 0) - 1, added - removed);
-                reclaim.retire(found, true);
+                reclaim.retire(found);
             } else {
                 buckets.account(slot, 1, added);
             }

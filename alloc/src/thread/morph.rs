@@ -333,7 +333,7 @@ impl Morpher<'_> {
             // SWcc writer rule: freers read the slab's class and mark from here. The whole
             // descriptor: the old set's lines past the new class's words were written in
             // the morph, and from now on only the lines the class uses are written back
-            // (`desc_in_use`).
+            // (`SlabDesc::in_use`).
             if podkv_hw::site!("alloc.morph.end.write_back") {
                 self.coherence
                     .write_back((desc as *const SlabDesc).cast(), SIZE_DESC);

@@ -15,7 +15,7 @@ use crate::class::{is_block_start, Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_
 use crate::pending::{Pending, COUNT_MAX};
 use crate::{crash_point, dcas, error::AllocError, global::List, offset::Offset, recovery::Op};
 use crate::remote::{self, Disown, RemoteFree};
-use crate::slab::{desc_in_use, Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
+use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
 use podkv_hw::sync::Ordering::{Acquire, Relaxed};
 use std::alloc::Layout;
@@ -67,11 +67,9 @@ impl SlabOwner<'_> {
     ) {
         // A detached slab may have come with the slot from another process: read what it
         // uses whole (`unsized_to_sized` and a morph's end wrote the rest back, zero).
-        let meta = desc.meta();
-        let detached = meta.state == Some(State::Detached);
+        let detached = desc.meta().state == Some(State::Detached);
         if detached && podkv_hw::site!("alloc.transition.free_detached.invalidate") {
-            let in_use = desc_in_use(heap.classes.count[class], meta.old != 0);
-            desc.invalidate(self.coherence, in_use);
+            desc.invalidate(self.coherence, desc.in_use(heap.classes.count[class]));
         }
         let word = &desc.bits[(block / 64) as usize];
         let bits = word.load(Relaxed);
@@ -130,7 +128,7 @@ impl SlabOwner<'_> {
         desc.set_meta(self.me, class as u8, State::Sized);
         // SWcc writer rule: remote freers of this slab's blocks read its class from here.
         // The whole descriptor if `fill_bits` zeroed words past the class's: while the slab
-        // is sized only the lines it uses are written back (`desc_in_use`).
+        // is sized only the lines it uses are written back (`SlabDesc::in_use`).
         if podkv_hw::site!("alloc.transition.to_sized.write_back") {
             desc.write_back(self.coherence, if zeroed { SIZE_DESC } else { SIZE_DESC_HEAD });
         }
@@ -151,7 +149,7 @@ impl SlabOwner<'_> {
         // What the slab uses: a taker reads it fresh, and this cache holds no dirty line
         // past it (`unsized_to_sized`, a morph's end).
         if podkv_hw::site!("alloc.transition.to_detached.write_back") {
-            desc.write_back(self.coherence, desc_in_use(heap.classes.count[class], desc.meta().old != 0));
+            desc.write_back(self.coherence, desc.in_use(heap.classes.count[class]));
         }
         crash_point!("to_detached.meta");
         if remote::detach(heap.remote(slab), self.0) == 0 {

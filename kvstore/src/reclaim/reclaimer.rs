@@ -132,22 +132,16 @@ impl<A: Arena> Reclaim<A> {
 
     /// Retires an item this thread's bucket CAS just removed: claims the retirement
     /// (recovery of a killed remover may race for it, see `recover`), then puts it on the
-    /// slot's limbo list. `read`: the caller read the item's header line in this pin (it
-    /// compared the key), so the claim needs no fresh read ([`View::claim_removed`]).
+    /// slot's limbo list. Every remover read the item's header line in the pin it removes it
+    /// in (a writer compared the key; an evictor sampled the item fresh), so the claim needs
+    /// no fresh read ([`View::claim_removed`]).
     ///
     /// [`View::claim_removed`]: crate::item::View::claim_removed
-    pub(crate) fn retire(&self, node: u64, read: bool) {
+    pub(crate) fn retire(&self, node: u64) {
         let slot = &self.slot;
         let view = slot.view();
-        let won = if read {
-            view.claim_removed(node, false, slot.index)
-        } else {
-            view.claim_retire(node, false, slot.index)
-        };
-        if won {
-            if read {
-                slot.put_claim(node, false);
-            }
+        if view.claim_removed(node, false, slot.index) {
+            slot.put_claim(node, false);
             self.push_limbo(node, view.item_size(node));
         }
         slot.put(&slot.record().unlink, 0);
