@@ -27,7 +27,7 @@ use crate::reclaim::Reclaim;
 use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::StoreError;
-use podkv_hw::sync::mapped::AtomicU64;
+use podkv_hw::sync::mapped::{AtomicU64, Ordering};
 use std::cell::Cell;
 
 /// Items per bucket on average before the table doubles: at 2, a bucket word costs 4–8 B of
@@ -138,6 +138,9 @@ impl Buckets {
     fn split_owed_from<A: Arena>(&self, reclaim: &Reclaim<A>, next: u64, end: u64) {
         let stop = (next + COUNT_SPLITS_PER_WRITE).min(end);
         let table = Table { reclaim };
+        // This write's splits, and the next write's, whose objects then come from cache.
+        let ahead = (stop + COUNT_SPLITS_PER_WRITE).min(end);
+        prefetch_parents(reclaim.slot().shared(), next..ahead);
         for bucket in next..stop {
             // A bucket's hash is itself: the write target of `bucket` at a table that has it.
             let log2 = 64 - bucket.leading_zeros();
@@ -162,6 +165,24 @@ impl Buckets {
         index::read(&table, x, shared.buckets_log2_cached(), || {
             shared.buckets_log2()
         })
+    }
+}
+
+/// Starts loading the object each of `buckets`' parents names, so that the splits which
+/// read them wait for one miss together rather than one each (the owed buckets are
+/// consecutive, so are their parents: their words share a line or two, their objects do
+/// not). Only a hint: the words are read as this cache has them, and a stale word costs a
+/// useless prefetch, which never faults.
+fn prefetch_parents<A: Arena>(shared: &Shared<A>, buckets: std::ops::Range<u64>) {
+    let view = shared.view();
+    for b in buckets {
+        let Some(word) = bucket_word(shared, index::parent(b)) else {
+            continue;
+        };
+        let at = index::object(word.load(Ordering::Relaxed));
+        if at != 0 {
+            podkv_hw::persist::prefetch_write(view.ptr(at));
+        }
     }
 }
 

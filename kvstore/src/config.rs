@@ -53,7 +53,8 @@ pub enum Eviction {
 /// Bucket table sizing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Table {
-    /// Start small and double as items are added (load factor ≤ 1/2), migrating lazily.
+    /// Start small and double as items are added (past two items per bucket on average),
+    /// migrating lazily.
     Growing,
     /// Exactly `2^n` buckets, never grown (for comparison with the paper's fixed table).
     Fixed(u32),
