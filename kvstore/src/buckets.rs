@@ -16,6 +16,14 @@
 //! owe the buckets at `half + K·(a − start) .. half + K·(b − start)`), and the handle pays
 //! the debt [`COUNT_SPLITS_PER_WRITE`] per write. A debt left unpaid (a handle dropped, a
 //! process killed) costs readers longer blocks, nothing else.
+//!
+//! Both are 64, so a doubling's splits are all made within the first 1/128 of the inserts
+//! before the next doubling. The pace is what matters, not the splits' number (a doubling
+//! makes them all in any case): while any are owed, a lookup in the new half may read an
+//! ancestor's word besides its own, one more miss, so a slow pace taxes every operation of
+//! a long window. The price is paid in few writes instead: one in the window makes up to
+//! 64 splits (tens of microseconds), and about one write in 128 is in a window
+//! (`docs/history/2026-11-27-growth-pace.md` has the measurements).
 
 use crate::arena::Arena;
 use crate::index::{self, Change, Memory, EMPTY, TAG_ITEM};
@@ -39,9 +47,9 @@ const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
 /// Buckets of the new half of a grown table that each item inserted after the doubling
 /// owes (see # Growth).
-const COUNT_SPLITS_PER_INSERT: u64 = 4;
+const COUNT_SPLITS_PER_INSERT: u64 = 64;
 /// Owed buckets a write makes at most (one write's extra work stays bounded).
-const COUNT_SPLITS_PER_WRITE: u64 = 4;
+const COUNT_SPLITS_PER_WRITE: u64 = 64;
 
 /// One handle's part in the table: the buckets it owes, its unpublished counter deltas,
 /// and its sampling seed. Every method takes the store (or slot) it acts on.
@@ -138,9 +146,7 @@ impl Buckets {
     fn split_owed_from<A: Arena>(&self, reclaim: &Reclaim<A>, next: u64, end: u64) {
         let stop = (next + COUNT_SPLITS_PER_WRITE).min(end);
         let table = Table { reclaim };
-        // This write's splits, and the next write's, whose objects then come from cache.
-        let ahead = (stop + COUNT_SPLITS_PER_WRITE).min(end);
-        prefetch_parents(reclaim.slot().shared(), next..ahead);
+        prefetch_parents(reclaim.slot().shared(), next..stop);
         for bucket in next..stop {
             // A bucket's hash is itself: the write target of `bucket` at a table that has it.
             let log2 = 64 - bucket.leading_zeros();
