@@ -14,7 +14,7 @@ mod common;
 use podkv_alloc::process::SlotLife;
 use podkv_alloc::slot::Owner;
 use podkv_alloc::Liveness;
-use podkv_store::{Store, StoreConfig};
+use podkv_store::{Store, StoreConfig, StoreError};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -165,18 +165,30 @@ fn round(dir: &Path, round: u64) {
     let (acked_at_stop, count_at_stop) = last_acked(&log);
 
     // Its slot is fenced once its lease has lapsed; meanwhile, and after, this peer writes.
+    //
+    // While the child is stopped, a write may fail with `OutOfMemory`, and only so: a child
+    // stopped inside an operation stays pinned, fenced or not, and the store frees nothing
+    // a pin may still read, so the peer's churn fills the heap's large slabs until the child
+    // resumes. That is the store's answer by design; the writes after the resume must all
+    // succeed.
     let h = store.handle().unwrap();
     let mut seq = 0u64;
-    let write = |seq: &mut u64| {
+    let refused = std::cell::Cell::new(0u64);
+    let write = |seq: &mut u64, stopped: bool| {
+        let done = |what: &str, r: Result<(), StoreError>| match r {
+            Ok(()) => {}
+            Err(StoreError::OutOfMemory) if stopped => refused.set(refused.get() + 1),
+            Err(e) => panic!("round {round}: this peer's {what}: {e}"),
+        };
         let p = *seq % 32;
-        h.set(format!("p{p}").as_bytes(), &seq.to_le_bytes(), 0, 0)
-            .unwrap();
+        let set = h.set(format!("p{p}").as_bytes(), &seq.to_le_bytes(), 0, 0);
+        done("set", set);
         let churn = format!("c{}", *seq % CHURN);
         if *seq % 4 == 3 {
-            h.delete(churn.as_bytes()).unwrap();
+            done("delete", h.delete(churn.as_bytes()).map(drop));
         } else {
-            h.set(churn.as_bytes(), &churn_value(*seq + 1), 0, 0)
-                .unwrap();
+            let set = h.set(churn.as_bytes(), &churn_value(*seq + 1), 0, 0);
+            done("churn", set);
         }
         *seq += 1;
     };
@@ -184,7 +196,7 @@ fn round(dir: &Path, round: u64) {
     let mut fenced = 0;
     while fenced == 0 || watched.elapsed() < 3 * LEASE {
         for _ in 0..50 {
-            write(&mut seq);
+            write(&mut seq, true);
         }
         fenced = fenced.max(fenced_of_child(&store));
         assert!(
@@ -198,7 +210,7 @@ fn round(dir: &Path, round: u64) {
         "round {round}: a stopped writer wrote"
     );
     for _ in 0..2000 {
-        write(&mut seq);
+        write(&mut seq, true);
     }
 
     // SAFETY: as above.
@@ -208,7 +220,7 @@ fn round(dir: &Path, round: u64) {
         last_acked(&log).1 > count_at_stop + 200
     });
     for _ in 0..2000 {
-        write(&mut seq);
+        write(&mut seq, false);
     }
     std::fs::write(dir.join("stop"), b"").unwrap();
     let status = child.0.wait().unwrap();
@@ -259,9 +271,11 @@ fn round(dir: &Path, round: u64) {
     );
     eprintln!(
         "round {round}: {fenced} slot(s) of the stopped writer fenced; it wrote {} before the \
-         stop and {} after; this peer wrote {seq} times",
+         stop and {} after; this peer wrote {seq} times, {} refused for want of memory while \
+         it was stopped",
         count_at_stop,
-        last_acked(&log).1 - count_at_stop
+        last_acked(&log).1 - count_at_stop,
+        refused.get()
     );
 }
 
