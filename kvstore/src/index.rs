@@ -349,7 +349,7 @@ fn split<M: Memory>(m: &M, c: u64) -> Result<Option<()>, M::Error> {
 }
 
 /// Finishes the split that froze bucket `p`'s word as `frozen`: installs the child's word
-/// (unless done), then replaces the parent's (unless done). Any thread may run it.
+/// (unless done), then replaces the parent's (unless done). Any pinned thread may run it.
 pub fn finish_split<M: Memory>(
     m: &M,
     p: u64,
@@ -363,10 +363,14 @@ pub fn finish_split<M: Memory>(
     let cword = m
         .bucket(c, false)
         .expect("the splitter made the child's segment before it froze the parent");
+    // Whether this call read `from`'s entries fresh, making the child's word: the parent's,
+    // made under the same pin, need not make them fresh again (`Change::fresh`).
+    let mut read = false;
     if m.load(cword) == 0 {
         let mut change = Change::of(from);
         change.keep = (mask, c);
         let new = make(m, &change)?;
+        read = true;
         m.replacing(0);
         let won = m.cas(cword, 0, new);
         m.replaced(0, new, won);
@@ -377,6 +381,7 @@ pub fn finish_split<M: Memory>(
         // lower bit), which readers of those look for here.
         let mut change = Change::of(from);
         change.leave = (mask, c);
+        change.fresh = read;
         let depth = (from & MASK_DEPTH).wrapping_add(1 << SHIFT_DEPTH) & MASK_DEPTH;
         let new = m.make(&change)? | depth;
         // The entries stay (they moved); only the old block goes, with `from`.
