@@ -96,7 +96,7 @@ pub(crate) fn get<'h, A: Arena>(
     shared.check_key(key)?;
     let h = item::hash(key);
     let pin = p.pin();
-    let view = shared.view();
+    let view = p.slot().view();
     let table = Table { reclaim: p.reclaim };
     let (_, word) = index::read(&table, h, shared.buckets_log2_cached(), || {
         shared.buckets_log2()

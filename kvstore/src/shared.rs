@@ -299,10 +299,13 @@ impl<A: Arena> Shared<A> {
         unsafe { &*(self.view.ptr(at) as *const SlotRecord) }
     }
 
-    /// The node view.
+    /// The node view, without a hint: it neither names what it writes with this domain's
+    /// hint nor trusts a hinted object (rule 2b). A handle's [`Slot::view`] carries the hint.
+    ///
+    /// [`Slot::view`]: crate::slot::Slot::view
     #[inline]
     pub(crate) fn view(&self) -> View {
-        self.view.with_hint(self.hint.get().copied().unwrap_or(0))
+        self.view
     }
 
     /// This process's cache domain's hint (`index`, # Bucket words): its entry in the

@@ -32,7 +32,8 @@ pub(crate) struct Slot<A: Arena> {
     /// Offset of this slot's announcement (`Shared::announce_at(index)`).
     announce_at: u64,
     /// The store's view with this process's hint (taken with this slot's thread if no handle
-    /// took it before: `Shared::domain_hint`).
+    /// took it before: `Shared::domain_hint`): the view every operation of the handle reads
+    /// and writes objects through.
     view: View,
 }
 
@@ -43,8 +44,7 @@ impl<A: Arena> Slot<A> {
         let record_at = shared.slot_at(index);
         let announce_at = shared.announce_at(index);
         let puts = RefCell::new(shared.view.coherence().write_back_batch());
-        shared.domain_hint(&thread);
-        let view = shared.view();
+        let view = shared.view().with_hint(shared.domain_hint(&thread));
         let slot = Slot {
             shared,
             puts,
@@ -82,7 +82,7 @@ impl<A: Arena> Slot<A> {
         &self.shared
     }
 
-    /// The node view.
+    /// The node view, with this process's hint (see the field).
     #[inline]
     pub(crate) fn view(&self) -> View {
         self.view

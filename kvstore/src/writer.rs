@@ -399,7 +399,7 @@ impl<'h, A: Arena> Parts<'h, A> {
         let _pin = self.pin();
         let (slot, reclaim, buckets) = (self.slot(), self.reclaim, self.buckets);
         let shared = slot.shared();
-        let view = shared.view();
+        let view = slot.view();
         let table = Table { reclaim };
         let (tag, log2) = (index::tag(h), || shared.buckets_log2());
         loop {
