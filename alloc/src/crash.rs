@@ -4,7 +4,8 @@
 //!
 //! A process arms one point through the environment: `PODKV_CRASH_POINT=<name>` and optionally
 //! `PODKV_CRASH_SKIP=<n>` (pass the point `n` times first). When the armed point is reached the
-//! process sends itself SIGKILL: no unwinding, no destructors, as in a real crash. With
+//! thread there sends itself SIGKILL, which ends the whole process before that thread runs on:
+//! no unwinding, no destructors, as in a real crash. With
 //! `PODKV_CRASH_STOP=1` it sends itself SIGSTOP instead and stays frozen at the point, its
 //! slots still held by a live process, until the test has acted on the heap and kills it; with
 //! `PODKV_CRASH_STOP=once` it stops there once and carries on when continued (a stall, for
@@ -137,25 +138,32 @@ mod armed {
             if stop.as_ref().is_some_and(|v| v == "once") {
                 if passed == *skip {
                     // A stall: stop here once; the test continues the process.
-                    // SAFETY: sending a signal to ourselves.
-                    unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                    signal_this_thread(libc::SIGSTOP);
                 }
                 return;
             }
             if passed >= *skip {
                 let stop = stop.is_some_and(|v| v == "1");
                 loop {
-                    // SAFETY: sending a signal to ourselves. A stopped process is killed by
-                    // the test; should it be continued instead, it stops again.
-                    unsafe {
-                        libc::kill(
-                            libc::getpid(),
-                            if stop { libc::SIGSTOP } else { libc::SIGKILL },
-                        );
-                    }
+                    // A stopped process is killed by the test; should it be continued
+                    // instead, it stops again.
+                    signal_this_thread(if stop { libc::SIGSTOP } else { libc::SIGKILL });
                 }
             }
         }
+    }
+
+    /// Sends `sig` to the calling thread: SIGSTOP still stops, and SIGKILL kills, the whole
+    /// process, but the thread at the point handles it on its way out of the system call, so
+    /// it runs no further. `kill(getpid(), ..)` addresses the process, and Linux hands such a
+    /// signal to the main thread if that thread can take it (a test's, blocked in `join`, can):
+    /// the thread at the point ran on until the main thread got a CPU and stopped the group. A
+    /// stall at `release.written` so finished its release, and when the child's other thread
+    /// released too meanwhile, the child stopped holding no slot (the fence test's flake).
+    fn signal_this_thread(sig: libc::c_int) {
+        // SAFETY: `raise` sends a signal to the calling thread (a `tgkill` of itself); it has no
+        // memory preconditions.
+        unsafe { libc::raise(sig) };
     }
 }
 

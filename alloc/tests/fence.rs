@@ -15,6 +15,7 @@ use podkv_alloc::{Config, Heap, Liveness, Offset, ThreadHandle};
 use std::alloc::Layout;
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const ROLE: &str = "PODKV_FENCE_TEST_ROLE";
@@ -170,6 +171,34 @@ fn is_stopped(pid: i32) -> bool {
         .is_some_and(|state| state == 'T')
 }
 
+/// The slots the child's host holds now: (slot, owner word), for failure messages.
+fn child_slots(heap: &Heap) -> Vec<(u64, String)> {
+    (0..heap.geometry().slots())
+        .filter(|&i| heap.slot_owner(i).is_some_and(|o| o.host == other_host()))
+        .map(|i| {
+            (
+                i,
+                format!("{:#x}", heap.slot_owner_word(i).load(Ordering::Acquire)),
+            )
+        })
+        .collect()
+}
+
+/// The state of each of process `pid`'s threads (`/proc/PID/task/*/stat`), for failure messages.
+fn thread_states(pid: i32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let name = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+            let state = stat[stat.rfind(')')? + 2..].chars().next()?;
+            Some(format!("{name}:{state}"))
+        })
+        .collect()
+}
+
 /// Watches every slot for three leases (an observer must see an owner silent for a whole
 /// lease); returns whether it saw (and so fenced) a slot of the child's host. If a fence is
 /// `expected`, it goes on watching past three leases, up to twenty, until it sees one: on a
@@ -264,6 +293,11 @@ fn round(dir: &Path, seed: u64, stop: Stop) {
         _ => {}
     }
     wait_for(point, || is_stopped(pid));
+    let at_stop = format!(
+        "it held {:?} when it stopped (threads {:?})",
+        child_slots(&heap),
+        thread_states(pid)
+    );
     // Stopped with a slot held, the child must be fenced (at other points it may have
     // stopped before its claim).
     let holds = matches!(
@@ -271,6 +305,7 @@ fn round(dir: &Path, seed: u64, stop: Stop) {
         "outside" | "renew.read" | "rejoin.beaten" | "release.written"
     );
     let fenced = watch_for_fence(&heap, holds);
+    let after_watch = format!("{:?} after the watch", child_slots(&heap));
     // Work while it is stopped, beside whatever it holds.
     let t = heap.thread().unwrap();
     let mut held = Held::new(seed);
@@ -303,7 +338,7 @@ fn round(dir: &Path, seed: u64, stop: Stop) {
     if holds {
         assert!(
             fenced,
-            "round {seed} ({point}): the stopped child was fenced"
+            "round {seed} ({point}): the stopped child was fenced: {at_stop}, {after_watch}"
         );
     }
     let report = heap.check();
