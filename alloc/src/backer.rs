@@ -59,6 +59,7 @@
 //! released in a burst of frees stay released.
 
 use crate::class::Kind;
+use crate::file::{Collapse, Words};
 // Process-local state shared with a real OS thread: std's atomics in every build.
 use podkv_hw::sync::mapped::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -79,6 +80,13 @@ pub(crate) struct Backer {
     /// populated (page-table entries made by the backer, so that the slabs' first stores take
     /// no fault). Written by the backer thread only.
     populated: [AtomicU64; 2],
+    /// Per range the backer maps as 2 MiB pages (the slab heaps' data by `kind`, then
+    /// [`RANGE_HWCC_USER`]): the file offset below which this process offered it to the
+    /// kernel ([`Backer::collapse`]); `u64::MAX` once the kernel said it never will. Written by
+    /// the backer thread only.
+    collapsed: [AtomicU64; 3],
+    /// 2 MiB chunks offered for huge pages ([`Backer::collapse`]).
+    collapses: AtomicU64,
     /// Set when a grow or a cold pop wants the backer to run.
     wanted: AtomicBool,
     /// Bit `kind`: a pop off that slab heap's cold list since the backer last looked at it.
@@ -112,10 +120,37 @@ fn cold_index(kind: Kind, slab: u32) -> usize {
     (slab as usize ^ (kind as usize) << 5) % COUNT_COLD_NOTES
 }
 
+/// The index of the user's HWcc area among the ranges [`Backer::collapse`] tracks (after the
+/// two slab heaps'); its bucket words are read as randomly as the items.
+pub(crate) const RANGE_HWCC_USER: usize = 2;
+
+/// A huge page (x86-64's PMD size), the unit the backer offers for collapse.
+pub(crate) const SIZE_HUGE_PAGE: u64 = 2 << 20;
+
+/// Most 2 MiB chunks one [`Backer::collapse`] offers (128 MiB), so that a process that opens
+/// a large heap keeps backing ahead of its grows while it maps the rest.
+const COUNT_COLLAPSE_PASS: u64 = 64;
+
 /// How long the backer sleeps between looks at whether its heap is still open.
 const PERIOD_IDLE: Duration = Duration::from_millis(200);
 
 impl Backer {
+    /// A backer that maps what it backs as 2 MiB pages when `huge_pages` ([`Backer::collapse`]).
+    pub(crate) fn new(huge_pages: bool) -> Backer {
+        let backer = Backer::default();
+        if !huge_pages {
+            for range in &backer.collapsed {
+                range.store(u64::MAX, Ordering::Relaxed);
+            }
+        }
+        backer
+    }
+
+    /// Whether this backer maps what it backs as 2 MiB pages.
+    pub(crate) fn huge_pages(&self) -> bool {
+        self.collapsed.iter().any(|r| r.load(Ordering::Relaxed) != u64::MAX)
+    }
+
     /// Notes a grow that backs its own slabs.
     #[inline]
     pub(crate) fn missed(&self) {
@@ -185,6 +220,47 @@ impl Backer {
     /// thread only).
     pub(crate) fn note_populated(&self, kind: Kind, to: u64) {
         self.populated[kind as usize].fetch_max(to, Ordering::Relaxed);
+    }
+
+    /// Offers this process's mapping of `[start, end)` to the kernel as 2 MiB pages: each
+    /// aligned 2 MiB chunk once, past what it offered of `range` before, at most
+    /// [`COUNT_COLLAPSE_PASS`] chunks a call (the backer thread only). The range must be
+    /// backed and hold no released page: a collapse backs a hole again (rule 7). Slabs the
+    /// backer has just backed past `len`, and the user's HWcc area, which is never released,
+    /// are such ranges.
+    ///
+    /// A heap of millions of items in 4 KiB pages misses the TLB on nearly every bucket word,
+    /// block and item a lookup reads, and the walk's own page-table loads miss the cache too;
+    /// mimalloc's heap, in transparent huge pages, does not. `MADV_COLLAPSE` (Linux 6.1)
+    /// works on a tmpfs file whatever `shmem_enabled` says. A chunk collapsed before its
+    /// first use costs the backer a huge page's allocation and clearing, and spares the
+    /// operations one page fault per 4 KiB.
+    pub(crate) fn collapse(&self, words: Words, range: usize, start: u64, end: u64) {
+        let done = self.collapsed[range].load(Ordering::Relaxed);
+        if done == u64::MAX {
+            return;
+        }
+        let from = start.max(done).next_multiple_of(SIZE_HUGE_PAGE);
+        let to = (end / SIZE_HUGE_PAGE * SIZE_HUGE_PAGE)
+            .min(from + COUNT_COLLAPSE_PASS * SIZE_HUGE_PAGE);
+        let mut at = from;
+        while at < to {
+            if words.collapse(at, SIZE_HUGE_PAGE) == Collapse::Unsupported {
+                self.collapsed[range].store(u64::MAX, Ordering::Relaxed);
+                return;
+            }
+            self.collapses.fetch_add(1, Ordering::Relaxed);
+            at += SIZE_HUGE_PAGE;
+        }
+        if to > from {
+            self.collapsed[range].fetch_max(to, Ordering::Relaxed);
+        }
+    }
+
+    /// 2 MiB chunks this process's backer offered for huge pages so far.
+    #[cfg(test)]
+    pub(crate) fn collapses(&self) -> u64 {
+        self.collapses.load(Ordering::Relaxed)
     }
 
     /// Wakes the backer. A grow or pop only ever *tries* the lock, so no operation waits.
@@ -283,6 +359,75 @@ mod tests {
         for off in blocks {
             t.free(off);
         }
+    }
+
+    /// Bytes of shared memory this process maps with 2 MiB page-table entries.
+    fn shmem_pmd_mapped() -> u64 {
+        let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
+            .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb << 10)
+    }
+
+    /// Whether `dir` is on tmpfs, where the kernel can collapse a file's pages (Linux 6.1).
+    fn on_tmpfs(dir: &std::path::Path) -> bool {
+        // SAFETY: `statfs` is plain old data; the call fills it in for a valid path.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path and a valid out pointer.
+        unsafe { libc::statfs(path.as_ptr(), &mut fs) == 0 && fs.f_type == libc::TMPFS_MAGIC }
+    }
+
+    #[test]
+    fn slabs_in_use_are_mapped_with_2_mib_pages_and_keep_their_bytes() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        if !on_tmpfs(dir.path()) {
+            eprintln!("/dev/shm is not tmpfs here: nothing to test");
+            return;
+        }
+        let huge = Config {
+            huge_pages: true,
+            ..config()
+        };
+        let heap = Heap::open(dir.path().join("heap"), &huge).unwrap();
+        let t = heap.thread().unwrap();
+        let layout = Layout::from_size_align(32 << 10, 8).unwrap();
+        // 16 MiB of large blocks, each written whole and stamped with its offset.
+        let blocks: Vec<_> = (0..512)
+            .map(|_| {
+                let off = t.allocate(layout).unwrap();
+                // SAFETY: a fresh block of 32 KiB this thread owns.
+                unsafe {
+                    std::ptr::write_bytes(heap.resolve(off), 0x5A, 32 << 10);
+                    (heap.resolve(off) as *mut u64).write(off.0);
+                }
+                off
+            })
+            .collect();
+        let backer = heap.shared.slabs.backer();
+        wait_until("the backer never collapsed a chunk", || backer.collapses() >= 4);
+        if backer.collapsed[Kind::Large as usize].load(Ordering::Relaxed) == u64::MAX {
+            eprintln!("this kernel has no MADV_COLLAPSE: nothing to test");
+            return;
+        }
+        assert!(
+            shmem_pmd_mapped() >= 4 << 20,
+            "the collapsed chunks are mapped with 2 MiB entries"
+        );
+        for &off in &blocks {
+            // SAFETY: as above; the block is still allocated.
+            assert_eq!(unsafe { (heap.resolve(off) as *const u64).read() }, off.0);
+            t.free(off);
+        }
+        // Off (the default), the backer leaves the pages as they are.
+        let other = Heap::open(dir.path().join("plain"), &config()).unwrap();
+        let t = other.thread().unwrap();
+        let blocks: Vec<_> = (0..512).map(|_| t.allocate(layout).unwrap()).collect();
+        wait_for_lead(&other, Kind::Large);
+        assert_eq!(other.shared.slabs.backer().collapses(), 0);
+        blocks.into_iter().for_each(|off| t.free(off));
     }
 
     /// Page faults this thread has taken so far (minor: the heap's pages are in memory).
@@ -399,7 +544,7 @@ mod tests {
 
     #[test]
     fn a_note_of_a_backed_slab_holds_only_at_the_release_count_it_was_taken_at() {
-        let backer = super::Backer::default();
+        let backer = super::Backer::new(false);
         backer.note_backed_cold(Kind::Large, 5, 3);
         assert!(backer.backed_cold_at(Kind::Large, 5, 3));
         assert!(!backer.backed_cold_at(Kind::Large, 5, 4), "released since");

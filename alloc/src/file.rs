@@ -351,6 +351,17 @@ impl Mapping {
     }
 }
 
+/// What [`Words::collapse`] got from the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Collapse {
+    /// The range is mapped with 2 MiB pages.
+    Done,
+    /// Not this time (no huge page free, a page busy): the range stays in 4 KiB pages.
+    Refused,
+    /// Never here (an older kernel, a device, the coherence model): stop asking.
+    Unsupported,
+}
+
 /// The mapped heap's bytes by offset, as the components that read its words hold them: a
 /// copy of the mapping's base (plain number, so its holders stay `Send` and `Sync`). Valid
 /// while the heap's [`Mapping`] stands, which outlives every component holding one.
@@ -386,6 +397,37 @@ impl Words {
         // and is backed, so populating it for writing only installs page-table entries for
         // pages the file already holds; it changes no byte.
         unsafe { libc::madvise(self.at(offset).cast(), len as usize, libc::MADV_POPULATE_WRITE) == 0 }
+    }
+
+    /// Asks the kernel to map `[offset, offset + len)` of this process's view with 2 MiB pages
+    /// (`MADV_COLLAPSE`, Linux 6.1): the file's pages there become huge ones (shared by every
+    /// process that maps them), and this mapping names each with one page-table entry, so a
+    /// random access into a large heap misses the TLB far less often. The range must be
+    /// backed and 2 MiB-aligned. Only a hint, like [`populate`](Self::populate): the bytes
+    /// stay as they are, and a range the kernel cannot collapse stays in 4 KiB pages.
+    pub(crate) fn collapse(&self, offset: u64, len: u64) -> Collapse {
+        if len == 0 || podkv_hw::model::active() {
+            return Collapse::Unsupported;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        {
+            // SAFETY: the range lies in this process's mapping of the heap (the caller's
+            // contract) and is backed; collapsing copies its pages into huge ones under the
+            // kernel's page locks and changes no byte.
+            let rc = unsafe {
+                libc::madvise(self.at(offset).cast(), len as usize, libc::MADV_COLLAPSE)
+            };
+            match rc {
+                0 => Collapse::Done,
+                // Older kernels, and mappings the kernel never collapses (a device).
+                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) => {
+                    Collapse::Unsupported
+                }
+                _ => Collapse::Refused,
+            }
+        }
+        #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+        Collapse::Unsupported
     }
 
     /// The 8-byte word at `offset`. Callers pass offsets of 8-byte-aligned words in backed

@@ -32,6 +32,19 @@ pub struct HwccUser {
     shared: Hold,
 }
 
+/// The backed part of `shared`'s user HWcc area, as heap offsets (the backer maps it as
+/// 2 MiB pages: the store's bucket words are read as randomly as its items).
+pub(crate) fn backed_range(shared: &crate::shared::Shared) -> Range<u64> {
+    // SAFETY: as `HwccUser::backed_word`: the header is mapped and backed while `shared`
+    // stands; the word is 8-aligned and only accessed atomically.
+    let word =
+        unsafe { &*(shared.mapping.base().add(OFFSET_HWCC_USER_BACKED as usize) as *const AtomicU64) };
+    let backed = word
+        .load(Ordering::Acquire)
+        .min(shared.geometry.hwcc_user_bytes());
+    shared.layout.hwcc_user..shared.layout.hwcc_user + backed
+}
+
 impl std::fmt::Debug for HwccUser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HwccUser")

@@ -14,7 +14,7 @@
 //! thread holds the state, and the close (if this was the last user) is done when the user's
 //! drop returns.
 
-use crate::backer::Backer;
+use crate::backer::{Backer, RANGE_HWCC_USER};
 use crate::fault::Registration;
 use crate::file::{HeapFile, Mapping};
 use crate::global::GlobalLists;
@@ -202,19 +202,27 @@ impl Shared {
     }
 }
 
-/// Opening step 7: starts the backer on `shared`'s slab heaps and cold lists, holding it
-/// weakly so the thread ends once the heap is closed.
+/// Opening step 7: starts the backer on `shared`'s slab heaps, cold lists and 2 MiB pages,
+/// holding it weakly so the thread ends once the heap is closed.
 pub(crate) fn start_backer(shared: &Arc<Shared>, backer: Arc<Backer>) {
     let holding = Arc::clone(&shared.holding);
     let shared = Arc::downgrade(shared);
+    let collapser = Arc::clone(&backer);
     Backer::start(backer, move |wanted| {
-        if !wanted {
+        if !wanted && !collapser.huge_pages() {
             return shared.strong_count() != 0;
         }
         holding
             .with(&shared, |shared| {
-                shared.slabs.back_ahead();
-                shared.lists.back_cold_heads(shared.slabs.all());
+                if wanted {
+                    shared.slabs.back_ahead();
+                    shared.lists.back_cold_heads(shared.slabs.all());
+                }
+                // Also on idle wakes: the store backs its bucket words without waking the
+                // backer. The area is never released, so its backed prefix has no hole.
+                let area = crate::hwcc_user::backed_range(shared);
+                let words = crate::file::Words::of(&shared.mapping);
+                collapser.collapse(words, RANGE_HWCC_USER, area.start, area.end);
             })
             .is_some()
     });

@@ -234,6 +234,15 @@ impl SlabHeap {
         slabs.min(self.count_back_ahead)
     }
 
+    /// The least slab count, at least `slabs` (at most `max`), whose data ends on a 2 MiB
+    /// boundary: the backer backs whole huge pages, so that it can map each as one.
+    pub(crate) fn slabs_to_huge_page(self, slabs: u64) -> u64 {
+        let end = self.data_of(slabs.min(self.max) as u32);
+        let aligned = end.next_multiple_of(crate::backer::SIZE_HUGE_PAGE);
+        let slabs = slabs + ((aligned - end) >> self.shift);
+        slabs.min(self.max)
+    }
+
     /// How many of this heap's slabs the backers have backed (header word, raised only).
     pub(crate) fn backed_ahead(&self) -> &AtomicU64 {
         self.words()
@@ -352,13 +361,22 @@ impl SlabHeaps {
     pub(crate) fn back_ahead(&self) {
         for slabs in &self.heaps {
             let len = u64::from(slabs.len());
-            let target = (len + u64::from(slabs.count_back_ahead)).min(slabs.max);
+            let mut target = (len + u64::from(slabs.count_back_ahead)).min(slabs.max);
+            if self.backer.huge_pages() {
+                target = slabs.slabs_to_huge_page(target);
+            }
             let done = slabs.backed_ahead();
             let from = done.load(Ordering::Acquire).max(len);
             // Out of space: leave the note where it is; the grow that needs these slabs backs
             // them itself and reports the error.
             if from < target && self.back_slabs(slabs, from, target).is_err() {
                 continue;
+            }
+            if from < target {
+                // Fresh slabs past `len`: nobody has used, let alone released, their pages.
+                let (start, end) = (slabs.data_of(from as u32), slabs.data_of(target as u32));
+                self.backer
+                    .collapse(*slabs.words(), slabs.kind as usize, start, end);
             }
             done.fetch_max(target, Ordering::AcqRel);
             let populate = (len + u64::from(slabs.count_populate_ahead())).min(target);

@@ -49,7 +49,7 @@ mod place;
 
 use open::{install_or_read_geometry, open_huge, refuse_truncated};
 
-pub use config::{default_path, morph_default, Config, ENV_MORPH};
+pub use config::{default_path, huge_pages_default, morph_default, Config, ENV_HUGE_PAGES, ENV_MORPH};
 
 use crate::backer::Backer;
 use crate::check::HeapReport;
@@ -152,7 +152,7 @@ impl Heap {
             None => None,
         };
         let is_device = file.is_device;
-        let backer = Arc::new(Backer::default());
+        let backer = Arc::new(Backer::new(config.huge_pages));
         let words = Words::of(&mapping);
         let slabs = SlabHeaps::new(&geometry, &layout, words, file.clone(), backer.clone());
         let slots = Slots::new(&geometry, &layout, words, mcas.clone(), config.lease);
