@@ -135,20 +135,26 @@ const COUNT_COLLAPSE_PASS: u64 = 64;
 const PERIOD_IDLE: Duration = Duration::from_millis(200);
 
 impl Backer {
-    /// A backer that maps what it backs as 2 MiB pages when `huge_pages` ([`Backer::collapse`]).
-    pub(crate) fn new(huge_pages: bool) -> Backer {
+    /// A backer that maps the slabs it backs as 2 MiB pages when `huge_pages`, and the user's
+    /// HWcc area when `huge_area` ([`Backer::collapse`]).
+    pub(crate) fn new(huge_pages: bool, huge_area: bool) -> Backer {
         let backer = Backer::default();
-        if !huge_pages {
-            for range in &backer.collapsed {
+        for (range, on) in backer.collapsed.iter().zip([huge_pages, huge_pages, huge_area]) {
+            if !on {
                 range.store(u64::MAX, Ordering::Relaxed);
             }
         }
         backer
     }
 
-    /// Whether this backer maps what it backs as 2 MiB pages.
+    /// Whether this backer maps anything as 2 MiB pages.
     pub(crate) fn huge_pages(&self) -> bool {
         self.collapsed.iter().any(|r| r.load(Ordering::Relaxed) != u64::MAX)
+    }
+
+    /// Whether this backer maps the slabs it backs as 2 MiB pages.
+    pub(crate) fn huge_slabs(&self) -> bool {
+        self.collapsed[..2].iter().any(|r| r.load(Ordering::Relaxed) != u64::MAX)
     }
 
     /// Notes a grow that backs its own slabs.
@@ -430,6 +436,36 @@ mod tests {
         blocks.into_iter().for_each(|off| t.free(off));
     }
 
+    #[test]
+    fn the_stores_bucket_words_are_mapped_with_2_mib_pages_by_default() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        if !on_tmpfs(dir.path()) {
+            return;
+        }
+        let heap = Heap::open(dir.path().join("heap"), &config()).unwrap();
+        let area = heap.hwcc_user();
+        area.back(6 << 20).unwrap();
+        let word = area.word(8);
+        word.store(42, Ordering::Release);
+        let backer = heap.shared.slabs.backer();
+        // The store backs its area without waking the backer: an idle wake collapses it.
+        wait_until("the backer never collapsed the area", || {
+            backer.collapses() >= 2
+                || backer.collapsed[super::RANGE_HWCC_USER].load(Ordering::Relaxed) == u64::MAX
+        });
+        if backer.collapsed[super::RANGE_HWCC_USER].load(Ordering::Relaxed) == u64::MAX {
+            eprintln!("this kernel has no MADV_COLLAPSE: nothing to test");
+            return;
+        }
+        assert!(shmem_pmd_mapped() >= 2 << 20);
+        assert_eq!(area.word(8).load(Ordering::Acquire), 42, "the word kept its value");
+        assert_eq!(
+            backer.collapsed[Kind::Large as usize].load(Ordering::Relaxed),
+            u64::MAX,
+            "slabs stay in 4 KiB pages by default"
+        );
+    }
+
     /// Page faults this thread has taken so far (minor: the heap's pages are in memory).
     fn faults_of_this_thread() -> i64 {
         // SAFETY: `rusage` is plain old data; getrusage fills it in.
@@ -544,7 +580,7 @@ mod tests {
 
     #[test]
     fn a_note_of_a_backed_slab_holds_only_at_the_release_count_it_was_taken_at() {
-        let backer = super::Backer::new(false);
+        let backer = super::Backer::new(false, false);
         backer.note_backed_cold(Kind::Large, 5, 3);
         assert!(backer.backed_cold_at(Kind::Large, 5, 3));
         assert!(!backer.backed_cold_at(Kind::Large, 5, 4), "released since");

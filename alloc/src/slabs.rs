@@ -362,7 +362,7 @@ impl SlabHeaps {
         for slabs in &self.heaps {
             let len = u64::from(slabs.len());
             let mut target = (len + u64::from(slabs.count_back_ahead)).min(slabs.max);
-            if self.backer.huge_pages() {
+            if self.backer.huge_slabs() {
                 target = slabs.slabs_to_huge_page(target);
             }
             let done = slabs.backed_ahead();

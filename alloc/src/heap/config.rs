@@ -57,13 +57,14 @@ pub struct Config {
     /// default unless the environment says `PODKV_MORPH=0` ([`ENV_MORPH`]), so benchmarks
     /// compare with and without it.
     pub morph: bool,
-    /// Whether this process's backer maps the slabs it backs, and the user's HWcc area, as
-    /// 2 MiB pages (`MADV_COLLAPSE` on a tmpfs heap, Linux 6.1; this process's choice). A
-    /// large store then misses the TLB far less: YCSB `a` over 8.4 M items of 1 KiB ran
-    /// 1.17-1.25x as fast at one thread and 1.08x at two (`docs/history/2026-11-27-huge-pages.md`).
-    /// The price is paid while the heap grows: each huge page costs the backer about a
-    /// millisecond of kernel time, more when memory is fragmented, taken from the operations
-    /// on busy cores (loading those items ran 0.4-1.15x as fast; a 1 M-item `cxlalloc-a`
+    /// Whether this process's backer maps the slabs it backs as 2 MiB pages (`MADV_COLLAPSE`
+    /// on a tmpfs heap, Linux 6.1; this process's choice; the user's HWcc area, the store's
+    /// bucket words, it maps so always). A large store then misses the TLB far less: YCSB
+    /// `a` over 8.4 M items of 1 KiB ran 1.17-1.21x as fast at one thread and 1.08x at two
+    /// (`docs/history/2026-11-27-huge-pages.md`). The price is paid while the heap grows:
+    /// each huge page costs the backer about a millisecond of kernel time, more when memory
+    /// is fragmented, taken from the operations on busy cores (loading those items ran
+    /// 0.98-1.14x as fast, but twice as slow with an earlier build; a 1 M-item `cxlalloc-a`
     /// run, which grows its heap, 0.70-1.06x). Off by default unless the environment says
     /// `PODKV_HUGE_PAGES=1` ([`ENV_HUGE_PAGES`]).
     pub huge_pages: bool,

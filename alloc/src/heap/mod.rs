@@ -152,7 +152,9 @@ impl Heap {
             None => None,
         };
         let is_device = file.is_device;
-        let backer = Arc::new(Backer::new(config.huge_pages));
+        // The user's HWcc area (the store's bucket words) always: a few huge pages, read at
+        // random by every lookup, and never released.
+        let backer = Arc::new(Backer::new(config.huge_pages, true));
         let words = Words::of(&mapping);
         let slabs = SlabHeaps::new(&geometry, &layout, words, file.clone(), backer.clone());
         let slots = Slots::new(&geometry, &layout, words, mcas.clone(), config.lease);
