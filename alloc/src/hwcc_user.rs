@@ -15,34 +15,19 @@
 //!   what its table is about to use before it publishes the size that uses it.
 
 use crate::error::HeapError;
+use crate::layout::OFFSET_HWCC_USER_BACKED;
 use crate::shared::Hold;
 use crate::thread::ThreadHandle;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::ops::Range;
 
-/// Header byte offset of the backed high-water mark of the user's HWcc area (raised by
-/// `fetch_max`; a heap on a file is backed by processes of one host).
-pub(crate) const OFFSET_HWCC_USER_BACKED: u64 = 280;
 
 /// A process's handle on the user's HWcc area of one heap (see the module doc). Cheap to
 /// clone; keeps the heap open.
 #[derive(Clone)]
 pub struct HwccUser {
     shared: Hold,
-}
-
-/// The backed part of `shared`'s user HWcc area, as heap offsets (the backer maps it as
-/// 2 MiB pages: the store's bucket words are read as randomly as its items).
-pub(crate) fn backed_range(shared: &crate::shared::Shared) -> Range<u64> {
-    // SAFETY: as `HwccUser::backed_word`: the header is mapped and backed while `shared`
-    // stands; the word is 8-aligned and only accessed atomically.
-    let word =
-        unsafe { &*(shared.mapping.base().add(OFFSET_HWCC_USER_BACKED as usize) as *const AtomicU64) };
-    let backed = word
-        .load(Ordering::Acquire)
-        .min(shared.geometry.hwcc_user_bytes());
-    shared.layout.hwcc_user..shared.layout.hwcc_user + backed
 }
 
 impl std::fmt::Debug for HwccUser {

@@ -124,6 +124,10 @@ pub struct Geometry {
     pub hwcc_user_log2: u32,
 }
 
+/// Header byte offset of the backed high-water mark of the user's HWcc area (raised by
+/// `fetch_max`; a heap on a file is backed by processes of one host).
+pub(crate) const OFFSET_HWCC_USER_BACKED: u64 = 280;
+
 /// Smallest user HWcc area (one page).
 pub const HWCC_USER_LOG2_MIN: u32 = 12;
 /// Largest user HWcc area (1 TiB of address space).

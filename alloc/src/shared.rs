@@ -19,7 +19,7 @@ use crate::fault::Registration;
 use crate::file::{HeapFile, Mapping};
 use crate::global::GlobalLists;
 use crate::huge::{HugeHeap, HugeView};
-use crate::layout::{Geometry, Layout};
+use crate::layout::{Geometry, Layout, OFFSET_HWCC_USER_BACKED};
 use crate::mcas::HeapMcas;
 use crate::offset::Offset;
 use crate::slabs::SlabHeaps;
@@ -202,6 +202,20 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The backed part of the user's HWcc area, as heap offsets (the backer maps it as
+    /// 2 MiB pages: the store's bucket words are read as randomly as its items).
+    fn hwcc_user_backed(&self) -> std::ops::Range<u64> {
+        // SAFETY: the header is mapped and backed while `self` stands; the word is 8-aligned
+        // and only accessed atomically.
+        let word = unsafe {
+            &*(self.mapping.base().add(OFFSET_HWCC_USER_BACKED as usize) as *const AtomicU64)
+        };
+        let backed = word.load(Ordering::Acquire).min(self.geometry.hwcc_user_bytes());
+        self.layout.hwcc_user..self.layout.hwcc_user + backed
+    }
+}
+
 /// Opening step 7: starts the backer on `shared`'s slab heaps, cold lists and 2 MiB pages,
 /// holding it weakly so the thread ends once the heap is closed.
 pub(crate) fn start_backer(shared: &Arc<Shared>, backer: Arc<Backer>) {
@@ -220,7 +234,7 @@ pub(crate) fn start_backer(shared: &Arc<Shared>, backer: Arc<Backer>) {
                 }
                 // Also on idle wakes: the store backs its bucket words without waking the
                 // backer. The area is never released, so its backed prefix has no hole.
-                let area = crate::hwcc_user::backed_range(shared);
+                let area = shared.hwcc_user_backed();
                 let words = crate::file::Words::of(&shared.mapping);
                 collapser.collapse(words, RANGE_HWCC_USER, area.start, area.end);
             })
