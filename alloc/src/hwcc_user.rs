@@ -15,13 +15,11 @@
 //!   what its table is about to use before it publishes the size that uses it.
 
 use crate::error::HeapError;
-use crate::layout::OFFSET_HWCC_USER_BACKED;
 use crate::shared::Hold;
 use crate::thread::ThreadHandle;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::Coherence;
 use std::ops::Range;
-
 
 /// A process's handle on the user's HWcc area of one heap (see the module doc). Cheap to
 /// clone; keeps the heap open.
@@ -58,21 +56,9 @@ impl HwccUser {
         self.len() == 0
     }
 
-    fn backed_word(&self) -> &AtomicU64 {
-        // SAFETY: the header is mapped and backed while `shared` stands; the word is 8-aligned
-        // and only accessed atomically.
-        unsafe {
-            &*(self
-                .shared
-                .mapping
-                .base()
-                .add(OFFSET_HWCC_USER_BACKED as usize) as *const AtomicU64)
-        }
-    }
-
     /// Bytes at the area's start backed so far, by any process (what `hwcc_bytes` counts).
     pub fn backed(&self) -> u64 {
-        self.backed_word().load(Ordering::Acquire).min(self.len())
+        self.shared.hwcc_user_backed_word().load(Ordering::Acquire).min(self.len())
     }
 
     /// Backs the area's first `len` bytes (rounded up to a page, at most the area), so its
@@ -83,7 +69,7 @@ impl HwccUser {
             return Ok(());
         }
         self.shared.file.back(self.shared.layout.hwcc_user, len)?;
-        self.backed_word().fetch_max(len, Ordering::AcqRel);
+        self.shared.hwcc_user_backed_word().fetch_max(len, Ordering::AcqRel);
         Ok(())
     }
 

@@ -200,18 +200,20 @@ impl Shared {
     pub(crate) fn store_word(&self, client: u32, word: &AtomicU64, value: u64) {
         crate::mcas::store_word(self.mcas.as_deref(), client, word, value);
     }
-}
 
-impl Shared {
+    /// The header word holding how many bytes of the user's HWcc area are backed (raised by
+    /// `HwccUser::back`).
+    pub(crate) fn hwcc_user_backed_word(&self) -> &AtomicU64 {
+        // SAFETY: the header is mapped and backed while `self` stands; the word is 8-aligned
+        // and only accessed atomically.
+        unsafe { &*(self.mapping.base().add(OFFSET_HWCC_USER_BACKED as usize) as *const AtomicU64) }
+    }
+
     /// The backed part of the user's HWcc area, as heap offsets (the backer maps it as
     /// 2 MiB pages: the store's bucket words are read as randomly as its items).
     fn hwcc_user_backed(&self) -> std::ops::Range<u64> {
-        // SAFETY: the header is mapped and backed while `self` stands; the word is 8-aligned
-        // and only accessed atomically.
-        let word = unsafe {
-            &*(self.mapping.base().add(OFFSET_HWCC_USER_BACKED as usize) as *const AtomicU64)
-        };
-        let backed = word.load(Ordering::Acquire).min(self.geometry.hwcc_user_bytes());
+        let backed = self.hwcc_user_backed_word().load(Ordering::Acquire);
+        let backed = backed.min(self.geometry.hwcc_user_bytes());
         self.layout.hwcc_user..self.layout.hwcc_user + backed
     }
 }

@@ -85,7 +85,8 @@ pub(crate) struct Backer {
     /// kernel ([`Backer::collapse`]); `u64::MAX` once the kernel said it never will. Written by
     /// the backer thread only.
     collapsed: [AtomicU64; 3],
-    /// 2 MiB chunks offered for huge pages ([`Backer::collapse`]).
+    /// 2 MiB chunks offered for huge pages ([`Backer::collapse`]). Written by the backer
+    /// thread only; read by tests.
     collapses: AtomicU64,
     /// Set when a grow or a cold pop wants the backer to run.
     wanted: AtomicBool,
