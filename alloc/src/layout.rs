@@ -8,6 +8,7 @@
 //!                            256 huge metadata backed                       (heap/open.rs)
 //!                            264, 272 small, large backed-ahead             (slabs.rs)
 //!                            280 user HWcc area's backed high-water mark    (hwcc_user.rs)
+//!                            288 cache domains that opened the heap         (domains.rs)
 //!                            512 root words (COUNT_ROOTS)                   (heap/)
 //!                            1024 mCAS process lines' borrow words          (mcas.rs)
 //! hwcc         HWcc         globals: len, cold and warm free list heads    (one line each)
@@ -92,7 +93,12 @@ pub const MAGIC: u64 = 0x564B50;
 /// 10: a slot's huge descriptors and its huge log word take a 64-byte line each
 /// (`huge::HugeDesc`), and its `HugeLocal` twice the bytes: a remote free of one descriptor
 /// wrote back a line holding another.
-pub const FORMAT_VERSION: u64 = 10;
+///
+/// 11: header word 288 names the cache domain every process that opened a `limited` heap
+/// belongs to (or says there were several: `crate::domains`), and a free reads a slab's
+/// descriptor from its cache when that is this process's domain. A build of 10 would open
+/// such a heap from another host without saying so, and its writes would go unseen.
+pub const FORMAT_VERSION: u64 = 11;
 /// Process lines of an `mcas` heap's region: the mCAS client lines a process borrows for the
 /// requests it makes without a thread slot of its own (claiming a slot or a hazard record),
 /// one per process at a time (`mcas.rs`, "Process lines").

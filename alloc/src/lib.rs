@@ -32,14 +32,14 @@
 //! | [`slab`], [`slot`] | the shared records: a slab's descriptor and states, a thread slot's words |
 //! | [`dcas`], [`remote`], [`free_list`], [`pending`] | the lock-free protocols on shared words |
 //! | [`recovery`] | the recovery word: [`recovery::Rec`], one step per [`recovery::Op`], and [`InFlight`] |
-//! | [`file`](mod@file), [`process`], [`lease`], `mcas`, `backer` | the file and its mapping; slot owners and liveness; lease mode's heartbeats, watch and fence; an `mcas` heap's region and CAS hook; the backer thread |
+//! | [`file`](mod@file), [`process`], [`lease`], `mcas`, `backer`, `domains` | the file and its mapping; slot owners and liveness; lease mode's heartbeats, watch and fence; an `mcas` heap's region and CAS hook; the backer thread; the cache domains that opened a `limited` heap (one host: descriptors read from the cache) |
 //! | [`slabs`] | component `SlabHeaps`: each [`SlabHeap`](heap::SlabHeap)'s placement, descriptors, remote words, `len` and growth |
 //! | [`global`] | component `GlobalLists`: the warm and cold global free lists ([`heap::List`]) |
 //! | `slots` | component `Slots`: the thread-slot table — claim, release, liveness, leases |
 //! | [`huge`] | component `HugeHeap` (this process's part: view, hazard record, sweep) and `HugeOwner` (a slot's part: allocate, free, reclaim, recover) |
 //! | [`hazard`], [`fault`] | hazard offsets of mapped huge blocks; the process-global SIGSEGV handler |
 //! | `shared` | `Shared`: the components, the mapping, the mCAS hook — what a [`Heap`] and its handles hold; starts the backer and the lease renewer |
-//! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook; `thread/morph.rs` morphing and frees into morphing slabs; `thread/hooks.rs` the handle as a [`dcas::Writer`] and huge-heap thread |
+//! | [`thread`] | [`ThreadHandle`]: the fast paths; `thread/transition.rs` the slab transitions; `thread/remote_free.rs` frees into other slots' slabs and the pending batch; `thread/recover.rs` the recovery of an adopted slot; `thread/adopt.rs` adoption reports and the hook; `thread/morph.rs` morphing and frees into morphing slabs; `thread/hooks.rs` the handle as a [`dcas::Writer`] and huge-heap thread |
 //! | [`heap`] | [`Heap`]: opening (its steps, `heap/open.rs`, [`Config`]), the public API over the components |
 //! | [`morph`] | a morphing slab's two sets in its bitset: which new blocks are blocked, which offsets are old blocks |
 //! | [`check`], [`occupancy`], [`census`], [`sparse`], [`crash`], [`stress`], [`api`] | the heap checker, slab occupancy bands and the slab-utilisation census over its walk, the disowned slabs worth draining, the named crash points, the stress drivers, `allocator_api2` |
@@ -102,6 +102,7 @@ not_under_loom! {
     mod backer;
     pub mod census;
     pub mod check;
+    mod domains;
     pub mod error;
     pub mod fault;
     pub mod file;

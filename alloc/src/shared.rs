@@ -15,6 +15,7 @@
 //! drop returns.
 
 use crate::backer::{Backer, RANGE_HWCC_USER};
+use crate::domains::OFFSET_DOMAINS;
 use crate::fault::Registration;
 use crate::file::{HeapFile, Mapping};
 use crate::global::GlobalLists;
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     pub(crate) file: Arc<HeapFile>,
     /// This process as a slot owner.
     pub(crate) me: Owner,
+    /// This process's cache domain in a `limited` heap ([`crate::domains`]); zero otherwise.
+    pub(crate) domain: u64,
     pub(crate) recoverable: bool,
     /// Whether this process's threads morph sparse slabs ([`crate::Config::morph`]).
     pub(crate) morph: bool,
@@ -199,6 +202,18 @@ impl Shared {
     #[inline]
     pub(crate) fn store_word(&self, client: u32, word: &AtomicU64, value: u64) {
         crate::mcas::store_word(self.mcas.as_deref(), client, word, value);
+    }
+
+    /// Whether every process that has opened this `limited` heap so far is of this process's
+    /// cache domain: then what a thread *just read* from its cache is what was last written
+    /// there ([`crate::domains`]); always false in the other modes.
+    #[inline]
+    pub(crate) fn one_domain(&self) -> bool {
+        // SAFETY: the header is mapped and backed while `self` stands; the word is 8-aligned
+        // and only accessed atomically.
+        let word =
+            unsafe { &*(self.mapping.base().add(OFFSET_DOMAINS as usize) as *const AtomicU64) };
+        crate::domains::only(word, self.domain)
     }
 
     /// The header word holding how many bytes of the user's HWcc area are backed (raised by

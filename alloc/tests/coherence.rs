@@ -2,21 +2,70 @@
 //! per-thread counters: in a `limited` heap every ownership move writes the slab's descriptor
 //! back and every read of another thread's descriptor invalidates it first; the fast paths do
 //! neither; in a `hardware` heap nothing is written back at all.
+//!
+//! A `limited` heap that processes of one host only have opened reads descriptors from its
+//! cache (`domains.rs` in the crate): so the tests of the reader rule open their heaps from a
+//! second host first (a child process with another `PODKV_HOST_ID`), and the last tests show
+//! what one host skips and that a second host's arrival turns the rule back on.
 
 use podkv_alloc::{Config, Heap, Offset, ThreadHandle};
 use podkv_hw::swcc::{self, Counts};
 use podkv_hw::Coherence;
 use std::alloc::Layout;
+use std::path::Path;
+use std::process::Command;
 
-fn heap(dir: &tempfile::TempDir, coherence: Coherence) -> Heap {
-    let config = Config {
+/// Set in a child: the heap it opens, as a process of another host, before it exits.
+const ENV_JOIN: &str = "PODKV_COHERENCE_TEST_JOIN";
+
+fn config(coherence: Coherence) -> Config {
+    Config {
         small_bytes: 64 << 20,
         large_bytes: 64 << 20,
         slots: 16,
         coherence,
         ..Config::default()
-    };
-    Heap::open(dir.path().join("heap"), &config).unwrap()
+    }
+}
+
+/// A heap of `coherence`; a `limited` one opened from a second host as well.
+fn heap(dir: &tempfile::TempDir, coherence: Coherence) -> Heap {
+    let heap = one_host_heap(dir, coherence);
+    if coherence == Coherence::Limited {
+        open_from_another_host(&dir.path().join("heap"));
+    }
+    heap
+}
+
+/// A heap of `coherence` only this process has opened.
+fn one_host_heap(dir: &tempfile::TempDir, coherence: Coherence) -> Heap {
+    Heap::open(dir.path().join("heap"), &config(coherence)).unwrap()
+}
+
+/// Opens the heap at `path` in a child process of another host id, which then exits.
+fn open_from_another_host(path: &Path) {
+    let other = podkv_alloc::process::host_id() % u16::MAX + 1;
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "another_host_opens_the_heap", "--nocapture"])
+        .env(ENV_JOIN, path)
+        .env("PODKV_HOST_ID", other.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the other host's process: {status}");
+}
+
+/// The child's part of [`open_from_another_host`] (nothing in the test run itself).
+#[test]
+fn another_host_opens_the_heap() {
+    if let Some(path) = std::env::var_os(ENV_JOIN) {
+        let heap = Heap::open(&path, &config(Coherence::Limited)).unwrap();
+        assert_ne!(
+            podkv_alloc::process::host_id(),
+            0,
+            "the child has a host id of its own"
+        );
+        drop(heap);
+    }
 }
 
 fn during(f: impl FnOnce()) -> Counts {
@@ -288,4 +337,52 @@ fn a_slot_is_written_back_at_release_and_invalidated_at_claim() {
             "{coherence:?} release: {release:?}"
         );
     }
+}
+
+/// One host only: a remote free reads the owner's descriptor from the cache, and so does the
+/// owner's free into its detached slab; the reader rule is for lines another host wrote.
+#[test]
+fn one_host_reads_descriptors_from_its_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = one_host_heap(&dir, Coherence::Limited);
+    let owner = heap.thread().unwrap();
+    let other = heap.thread().unwrap();
+    let small = owner.allocate(layout(64)).unwrap();
+    let large = owner.allocate(layout(BIG)).unwrap();
+    for off in [small, large] {
+        let c = during(|| other.free(off));
+        assert_eq!(c.lines_invalidated, 0, "remote free of {off}: {c:?}");
+    }
+    other.flush_remote_frees();
+    // Fill a large slab, move on to a second one (detaching the first), free into the first.
+    let blocks: Vec<Offset> = (0..4)
+        .map(|_| owner.allocate(layout(BIG)).unwrap())
+        .collect();
+    assert!(detached(&heap) >= 1);
+    let c = during(|| owner.free(blocks[0]));
+    assert_eq!(c.lines_invalidated, 0, "free into a detached slab: {c:?}");
+    for &b in &blocks[1..] {
+        owner.free(b);
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{report:?}");
+}
+
+/// A process already running reads descriptors fresh again from the moment a process of
+/// another host opens the heap: each free asks, nothing is decided once at open.
+#[test]
+fn a_second_host_turns_the_reader_rule_back_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = one_host_heap(&dir, Coherence::Limited);
+    let owner = heap.thread().unwrap();
+    let other = heap.thread().unwrap();
+    let blocks: Vec<Offset> = (0..2)
+        .map(|_| owner.allocate(layout(64)).unwrap())
+        .collect();
+    let c = during(|| other.free(blocks[0]));
+    assert_eq!(c.lines_invalidated, 0, "one host: {c:?}");
+    other.flush_remote_frees();
+    open_from_another_host(&dir.path().join("heap"));
+    let c = during(|| other.free(blocks[1]));
+    assert!(c.lines_invalidated > 0, "two hosts: {c:?}");
 }

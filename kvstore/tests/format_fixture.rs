@@ -1,18 +1,20 @@
 //! A heap and store written by an earlier build open and check clean with this one: the
-//! fixture `fixtures/heap10-store7.zst` was written (heap format 10, store format 7) with
-//! `write_fixture` below by the build that introduced store format 7, and every item it
-//! holds reads back as written. Heaps of older formats (`fixtures/heap6-store3.zst`, written by
+//! fixture `fixtures/heap11-store7.zst` was written (heap format 11, store format 7) with
+//! `write_fixture` below by the build that introduced heap format 11, and every item it
+//! holds reads back as written. Heaps of older formats (`fixtures/heap10-store7.zst`, by the
+//! build that introduced store format 7; `fixtures/heap6-store3.zst`, written by
 //! `main` at 38e26c2; `fixtures/heap7-store5.zst`, by the build that introduced store format
 //! 5; `fixtures/heap8-store5.zst`, by the build that introduced heap format 8;
 //! `fixtures/heap9-store5.zst`, by the build that introduced heap format 9;
 //! `fixtures/heap9-store6.zst`, by the build that introduced store format 6) and stores of
 //! older formats in a current heap (`fixtures/heap10-store6.zst`, by the build that
 //! introduced heap format 10; `fixtures/heap7-store3.zst`, by `main` at d1f2bbe;
-//! `fixtures/heap7-store4.zst`, by the build that introduced store format 4; these two with
-//! their heap version byte raised to the current one, as heap formats 8 to 10 only changed
+//! `fixtures/heap7-store4.zst`, by the build that introduced store format 4; these three with
+//! their heap version byte raised to the current one, as heap formats 8 to 11 only changed
 //! what a heap of 7 without a huge heap never holds: morphing slabs, the owner's free of
-//! their old blocks, and the huge descriptors' lines) are refused with one line that names
-//! the way across: `podkv store dump|load`.
+//! their old blocks, the huge descriptors' lines, and the header word of the cache domains,
+//! zero until a process opens the heap) are refused with one line that names the way
+//! across: `podkv store dump|load`.
 //!
 //! Regenerate it (only when the format changes on purpose, with a version bump; keep the
 //! old one for the refusal test):
@@ -28,7 +30,7 @@ const COUNT_ITEMS: u32 = 600;
 const EXPIRY_FAR: i64 = 2_000_000_000;
 
 fn fixture_path() -> PathBuf {
-    fixture("heap10-store7.zst")
+    fixture("heap11-store7.zst")
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -123,33 +125,36 @@ fn unpack(fixture: &Path, dir: &Path) -> PathBuf {
 
 #[test]
 fn a_heap_or_store_of_an_older_format_is_refused_with_one_line_naming_dump_and_load() {
-    for (old, said, current_heap) in [
-        ("heap6-store3.zst", "heap ", false),
+    // The third field: the heap format to raise to the current one (the store is what is
+    // refused then), or `None`.
+    for (old, said, raise_heap) in [
+        ("heap6-store3.zst", "heap ", None),
         (
             "heap7-store3.zst",
             "the heap's store has format version 3",
-            true,
+            Some(7),
         ),
         (
             "heap7-store4.zst",
             "the heap's store has format version 4",
-            true,
+            Some(7),
         ),
-        ("heap7-store5.zst", "heap ", false),
-        ("heap8-store5.zst", "heap ", false),
-        ("heap9-store5.zst", "heap ", false),
-        ("heap9-store6.zst", "heap ", false),
+        ("heap7-store5.zst", "heap ", None),
+        ("heap8-store5.zst", "heap ", None),
+        ("heap9-store5.zst", "heap ", None),
+        ("heap9-store6.zst", "heap ", None),
         (
             "heap10-store6.zst",
             "the heap's store has format version 6",
-            false,
+            Some(10),
         ),
+        ("heap10-store7.zst", "heap ", None),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = unpack(&fixture(old), dir.path());
-        if current_heap {
+        if let Some(heap) = raise_heap {
             let mut bytes = std::fs::read(&path).unwrap();
-            assert_eq!(bytes[3], 7, "{old}: the heap format version byte");
+            assert_eq!(bytes[3], heap, "{old}: the heap format version byte");
             bytes[3] = podkv_alloc::layout::FORMAT_VERSION as u8;
             std::fs::write(&path, &bytes).unwrap();
         }

@@ -14,7 +14,8 @@
 //!    cannot apply;
 //! 4. reserve the whole heap's address space (sized once for all growth: the slab heaps'
 //!    maxima plus the huge heap, 1 TiB by default), map the file over everything but the
-//!    huge data range (`file.rs`) and apply the recorded placement to that mapping;
+//!    huge data range (`file.rs`) and apply the recorded placement to that mapping; in a
+//!    `limited` heap, note this process's cache domain in the header (`domains.rs`);
 //! 5. back the fixed part (header, HWcc globals, thread slots, huge-heap metadata), claim a
 //!    hazard record (by CAS on its owner word through the heap's hook) and join the SIGSEGV
 //!    handler's registry (`huge/`, `fault.rs`).
@@ -47,7 +48,7 @@ mod config;
 mod open;
 mod place;
 
-use open::{install_or_read_geometry, open_huge, refuse_truncated};
+use open::{install_or_read_geometry, join_domains, open_huge, refuse_truncated};
 
 pub use config::{default_path, huge_pages_default, morph_default, Config, ENV_HUGE_PAGES, ENV_MORPH};
 
@@ -114,9 +115,7 @@ impl Heap {
         let layout = geometry.layout();
         refuse_truncated(&file, &geometry, &layout)?;
         let mut mapping = Mapping::reserve(&file, layout.huge_data, layout.total)?;
-        if geometry.coherence.is_swcc() {
-            mapping.model(&file, layout.slots, layout.huge_data)?;
-        }
+        let domain = join_domains(&file, &mut mapping, &geometry, &layout)?;
         place::apply_to_mapping(&file, &mapping, layout.huge_data, &placement)?;
         file.back(0, layout.hwcc + COUNT_GLOBAL_LINES * SIZE_GLOBAL_LINE)?;
         // Up to the user's HWcc area, which its user backs as it grows (`HwccUser::back`).
@@ -172,6 +171,7 @@ impl Heap {
                 slabs,
                 lists,
                 me,
+                domain,
                 recoverable: config.recoverable,
                 morph: config.morph,
                 slots,

@@ -1,6 +1,7 @@
 //! The opening steps' parts that read or claim before the heap is mapped whole (the module
 //! `heap`'s "Opening" section): the format word, refusing foreign, truncated and too-small
-//! files, the placement word's claim, and the huge heap's metadata and hazard record.
+//! files, the placement word's claim, the huge heap's metadata and hazard record, and the
+//! cache domain's note in the header.
 
 use super::config::Config;
 use super::place;
@@ -15,6 +16,7 @@ use crate::class::Kind;
 use crate::slot::Owner;
 use podkv_hw::sync::{AtomicU64, Ordering};
 use podkv_hw::topology::Placement;
+use podkv_hw::Coherence;
 use std::sync::Arc;
 
 /// Header word: non-zero once an opener has backed the huge heap's metadata, so a file cut
@@ -233,4 +235,30 @@ pub(super) fn refuse_truncated(
         )));
     }
     Ok(())
+}
+
+/// Opening: under the coherence model (a test mode), this process's cache of the heap's SWcc
+/// part; then this process's cache domain joins a `limited` heap's domain word, before it
+/// writes anything of the heap ([`crate::domains`]). The domain, or zero in another mode.
+pub(super) fn join_domains(
+    file: &HeapFile,
+    mapping: &mut Mapping,
+    geometry: &Geometry,
+    layout: &Layout,
+) -> Result<u64, HeapError> {
+    if geometry.coherence.is_swcc() {
+        mapping.model(file, layout.slots, layout.huge_data)?;
+    }
+    if geometry.coherence != Coherence::Limited {
+        return Ok(0);
+    }
+    let domain = podkv_hw::model::cache_domain(mapping.base().wrapping_add(layout.slots as usize))
+        .unwrap_or_else(|| u64::from(crate::process::host_id()));
+    // SAFETY: the header is mapped and backed (opening backs it before this), the word is
+    // 8-aligned and only accessed atomically.
+    let word = unsafe {
+        &*(mapping.base().add(crate::domains::OFFSET_DOMAINS as usize) as *const AtomicU64)
+    };
+    crate::domains::join(word, domain);
+    Ok(domain)
 }

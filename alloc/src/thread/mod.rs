@@ -54,10 +54,12 @@ mod drain;
 mod hooks;
 mod morph;
 mod recover;
+mod remote_free;
 mod transition;
 pub(crate) use adopt::Adoptions;
 pub use adopt::RecoveryHook;
 use recover::Adopter;
+use remote_free::RemoteFreer;
 use current::Current;
 use transition::SlabOwner;
 pub use crate::recovery::InFlight;
@@ -555,10 +557,9 @@ impl ThreadHandle {
         self.free_generic(offset);
     }
 
-    /// The remote path for a small block: validate, then one detectable decrement.
     #[inline(never)]
     fn free_remote_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
-        self.slabs().free_remote_small(offset, slab, meta, rel);
+        RemoteFreer(self).free_remote_small(offset, slab, meta, rel);
     }
 
     /// Counts this slot's pending remote frees on their slab's remote word (one detectable
@@ -566,7 +567,7 @@ impl ThreadHandle {
     /// other threads' blocks and will free no more for a while may call this so their slab
     /// can be reused at once; dropping the handle does it too.
     pub fn flush_remote_frees(&self) {
-        self.slabs().flush_remote_frees();
+        RemoteFreer(self).flush_remote_frees();
     }
 
     /// Bitset word `filled` of the slab filled up: if every block is free, the slab is empty.

@@ -36,6 +36,7 @@
 //! and with no old block left the morph ends (`unblock.ended`). Each write is idempotent, so
 //! recovery redoes them all from the offset, the CAS only unless it took effect.
 
+use super::remote_free::RemoteFreer;
 use crate::crash_point;
 use crate::dcas;
 use crate::class::{is_block_start, Kind, COUNT_CLASSES_MAX, SHIFT_SMALL_SLAB, SMALL, SMALL_RECIP};
@@ -178,7 +179,7 @@ impl Morpher<'_> {
             if meta.owner == self.me && matches!(meta.state, Some(State::Sized | State::Detached)) {
                 return self.free_old(heap, slab, class, old, i, offset);
             }
-            return self.slabs().remote_free_block(heap.kind, slab, offset);
+            return RemoteFreer(self.0).remote_free_block(heap.kind, slab, offset);
         }
         let size = u64::from(morph.size_new);
         let block = (in_slab / size) as u32;
@@ -188,7 +189,7 @@ impl Morpher<'_> {
                 self.slabs().free_local(heap, desc, slab, class, block, offset)
             }
             _ if meta.owner != self.me && valid => {
-                self.slabs().remote_free_block(heap.kind, slab, offset)
+                RemoteFreer(self.0).remote_free_block(heap.kind, slab, offset)
             }
             _ => panic!("podkv: free of {offset}, which is not an allocated block (morphing {:?} slab {slab}: {meta:?})", heap.kind),
         }

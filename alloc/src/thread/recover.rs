@@ -22,6 +22,7 @@
 //! handle ([`ThreadHandle::take_adoption`]). Huge blocks are reported like the others: the huge
 //! log (`huge/owner.rs`) names an allocation made live but not returned, or a free under way.
 
+use super::remote_free::RemoteFreer;
 use super::morph::Morpher;
 use super::ThreadHandle;
 use crate::slot::{pack_ends, unpack_ends};
@@ -385,7 +386,7 @@ impl Adopter<'_> {
         };
         let batch = Pending::unpack(self.slot().pending.load(Acquire));
         if batch.is_none_or(|b| b.ver != rec.ver()) {
-            self.slabs().remote_free_block(heap.kind, slab, offset);
+            RemoteFreer(self.0).remote_free_block(heap.kind, slab, offset);
         }
         InFlight::Free(offset)
     }

@@ -8,14 +8,14 @@
 //! [`SlabOwner`] is the handle seen as the owner of its slabs; the handle's cold entry points
 //! (`allocate_generic`, `free_generic`, …) call in here with their attributes unchanged.
 
+use super::remote_free::RemoteFreer;
 use super::current::Current;
 use super::morph::Morpher;
 use crate::slot::{pack_ends, unpack_ends};
-use crate::class::{is_block_start, Kind, SHIFT_SMALL_SLAB, SIZE_LARGE_MAX, SIZE_SMALL_MAX, SMALL_COUNT, SMALL_RECIP};
-use crate::pending::{Pending, COUNT_MAX};
+use crate::class::{Kind, SIZE_LARGE_MAX, SIZE_SMALL_MAX};
 use crate::{crash_point, dcas, error::AllocError, global::List, offset::Offset, recovery::Op};
-use crate::remote::{self, Disown, RemoteFree};
-use crate::slab::{Meta, SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
+use crate::remote::{self, Disown};
+use crate::slab::{SlabDesc, State, SIZE_DESC, SIZE_DESC_HEAD};
 use crate::slabs::SlabHeap;
 use podkv_hw::sync::Ordering::{Acquire, Relaxed};
 use std::alloc::Layout;
@@ -66,9 +66,14 @@ impl SlabOwner<'_> {
         offset: Offset,
     ) {
         // A detached slab may have come with the slot from another process: read what it
-        // uses whole (`unsized_to_sized` and a morph's end wrote the rest back, zero).
+        // uses whole (`unsized_to_sized` and a morph's end wrote the rest back, zero). Not
+        // when that process was of this cache domain: it wrote before this thread claimed the
+        // slot (`crate::domains`, the exception).
         let detached = desc.meta().state == Some(State::Detached);
-        if detached && podkv_hw::site!("alloc.transition.free_detached.invalidate") {
+        if detached
+            && !self.shared.one_domain()
+            && podkv_hw::site!("alloc.transition.free_detached.invalidate")
+        {
             desc.invalidate(self.coherence, desc.in_use(heap.classes.count[class]));
         }
         let word = &desc.bits[(block / 64) as usize];
@@ -416,32 +421,6 @@ impl SlabOwner<'_> {
         }
     }
 
-    /// Logs and does one remote free of `offset`, a block of `kind` slab `slab`: a plain store
-    /// counting it in the slot's pending batch ([`crate::pending`]), flushed first if the batch
-    /// names another slab or is full.
-    #[inline]
-    pub(super) fn remote_free_block(&self, kind: Kind, slab: u32, offset: Offset) {
-        let pending = &self.slot().pending;
-        let count = match Pending::unpack(pending.load(Relaxed)) {
-            Some(p) if p.slab == slab && p.kind == kind && p.count < COUNT_MAX => p.count + 1,
-            Some(_) => {
-                self.0.flush_remote_frees();
-                1
-            }
-            None => 1,
-        };
-        self.next_ver();
-        self.log_block(Op::RemoteFree, offset.0);
-        crash_point!("remote_free.logged");
-        let batch = Pending {
-            slab,
-            kind,
-            count,
-            ver: self.ver(),
-        };
-        pending.store(batch.pack(), Relaxed);
-    }
-
     #[inline(always)]
     pub(super) fn allocate_generic(&self, layout: Layout) -> Result<Offset, AllocError> {
         let (size, align) = (layout.size().max(1), layout.align());
@@ -496,9 +475,14 @@ impl SlabOwner<'_> {
         // SWcc reader rule, as on the small remote path: the slab may be another thread's.
         // Not one this cache holds as this slot's sized slab: only the owner writes such a
         // head, fresh since the tenure's claim (`SlabHeap::begin_tenure`; as the fast path).
+        // Nor when every process of the heap is of this cache domain, checked after the read
+        // (`crate::domains`).
         let cached = desc.meta();
         let mine = cached.owner == self.me && cached.state == Some(State::Sized);
-        if !mine && podkv_hw::site!("alloc.transition.free.invalidate") {
+        if !mine
+            && !self.shared.one_domain()
+            && podkv_hw::site!("alloc.transition.free.invalidate")
+        {
             desc.invalidate(self.coherence, SIZE_DESC_HEAD);
         }
         let meta = desc.meta();
@@ -515,7 +499,7 @@ impl SlabOwner<'_> {
                 self.free_local(&heap, desc, slab, class, block, offset)
             }
             Some(State::Sized | State::Detached | State::Disowned) if meta.owner != self.me && valid_block => {
-                self.remote_free_block(heap.kind, slab, offset)
+                RemoteFreer(self.0).remote_free_block(heap.kind, slab, offset)
             }
             _ => panic!("podkv: free of {offset}, which is not an allocated block ({:?} slab {slab}: {meta:?})", heap.kind),
         }
@@ -531,66 +515,6 @@ impl SlabOwner<'_> {
             self.enter_free(offset.0);
             self.sized_to_unsized(heap, class, slab);
             self.after_free.set(false);
-        }
-    }
-
-    /// The remote path for a small block: validate, then one detectable decrement.
-    #[inline(always)]
-    pub(super) fn free_remote_small(&self, offset: Offset, slab: u32, meta: u64, rel: u64) {
-        // SWcc reader rule: another thread's descriptor is read fresh, not from this cache —
-        // unless this slot's pending batch already counts blocks of the slab: it was read
-        // fresh when the batch began, and while the batch holds live blocks of the slab
-        // nobody can re-size it. (A morph may: a block that passes as one of the class read
-        // is counted as it must be; one that does not goes generic and reads afresh.)
-        let meta = if self.coherence.is_swcc() && !self.batches(Kind::Small, slab) {
-            let desc = self.small_desc(slab);
-            if podkv_hw::site!("alloc.transition.free_remote_small.invalidate") {
-                desc.invalidate(self.coherence, SIZE_DESC_HEAD);
-            }
-            desc.meta.load(Relaxed)
-        } else {
-            meta
-        };
-        let meta = Meta::unpack(meta);
-        let class = usize::from(meta.class);
-        let in_slab = rel & ((1 << SHIFT_SMALL_SLAB) - 1);
-        let live = matches!(
-            meta.state,
-            Some(State::Sized | State::Detached | State::Disowned)
-        );
-        let scaled = in_slab * SMALL_RECIP[class];
-        let exact = is_block_start(scaled) && scaled >> 32 < u64::from(SMALL_COUNT[class]);
-        if !live || !exact {
-            return self.0.free_generic(offset);
-        }
-        self.remote_free_block(Kind::Small, slab, offset);
-    }
-
-    /// Whether this slot's pending batch counts blocks of `kind` slab `slab`.
-    #[inline]
-    fn batches(&self, kind: Kind, slab: u32) -> bool {
-        Pending::unpack(self.slot().pending.load(Relaxed))
-            .is_some_and(|p| p.slab == slab && p.kind == kind)
-    }
-
-    /// `ThreadHandle::flush_remote_frees`.
-    #[inline(always)]
-    pub(super) fn flush_remote_frees(&self) {
-        let pending = &self.slot().pending;
-        let Some(batch) = Pending::unpack(pending.load(Relaxed)) else {
-            return;
-        };
-        let heap = *self.shared.slabs.get(batch.kind);
-        self.next_ver();
-        self.log_step(Op::Flush, &heap, batch.slab, 0, |_| {});
-        crash_point!("flush.logged");
-        let word = heap.remote(batch.slab);
-        let took = remote::free_remote_n(word, batch.count, self.0);
-        crash_point!("flush.counted");
-        pending.store(0, Relaxed);
-        crash_point!("flush.cleared");
-        if took == RemoteFree::TookSlab {
-            self.took_slab(&heap, batch.slab);
         }
     }
 }

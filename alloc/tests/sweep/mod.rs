@@ -36,7 +36,7 @@ pub const SCENARIOS: &[Scenario] = &[
             "alloc.thread.claim.invalidate_heads",
             "alloc.transition.free_detached.invalidate",
             "alloc.transition.disown.write_back",
-            "alloc.transition.free_remote_small.invalidate",
+            "alloc.remote_free.small.invalidate",
             "alloc.transition.give_back.write_back",
             "alloc.transition.release.write_back",
             "alloc.transition.to_detached.write_back",
@@ -83,7 +83,7 @@ pub const SCENARIOS: &[Scenario] = &[
         binary: "model_scenarios",
         test: "frees::a_remote_free_of_a_block_whose_slab_was_resized_since_is_refused",
         env: &[],
-        sites: &["alloc.transition.free_remote_small.invalidate"],
+        sites: &["alloc.remote_free.small.invalidate"],
     },
     Scenario {
         binary: "model_scenarios",
