@@ -562,3 +562,53 @@ fn a_replay_paced_by_timestamps_lasts_the_traces_span() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("choose one"), "{err}");
 }
+
+/// `--fixed-buckets` gives a store the runner creates a table of exactly that size, which no
+/// load grows; it is refused for a target without the store's table, and outside 2^10..2^26.
+#[test]
+fn fixed_buckets_sizes_the_stores_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("heap");
+    let args = [
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "20000",
+        "--ops",
+        "2000",
+        "--target",
+        "embedded",
+        "--heap",
+        s(&heap),
+        "--fixed-buckets",
+        "11",
+    ];
+    podkv(&args);
+    let stats = podkv(&["store", "stats", s(&heap)]);
+    let text = String::from_utf8_lossy(&stats.stdout);
+    // 20 000 items would have doubled a growing table to 2^14.
+    assert!(text.contains("2^11 ("), "{text}");
+    for (flags, said) in [
+        (
+            &["--target", "dashmap", "--fixed-buckets", "12"][..],
+            "needs --target embedded",
+        ),
+        (&["--fixed-buckets", "27"][..], "2^10 to 2^26"),
+    ] {
+        let mut args = vec![
+            "ycsb",
+            "--workload",
+            "a",
+            "--records",
+            "100",
+            "--ops",
+            "100",
+        ];
+        args.extend_from_slice(flags);
+        let out = run(&args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said) && err.lines().count() == 1, "{err}");
+    }
+}

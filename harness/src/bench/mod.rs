@@ -315,6 +315,7 @@ fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64
         pin: true,
         pacing: crate::runner::pacing::Pacing::Closed,
         hosts_apart: false,
+        fixed_buckets: None,
     }
 }
 

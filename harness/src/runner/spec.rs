@@ -40,6 +40,13 @@ pub struct RunArgs {
     /// the cost changes. Needs `--processes` above 1 and `--target embedded`.
     #[arg(long)]
     pub hosts_apart: bool,
+    /// Store targets (`embedded`, `mimalloc`, `boost`): a bucket table of exactly 2^LOG2
+    /// buckets that never grows, as CXLALLOC's evaluation sizes its table for the records it
+    /// loads (10–26; about log2 of the records for one item per bucket). Applies when the run
+    /// creates the store; a store in an existing heap keeps its table. [default: a table that
+    /// doubles past two items per bucket and splits its buckets as writes come to them]
+    #[arg(long, value_name = "LOG2")]
+    pub fixed_buckets: Option<u32>,
     /// Append one NDJSON record of the run to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -224,6 +231,11 @@ impl Job {
     }
 }
 
+/// The smallest and largest fixed tables (`--fixed-buckets`), as log2 of the buckets: the
+/// store's first table, and its largest.
+const FIXED_BUCKETS_MIN: u32 = podkv_store::layout::SHIFT_BUCKETS_START as u32;
+const FIXED_BUCKETS_MAX: u32 = podkv_store::layout::SHIFT_BUCKETS_MAX as u32;
+
 /// Everything a run needs; sent to worker processes as JSON.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunSpec {
@@ -245,6 +257,9 @@ pub struct RunSpec {
     /// `--hosts-apart`: each worker process gets host id 1 + its index.
     #[serde(default)]
     pub hosts_apart: bool,
+    /// `--fixed-buckets`: a store target's table of exactly 2^n buckets (`None`: growing).
+    #[serde(default)]
+    pub fixed_buckets: Option<u32>,
 }
 
 impl RunSpec {
@@ -266,6 +281,7 @@ impl RunSpec {
             duration: args.duration,
             pin: !args.no_pin,
             hosts_apart: args.hosts_apart,
+            fixed_buckets: args.fixed_buckets,
             pacing: args
                 .target_rate
                 .map_or(Pacing::Closed, |ops_per_sec| Pacing::Rate { ops_per_sec }),
@@ -277,6 +293,16 @@ impl RunSpec {
     /// Workers in all.
     pub fn workers(&self) -> usize {
         self.processes * self.threads
+    }
+
+    /// The configuration a store target creates its store with.
+    pub fn store_config(&self) -> podkv_store::StoreConfig {
+        podkv_store::StoreConfig {
+            table: self
+                .fixed_buckets
+                .map_or(podkv_store::Table::Growing, podkv_store::Table::Fixed),
+            ..podkv_store::StoreConfig::default()
+        }
     }
 
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
@@ -293,6 +319,22 @@ impl RunSpec {
                 || (self.processes > 1 && matches!(self.target, TargetSpec::Embedded { .. })),
             "--hosts-apart needs --processes above 1 and --target embedded"
         );
+        if let Some(log2) = self.fixed_buckets {
+            anyhow::ensure!(
+                matches!(
+                    self.target,
+                    TargetSpec::Embedded { .. } | TargetSpec::Mimalloc | TargetSpec::Boost { .. }
+                ),
+                "--fixed-buckets sizes the podkv store's table: it needs --target embedded, \
+                 mimalloc or boost, not {}",
+                self.target.name()
+            );
+            anyhow::ensure!(
+                (FIXED_BUCKETS_MIN..=FIXED_BUCKETS_MAX).contains(&log2),
+                "--fixed-buckets {log2}: a table of 2^{FIXED_BUCKETS_MIN} to 2^{FIXED_BUCKETS_MAX} \
+                 buckets"
+            );
+        }
         anyhow::ensure!(
             self.processes == 1 || self.target.spans_processes(),
             "target {} lives in process-local memory: it cannot run with --processes > 1",

@@ -40,10 +40,26 @@ fn run_target(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<P
             let target = KvTarget(podkv_store::DashBaseline::new());
             run_sources(spec, ctl, process, &target)
         }
-        TargetSpec::Mimalloc => run_sources(spec, ctl, process, &StoreTarget::local()?),
-        TargetSpec::Embedded { heap } => run_sources(spec, ctl, process, &StoreTarget::open(heap)?),
+        TargetSpec::Mimalloc => run_sources(
+            spec,
+            ctl,
+            process,
+            &StoreTarget::local(&spec.store_config())?,
+        ),
+        TargetSpec::Embedded { heap } => run_sources(
+            spec,
+            ctl,
+            process,
+            &StoreTarget::open(heap, &spec.store_config())?,
+        ),
         TargetSpec::Boost { segment, bytes } => {
-            run_sources(spec, ctl, process, &StoreTarget::boost(segment, *bytes)?)
+            let config = spec.store_config();
+            run_sources(
+                spec,
+                ctl,
+                process,
+                &StoreTarget::boost(segment, *bytes, &config)?,
+            )
         }
         TargetSpec::Memcached {
             servers,

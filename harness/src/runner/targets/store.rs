@@ -17,9 +17,9 @@ pub struct StoreTarget<A: Arena> {
 }
 
 impl StoreTarget<PodArena> {
-    /// Opens (creating if needed) the store in the heap file at `path`.
-    pub fn open(path: &Path) -> anyhow::Result<Self> {
-        let map = podkv_store::Store::open(path, StoreConfig::default())
+    /// Opens (creating with `config` if needed) the store in the heap file at `path`.
+    pub fn open(path: &Path, config: &StoreConfig) -> anyhow::Result<Self> {
+        let map = podkv_store::Store::open(path, config.clone())
             .map_err(|e| anyhow::anyhow!("cannot open the store in {}: {e}", path.display()))?;
         let heap = Some(map.heap().clone());
         Ok(Self { map, heap })
@@ -27,22 +27,22 @@ impl StoreTarget<PodArena> {
 }
 
 impl StoreTarget<LocalArena> {
-    /// A fresh index in process memory.
-    pub fn local() -> anyhow::Result<Self> {
+    /// A fresh index in process memory, made with `config`.
+    pub fn local(config: &StoreConfig) -> anyhow::Result<Self> {
         Ok(Self {
-            map: podkv_store::LocalStore::new_local(&StoreConfig::default())?,
+            map: podkv_store::LocalStore::new_local(config)?,
             heap: None,
         })
     }
 }
 
 impl StoreTarget<super::boost::BoostArena> {
-    /// The index in the boost.interprocess segment `name` (created with `bytes` by the first
-    /// process that opens it).
-    pub fn boost(name: &str, bytes: u64) -> anyhow::Result<Self> {
+    /// The index in the boost.interprocess segment `name` (created with `bytes` and `config`
+    /// by the first process that opens it).
+    pub fn boost(name: &str, bytes: u64, config: &StoreConfig) -> anyhow::Result<Self> {
         let arena = super::boost::BoostArena::open(name, bytes)?;
         Ok(Self {
-            map: podkv_store::Map::open_in(arena, &StoreConfig::default())?,
+            map: podkv_store::Map::open_in(arena, config)?,
             heap: None,
         })
     }
@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn local_store_speaks_memcached() {
-        let t = StoreTarget::local().unwrap();
+        let t = StoreTarget::local(&StoreConfig::default()).unwrap();
         let mut s = t.session(0).unwrap();
         let mut run = |c, k: &[u8], v: &[u8]| s.execute(c, k, v).unwrap() == Outcome::Hit;
         assert!(!run(Command::Get, b"k", b""));
@@ -156,8 +156,8 @@ mod tests {
     #[test]
     fn boost_index_is_shared_by_every_mapping() {
         let name = super::super::boost::fresh_segment_name();
-        let a = StoreTarget::boost(&name, 64 << 20).unwrap();
-        let b = StoreTarget::boost(&name, 64 << 20).unwrap();
+        let a = StoreTarget::boost(&name, 64 << 20, &StoreConfig::default()).unwrap();
+        let b = StoreTarget::boost(&name, 64 << 20, &StoreConfig::default()).unwrap();
         crate::bench::boost::Segment::remove(&name);
         let (mut sa, mut sb) = (a.session(0).unwrap(), b.session(1).unwrap());
         let value = vec![7u8; 5000];
