@@ -289,3 +289,41 @@ fn fixed_table_never_grows() {
     drop(h);
     assert!(store.check().is_valid());
 }
+
+/// A table that doubled with the last inserts is left half made (its splits are owed to
+/// inserts that never come); the crawler's pass makes it whole, and every item stays.
+#[test]
+fn the_crawler_makes_whole_a_table_that_doubled_with_the_last_inserts() {
+    let (_d, path) = common::heap_path("heap");
+    let store = podkv_store::Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    let mut n = 0u32;
+    while store.buckets_log2() < 12 {
+        h.set(format!("k{n}").as_bytes(), &n.to_le_bytes(), 0, 0)
+            .unwrap();
+        n += 1;
+    }
+    let before = store.check().store.buckets;
+    assert!(
+        before < 3 << 10,
+        "most of the newer half is unmade: {before} buckets"
+    );
+    let pass = h.crawl();
+    assert_eq!(pass.buckets_made, (1 << 12) - before);
+    drop(h);
+    let after = store.check();
+    assert!(after.is_valid(), "{:#?}", after.problems);
+    assert_eq!(after.store.buckets, 1 << 12);
+    let h = store.handle().unwrap();
+    for i in 0..n {
+        assert_eq!(
+            value(&h, format!("k{i}").as_bytes()).unwrap(),
+            i.to_le_bytes()
+        );
+    }
+    assert_eq!(
+        h.crawl().buckets_made,
+        0,
+        "a whole table has nothing to make"
+    );
+}
