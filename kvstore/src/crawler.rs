@@ -34,7 +34,6 @@ impl Crawler {
                 let done = pass();
                 total.visited += done.visited;
                 total.reclaimed += done.reclaimed;
-                total.buckets_made += done.buckets_made;
                 count.fetch_add(1, Ordering::Release);
                 std::thread::park_timeout(interval);
             }

@@ -41,8 +41,6 @@ pub struct CrawlReport {
     pub visited: u64,
     /// Expired or flushed items removed.
     pub reclaimed: u64,
-    /// Buckets of the table's newer half the pass made, which no write had (`Buckets::make_whole`).
-    pub buckets_made: u64,
 }
 
 /// Evicts until `used + size ≤ capacity`, or fails with out-of-memory when eviction is off
@@ -203,13 +201,9 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
     }
 }
 
-/// One pass of the expiry crawler: makes the buckets of the table's newer half no write has
-/// made yet, then removes invisible items from every made bucket.
+/// One pass of the expiry crawler over every made bucket: removes invisible items.
 pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlReport {
-    let mut report = CrawlReport {
-        buckets_made: buckets.make_whole(reclaim),
-        ..CrawlReport::default()
-    };
+    let mut report = CrawlReport::default();
     let shared = reclaim.slot().shared();
     let now = shared.now();
     let (mut visited, mut reclaimed) = (0, 0);
