@@ -349,6 +349,17 @@ impl Mapping {
     pub fn len(&self) -> usize {
         self.len
     }
+
+    /// The header word at byte `offset` (below `SIZE_HEADER`, 8-aligned), for as long as the
+    /// mapping stands. Opening backs the header before anything reads it.
+    #[inline]
+    pub(crate) fn header_word(&self, offset: u64) -> &AtomicU64 {
+        debug_assert!(offset % 8 == 0 && offset < crate::layout::SIZE_HEADER);
+        // SAFETY: the header page lies at the start of every mapping and is backed by opening
+        // step 2 before any caller runs; the word is 8-aligned, lives as long as `self`, and
+        // is only accessed atomically (AtomicU64 is valid for any bits).
+        unsafe { &*(self.base.add(offset as usize) as *const AtomicU64) }
+    }
 }
 
 /// What [`Words::collapse`] got from the kernel.

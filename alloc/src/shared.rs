@@ -56,6 +56,7 @@ pub(crate) struct Shared {
     /// This process as a slot owner.
     pub(crate) me: Owner,
     /// This process's cache domain in a `limited` heap ([`crate::domains`]); zero otherwise.
+    /// Fixed at open (`heap::open::join_domains`), read by every thread of the process.
     pub(crate) domain: u64,
     pub(crate) recoverable: bool,
     /// Whether this process's threads morph sparse slabs ([`crate::Config::morph`]).
@@ -209,19 +210,13 @@ impl Shared {
     /// there ([`crate::domains`]); always false in the other modes.
     #[inline]
     pub(crate) fn one_domain(&self) -> bool {
-        // SAFETY: the header is mapped and backed while `self` stands; the word is 8-aligned
-        // and only accessed atomically.
-        let word =
-            unsafe { &*(self.mapping.base().add(OFFSET_DOMAINS as usize) as *const AtomicU64) };
-        crate::domains::only(word, self.domain)
+        crate::domains::only(self.mapping.header_word(OFFSET_DOMAINS), self.domain)
     }
 
     /// The header word holding how many bytes of the user's HWcc area are backed (raised by
     /// `HwccUser::back`).
     pub(crate) fn hwcc_user_backed_word(&self) -> &AtomicU64 {
-        // SAFETY: the header is mapped and backed while `self` stands; the word is 8-aligned
-        // and only accessed atomically.
-        unsafe { &*(self.mapping.base().add(OFFSET_HWCC_USER_BACKED as usize) as *const AtomicU64) }
+        self.mapping.header_word(OFFSET_HWCC_USER_BACKED)
     }
 
     /// The backed part of the user's HWcc area, as heap offsets (the backer maps it as

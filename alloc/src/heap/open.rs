@@ -254,11 +254,6 @@ pub(super) fn join_domains(
     }
     let domain = podkv_hw::model::cache_domain(mapping.base().wrapping_add(layout.slots as usize))
         .unwrap_or_else(|| u64::from(crate::process::host_id()));
-    // SAFETY: the header is mapped and backed (opening backs it before this), the word is
-    // 8-aligned and only accessed atomically.
-    let word = unsafe {
-        &*(mapping.base().add(crate::domains::OFFSET_DOMAINS as usize) as *const AtomicU64)
-    };
-    crate::domains::join(word, domain);
+    crate::domains::join(mapping.header_word(crate::domains::OFFSET_DOMAINS), domain);
     Ok(domain)
 }
