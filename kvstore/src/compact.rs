@@ -25,11 +25,21 @@
 //! hold as much, whatever their class (the only slab of a class the shift left behind
 //! included), and the pass evicts their items instead of moving them: a move would take a new
 //! block of the class, and the class may have no other slab. The fewest live blocks per byte
-//! go first, so the fewest items go; a slab that also holds blocks of the index empties only
-//! once its buckets are rewritten, and the next pass gives up more meanwhile.
+//! go first, so the fewest items go.
+//!
+//! # The index's blocks
+//! A bucket holding more than one item names a block of their entries, in a small class of
+//! its own. Every write of the bucket replaces it, but a bucket no write touches keeps its
+//! block for good: nothing expires it. So the walk also moves a block it finds in a slab being
+//! drained or emptied (`maintain::move_block`, the write loop's CAS with the same entries),
+//! or a server left idle over its limit would hold those slabs for ever (the index's blocks
+//! of a size shift lie in slabs the blocks of later writes thinned). The pass takes every
+//! new block from the allocator, none from the handle's spares, which are blocks it retired
+//! (from the slabs being drained, among others).
 
 use crate::arena::Arena;
 use crate::command::{Outcome, Step};
+use crate::index;
 use crate::maintain;
 use crate::writer::Parts;
 
@@ -52,6 +62,10 @@ pub struct CompactReport {
     pub emptied: u64,
     /// Items evicted from them.
     pub evicted: u64,
+    /// Index blocks (a bucket's entries, when it holds more than one item) moved out of the
+    /// slabs drained or emptied: they never expire, so a slab that holds one would otherwise
+    /// stay until a write to its bucket.
+    pub blocks: u64,
 }
 
 /// A compaction pass walked in slices of buckets (`Handle::compact_begin`,
@@ -115,24 +129,35 @@ pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: 
         return true;
     };
     let (report, to_empty) = (&mut pass.report, &pass.to_empty);
-    let next = maintain::each_bucket_from(
-        p.reclaim,
-        pass.next,
-        buckets,
-        |at| sparse.holds(at) || to_empty.holds(at),
-        |at| {
-            if to_empty.holds(at) {
-                report.evicted += u64::from(maintain::evict_exact(p.reclaim, p.buckets, at));
-            } else if let Some(bytes) = move_item(p, at) {
-                report.moved += 1;
-                report.moved_bytes += bytes as u64;
-            }
-        },
-    );
+    // The bucket blocks a pass makes (for the items it moves or evicts, and the blocks it
+    // moves) come from the allocator: the handle's spares are blocks it retired, in the slabs
+    // being drained among others.
+    let next = p.reclaim.fresh_blocks(|| {
+        maintain::each_bucket_from(
+            p.reclaim,
+            pass.next,
+            buckets,
+            |at| sparse.holds(at) || to_empty.holds(at),
+            |at| {
+                if to_empty.holds(at) {
+                    report.evicted += u64::from(maintain::evict_exact(p.reclaim, p.buckets, at));
+                } else if let Some(bytes) = move_item(p, at) {
+                    report.moved += 1;
+                    report.moved_bytes += bytes as u64;
+                }
+            },
+            |word, tag| {
+                let drained = |at| sparse.holds(at) || to_empty.holds(at);
+                if drained(index::object(word)) {
+                    report.blocks += u64::from(maintain::move_block(p.reclaim, tag, drained));
+                }
+            },
+        )
+    });
     let Some(next) = next else {
         pass.sparse = None;
-        if pass.report.moved + pass.report.evicted > 0 {
-            // The items moved out are this handle's to free.
+        if pass.report.moved + pass.report.evicted + pass.report.blocks > 0 {
+            // The items and blocks moved out are this handle's to free.
             p.reclaim.collect_all();
         }
         return true;

@@ -201,6 +201,39 @@ fn remove_exact<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets, item: u64) ->
     }
 }
 
+/// Copies the bucket block that holds the entry of `tag` into a new block if `moves` names
+/// it (compaction's move of an index block out of a slab being drained): one CAS, as a write
+/// of the bucket would make (a concurrent write wins, and its own new block leaves the slab
+/// as well); whether this call moved it. The old block is retired as a write's is.
+pub(crate) fn move_block<A: Arena>(
+    reclaim: &Reclaim<A>,
+    tag: u64,
+    moves: impl Fn(u64) -> bool,
+) -> bool {
+    let _pin = reclaim.pin();
+    let shared = reclaim.slot().shared();
+    let table = Table { reclaim };
+    loop {
+        let Ok((word, w)) = index::write_target(&table, tag, shared.buckets_log2_cached(), || {
+            shared.buckets_log2()
+        }) else {
+            return false;
+        };
+        if !index::is_block(w) || !moves(index::object(w)) {
+            return false;
+        }
+        let Ok(next) = index::make(&table, &Change::of(w)) else {
+            return false;
+        };
+        table.replacing(w);
+        let won = table.cas(word, w, next);
+        table.replaced(w, next, won);
+        if won {
+            return true;
+        }
+    }
+}
+
 /// One pass of the expiry crawler over every made bucket: removes invisible items.
 pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlReport {
     let mut report = CrawlReport::default();
@@ -215,6 +248,7 @@ pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlR
             !shared.visible(at, now)
         },
         |at| reclaimed += u64::from(remove_exact(reclaim, buckets, at)),
+        |_, _| {},
     );
     (report.visited, report.reclaimed) = (visited, reclaimed);
     buckets.flush_counters(reclaim.slot());
@@ -223,13 +257,15 @@ pub(crate) fn crawl<A: Arena>(reclaim: &Reclaim<A>, buckets: &Buckets) -> CrawlR
 
 /// Walks every made bucket, pinned one bucket at a time: `pick` chooses among the items the
 /// bucket owns, then `act` runs on each item picked, still pinned (a pass's own changes to
-/// the bucket come after its read). The expiry crawl's walk.
+/// the bucket come after its read), then, if the word read names a block, `block(word,
+/// tag)` with the tag of an entry the bucket owns. The expiry crawl's walk.
 pub(crate) fn each_bucket<A: Arena>(
     reclaim: &Reclaim<A>,
     pick: impl FnMut(u64) -> bool,
     act: impl FnMut(u64),
+    block: impl FnMut(u64, u64),
 ) {
-    each_bucket_from(reclaim, 0, u64::MAX, pick, act);
+    each_bucket_from(reclaim, 0, u64::MAX, pick, act, block);
 }
 
 /// [`each_bucket`] for at most `count` buckets from bucket `from`, as the table is now: the
@@ -242,6 +278,7 @@ pub(crate) fn each_bucket_from<A: Arena>(
     count: u64,
     mut pick: impl FnMut(u64) -> bool,
     mut act: impl FnMut(u64),
+    mut block: impl FnMut(u64, u64),
 ) -> Option<u64> {
     let end = 1u64 << reclaim.slot().shared().buckets_log2();
     let stop = from.saturating_add(count).min(end);
@@ -259,7 +296,9 @@ pub(crate) fn each_bucket_from<A: Arena>(
             continue;
         }
         picked.clear();
-        index::owned(&table, bucket, word, |_, at| {
+        let mut tag = None;
+        index::owned(&table, bucket, word, |t, at| {
+            tag.get_or_insert(t);
             if pick(at) {
                 picked.push(at);
             }
@@ -267,6 +306,9 @@ pub(crate) fn each_bucket_from<A: Arena>(
         });
         for &at in &picked {
             act(at);
+        }
+        if let (true, Some(tag)) = (index::is_block(word), tag) {
+            block(word, tag);
         }
     }
     (stop < end).then_some(stop)

@@ -187,8 +187,8 @@ fn a_pass_over_the_limit_evicts_the_items_of_the_sparsest_slabs() {
     let evicted = report.evicted;
     h.collect();
     h.collect();
-    // A sparse slab given up may also hold blocks of the index (its small classes), which
-    // only rewrites of their buckets free; a server's next pass gives up more.
+    // The pass moves the index's blocks out of the slabs it gives up, and its own new blocks
+    // take new slabs of their classes: a server's next pass gives up more.
     let now = store.held_bytes().unwrap();
     assert!(held - now >= over * 3 / 4, "held {held} bytes, now {now}");
     let present = |key: String| h.get(key.as_bytes()).unwrap().is_some();
@@ -205,6 +205,55 @@ fn a_pass_over_the_limit_evicts_the_items_of_the_sparsest_slabs() {
     let check = store.check();
     assert!(check.is_valid(), "{:#?}", check.problems);
     assert_eq!(check.store.items, left as u64);
+}
+
+/// Bytes of the slabs of the index's blocks (a bucket's entries when it holds more than one
+/// item), and their live bytes: the classes smaller than any item here.
+fn block_slab_bytes(store: &Store) -> (u64, u64) {
+    let census = store.heap().census();
+    census
+        .classes
+        .iter()
+        .filter(|c| c.block_bytes < 100)
+        .fold((0, 0), |(slab, live), c| {
+            (slab + c.slab_bytes, live + c.live_bytes)
+        })
+}
+
+/// The index's blocks leave a drained slab as its items do: a slab of them empties by a
+/// pass, not only once a write rewrites each of their buckets (they never expire, so a
+/// server left idle over its memory limit would hold such slabs for good).
+#[test]
+fn a_pass_moves_the_index_blocks_out_of_sparse_slabs() {
+    let (_d, path) = common::heap_path("heap");
+    let store = Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    let kept: Vec<u32> = thinned(&h).collect();
+    let (before, live) = block_slab_bytes(&store);
+    assert!(
+        live > 0 && before > live * 2,
+        "sparse block slabs: {before} bytes for {live}"
+    );
+    // The owner gives its sparse slabs up and moves what they hold, as a server's worker does:
+    // at 30% live at most, those of the blocks (the items' slabs are 40% full).
+    let report = h.compact(30, 0);
+    assert!(report.blocks > 0, "{report:?}");
+    h.collect();
+    h.collect();
+    let (after, _) = block_slab_bytes(&store);
+    assert!(
+        after + (2 << 16) <= before,
+        "the blocks' slabs shrank by two slabs at least: from {before} to {after} bytes \
+         ({report:?})"
+    );
+    for i in kept {
+        let item = h.get(format!("key{i:06}").as_bytes()).unwrap().unwrap();
+        assert_eq!(item.value(), &vec![(i % 251) as u8; 300][..]);
+    }
+    drop(h);
+    let check = store.check();
+    assert!(check.is_valid(), "{:#?}", check.problems);
+    assert_eq!(check.store.items, 8_000);
 }
 
 #[test]

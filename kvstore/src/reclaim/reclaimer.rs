@@ -61,6 +61,8 @@ pub(crate) struct Reclaim<A: Arena> {
     spares: RefCell<Spares>,
     /// How new items were found and how collects fared (see `recycling`).
     recycled: Cell<Recycling>,
+    /// Whether new blocks come from the allocator only (`fresh_blocks`).
+    no_spares: Cell<bool>,
 }
 
 /// An epoch pin: while it lives, no node this thread can reach is freed.
@@ -86,7 +88,18 @@ impl<A: Arena> Reclaim<A> {
             walks: Cell::new(0),
             spares: RefCell::default(),
             recycled: Cell::new(Recycling::default()),
+            no_spares: Cell::new(false),
         }
+    }
+
+    /// Runs `f` with every new block taken from the allocator, none from the spares:
+    /// compaction's moves, whose copies must leave the slabs being drained, where the spares
+    /// of the blocks moved before lie.
+    pub(crate) fn fresh_blocks<R>(&self, f: impl FnOnce() -> R) -> R {
+        let was = self.no_spares.replace(true);
+        let result = f();
+        self.no_spares.set(was);
+        result
     }
 
     /// The slot this acts for.
@@ -281,6 +294,9 @@ impl<A: Arena> Reclaim<A> {
     /// A spare of exactly `size` bytes for a new item, taken out of limbo (see
     /// [`spare::take`]); `None` when there is none.
     pub(crate) fn take_spare(&self, size: usize) -> Option<u64> {
+        if self.no_spares.get() {
+            return None;
+        }
         let taken = spare::take(&self.slot, &mut self.spares.borrow_mut(), size)?;
         self.count_recycling(|c| c.spares_taken += 1);
         Some(taken)
