@@ -18,10 +18,13 @@
 //! process killed) costs readers longer blocks, nothing else.
 //!
 //! Both are 64, so a doubling's splits are all made within the first 1/128 of the inserts
-//! before the next doubling. The pace is what matters, not the splits' number (a doubling
-//! makes them all in any case): while any are owed, a lookup in the new half may read an
-//! ancestor's word besides its own, one more miss, so a slow pace taxes every operation of
-//! a long window. The price is paid in few writes instead: one in the window makes up to
+//! before the next doubling, if that many come. A doubling late in a load leaves most of its
+//! splits to the store's maintenance thread ([`Buckets::make_whole`], `Map::spawn_maintainer`),
+//! which looks at the size every `GROWTH_POLL` and makes the rest off the operations' path, as
+//! memcached's hash table finishes its expansion in a thread of its own. The pace is what
+//! matters, not the splits' number (a doubling makes them all in any case): while any are
+//! owed, a lookup in the new half may read an ancestor's word besides its own, one more miss,
+//! so a slow pace taxes every operation of a long window. The price is paid in few writes instead: one in the window makes up to
 //! 64 splits (tens of microseconds), and about one write in 128 is in a window
 //! (`docs/history/2026-11-27-growth-pace.md` has the measurements).
 
@@ -29,7 +32,8 @@ use crate::arena::Arena;
 use crate::index::{self, Change, Memory, EMPTY, TAG_ITEM};
 use crate::item::{self, View};
 use crate::layout::{
-    ALLOC_BLOCK, BLOCK, COUNT_SEGMENT, FIXED, FREE_BLOCK, SHIFT_BUCKETS_MAX, SIZE_SEGMENT,
+    ALLOC_BLOCK, BLOCK, COUNT_SEGMENT, FIXED, FREE_BLOCK, SHIFT_BUCKETS_MAX, SHIFT_BUCKETS_START,
+    SIZE_SEGMENT,
 };
 use crate::reclaim::Reclaim;
 use crate::shared::Shared;
@@ -157,6 +161,43 @@ impl Buckets {
             }
         }
         self.owed.set((stop, end));
+    }
+
+    /// Makes every bucket of a growing table's newer half that is not made yet, 64 under
+    /// each pin: the buckets it made, and the size (log2) whose table is now whole, `None`
+    /// when a bucket could not be made for want of room. The maintenance thread's work
+    /// (# Growth): a table that doubled late in a load is otherwise left half made under
+    /// reads and updates, and a lookup in its newer half passes the entries of two buckets in
+    /// their parent's block.
+    pub(crate) fn make_whole<A: Arena>(&self, reclaim: &Reclaim<A>) -> (u64, Option<u32>) {
+        let shared = reclaim.slot().shared();
+        let size = shared.load_word(&shared.hw().size.word);
+        let log2 = (size & !FIXED) as u32;
+        if size & FIXED != 0 || size <= SHIFT_BUCKETS_START {
+            return (0, Some(log2));
+        }
+        let table = Table { reclaim };
+        let (mut next, end) = (1u64 << (log2 - 1), 1u64 << log2);
+        let mut made = 0;
+        while next < end {
+            let stop = (next + COUNT_SPLITS_PER_WRITE).min(end);
+            let _pin = reclaim.pin();
+            for bucket in next..stop {
+                if table
+                    .bucket(bucket, false)
+                    .is_some_and(|w| table.load(w) != 0)
+                {
+                    continue;
+                }
+                // A bucket's hash is itself: the write target of `bucket` at this size.
+                if index::write_target(&table, bucket, log2, || log2).is_err() {
+                    return (made, None);
+                }
+                made += 1;
+            }
+            next = stop;
+        }
+        (made, Some(log2))
     }
 
     /// A random bucket's nearest made bucket and its word (eviction's sample).

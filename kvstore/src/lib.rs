@@ -127,7 +127,8 @@ pub use {
     meta::{Count, Counted, Delete, Lease, MetaRead, Rank, Read},
     recover::Settled,
     store::{
-        check_path, open_existing, CheckReport, Crawler, Store, StoreHandle, SERVED_COHERENCE,
+        check_path, open_existing, CheckReport, Crawler, Store, StoreHandle, GROWTH_POLL,
+        SERVED_COHERENCE,
     },
 };
 /// The evaluation baselines: the same index over mimalloc, and dashmap.

@@ -41,6 +41,8 @@ pub struct CrawlReport {
     pub visited: u64,
     /// Expired or flushed items removed.
     pub reclaimed: u64,
+    /// Buckets of the table's newer half the pass made, which no write had (`Buckets::make_whole`).
+    pub buckets_made: u64,
 }
 
 /// Evicts until `used + size ≤ capacity`, or fails with out-of-memory when eviction is off

@@ -208,15 +208,39 @@ impl<A: Arena> Map<A> {
         check::walk(&self.inner)
     }
 
-    /// Starts the expiry crawler on a background thread (its own handle and slot).
+    /// Starts the store's maintenance thread with the expiry crawler, a pass every
+    /// `interval` ([`spawn_maintainer`](Self::spawn_maintainer)).
     pub fn spawn_crawler(&self, interval: Duration) -> Crawler {
+        self.spawn_maintainer(Some(interval))
+    }
+
+    /// Starts the store's maintenance thread (its own handle and slot) until the returned
+    /// [`Crawler`] is dropped: it makes the table whole soon after a doubling, off the
+    /// operations' path ([`Handle::make_whole`], every
+    /// [`GROWTH_POLL`](crate::crawler::GROWTH_POLL) while the table grew), and, given a
+    /// `crawl` interval, runs the expiry crawler every interval ([`Handle::crawl`]).
+    pub fn spawn_maintainer(&self, crawl: Option<Duration>) -> Crawler {
         let map = self.clone();
-        Crawler::spawn(interval, move || {
-            // No free slot: nothing to crawl with; `stop` reports zero passes.
+        Crawler::spawn(crawl, move || {
+            // No free slot: nothing to maintain with; `stop` reports zero passes.
             let h = map.handle().ok()?;
-            Some(move || {
-                let pass = h.crawl();
-                h.collect();
+            // The size whose table this thread made whole: splits never come undone, so it
+            // stays whole until the size changes.
+            let mut whole = None;
+            Some(move |crawl_due: bool| {
+                let mut pass = CrawlReport::default();
+                if whole != Some(map.buckets_log2()) {
+                    let made;
+                    (made, whole) = h.make_whole();
+                    pass.buckets_made = made;
+                }
+                if crawl_due {
+                    let crawled = h.crawl();
+                    (pass.visited, pass.reclaimed) = (crawled.visited, crawled.reclaimed);
+                }
+                if crawl_due || pass.buckets_made > 0 {
+                    h.collect();
+                }
                 pass
             })
         })
@@ -488,6 +512,14 @@ impl<A: Arena> Handle<A> {
     /// One pass of the expiry crawler over every made bucket: removes invisible items.
     pub fn crawl(&self) -> CrawlReport {
         maintain::crawl(&self.reclaim, &self.buckets)
+    }
+
+    /// Makes every bucket of the table's newer half that no write has made yet (a doubling
+    /// late in a load leaves most of them to this; `Buckets` # Growth): the buckets made,
+    /// and the size (log2) whose table is now whole, `None` when there was no room for a
+    /// bucket's block. What the maintenance thread runs ([`Map::spawn_maintainer`]).
+    pub fn make_whole(&self) -> (u64, Option<u32>) {
+        self.buckets.make_whole(&self.reclaim)
     }
 
     /// One compaction pass (`compact`): gives up this handle's own sparse slabs

@@ -13,7 +13,7 @@ use podkv_hw::sync::mapped::Ordering;
 use std::path::Path;
 
 pub use crate::check::CheckReport;
-pub use crate::crawler::Crawler;
+pub use crate::crawler::{Crawler, GROWTH_POLL};
 pub use crate::map::SERVED_COHERENCE;
 
 /// The store in a pod heap: any process that opens the same file shares it.

@@ -289,3 +289,76 @@ fn fixed_table_never_grows() {
     drop(h);
     assert!(store.check().is_valid());
 }
+
+/// Inserts keys until the table has `2^log2` buckets: the doubling comes with the last
+/// insert, so most of its splits are owed to inserts that never come.
+fn doubled_by_the_last_insert(h: &podkv_store::StoreHandle, log2: u32) -> u32 {
+    let mut n = 0u32;
+    while h.map().buckets_log2() < log2 {
+        h.set(format!("k{n}").as_bytes(), &n.to_le_bytes(), 0, 0)
+            .unwrap();
+        n += 1;
+    }
+    n
+}
+
+/// A table that doubled with the last inserts is left half made; `make_whole` makes it
+/// whole, every item stays, and a whole table has nothing left to make.
+#[test]
+fn make_whole_finishes_a_table_that_doubled_with_the_last_inserts() {
+    let (_d, path) = common::heap_path("heap");
+    let store = podkv_store::Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    let n = doubled_by_the_last_insert(&h, 12);
+    let before = store.check().store.buckets;
+    assert!(
+        before < 3 << 10,
+        "most of the newer half is unmade: {before} buckets"
+    );
+    assert_eq!(h.make_whole(), ((1 << 12) - before, Some(12)));
+    drop(h);
+    let after = store.check();
+    assert!(after.is_valid(), "{:#?}", after.problems);
+    assert_eq!(after.store.buckets, 1 << 12);
+    let h = store.handle().unwrap();
+    for i in 0..n {
+        assert_eq!(
+            value(&h, format!("k{i}").as_bytes()).unwrap(),
+            i.to_le_bytes()
+        );
+    }
+    assert_eq!(
+        h.make_whole(),
+        (0, Some(12)),
+        "a whole table has nothing to make"
+    );
+}
+
+/// The maintenance thread makes a half-made table whole by itself, within a few of its
+/// looks at the size, with no expiry crawl asked for.
+#[test]
+fn the_maintenance_thread_makes_a_grown_table_whole() {
+    let (_d, path) = common::heap_path("heap");
+    let store = podkv_store::Store::open(&path, common::config()).unwrap();
+    let maintainer = store.spawn_maintainer(None);
+    let h = store.handle().unwrap();
+    doubled_by_the_last_insert(&h, 13);
+    let start = std::time::Instant::now();
+    while store.check().store.buckets < 1 << 13 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "still half made: {} buckets",
+            store.check().store.buckets
+        );
+        std::thread::sleep(podkv_store::GROWTH_POLL);
+    }
+    let report = maintainer.stop();
+    assert!(report.buckets_made > 0, "{report:?}");
+    assert_eq!(
+        (report.visited, report.reclaimed),
+        (0, 0),
+        "no expiry pass: {report:?}"
+    );
+    drop(h);
+    assert!(store.check().is_valid());
+}
