@@ -160,7 +160,7 @@ fn run_threads<T: Target, S: Source + Send>(
                     if spec.pin && !cpus.is_empty() {
                         pin_to(cpus[w % cpus.len()]);
                     }
-                    let result = run_worker(spec, target, ctl, w, sources, timed);
+                    let result = run_worker(spec, target, ctl, (w, w == 0), sources, timed);
                     if result.is_err() {
                         ctl.failed.store(1, Ordering::Release);
                     }
@@ -238,13 +238,14 @@ impl Drop for RaiseOnDrop<'_> {
     }
 }
 
-/// One worker thread: every phase in order (only the timed one paced); returns the timed
-/// phase's tally and what this thread's SWcc rules did during it.
+/// One worker thread: every phase in order (only the timed one paced; the run's first
+/// worker, `settles`, settles the target after each untimed one, once every worker is done
+/// with it); returns the timed phase's tally and what this thread's SWcc rules did during it.
 fn run_worker<T: Target, S: Source>(
     spec: &RunSpec,
     target: &T,
     ctl: &Control,
-    w: usize,
+    (w, settles): (usize, bool),
     sources: Vec<S>,
     timed: usize,
 ) -> anyhow::Result<(Tally, Counts)> {
@@ -264,6 +265,11 @@ fn run_worker<T: Target, S: Source>(
             run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?
         };
         ctl.finish_line(phase);
+        if phase < timed && settles {
+            // After every worker's last operation of the phase: the settling is theirs too.
+            ctl.wait_for(&ctl.done[phase], spec.workers() as u64)?;
+            session.settle()?;
+        }
         if phase == timed {
             tally = recorder.into_tally();
             swcc = podkv_hw::swcc::counts().since(swcc_from);

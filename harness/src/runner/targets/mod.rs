@@ -60,6 +60,14 @@ pub trait Session {
     /// Runs one command. `value` is the bytes a storage command writes (ignored otherwise).
     /// A `cas` uses the token of this session's last `gets` of the key (or misses).
     fn execute(&mut self, command: Command, key: &[u8], value: &[u8]) -> anyhow::Result<Outcome>;
+
+    /// Finishes what an untimed phase left to background work, before the timed phase
+    /// starts (the run's first worker calls it, once every worker is done with the phase): a
+    /// YCSB run's load and run are two invocations in YCSB itself, and a store's maintenance
+    /// runs between them.
+    fn settle(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// A store that workers open sessions on.
