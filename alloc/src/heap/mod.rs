@@ -209,7 +209,7 @@ impl Heap {
         let mut done = Vec::new();
         for i in 0..self.shared.geometry.slots() {
             if let SlotLife::Dead(word) = self.slot_life(i) {
-                if let Some(handle) = ThreadHandle::adopt(&self.shared, &self.adoptions, i, word) {
+                if let Some(handle) = crate::thread::adopt(&self.shared, &self.adoptions, i, word) {
                     done.push(handle.recover_with(&mut settle));
                 }
             }
@@ -230,7 +230,7 @@ impl Heap {
                 continue;
             };
             if Owner::unpack(word).is_some_and(|o| o.host == host) {
-                if let Some(handle) = ThreadHandle::adopt(&self.shared, &self.adoptions, i, word) {
+                if let Some(handle) = crate::thread::adopt(&self.shared, &self.adoptions, i, word) {
                     done.push(handle.recover_with(&mut |handle, recovered| {
                         if let Some(hook) = &hook {
                             hook(handle, recovered);
@@ -296,7 +296,7 @@ impl Heap {
 
     /// Claims a thread slot for the calling thread.
     pub fn thread(&self) -> Result<ThreadHandle, HeapError> {
-        ThreadHandle::claim(self.shared.clone(), self.adoptions.clone())
+        crate::thread::claim(self.shared.clone(), self.adoptions.clone())
     }
 
     /// This process's address of `offset`. The offset must lie inside the heap.

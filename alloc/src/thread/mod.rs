@@ -26,12 +26,11 @@ use crate::class::{
 };
 use crate::crash_point;
 use crate::dcas::{self, Writer};
-use crate::error::{AllocError, HeapError};
+use crate::error::AllocError;
 use crate::shared::Hold;
 use crate::slabs::SlabHeap;
 use crate::huge::{HugeOwner, HugeStep};
 use crate::offset::Offset;
-use crate::process::SlotLife;
 use crate::recovery::{Op, Rec, SlabStep};
 use crate::slab::{Meta, SlabDesc, State, COUNT_BITSET_WORDS};
 use crate::class::is_block_start;
@@ -43,7 +42,6 @@ use podkv_hw::sync::{
 use std::alloc::Layout;
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 #[macro_use]
@@ -56,7 +54,7 @@ mod morph;
 mod recover;
 mod remote_free;
 mod transition;
-pub(crate) use adopt::Adoptions;
+pub(crate) use adopt::{adopt, claim, Adoptions};
 pub use adopt::RecoveryHook;
 use recover::Adopter;
 use remote_free::RemoteFreer;
@@ -127,44 +125,6 @@ impl ThreadHandle {
     /// slabs it keeps, then its sparsest slabs until they hold `over` bytes (`drain.rs`).
     pub fn disown_sparse(&self, percent: u32, over: u64) -> crate::Disowned {
         drain::Drainer(self).disown_sparse(percent, over)
-    }
-
-    /// Claims a free slot, or adopts a dead one (recovering it first).
-    pub(crate) fn claim(
-        shared: Hold,
-        adoptions: Arc<Adoptions>,
-    ) -> Result<ThreadHandle, HeapError> {
-        let count = shared.geometry.slots();
-        let me = shared.me;
-        let first = RandomState::new().hash_one(std::thread::current().id()) % count;
-        for i in (first..count).chain(0..first) {
-            match shared.slots.life(i) {
-                SlotLife::Free if shared.slots.try_claim(i, 0, me) => {
-                    return Ok(ThreadHandle::new(shared, adoptions, i));
-                }
-                SlotLife::Dead(word) if shared.slots.try_claim(i, word, me) => {
-                    let handle = ThreadHandle::new(shared, adoptions, i);
-                    handle.recover();
-                    return Ok(handle);
-                }
-                _ => {}
-            }
-        }
-        Err(HeapError::NoSlot { count })
-    }
-
-    /// Adopts slot `i` if its owner is dead (owner word `word`): `None` if another thread
-    /// changed the slot first.
-    pub(crate) fn adopt(
-        shared: &Hold,
-        adoptions: &Arc<Adoptions>,
-        i: u64,
-        word: u64,
-    ) -> Option<ThreadHandle> {
-        shared
-            .slots
-            .try_claim(i, word, shared.me)
-            .then(|| ThreadHandle::new(shared.clone(), adoptions.clone(), i))
     }
 
     fn new(shared: Hold, adoptions: Arc<Adoptions>, i: u64) -> ThreadHandle {
