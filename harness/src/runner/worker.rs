@@ -239,8 +239,9 @@ impl Drop for RaiseOnDrop<'_> {
 }
 
 /// One worker thread: every phase in order (only the timed one paced; the run's first
-/// worker, `settles`, settles the target after each untimed one, once every worker is done
-/// with it); returns the timed phase's tally and what this thread's SWcc rules did during it.
+/// worker, `settles`, settles the target before it, once every worker is done with the
+/// untimed load); returns the timed phase's tally and what this thread's SWcc rules did
+/// during it.
 fn run_worker<T: Target, S: Source>(
     spec: &RunSpec,
     target: &T,
@@ -255,6 +256,13 @@ fn run_worker<T: Target, S: Source>(
     let mut values = Values::default();
     let mut tally = Tally::new(kinds);
     for (phase, source) in sources.into_iter().enumerate() {
+        if phase == timed && settles {
+            // After every worker's last operation of the load: the settling is theirs too.
+            if phase > 0 {
+                ctl.wait_for(&ctl.done[phase - 1], spec.workers() as u64)?;
+            }
+            session.settle()?;
+        }
         ctl.start_line(phase)?;
         let stoppable = phase == timed;
         let swcc_from = podkv_hw::swcc::counts();
@@ -265,11 +273,6 @@ fn run_worker<T: Target, S: Source>(
             run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?
         };
         ctl.finish_line(phase);
-        if phase < timed && settles {
-            // After every worker's last operation of the phase: the settling is theirs too.
-            ctl.wait_for(&ctl.done[phase], spec.workers() as u64)?;
-            session.settle()?;
-        }
         if phase == timed {
             tally = recorder.into_tally();
             swcc = podkv_hw::swcc::counts().since(swcc_from);

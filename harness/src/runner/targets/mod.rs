@@ -61,10 +61,10 @@ pub trait Session {
     /// A `cas` uses the token of this session's last `gets` of the key (or misses).
     fn execute(&mut self, command: Command, key: &[u8], value: &[u8]) -> anyhow::Result<Outcome>;
 
-    /// Finishes what an untimed phase left to background work, before the timed phase
-    /// starts (the run's first worker calls it, once every worker is done with the phase): a
-    /// YCSB run's load and run are two invocations in YCSB itself, and a store's maintenance
-    /// runs between them.
+    /// Finishes what earlier work left to background work, before the timed phase starts
+    /// (the run's first worker calls it, once every worker is done with the untimed load, if
+    /// any): a YCSB load and run are two invocations in YCSB itself, and a store's maintenance
+    /// runs between them; a `--phase run` on a heap loaded earlier gets the same.
     fn settle(&mut self) -> anyhow::Result<()> {
         Ok(())
     }
