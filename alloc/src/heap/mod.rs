@@ -318,11 +318,7 @@ impl Heap {
 
     /// The memory policy the heap's header records, which this process applied to its mapping.
     pub fn placement(&self) -> Placement {
-        // SAFETY: the header is mapped and backed while `shared` stands; an AtomicU64 is valid
-        // for any bits.
-        let word = unsafe {
-            &*(self.shared.mapping.base().add(place::OFFSET_PLACEMENT as usize) as *const AtomicU64)
-        };
+        let word = self.shared.mapping.header_word(place::OFFSET_PLACEMENT);
         Placement::from_word(word.load(Ordering::Acquire) & !place::FLAG_CLAIMED)
             .unwrap_or_default()
     }
