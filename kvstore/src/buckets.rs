@@ -177,9 +177,15 @@ impl Buckets {
             return (0, Some(log2));
         }
         let table = Table { reclaim };
-        let (mut next, end) = (1u64 << (log2 - 1), 1u64 << log2);
+        // In runs of 64 from a random one, so that the maintenance threads of several
+        // processes (and the inserts paying their debt from the half's start) meet made
+        // buckets to skip rather than race for the same ones.
+        let (half, end) = (1u64 << (log2 - 1), 1u64 << log2);
+        let runs = half.div_ceil(COUNT_SPLITS_PER_WRITE);
+        let first = self.random() % runs;
         let mut made = 0;
-        while next < end {
+        for run in (first..runs).chain(0..first) {
+            let next = half + run * COUNT_SPLITS_PER_WRITE;
             let stop = (next + COUNT_SPLITS_PER_WRITE).min(end);
             let _pin = reclaim.pin();
             for bucket in next..stop {
@@ -195,18 +201,23 @@ impl Buckets {
                 }
                 made += 1;
             }
-            next = stop;
         }
         (made, Some(log2))
     }
 
-    /// A random bucket's nearest made bucket and its word (eviction's sample).
-    pub(crate) fn sample<A: Arena>(&self, reclaim: &Reclaim<A>) -> (u64, u64) {
+    /// The next number of this handle's xorshift sequence.
+    fn random(&self) -> u64 {
         let mut x = self.seed.get();
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         self.seed.set(x);
+        x
+    }
+
+    /// A random bucket's nearest made bucket and its word (eviction's sample).
+    pub(crate) fn sample<A: Arena>(&self, reclaim: &Reclaim<A>) -> (u64, u64) {
+        let x = self.random();
         let table = Table { reclaim };
         let shared = reclaim.slot().shared();
         index::read(&table, x, shared.buckets_log2_cached(), || {

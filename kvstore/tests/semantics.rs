@@ -334,6 +334,33 @@ fn make_whole_finishes_a_table_that_doubled_with_the_last_inserts() {
     );
 }
 
+/// Two handles making the same half-made table whole at once (as the maintenance threads of
+/// two processes do) leave it whole and sound, every item in place.
+#[test]
+fn two_handles_make_whole_the_same_table_at_once() {
+    let (_d, path) = common::heap_path("heap");
+    let store = podkv_store::Store::open(&path, common::config()).unwrap();
+    let h = store.handle().unwrap();
+    let n = doubled_by_the_last_insert(&h, 14);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let mine = store.handle().unwrap();
+                assert_eq!(mine.make_whole().1, Some(14));
+            });
+        }
+    });
+    let check = store.check();
+    assert!(check.is_valid(), "{:#?}", check.problems);
+    assert_eq!(check.store.buckets, 1 << 14);
+    for i in 0..n {
+        assert_eq!(
+            value(&h, format!("k{i}").as_bytes()).unwrap(),
+            i.to_le_bytes()
+        );
+    }
+}
+
 /// The maintenance thread makes a half-made table whole by itself, within a few of its
 /// looks at the size, with no expiry crawl asked for.
 #[test]
