@@ -523,3 +523,149 @@ fn racing_claims_never_run_out_while_a_slot_is_free() {
     });
     assert_eq!(refused.into_inner(), 0, "claims refused with a slot free");
 }
+
+#[test]
+#[should_panic(expected = "double free")]
+fn a_local_double_free_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    let keep = t.allocate(layout(32)).unwrap();
+    let off = t.allocate(layout(32)).unwrap();
+    t.free(off);
+    t.free(off);
+    t.free(keep);
+}
+
+#[test]
+#[should_panic(expected = "not an allocated block")]
+fn an_interior_pointer_free_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    let off = t.allocate(layout(64)).unwrap();
+    t.free(off.add(8));
+}
+
+#[test]
+fn collections_live_in_the_heap() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let t = heap.thread().unwrap();
+    {
+        let mut v = allocator_api2::vec::Vec::new_in(&t);
+        v.extend(0..60_000u64); // 480 KB: the large heap's largest class (huge blocks come with the huge heap)
+        assert!(
+            heap.offset_of(v.as_ptr().cast()).is_some(),
+            "vector storage is in the heap"
+        );
+        assert_eq!(v.iter().sum::<u64>(), 59_999 * 60_000 / 2);
+        let mut map = hashbrown::HashMap::new_in(&t);
+        for i in 0..10_000u32 {
+            map.insert(i, i * 2);
+        }
+        assert_eq!(map[&777], 1554);
+    }
+    let report = heap.check();
+    assert!(report.is_valid(), "{:#?}", report.problems);
+    assert_eq!(report.live_blocks(), 0);
+}
+
+/// The file system refuses to back more (here: a file-size limit, as a full `/dev/shm` would):
+/// the allocation is an `OutOfMemory` value, never a `SIGBUS`, and the heap stays usable.
+/// Runs in a child process so the limit does not touch the test harness.
+#[test]
+fn a_full_file_system_is_out_of_memory_not_sigbus() {
+    const ROLE: &str = "PODKV_FSIZE_CHILD";
+    if let Ok(path) = std::env::var(ROLE) {
+        // SAFETY: ignoring SIGXFSZ makes an over-limit write fail with EFBIG instead of killing.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        // No huge heap: its metadata lies past the large slabs and would set the file's length
+        // beyond the limit this test puts just past the slabs.
+        let config = Config {
+            huge_bytes: 0,
+            ..small_config()
+        };
+        let heap = Heap::open(&path, &config).unwrap();
+        let limit = heap.layout().large_data + 10 * (512 << 10);
+        let rlimit = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit,
+        };
+        // SAFETY: a valid rlimit for this process only.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) }, 0);
+        let t = heap.thread().unwrap();
+        let mut blocks = Vec::new();
+        let err = loop {
+            match t.allocate(layout(300_000)) {
+                Ok(off) => {
+                    // SAFETY: a fresh 300 000-byte block: touching it must not fault.
+                    unsafe { std::ptr::write_bytes(t.resolve(off), 0xAB, 300_000) };
+                    blocks.push(off);
+                }
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, AllocError::OutOfMemory);
+        assert!(
+            (1..=10).contains(&blocks.len()),
+            "{} blocks fit",
+            blocks.len()
+        );
+        for off in blocks {
+            t.free(off);
+        }
+        let again = t
+            .allocate(layout(300_000))
+            .expect("usable after the file system refused");
+        t.free(again);
+        drop(t);
+        assert!(heap.check().is_valid());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_full_file_system_is_out_of_memory_not_sigbus",
+            "--nocapture",
+        ])
+        .env(ROLE, &path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn cold_slabs_are_reused_before_the_heap_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = fresh(&dir);
+    let small = heap.slab_heap(Kind::Small);
+    let blocks_per_round = 400 * (small.slab_bytes() as usize / 512);
+    let round = |heap: &Heap| {
+        let t = heap.thread().unwrap();
+        let blocks: Vec<Offset> = (0..blocks_per_round)
+            .map(|_| t.allocate(layout(512)).unwrap())
+            .collect();
+        for off in blocks {
+            t.free(off);
+        }
+    };
+    round(&heap);
+    let grown = heap.len(small);
+    assert!(grown >= 400, "{grown}");
+    for _ in 0..3 {
+        round(&heap);
+    }
+    assert_eq!(
+        heap.len(small),
+        grown,
+        "later rounds reuse the warm and cold slabs"
+    );
+}
