@@ -88,6 +88,9 @@ pub(crate) struct Backer {
     /// 2 MiB chunks offered for huge pages ([`Backer::collapse`]). Written by the backer
     /// thread only; read by tests.
     collapses: AtomicU64,
+    /// Of those, the chunks the kernel collapsed (it may refuse one: no free huge page, a
+    /// page busy). Written by the backer thread only; read by tests.
+    collapsed_done: AtomicU64,
     /// Set when a grow or a cold pop wants the backer to run.
     wanted: AtomicBool,
     /// Bit `kind`: a pop off that slab heap's cold list since the backer last looked at it.
@@ -252,9 +255,15 @@ impl Backer {
             .min(from + COUNT_COLLAPSE_PASS * SIZE_HUGE_PAGE);
         let mut at = from;
         while at < to {
-            if words.collapse(at, SIZE_HUGE_PAGE) == Collapse::Unsupported {
-                self.collapsed[range].store(u64::MAX, Ordering::Relaxed);
-                return;
+            match words.collapse(at, SIZE_HUGE_PAGE) {
+                Collapse::Unsupported => {
+                    self.collapsed[range].store(u64::MAX, Ordering::Relaxed);
+                    return;
+                }
+                Collapse::Done => {
+                    self.collapsed_done.fetch_add(1, Ordering::Relaxed);
+                }
+                Collapse::Refused => {}
             }
             self.collapses.fetch_add(1, Ordering::Relaxed);
             at += SIZE_HUGE_PAGE;
@@ -268,6 +277,12 @@ impl Backer {
     #[cfg(test)]
     pub(crate) fn collapses(&self) -> u64 {
         self.collapses.load(Ordering::Relaxed)
+    }
+
+    /// Of those, the chunks the kernel collapsed.
+    #[cfg(test)]
+    pub(crate) fn collapses_done(&self) -> u64 {
+        self.collapsed_done.load(Ordering::Relaxed)
     }
 
     /// Wakes the backer. A grow or pop only ever *tries* the lock, so no operation waits.

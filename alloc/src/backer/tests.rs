@@ -109,15 +109,20 @@ fn slabs_in_use_are_mapped_with_2_mib_pages_and_keep_their_bytes() {
     let backer = heap.shared.slabs.backer();
     // Chunks the grows backed before the backer came to them stay in 4 KiB pages (on two busy
     // cores, most of them), but the backer's lead past the last grow, 4 MiB of large slabs,
-    // is always collapsed: two chunks.
-    wait_until("the backer never collapsed a chunk", || backer.collapses() >= 2);
+    // is always offered: two chunks. The kernel may refuse one (no free 2 MiB page, a page
+    // busy: CI's parallel tests saw it), so what is checked is what it collapsed.
+    wait_until("the backer never offered a chunk", || backer.collapses() >= 2);
     if backer.collapsed[Kind::Large as usize].load(Ordering::Relaxed) == u64::MAX {
         eprintln!("this kernel has no MADV_COLLAPSE: nothing to test");
         return;
     }
+    let done = backer.collapses_done().min(2);
+    if done == 0 {
+        eprintln!("the kernel refused every chunk offered: no mapping to check");
+    }
     assert!(
-        shmem_pmd_mapped() >= 4 << 20,
-        "the collapsed chunks are mapped with 2 MiB entries"
+        shmem_pmd_mapped() >= done << 21,
+        "the {done} collapsed chunks are mapped with 2 MiB entries"
     );
     for &off in &blocks {
         // SAFETY: as above; the block is still allocated.
@@ -154,7 +159,10 @@ fn the_stores_bucket_words_are_mapped_with_2_mib_pages_by_default() {
         eprintln!("this kernel has no MADV_COLLAPSE: nothing to test");
         return;
     }
-    assert!(shmem_pmd_mapped() >= 2 << 20);
+    // The kernel may refuse a chunk (no free 2 MiB page, a page busy): what it collapsed is
+    // mapped so.
+    let done = backer.collapses_done().min(1);
+    assert!(shmem_pmd_mapped() >= done << 21, "{done} chunk collapsed, not mapped so");
     assert_eq!(area.word(8).load(Ordering::Acquire), 42, "the word kept its value");
     assert_eq!(
         backer.collapsed[Kind::Large as usize].load(Ordering::Relaxed),
