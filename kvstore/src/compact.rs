@@ -129,6 +129,7 @@ pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: 
         return true;
     };
     let (report, to_empty) = (&mut pass.report, &pass.to_empty);
+    let drained = |at| sparse.holds(at) || to_empty.holds(at);
     // The bucket blocks a pass makes (for the items it moves or evicts, and the blocks it
     // moves) come from the allocator: the handle's spares are blocks it retired, in the slabs
     // being drained among others.
@@ -137,7 +138,7 @@ pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: 
             p.reclaim,
             pass.next,
             buckets,
-            |at| sparse.holds(at) || to_empty.holds(at),
+            drained,
             |at| {
                 if to_empty.holds(at) {
                     report.evicted += u64::from(maintain::evict_exact(p.reclaim, p.buckets, at));
@@ -147,7 +148,6 @@ pub(crate) fn slice<A: Arena>(p: Parts<'_, A>, pass: &mut CompactPass, buckets: 
                 }
             },
             |word, tag| {
-                let drained = |at| sparse.holds(at) || to_empty.holds(at);
                 if drained(index::object(word)) {
                     report.blocks += u64::from(maintain::move_block(p.reclaim, tag, drained));
                 }

@@ -302,6 +302,16 @@ fn doubled_by_the_last_insert(h: &podkv_store::StoreHandle, log2: u32) -> u32 {
     n
 }
 
+/// Every key `doubled_by_the_last_insert` wrote holds its value.
+fn assert_every_key(h: &podkv_store::StoreHandle, n: u32) {
+    for i in 0..n {
+        assert_eq!(
+            value(h, format!("k{i}").as_bytes()).unwrap(),
+            i.to_le_bytes()
+        );
+    }
+}
+
 /// A table that doubled with the last inserts is left half made; `make_whole` makes it
 /// whole, every item stays, and a whole table has nothing left to make.
 #[test]
@@ -321,12 +331,7 @@ fn make_whole_finishes_a_table_that_doubled_with_the_last_inserts() {
     assert!(after.is_valid(), "{:#?}", after.problems);
     assert_eq!(after.store.buckets, 1 << 12);
     let h = store.handle().unwrap();
-    for i in 0..n {
-        assert_eq!(
-            value(&h, format!("k{i}").as_bytes()).unwrap(),
-            i.to_le_bytes()
-        );
-    }
+    assert_every_key(&h, n);
     assert_eq!(
         h.make_whole(),
         (0, Some(12)),
@@ -353,12 +358,7 @@ fn two_handles_make_whole_the_same_table_at_once() {
     let check = store.check();
     assert!(check.is_valid(), "{:#?}", check.problems);
     assert_eq!(check.store.buckets, 1 << 14);
-    for i in 0..n {
-        assert_eq!(
-            value(&h, format!("k{i}").as_bytes()).unwrap(),
-            i.to_le_bytes()
-        );
-    }
+    assert_every_key(&h, n);
 }
 
 /// The maintenance thread makes a half-made table whole by itself, within a few of its

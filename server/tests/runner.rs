@@ -563,6 +563,12 @@ fn a_replay_paced_by_timestamps_lasts_the_traces_span() {
     assert!(err.contains("choose one"), "{err}");
 }
 
+/// What `podkv store stats` prints of the store in `heap`.
+fn store_stats(heap: &Path) -> String {
+    let stats = podkv(&["store", "stats", s(heap)]);
+    String::from_utf8_lossy(&stats.stdout).into_owned()
+}
+
 /// A load whose last inserts double the table leaves most of the newer half to be made (its
 /// splits are owed to inserts that never come); the runner settles the store before the
 /// timed phase, as its maintenance thread would between YCSB's load and run, so the run
@@ -572,10 +578,6 @@ fn a_replay_paced_by_timestamps_lasts_the_traces_span() {
 #[test]
 fn the_run_phase_meets_a_whole_table() {
     let dir = tempfile::tempdir().unwrap();
-    let made = |heap: &std::path::Path| {
-        let stats = podkv(&["store", "stats", s(heap)]);
-        String::from_utf8_lossy(&stats.stdout).into_owned()
-    };
     let ycsb = |heap: &std::path::Path, phase: &str| {
         podkv(&[
             "ycsb",
@@ -597,18 +599,18 @@ fn the_run_phase_meets_a_whole_table() {
     };
     let both = dir.path().join("both");
     ycsb(&both, "both");
-    let text = made(&both);
+    let text = store_stats(&both);
     assert!(text.contains("2^14 (16384 made"), "{text}");
 
     let apart = dir.path().join("apart");
     ycsb(&apart, "load");
-    let text = made(&apart);
+    let text = store_stats(&apart);
     assert!(
         text.contains("2^14 (") && !text.contains("(16384 made"),
         "a timed load leaves the table as it is: {text}"
     );
     ycsb(&apart, "run");
-    let text = made(&apart);
+    let text = store_stats(&apart);
     assert!(text.contains("2^14 (16384 made"), "{text}");
 }
 
@@ -634,8 +636,7 @@ fn fixed_buckets_sizes_the_stores_table() {
         "11",
     ];
     podkv(&args);
-    let stats = podkv(&["store", "stats", s(&heap)]);
-    let text = String::from_utf8_lossy(&stats.stdout);
+    let text = store_stats(&heap);
     // 20 000 items would have doubled a growing table to 2^14.
     assert!(text.contains("2^11 ("), "{text}");
     for (flags, said) in [

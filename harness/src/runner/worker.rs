@@ -160,7 +160,7 @@ fn run_threads<T: Target, S: Source + Send>(
                     if spec.pin && !cpus.is_empty() {
                         pin_to(cpus[w % cpus.len()]);
                     }
-                    let result = run_worker(spec, target, ctl, (w, w == 0), sources, timed);
+                    let result = run_worker(spec, target, ctl, w, sources, timed);
                     if result.is_err() {
                         ctl.failed.store(1, Ordering::Release);
                     }
@@ -239,14 +239,14 @@ impl Drop for RaiseOnDrop<'_> {
 }
 
 /// One worker thread: every phase in order (only the timed one paced; the run's first
-/// worker, `settles`, settles the target before it, once every worker is done with the
+/// worker, `w == 0`, settles the target before it, once every worker is done with the
 /// untimed load); returns the timed phase's tally and what this thread's SWcc rules did
 /// during it.
 fn run_worker<T: Target, S: Source>(
     spec: &RunSpec,
     target: &T,
     ctl: &Control,
-    (w, settles): (usize, bool),
+    w: usize,
     sources: Vec<S>,
     timed: usize,
 ) -> anyhow::Result<(Tally, Counts)> {
@@ -256,7 +256,7 @@ fn run_worker<T: Target, S: Source>(
     let mut values = Values::default();
     let mut tally = Tally::new(kinds);
     for (phase, source) in sources.into_iter().enumerate() {
-        if phase == timed && settles {
+        if phase == timed && w == 0 {
             // After every worker's last operation of the load: the settling is theirs too.
             if phase > 0 {
                 ctl.wait_for(&ctl.done[phase - 1], spec.workers() as u64)?;
