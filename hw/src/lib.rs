@@ -21,6 +21,9 @@
 //! - [`model`]: a test mode (feature `coherence-model`) that gives each process its own
 //!   non-coherent cache of a heap's SWcc memory, so a missing write-back or invalidation
 //!   fails a test here; and the named sites (`site!`, `cas_site!`) a test may switch off.
+//! - [`ab`]: the A/B switch the runner flips in alternate windows of a timed phase, for
+//!   comparing two variants of code in one run (and, under the `ab-sites` feature, switching
+//!   named sites off in the windows it is on).
 //! - [`process`]: a process's identity over time (pid plus start time).
 //! - [`topology`]: the machine's NUMA nodes from sysfs (a CPU-less node is how a CXL expander
 //!   appears) and the [`topology::Placement`] policy a heap mapping is bound with (`mbind`).
@@ -39,6 +42,7 @@
 //!   `mcas/mod.rs`; the NMP's wire protocol: `mcas/nmp.rs` (client) and `mcas/processor.rs`;
 //! - how nodes are discovered, or a new memory policy: [`topology`].
 
+pub mod ab;
 pub mod coherence;
 pub mod mcas;
 pub mod model;

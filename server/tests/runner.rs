@@ -118,6 +118,47 @@ fn on_dashmap(args: &str) -> Value {
     records(&json).swap_remove(0)
 }
 
+/// `--ab-windows` splits the timed phase's operations between the two sides of the A/B switch
+/// (`podkv_hw::ab`) and compares their time per operation. This build's code never reads the
+/// switch, so both sides run the same code: the ratio is the method's noise, near 1.
+#[test]
+fn ab_windows_split_the_timed_phase_between_the_two_sides() {
+    let r = &on_dashmap("--workload c --records 2000 --ops 300000 --ab-windows 100");
+    let sides: Vec<u64> = r["ab_ops"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ab_ops: {r}"))
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(sides.iter().sum::<u64>(), 300_000, "{r}");
+    assert!(
+        sides.iter().all(|&n| n > 30_000),
+        "both sides ran: {sides:?}"
+    );
+    let ratio = r["ab_on_over_off"].as_f64().unwrap();
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "the same code on both sides: {ratio}"
+    );
+    let plain = &on_dashmap("--workload c --records 2000 --ops 1000");
+    assert!(
+        plain.get("ab_ops").is_none(),
+        "no windows unless asked: {plain}"
+    );
+    let out = run(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "10",
+        "--ab-windows",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--ab-windows needs a window"), "{err}");
+}
+
 #[test]
 fn loaded_records_are_all_found_by_reads() {
     let r = &on_dashmap("--workload c --records 2000 --ops 10000");

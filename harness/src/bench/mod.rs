@@ -316,6 +316,7 @@ fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64
         pacing: crate::runner::pacing::Pacing::Closed,
         hosts_apart: false,
         fixed_buckets: None,
+        ab_windows: None,
     }
 }
 

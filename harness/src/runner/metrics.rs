@@ -129,6 +129,8 @@ pub struct Recorder {
     started: Option<(Instant, u64, u64)>,
     /// Timed (nanoseconds, ticks, CPU nanoseconds of this thread).
     elapsed: (u64, u64, u64),
+    /// Time on each side of the A/B switch (`--ab-windows`; empty without).
+    sides: Sides,
 }
 
 impl Recorder {
@@ -140,6 +142,7 @@ impl Recorder {
             misses: vec![0; kinds],
             started: None,
             elapsed: (0, 0, 0),
+            sides: Sides::default(),
         }
     }
 
@@ -170,6 +173,12 @@ impl Recorder {
         }
     }
 
+    /// Adds an operation of `ticks` to `side` of the A/B switch (`--ab-windows`).
+    #[inline]
+    pub fn record_side(&mut self, side: usize, ticks: u64) {
+        self.sides.add(side, ticks);
+    }
+
     /// The worker's totals.
     pub fn into_tally(self) -> Tally {
         Tally {
@@ -180,6 +189,7 @@ impl Recorder {
             elapsed_ns_sum: self.elapsed.0,
             elapsed_ticks_sum: self.elapsed.1,
             cpu_ns_sum: self.elapsed.2,
+            ab: self.sides,
         }
     }
 }
@@ -201,6 +211,43 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new(DIGITS_HISTOGRAM).expect("2 significant digits is valid")
 }
 
+/// Time and operations on each side of the A/B switch (`--ab-windows`, [`super::ab`];
+/// index 0: off, 1: on).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sides {
+    /// Ticks the operations on each side took.
+    pub ticks: [u64; 2],
+    /// Operations on each side.
+    pub ops: [u64; 2],
+}
+
+impl Sides {
+    /// Adds an operation of `ticks` on `side`.
+    #[inline]
+    pub fn add(&mut self, side: usize, ticks: u64) {
+        self.ticks[side] += ticks;
+        self.ops[side] += 1;
+    }
+
+    /// Adds another worker's sides.
+    pub fn merge(&mut self, other: &Sides) {
+        for side in 0..2 {
+            self.ticks[side] += other.ticks[side];
+            self.ops[side] += other.ops[side];
+        }
+    }
+
+    /// Time per operation with the switch on over time per operation with it off (`None`
+    /// unless both sides have operations).
+    pub fn on_over_off(&self) -> Option<f64> {
+        if self.ops[0] == 0 || self.ops[1] == 0 || self.ticks[0] == 0 {
+            return None;
+        }
+        let per_op = |side: usize| self.ticks[side] as f64 / self.ops[side] as f64;
+        Some(per_op(1) / per_op(0))
+    }
+}
+
 /// Merged measurements of several workers.
 #[derive(Clone, Debug)]
 pub struct Tally {
@@ -218,6 +265,8 @@ pub struct Tally {
     pub elapsed_ticks_sum: u64,
     /// CPU nanoseconds of the workers' timed loops, summed.
     pub cpu_ns_sum: u64,
+    /// Time on each side of the A/B switch, summed (`--ab-windows`).
+    pub ab: Sides,
 }
 
 impl Tally {
@@ -241,6 +290,7 @@ impl Tally {
         self.elapsed_ns_sum += other.elapsed_ns_sum;
         self.elapsed_ticks_sum += other.elapsed_ticks_sum;
         self.cpu_ns_sum += other.cpu_ns_sum;
+        self.ab.merge(&other.ab);
     }
 
     /// Operations of `kind`.
@@ -292,6 +342,7 @@ impl Tally {
             elapsed_ns_sum: self.elapsed_ns_sum,
             elapsed_ticks_sum: self.elapsed_ticks_sum,
             cpu_ns_sum: self.cpu_ns_sum,
+            ab: self.ab,
         }
     }
 }
@@ -306,6 +357,8 @@ pub struct TallyWire {
     elapsed_ns_sum: u64,
     elapsed_ticks_sum: u64,
     cpu_ns_sum: u64,
+    #[serde(default)]
+    ab: Sides,
 }
 
 impl TallyWire {
@@ -329,6 +382,7 @@ impl TallyWire {
             elapsed_ns_sum: self.elapsed_ns_sum,
             elapsed_ticks_sum: self.elapsed_ticks_sum,
             cpu_ns_sum: self.cpu_ns_sum,
+            ab: self.ab,
         })
     }
 }
@@ -348,6 +402,20 @@ fn unhex(text: &str) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sides_compare_time_per_operation() {
+        let mut a = Sides::default();
+        assert_eq!(a.on_over_off(), None, "no operations: no ratio");
+        a.add(0, 100);
+        a.add(0, 300);
+        assert_eq!(a.on_over_off(), None, "one side only: no ratio");
+        let mut b = Sides::default();
+        b.add(1, 100);
+        a.merge(&b);
+        assert_eq!(a.ops, [2, 1]);
+        assert_eq!(a.on_over_off(), Some(0.5), "100 ticks on against 200 off");
+    }
 
     #[test]
     fn buckets_are_hdrhistograms_layout() {

@@ -15,7 +15,8 @@
 //! - [`targets`]: the [`targets::Target`] trait; `null`, `dashmap`, `mimalloc`, `embedded`;
 //!   [`memcached`]: the memcached client target;
 //! - [`metrics`]: per-kind histograms and hit/miss counts; [`report`]: every process's report,
-//!   merged into the table and NDJSON record;
+//!   merged into the table and NDJSON record; [`ab`]: `--ab-windows`, time per operation on
+//!   each side of `podkv_hw::ab`'s switch;
 //! - [`suite`]: TOML experiment suites; [`plot`]: plots from NDJSON;
 //! - [`cli`]: `podkv ycsb`, `podkv replay`, `podkv suite`, `podkv plot`.
 //!
@@ -34,6 +35,7 @@
 //! `--toggle-collect='*run_source*'`) are the stable measure on a shared VM; the history of
 //! both is in `docs/history/2026-11-25-runner-cost.md`.
 
+pub mod ab;
 pub mod cli;
 pub mod control;
 pub mod cpus;

@@ -169,6 +169,12 @@ pub struct RunRecord {
     /// mCAS requests per operation, for heap targets (zero but in an `mcas` heap).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub mcas_per_op: Option<f64>,
+    /// `--ab-windows`: time per operation with the A/B switch on over the time with it off.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ab_on_over_off: Option<f64>,
+    /// `--ab-windows`: operations timed with the switch off and on.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ab_ops: Option<[u64; 2]>,
     /// A server target's answer to `version` (`1.6.21`; podkv serve's says `-podkv-`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub server_version: Option<String>,
@@ -300,6 +306,8 @@ impl RunRecord {
             writebacks_per_op: coherence.map(|c| c.writebacks as f64 / ops.max(1) as f64),
             invalidations_per_op: coherence.map(|c| c.invalidations as f64 / ops.max(1) as f64),
             mcas_per_op: coherence.map(|c| c.mcas as f64 / ops.max(1) as f64),
+            ab_on_over_off: tally.ab.on_over_off(),
+            ab_ops: spec.ab_windows.map(|_| tally.ab.ops),
             server_version: reports.iter().find_map(|r| r.server_version.clone()),
             latency_from: spec.pacing.latency_from().into(),
             target_rate: match spec.pacing {
@@ -369,6 +377,7 @@ impl RunRecord {
                 "  coherence per op: {wb:.2} lines written back, {inv:.2} lines invalidated, {mcas:.2} mCAS"
             );
         }
+        self.print_ab();
         if self.latency_from != "send" {
             let offered = self
                 .target_rate
@@ -404,6 +413,18 @@ impl RunRecord {
     }
 
     /// Prints the per-server requests and errors, if counted.
+    /// The `--ab-windows` line: time per operation with the switch on over off.
+    fn print_ab(&self) {
+        if let Some([off, on]) = self.ab_ops {
+            let ratio = self
+                .ab_on_over_off
+                .map_or("none (a side ran no operation)".to_owned(), |r| {
+                    format!("{r:.4}")
+                });
+            println!("  ab on/off: {ratio} time per operation ({on} operations on, {off} off)");
+        }
+    }
+
     fn print_servers(&self) {
         for s in &self.servers {
             println!(

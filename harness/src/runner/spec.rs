@@ -57,6 +57,17 @@ pub struct RunArgs {
     /// [default: closed loop, each worker sends when its last operation answered]
     #[arg(long, value_name = "OPS")]
     pub target_rate: Option<f64>,
+    /// For comparing two variants of code in one run: alternate the A/B switch
+    /// (`podkv_hw::ab`) every MICROS microseconds of the timed phase, and report the time per
+    /// operation with it on over the time with it off (`ab on/off`, `ab_on_over_off` in the
+    /// record). Windows far shorter than the machine's own drift cancel it: two runs on a
+    /// shared VM differ by a third, two sides of one run by a percent. The switch does nothing
+    /// in the project's own code: branch on `podkv_hw::ab::on()` in an experiment's build, or
+    /// build with the `podkv-hw/ab-sites` feature, which switches off the coherence sites
+    /// `PODKV_AB_SITES` names (`scripts/coherence-costs`). On an unchanged build the ratio is
+    /// the method's own noise.
+    #[arg(long, value_name = "MICROS")]
+    pub ab_windows: Option<u64>,
 }
 
 /// A YCSB job as sent to worker processes (the `podkv ycsb` flags that shape operations).
@@ -260,6 +271,9 @@ pub struct RunSpec {
     /// `--fixed-buckets`: a store target's table of exactly 2^n buckets (`None`: growing).
     #[serde(default)]
     pub fixed_buckets: Option<u32>,
+    /// `--ab-windows`: the A/B switch's window, microseconds.
+    #[serde(default)]
+    pub ab_windows: Option<u64>,
 }
 
 impl RunSpec {
@@ -282,6 +296,7 @@ impl RunSpec {
             pin: !args.no_pin,
             hosts_apart: args.hosts_apart,
             fixed_buckets: args.fixed_buckets,
+            ab_windows: args.ab_windows,
             pacing: args
                 .target_rate
                 .map_or(Pacing::Closed, |ops_per_sec| Pacing::Rate { ops_per_sec }),
@@ -309,6 +324,10 @@ impl RunSpec {
         anyhow::ensure!(
             self.processes >= 1 && self.threads >= 1,
             "--processes and --threads must be at least 1"
+        );
+        anyhow::ensure!(
+            self.ab_windows != Some(0),
+            "--ab-windows needs a window of at least one microsecond"
         );
         anyhow::ensure!(
             self.workers() <= COUNT_WORKERS_MAX,

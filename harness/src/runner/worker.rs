@@ -5,6 +5,7 @@
 //! for `go`, run its source to the end (or to `stop` in the timed phase), `done` (see
 //! [`super::control`]). Only the last phase is timed.
 
+use super::ab::Windows;
 use super::control::{Control, COUNT_OPS_PER_PROGRESS};
 use super::cpus::{allowed_cpus, pin_to};
 use super::metrics::{ticks, Recorder, Tally};
@@ -270,7 +271,15 @@ fn run_worker<T: Target, S: Source>(
             let schedule = Schedule::start(&spec.pacing, spec.workers());
             run_source_paced(source, &mut session, &mut values, ctl, w, kinds, &schedule)?
         } else {
-            run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?
+            let windows = spec.ab_windows.filter(|_| stoppable).map(Windows::process);
+            let recorder = match windows {
+                Some(windows) => {
+                    run_source_ab(source, &mut session, &mut values, ctl, w, kinds, windows)?
+                }
+                None => run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?,
+            };
+            podkv_hw::ab::set(false);
+            recorder
         };
         ctl.finish_line(phase);
         if phase == timed {
@@ -304,6 +313,44 @@ fn run_source<S: Source, X: Session>(
         if done % COUNT_OPS_PER_PROGRESS == 0 {
             ctl.progress[w].store(done, Ordering::Relaxed);
             if stoppable && ctl.stop.load(Ordering::Relaxed) != 0 {
+                break;
+            }
+        }
+    }
+    recorder.stop();
+    ctl.progress[w].store(done, Ordering::Relaxed);
+    source.finish()?;
+    Ok(recorder)
+}
+
+/// The timed loop of `--ab-windows`: [`run_source`], with the A/B switch set by the clock
+/// before each operation and the operation's time added to the side it ran on (kept apart
+/// so that the plain loop stays as it was).
+fn run_source_ab<S: Source, X: Session>(
+    mut source: S,
+    session: &mut X,
+    values: &mut Values,
+    ctl: &Control,
+    w: usize,
+    kinds: usize,
+    windows: Windows,
+) -> anyhow::Result<Recorder> {
+    let mut recorder = Recorder::new(kinds);
+    let mut done = 0u64;
+    let mut set = 0;
+    podkv_hw::ab::set(false);
+    recorder.start();
+    while let Some(op) = source.next_op()? {
+        let start = ticks();
+        let side = windows.side(start, &mut set);
+        let (kind, outcome) = S::perform(op, session, values)?;
+        let took = ticks().wrapping_sub(start);
+        recorder.record(kind, took, outcome == Outcome::Hit);
+        recorder.record_side(side, took);
+        done += 1;
+        if done % COUNT_OPS_PER_PROGRESS == 0 {
+            ctl.progress[w].store(done, Ordering::Relaxed);
+            if ctl.stop.load(Ordering::Relaxed) != 0 {
                 break;
             }
         }

@@ -34,7 +34,8 @@
 //! handler fills a page from memory on first touch (plus a snapshot of what was loaded, which
 //! tells dirty lines from clean ones). A registry maps cache addresses to memory addresses, so
 //! [`crate::swcc`]'s write-back and invalidation find the lines. Without the feature every
-//! function here is an empty inline stub and [`site!`](crate::site) is `true`: no cost.
+//! function here is an empty inline stub and [`site!`](crate::site) is `true`: no cost
+//! (except in a measuring build with the `ab-sites` feature, [`crate::ab`]).
 //!
 //! # Running a heap or test in model mode
 //! 1. Build with the feature: a crate's tests get it through a dev-dependency, e.g.
@@ -102,13 +103,26 @@ macro_rules! site {
 }
 
 /// Says whether the named write-back or invalidation site is on: always, without the
-/// `coherence-model` feature.
-#[cfg(not(feature = "coherence-model"))]
+/// `coherence-model` feature (and without `ab-sites`).
+#[cfg(not(any(feature = "coherence-model", feature = "ab-sites")))]
 #[macro_export]
 macro_rules! site {
     ($name:literal) => {
         true
     };
+}
+
+/// Says whether the named write-back or invalidation site is on, in a build with the
+/// `ab-sites` feature (and without the model): off while the A/B switch is on if
+/// `PODKV_AB_SITES` selects it ([`crate::ab`]). For measuring what sites cost, never for
+/// serving.
+#[cfg(all(feature = "ab-sites", not(feature = "coherence-model")))]
+#[macro_export]
+macro_rules! site {
+    ($name:literal) => {{
+        static SELECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        !($crate::ab::on() && *SELECTED.get_or_init(|| $crate::ab::site_selected($name)))
+    }};
 }
 
 /// Names the calling thread's next hook CAS (or store); if the site is switched off, that

@@ -1,0 +1,100 @@
+//! `--ab-windows`: the timed phase sets `podkv_hw::ab`'s switch on or off in windows of equal
+//! length (each window's side drawn from its number), and each worker adds every operation's
+//! time to the side (off, on) of the window it began in. The ratio of time per operation on to off then measures what the switch changes,
+//! with the machine's slower noise cancelled (see `podkv_hw::ab`).
+//!
+//! The windows follow the time-stamp counter, which every core of the machine shares, so all
+//! workers of a process agree on the side without talking: each sets the switch when its own
+//! view of the side changes (a store or two per window, not per operation).
+
+use super::metrics::ticks;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long the clock is watched to learn its ticks per microsecond.
+const CALIBRATION: Duration = Duration::from_millis(20);
+
+/// One process's windows: where they start and how long each lasts, in ticks.
+#[derive(Clone, Copy, Debug)]
+pub struct Windows {
+    from: u64,
+    length: u64,
+}
+
+impl Windows {
+    /// This process's windows of `micros` microseconds: the first worker to ask starts them;
+    /// every later one gets the same (the argument is the same in every worker).
+    pub fn process(micros: u64) -> Windows {
+        static WINDOWS: OnceLock<Windows> = OnceLock::new();
+        *WINDOWS.get_or_init(|| Windows {
+            length: ((ticks_per_micro() * micros as f64) as u64).max(1),
+            from: ticks(),
+        })
+    }
+
+    /// The side of the window that tick `now` falls in (0: off, 1: on), with the switch set to
+    /// it if this worker's last setting (`set`) differs. Sides are drawn per window from a
+    /// hash of its number, not alternated: strict alternation would put every tick of a
+    /// periodic interrupt whose period is a multiple of two windows on one side.
+    #[inline]
+    pub fn side(&self, now: u64, set: &mut usize) -> usize {
+        let window = now.wrapping_sub(self.from) / self.length;
+        let side = (mix(window) >> 63) as usize;
+        if side != *set {
+            podkv_hw::ab::set(side == 1);
+            *set = side;
+        }
+        side
+    }
+}
+
+/// A bijective scramble of a window number (splitmix64's finaliser): its top bit is the side.
+#[inline]
+fn mix(x: u64) -> u64 {
+    let x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Ticks per microsecond, watched over [`CALIBRATION`].
+fn ticks_per_micro() -> f64 {
+    let (tick, at) = (ticks(), Instant::now());
+    std::thread::sleep(CALIBRATION);
+    let ticks = ticks().wrapping_sub(tick) as f64;
+    ticks / (at.elapsed().as_nanos() as f64 / 1000.0).max(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_alternate_by_the_clock() {
+        let w = Windows {
+            from: 1000,
+            length: 10,
+        };
+        // (The switch itself is process-wide, and other tests run runs that flip it.)
+        let mut set = 0;
+        let sides: Vec<usize> = (0..1000)
+            .map(|i| w.side(1000 + 10 * i + 5, &mut set))
+            .collect();
+        assert_eq!(set, sides[999], "the worker's setting follows the side");
+        assert!(
+            sides.windows(2).any(|p| p[0] == p[1]),
+            "sides are drawn, not alternated"
+        );
+        let on = sides.iter().sum::<usize>();
+        assert!(
+            (400..600).contains(&on),
+            "about half the windows on: {on} of 1000"
+        );
+        assert_eq!(
+            w.side(1003, &mut set),
+            w.side(1007, &mut set),
+            "one window, one side"
+        );
+        podkv_hw::ab::set(false);
+    }
+}
