@@ -140,6 +140,39 @@ fn ab_windows_split_the_timed_phase_between_the_two_sides() {
         (0.5..2.0).contains(&ratio),
         "the same code on both sides: {ratio}"
     );
+    // Two worker processes cut the same windows (the launcher measures their length once)
+    // and add up their sides.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("two.ndjson");
+    podkv(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "2000",
+        "--ops",
+        "200000",
+        "--processes",
+        "2",
+        "--target",
+        "embedded",
+        "--ab-windows",
+        "100",
+        "--json",
+        s(&json),
+    ]);
+    let two = &records(&json)[0];
+    let sides: Vec<u64> = two["ab_ops"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ab_ops: {two}"))
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(sides.iter().sum::<u64>(), 200_000, "{two}");
+    assert!(
+        sides.iter().all(|&n| n > 20_000),
+        "both sides ran: {sides:?}"
+    );
     let plain = &on_dashmap("--workload c --records 2000 --ops 1000");
     assert!(
         plain.get("ab_ops").is_none(),

@@ -317,6 +317,7 @@ fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64
         hosts_apart: false,
         fixed_buckets: None,
         ab_windows: None,
+        ab_window_ticks: None,
     }
 }
 

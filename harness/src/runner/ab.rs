@@ -1,35 +1,35 @@
 //! `--ab-windows`: the timed phase sets `podkv_hw::ab`'s switch on or off in windows of equal
 //! length (each window's side drawn from its number), and each worker adds every operation's
-//! time to the side (off, on) of the window it began in. The ratio of time per operation on to off then measures what the switch changes,
-//! with the machine's slower noise cancelled (see `podkv_hw::ab`).
+//! time to the side (off, on) of the window it began in. The ratio of time per operation on
+//! to off then measures what the switch changes, with the machine's slower noise cancelled
+//! (see `podkv_hw::ab`).
 //!
-//! The windows follow the time-stamp counter, which every core of the machine shares, so all
-//! workers of a process agree on the side without talking: each sets the switch when its own
-//! view of the side changes (a store or two per window, not per operation).
+//! The windows are cut from the time-stamp counter, which every core of the machine shares,
+//! at a length in ticks the launcher measures once and hands to every worker process: so all
+//! workers of all processes agree on each window's side without talking (a run of several
+//! processes has the switch on in all of them at once). Each worker sets its process's
+//! switch when its own view of the side changes (a store or two per window, not per
+//! operation).
 
 use super::metrics::ticks;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long the clock is watched to learn its ticks per microsecond.
 const CALIBRATION: Duration = Duration::from_millis(20);
 
-/// One process's windows: where they start and how long each lasts, in ticks.
+/// The run's windows: how long each lasts, in ticks (window `n` covers ticks
+/// `[n * length, (n + 1) * length)`).
 #[derive(Clone, Copy, Debug)]
 pub struct Windows {
-    from: u64,
     length: u64,
 }
 
 impl Windows {
-    /// This process's windows of `micros` microseconds: the first worker to ask starts them;
-    /// every later one gets the same (the argument is the same in every worker).
-    pub fn process(micros: u64) -> Windows {
-        static WINDOWS: OnceLock<Windows> = OnceLock::new();
-        *WINDOWS.get_or_init(|| Windows {
-            length: ((ticks_per_micro() * micros as f64) as u64).max(1),
-            from: ticks(),
-        })
+    /// Windows of `length` ticks ([`window_ticks`], measured by the launcher).
+    pub fn new(length: u64) -> Windows {
+        Windows {
+            length: length.max(1),
+        }
     }
 
     /// The side of the window that tick `now` falls in (0: off, 1: on), with the switch set to
@@ -38,7 +38,7 @@ impl Windows {
     /// periodic interrupt whose period is a multiple of two windows on one side.
     #[inline]
     pub fn side(&self, now: u64, set: &mut usize) -> usize {
-        let window = now.wrapping_sub(self.from) / self.length;
+        let window = now / self.length;
         let side = (mix(window) >> 63) as usize;
         if side != *set {
             podkv_hw::ab::set(side == 1);
@@ -57,6 +57,12 @@ fn mix(x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The length in ticks of a window of `micros` microseconds, the clock watched for
+/// [`CALIBRATION`].
+pub fn window_ticks(micros: u64) -> u64 {
+    ((ticks_per_micro() * micros as f64) as u64).max(1)
+}
+
 /// Ticks per microsecond, watched over [`CALIBRATION`].
 fn ticks_per_micro() -> f64 {
     let (tick, at) = (ticks(), Instant::now());
@@ -71,10 +77,7 @@ mod tests {
 
     #[test]
     fn windows_alternate_by_the_clock() {
-        let w = Windows {
-            from: 1000,
-            length: 10,
-        };
+        let w = Windows::new(10);
         // (The switch itself is process-wide, and other tests run runs that flip it.)
         let mut set = 0;
         let sides: Vec<usize> = (0..1000)
@@ -94,6 +97,12 @@ mod tests {
             w.side(1003, &mut set),
             w.side(1007, &mut set),
             "one window, one side"
+        );
+        let again = Windows::new(10);
+        assert_eq!(
+            again.side(1005, &mut 0),
+            sides[0],
+            "the clock alone decides the side (several processes agree)"
         );
         podkv_hw::ab::set(false);
     }

@@ -57,11 +57,12 @@ pub struct RunArgs {
     /// [default: closed loop, each worker sends when its last operation answered]
     #[arg(long, value_name = "OPS")]
     pub target_rate: Option<f64>,
-    /// For comparing two variants of code in one run: alternate the A/B switch
-    /// (`podkv_hw::ab`) every MICROS microseconds of the timed phase, and report the time per
-    /// operation with it on over the time with it off (`ab on/off`, `ab_on_over_off` in the
-    /// record). Windows far shorter than the machine's own drift cancel it: two runs on a
-    /// shared VM differ by a third, two sides of one run by a percent. The switch does nothing
+    /// For comparing two variants of code in one run: cut the timed phase into windows of
+    /// MICROS microseconds, set the A/B switch (`podkv_hw::ab`) on or off in each (drawn at
+    /// random, the same in every worker process), and report the time per operation with it
+    /// on over the time with it off (`ab on/off`, `ab_on_over_off` in the record). Windows far
+    /// shorter than the machine's own drift cancel it: two runs on a shared VM differ by a
+    /// fifth or more, two sides of one run by a percent (try 1000). The switch does nothing
     /// in the project's own code: branch on `podkv_hw::ab::on()` in an experiment's build, or
     /// build with the `podkv-hw/ab-sites` feature, which switches off the coherence sites
     /// `PODKV_AB_SITES` names (`scripts/coherence-costs`). On an unchanged build the ratio is
@@ -274,6 +275,10 @@ pub struct RunSpec {
     /// `--ab-windows`: the A/B switch's window, microseconds.
     #[serde(default)]
     pub ab_windows: Option<u64>,
+    /// The same window in ticks, measured once by the launcher so that every worker process
+    /// cuts the same windows ([`super::ab`]).
+    #[serde(default)]
+    pub ab_window_ticks: Option<u64>,
 }
 
 impl RunSpec {
@@ -297,6 +302,10 @@ impl RunSpec {
             hosts_apart: args.hosts_apart,
             fixed_buckets: args.fixed_buckets,
             ab_windows: args.ab_windows,
+            ab_window_ticks: args
+                .ab_windows
+                .filter(|&micros| micros > 0)
+                .map(super::ab::window_ticks),
             pacing: args
                 .target_rate
                 .map_or(Pacing::Closed, |ops_per_sec| Pacing::Rate { ops_per_sec }),

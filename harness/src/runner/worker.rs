@@ -271,7 +271,7 @@ fn run_worker<T: Target, S: Source>(
             let schedule = Schedule::start(&spec.pacing, spec.workers());
             run_source_paced(source, &mut session, &mut values, ctl, w, kinds, &schedule)?
         } else {
-            let windows = spec.ab_windows.filter(|_| stoppable).map(Windows::process);
+            let windows = spec.ab_window_ticks.filter(|_| stoppable).map(Windows::new);
             let recorder = match windows {
                 Some(windows) => {
                     run_source_ab(source, &mut session, &mut values, ctl, w, kinds, windows)?
