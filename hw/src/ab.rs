@@ -16,11 +16,13 @@
 //! - **What coherence sites cost:** a build with the `ab-sites` feature of this crate
 //!   (`cargo build --release -p podkv --features podkv-hw/ab-sites`) switches off every
 //!   write-back and invalidation site ([`crate::site!`]) whose name starts with one of the
-//!   comma-separated prefixes in `PODKV_AB_SITES`, while the switch is on
-//!   (`scripts/coherence-costs`). Such a build breaks the SWcc protocol in those windows: for
-//!   measuring, never for serving.
+//!   comma-separated prefixes in `PODKV_AB_SITES`, while the switch is on, and makes every
+//!   such hook site ([`crate::cas_site!`]) a CPU CAS or store (`scripts/coherence-costs`).
+//!   Such a build breaks the SWcc protocol and mCAS in those windows (this machine's memory
+//!   is coherent, so the runs stay correct here): for measuring, never for serving.
 //! - With neither, both halves run the same code, and the ratio shows the method's own noise.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The switch (process-local).
@@ -36,6 +38,25 @@ pub fn on() -> bool {
 #[inline]
 pub fn set(on: bool) {
     ON.store(on, Ordering::Relaxed);
+}
+
+thread_local! {
+    /// An `ab-sites` build's hook site switched off: the thread's next hook CAS or store is
+    /// a CPU one ([`arm_cpu_cas`], [`take_cpu_cas`]).
+    static CPU_CAS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the calling thread's next hook CAS or store a CPU one (a `cas_site!` of an
+/// `ab-sites` build, while the switch is on and the site selected).
+#[inline]
+pub fn arm_cpu_cas() {
+    CPU_CAS.with(|armed| armed.set(true));
+}
+
+/// Whether the calling thread's next hook CAS or store is to be a CPU one; disarms it.
+#[inline]
+pub fn take_cpu_cas() -> bool {
+    CPU_CAS.with(|armed| armed.replace(false))
 }
 
 /// Whether `list` (comma-separated prefixes, as in `PODKV_AB_SITES`) selects the site `name`.
@@ -68,6 +89,18 @@ mod tests {
             !selects(",", "store.slot.write_back"),
             "nor do empty prefixes"
         );
+    }
+
+    #[test]
+    fn an_armed_cpu_cas_is_taken_once_by_its_thread() {
+        assert!(!take_cpu_cas());
+        arm_cpu_cas();
+        assert!(
+            !std::thread::spawn(take_cpu_cas).join().unwrap(),
+            "another thread's"
+        );
+        assert!(take_cpu_cas());
+        assert!(!take_cpu_cas(), "taken once");
     }
 
     #[test]

@@ -137,11 +137,27 @@ macro_rules! cas_site {
     }};
 }
 
-/// Names the calling thread's next hook CAS: nothing without the `coherence-model` feature.
-#[cfg(not(feature = "coherence-model"))]
+/// Names the calling thread's next hook CAS: nothing without the `coherence-model` feature
+/// (and without `ab-sites`).
+#[cfg(not(any(feature = "coherence-model", feature = "ab-sites")))]
 #[macro_export]
 macro_rules! cas_site {
     ($name:literal) => {};
+}
+
+/// Names the calling thread's next hook CAS, in a build with the `ab-sites` feature (and
+/// without the model): while the A/B switch is on, if `PODKV_AB_SITES` selects the site,
+/// that call is made as a CPU CAS or store ([`crate::ab`]; correct on a machine whose memory
+/// is coherent, which is what lets it measure what the hook costs).
+#[cfg(all(feature = "ab-sites", not(feature = "coherence-model")))]
+#[macro_export]
+macro_rules! cas_site {
+    ($name:literal) => {{
+        static SELECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if $crate::ab::on() && *SELECTED.get_or_init(|| $crate::ab::site_selected($name)) {
+            $crate::ab::arm_cpu_cas();
+        }
+    }};
 }
 
 #[cfg(feature = "coherence-model")]
@@ -243,9 +259,13 @@ mod stub {
         false
     }
 
-    /// No site is ever switched off without the model.
+    /// No site is ever switched off without the model (or, in an `ab-sites` build, the
+    /// A/B switch: [`crate::ab::take_cpu_cas`]).
     #[inline(always)]
     pub fn take_cas_off() -> bool {
+        #[cfg(feature = "ab-sites")]
+        return crate::ab::take_cpu_cas();
+        #[cfg(not(feature = "ab-sites"))]
         false
     }
 
