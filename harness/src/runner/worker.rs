@@ -290,6 +290,31 @@ fn run_worker<T: Target, S: Source>(
     Ok((tally, swcc))
 }
 
+/// Publishes a timed loop's count every [`COUNT_OPS_PER_PROGRESS`] operations; true when the
+/// loop is to stop there (`stoppable`: the timed phase, which `--duration` may end).
+#[inline(always)]
+fn progress(ctl: &Control, w: usize, done: u64, stoppable: bool) -> bool {
+    if done % COUNT_OPS_PER_PROGRESS != 0 {
+        return false;
+    }
+    ctl.progress[w].store(done, Ordering::Relaxed);
+    stoppable && ctl.stop.load(Ordering::Relaxed) != 0
+}
+
+/// Ends a timed loop: stops its clock, publishes its count, finishes its source.
+fn end_loop<S: Source>(
+    mut recorder: Recorder,
+    source: S,
+    ctl: &Control,
+    w: usize,
+    done: u64,
+) -> anyhow::Result<Recorder> {
+    recorder.stop();
+    ctl.progress[w].store(done, Ordering::Relaxed);
+    source.finish()?;
+    Ok(recorder)
+}
+
 /// The timed loop: next op, tick, perform, tick, record.
 #[inline(never)]
 fn run_source<S: Source, X: Session>(
@@ -310,17 +335,11 @@ fn run_source<S: Source, X: Session>(
         let end = ticks();
         recorder.record(kind, end.wrapping_sub(start), outcome == Outcome::Hit);
         done += 1;
-        if done % COUNT_OPS_PER_PROGRESS == 0 {
-            ctl.progress[w].store(done, Ordering::Relaxed);
-            if stoppable && ctl.stop.load(Ordering::Relaxed) != 0 {
-                break;
-            }
+        if progress(ctl, w, done, stoppable) {
+            break;
         }
     }
-    recorder.stop();
-    ctl.progress[w].store(done, Ordering::Relaxed);
-    source.finish()?;
-    Ok(recorder)
+    end_loop(recorder, source, ctl, w, done)
 }
 
 /// The timed loop of `--ab-windows`: [`run_source`], with the A/B switch set by the clock
@@ -348,17 +367,11 @@ fn run_source_ab<S: Source, X: Session>(
         recorder.record(kind, took, outcome == Outcome::Hit);
         recorder.record_side(side, took);
         done += 1;
-        if done % COUNT_OPS_PER_PROGRESS == 0 {
-            ctl.progress[w].store(done, Ordering::Relaxed);
-            if ctl.stop.load(Ordering::Relaxed) != 0 {
-                break;
-            }
+        if progress(ctl, w, done, true) {
+            break;
         }
     }
-    recorder.stop();
-    ctl.progress[w].store(done, Ordering::Relaxed);
-    source.finish()?;
-    Ok(recorder)
+    end_loop(recorder, source, ctl, w, done)
 }
 
 /// The open-loop timed loop: each operation waits for its intended send time, and its
@@ -391,15 +404,9 @@ fn run_source_paced<S: Source, X: Session>(
             outcome == Outcome::Hit,
         );
         done += 1;
-        if done % COUNT_OPS_PER_PROGRESS == 0 {
-            ctl.progress[w].store(done, Ordering::Relaxed);
-            if ctl.stop.load(Ordering::Relaxed) != 0 {
-                break;
-            }
+        if progress(ctl, w, done, true) {
+            break;
         }
     }
-    recorder.stop();
-    ctl.progress[w].store(done, Ordering::Relaxed);
-    source.finish()?;
-    Ok(recorder)
+    end_loop(recorder, source, ctl, w, done)
 }
