@@ -76,9 +76,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn windows_alternate_by_the_clock() {
+    fn windows_take_their_side_from_the_clock() {
         let w = Windows::new(10);
-        // (The switch itself is process-wide, and other tests run runs that flip it.)
+        // The switch is process-wide and other tests' runs flip it too: only `set` is checked.
         let mut set = 0;
         let sides: Vec<usize> = (0..1000)
             .map(|i| w.side(1000 + 10 * i + 5, &mut set))
