@@ -185,6 +185,22 @@ fn ab_windows_split_the_timed_phase_between_the_two_sides() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--ab-windows needs a window"), "{err}");
+    let out = run(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "10",
+        "--target",
+        "dashmap",
+        "--ab-windows",
+        "1000",
+        "--target-rate",
+        "1000",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot go with --target-rate"), "{err}");
 }
 
 #[test]

@@ -339,6 +339,11 @@ impl RunSpec {
             "--ab-windows needs a window of at least one microsecond"
         );
         anyhow::ensure!(
+            self.ab_windows.is_none() || !self.pacing.is_open(),
+            "--ab-windows times a closed loop: it cannot go with --target-rate or --pace \
+             timestamps"
+        );
+        anyhow::ensure!(
             self.workers() <= COUNT_WORKERS_MAX,
             "at most {COUNT_WORKERS_MAX} workers (processes × threads)"
         );

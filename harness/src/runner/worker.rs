@@ -267,19 +267,28 @@ fn run_worker<T: Target, S: Source>(
         ctl.start_line(phase)?;
         let stoppable = phase == timed;
         let swcc_from = podkv_hw::swcc::counts();
+        let at = Loop {
+            ctl,
+            w,
+            kinds,
+            stoppable,
+        };
         let recorder = if stoppable && spec.pacing.is_open() {
             let schedule = Schedule::start(&spec.pacing, spec.workers());
-            run_source_paced(source, &mut session, &mut values, ctl, w, kinds, &schedule)?
+            run_source_paced(source, &mut session, &mut values, at, &schedule)?
         } else {
-            let windows = spec.ab_window_ticks.filter(|_| stoppable).map(Windows::new);
-            let recorder = match windows {
-                Some(windows) => {
-                    run_source_ab(source, &mut session, &mut values, ctl, w, kinds, windows)?
+            match spec.ab_window_ticks.filter(|_| stoppable) {
+                Some(ticks) => {
+                    let sides = Windowed {
+                        windows: Windows::new(ticks),
+                        set: 0,
+                    };
+                    let recorder = run_source(source, &mut session, &mut values, at, sides);
+                    podkv_hw::ab::set(false);
+                    recorder?
                 }
-                None => run_source(source, &mut session, &mut values, ctl, w, kinds, stoppable)?,
-            };
-            podkv_hw::ab::set(false);
-            recorder
+                None => run_source(source, &mut session, &mut values, at, NoSides)?,
+            }
         };
         ctl.finish_line(phase);
         if phase == timed {
@@ -315,63 +324,75 @@ fn end_loop<S: Source>(
     Ok(recorder)
 }
 
-/// The timed loop: next op, tick, perform, tick, record.
+/// Where a timed loop runs: its control block, its worker, the operation kinds, and whether
+/// the control block may stop it (the timed phase).
+#[derive(Clone, Copy)]
+struct Loop<'c> {
+    ctl: &'c Control,
+    w: usize,
+    kinds: usize,
+    stoppable: bool,
+}
+
+/// What [`run_source`] tells apart in each operation besides its kind: the side of the A/B
+/// switch it ran on (`--ab-windows`), or nothing.
+trait Side {
+    /// The side of an operation that starts at tick `start`, the switch set to it; `None`
+    /// when nothing is told apart.
+    fn side(&mut self, start: u64) -> Option<usize>;
+}
+
+/// A plain run: the loop keeps no side (the call inlines away).
+struct NoSides;
+
+impl Side for NoSides {
+    #[inline(always)]
+    fn side(&mut self, _start: u64) -> Option<usize> {
+        None
+    }
+}
+
+/// `--ab-windows`: the window's side, and the side this worker last set the switch to.
+struct Windowed {
+    windows: Windows,
+    set: usize,
+}
+
+impl Side for Windowed {
+    #[inline(always)]
+    fn side(&mut self, start: u64) -> Option<usize> {
+        Some(self.windows.side(start, &mut self.set))
+    }
+}
+
+/// The timed loop: next op, tick, perform, tick, record (and, with A/B windows, the
+/// operation's time on its side too).
 #[inline(never)]
 fn run_source<S: Source, X: Session>(
     mut source: S,
     session: &mut X,
     values: &mut Values,
-    ctl: &Control,
-    w: usize,
-    kinds: usize,
-    stoppable: bool,
+    at: Loop<'_>,
+    mut sides: impl Side,
 ) -> anyhow::Result<Recorder> {
-    let mut recorder = Recorder::new(kinds);
+    let mut recorder = Recorder::new(at.kinds);
     let mut done = 0u64;
     recorder.start();
     while let Some(op) = source.next_op()? {
         let start = ticks();
-        let (kind, outcome) = S::perform(op, session, values)?;
-        let end = ticks();
-        recorder.record(kind, end.wrapping_sub(start), outcome == Outcome::Hit);
-        done += 1;
-        if progress(ctl, w, done, stoppable) {
-            break;
-        }
-    }
-    end_loop(recorder, source, ctl, w, done)
-}
-
-/// The timed loop of `--ab-windows`: [`run_source`], with the A/B switch set by the clock
-/// before each operation and the operation's time added to the side it ran on (kept apart
-/// so that the plain loop stays as it was).
-fn run_source_ab<S: Source, X: Session>(
-    mut source: S,
-    session: &mut X,
-    values: &mut Values,
-    ctl: &Control,
-    w: usize,
-    kinds: usize,
-    windows: Windows,
-) -> anyhow::Result<Recorder> {
-    let mut recorder = Recorder::new(kinds);
-    let mut done = 0u64;
-    let mut set = 0;
-    podkv_hw::ab::set(false);
-    recorder.start();
-    while let Some(op) = source.next_op()? {
-        let start = ticks();
-        let side = windows.side(start, &mut set);
+        let side = sides.side(start);
         let (kind, outcome) = S::perform(op, session, values)?;
         let took = ticks().wrapping_sub(start);
         recorder.record(kind, took, outcome == Outcome::Hit);
-        recorder.record_side(side, took);
+        if let Some(side) = side {
+            recorder.record_side(side, took);
+        }
         done += 1;
-        if progress(ctl, w, done, true) {
+        if progress(at.ctl, at.w, done, at.stoppable) {
             break;
         }
     }
-    end_loop(recorder, source, ctl, w, done)
+    end_loop(recorder, source, at.ctl, at.w, done)
 }
 
 /// The open-loop timed loop: each operation waits for its intended send time, and its
@@ -381,12 +402,10 @@ fn run_source_paced<S: Source, X: Session>(
     mut source: S,
     session: &mut X,
     values: &mut Values,
-    ctl: &Control,
-    w: usize,
-    kinds: usize,
+    at: Loop<'_>,
     schedule: &Schedule,
 ) -> anyhow::Result<Recorder> {
-    let mut recorder = Recorder::new(kinds);
+    let mut recorder = Recorder::new(at.kinds);
     let mut done = 0u64;
     recorder.start();
     loop {
@@ -404,9 +423,9 @@ fn run_source_paced<S: Source, X: Session>(
             outcome == Outcome::Hit,
         );
         done += 1;
-        if progress(ctl, w, done, true) {
+        if progress(at.ctl, at.w, done, true) {
             break;
         }
     }
-    end_loop(recorder, source, ctl, w, done)
+    end_loop(recorder, source, at.ctl, at.w, done)
 }
