@@ -3,7 +3,7 @@
 
 mod run_support;
 
-use run_support::{records, run, run_ok as podkv, s};
+use run_support::{on_dashmap, records, run, run_ok as podkv, s};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -105,102 +105,6 @@ fn two_processes_add_up_to_the_dry_run() {
     );
     assert!(r["pss_bytes"].as_u64().unwrap() > 0);
     assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
-}
-
-/// The record of `podkv ycsb ARGS --threads 2 --target dashmap` (ARGS split at spaces).
-fn on_dashmap(args: &str) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("r.ndjson");
-    let mut all: Vec<&str> = vec!["ycsb"];
-    all.extend(args.split(' '));
-    all.extend(["--threads", "2", "--target", "dashmap", "--json", s(&json)]);
-    podkv(&all);
-    records(&json).swap_remove(0)
-}
-
-/// Checks that record `r` of a run of `ops` operations split them between the A/B switch's
-/// sides, each with more than a tenth.
-fn assert_both_sides_ran(r: &Value, ops: u64) {
-    let sides: Vec<u64> = r["ab_ops"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ab_ops: {r}"))
-        .iter()
-        .map(|n| n.as_u64().unwrap())
-        .collect();
-    assert_eq!(sides.iter().sum::<u64>(), ops, "{r}");
-    assert!(
-        sides.iter().all(|&n| n > ops / 10),
-        "both sides ran: {sides:?}"
-    );
-}
-
-/// `--ab-windows` splits the timed phase's operations between the two sides of the A/B switch
-/// (`podkv_hw::ab`) and compares their time per operation. This build's code never reads the
-/// switch, so both sides run the same code: the ratio is the method's noise, near 1.
-#[test]
-fn ab_windows_split_the_timed_phase_between_the_two_sides() {
-    let r = &on_dashmap("--workload c --records 2000 --ops 300000 --ab-windows 100");
-    assert_both_sides_ran(r, 300_000);
-    let ratio = r["ab_on_over_off"].as_f64().unwrap();
-    assert!(
-        (0.5..2.0).contains(&ratio),
-        "the same code on both sides: {ratio}"
-    );
-    // Two worker processes cut the same windows (the launcher measures their length once)
-    // and add up their sides.
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("two.ndjson");
-    podkv(&[
-        "ycsb",
-        "--workload",
-        "c",
-        "--records",
-        "2000",
-        "--ops",
-        "200000",
-        "--processes",
-        "2",
-        "--target",
-        "embedded",
-        "--ab-windows",
-        "100",
-        "--json",
-        s(&json),
-    ]);
-    assert_both_sides_ran(&records(&json)[0], 200_000);
-    let plain = &on_dashmap("--workload c --records 2000 --ops 1000");
-    assert!(
-        plain.get("ab_ops").is_none(),
-        "no windows unless asked: {plain}"
-    );
-    let out = run(&[
-        "ycsb",
-        "--workload",
-        "c",
-        "--records",
-        "10",
-        "--ab-windows",
-        "0",
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--ab-windows needs a window"), "{err}");
-    let out = run(&[
-        "ycsb",
-        "--workload",
-        "c",
-        "--records",
-        "10",
-        "--target",
-        "dashmap",
-        "--ab-windows",
-        "1000",
-        "--target-rate",
-        "1000",
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot go with --target-rate"), "{err}");
 }
 
 #[test]

@@ -175,6 +175,10 @@ pub struct RunRecord {
     /// `--ab-windows`: operations timed with the switch off and on.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ab_ops: Option<[u64; 2]>,
+    /// `--ab-heap`: the heap whose store was timed while the switch was on (`--heap`'s while
+    /// it was off).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ab_heap: Option<String>,
     /// A server target's answer to `version` (`1.6.21`; podkv serve's says `-podkv-`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub server_version: Option<String>,
@@ -308,6 +312,7 @@ impl RunRecord {
             mcas_per_op: coherence.map(|c| c.mcas as f64 / ops.max(1) as f64),
             ab_on_over_off: tally.ab.on_over_off(),
             ab_ops: spec.ab_windows.map(|_| tally.ab.ops),
+            ab_heap: spec.ab_heap.as_ref().map(|p| p.display().to_string()),
             server_version: reports.iter().find_map(|r| r.server_version.clone()),
             latency_from: spec.pacing.latency_from().into(),
             target_rate: match spec.pacing {
@@ -422,6 +427,9 @@ impl RunRecord {
                     format!("{r:.4}")
                 });
             println!("  ab on/off: {ratio} time per operation ({on} operations on, {off} off)");
+            if let Some(heap) = &self.ab_heap {
+                println!("  ab on: the store in {heap}; off: the store in --heap");
+            }
         }
     }
 

@@ -69,6 +69,18 @@ pub struct RunArgs {
     /// the method's own noise.
     #[arg(long, value_name = "MICROS")]
     pub ab_windows: Option<u64>,
+    /// With `--ab-windows` and `--target embedded`: compare two heaps in one run instead of
+    /// two builds. Every operation runs on the store in `--heap` and on the store in this
+    /// heap file (created with the defaults if it does not exist; make it with `podkv heap
+    /// create` to choose its coherence mode, placement or geometry). Only the run on the
+    /// window's side is timed: this heap's while the switch is on, `--heap`'s while it is off;
+    /// the other runs just before it, untimed, so both stores see every operation and stay
+    /// alike. `ab on/off` is then this heap's time per operation over `--heap`'s, with the
+    /// machine's drift cancelled; whole runs can only compare across drift. The run takes
+    /// about twice as long; the coherence, page-fault and PSS figures cover both heaps, the
+    /// HWcc bytes are this heap's.
+    #[arg(long, value_name = "PATH")]
+    pub ab_heap: Option<PathBuf>,
 }
 
 /// A YCSB job as sent to worker processes (the `podkv ycsb` flags that shape operations).
@@ -279,6 +291,10 @@ pub struct RunSpec {
     /// cuts the same windows ([`super::ab`]).
     #[serde(default)]
     pub ab_window_ticks: Option<u64>,
+    /// `--ab-heap`: the heap whose store runs every operation beside the target's, timed
+    /// while the switch is on.
+    #[serde(default)]
+    pub ab_heap: Option<PathBuf>,
 }
 
 impl RunSpec {
@@ -306,6 +322,7 @@ impl RunSpec {
                 .ab_windows
                 .filter(|&micros| micros > 0)
                 .map(super::ab::window_ticks),
+            ab_heap: args.ab_heap.clone(),
             pacing: args
                 .target_rate
                 .map_or(Pacing::Closed, |ops_per_sec| Pacing::Rate { ops_per_sec }),
@@ -343,6 +360,31 @@ impl RunSpec {
             "--ab-windows times a closed loop: it cannot go with --target-rate or --pace \
              timestamps"
         );
+        if let Some(other) = &self.ab_heap {
+            anyhow::ensure!(
+                self.ab_windows.is_some(),
+                "--ab-heap compares two heaps in the windows of --ab-windows: give both"
+            );
+            let TargetSpec::Embedded { heap } = &self.target else {
+                anyhow::bail!(
+                    "--ab-heap runs the podkv store in a second heap: it needs --target \
+                     embedded, not {}",
+                    self.target.name()
+                );
+            };
+            let same = |a: &PathBuf, b: &PathBuf| {
+                a == b
+                    || matches!(
+                        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+                        (Ok(a), Ok(b)) if a == b
+                    )
+            };
+            anyhow::ensure!(
+                !same(heap, other),
+                "--ab-heap {} is the run's --heap: compare two different heap files",
+                other.display()
+            );
+        }
         anyhow::ensure!(
             self.workers() <= COUNT_WORKERS_MAX,
             "at most {COUNT_WORKERS_MAX} workers (processes × threads)"

@@ -14,6 +14,7 @@ use super::report::{CoherenceOps, ProcessReport};
 use super::source::{Source, TraceShare, Values};
 use super::spec::{Job, RunSpec};
 use super::targets::kv::KvTarget;
+use super::targets::paired::Paired;
 use super::targets::store::StoreTarget;
 use super::targets::{null::NullTarget, Outcome, Session, Target, TargetSpec};
 use crate::process_stats;
@@ -47,12 +48,17 @@ fn run_target(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<P
             process,
             &StoreTarget::local(&spec.store_config())?,
         ),
-        TargetSpec::Embedded { heap } => run_sources(
-            spec,
-            ctl,
-            process,
-            &StoreTarget::open(heap, &spec.store_config())?,
-        ),
+        TargetSpec::Embedded { heap } => {
+            let config = spec.store_config();
+            let target = StoreTarget::open(heap, &config)?;
+            match &spec.ab_heap {
+                None => run_sources(spec, ctl, process, &target),
+                Some(other) => {
+                    let b = StoreTarget::open(other, &config)?;
+                    run_sources(spec, ctl, process, &Paired { a: target, b })
+                }
+            }
+        }
         TargetSpec::Boost { segment, bytes } => {
             let config = spec.store_config();
             run_sources(
@@ -285,6 +291,7 @@ fn run_worker<T: Target, S: Source>(
                     };
                     let recorder = run_source(source, &mut session, &mut values, at, sides);
                     podkv_hw::ab::set(false);
+                    session.direct(None);
                     recorder?
                 }
                 None => run_source(source, &mut session, &mut values, at, NoSides)?,
@@ -366,7 +373,8 @@ impl Side for Windowed {
 }
 
 /// The timed loop: next op, tick, perform, tick, record (and, with A/B windows, the
-/// operation's time on its side too).
+/// operation's time on its side too). A paired target (`--ab-heap`) first performs the
+/// operation on the other side's store, before the clock starts.
 #[inline(never)]
 fn run_source<S: Source, X: Session>(
     mut source: S,
@@ -379,8 +387,15 @@ fn run_source<S: Source, X: Session>(
     let mut done = 0u64;
     recorder.start();
     while let Some(op) = source.next_op()? {
-        let start = ticks();
+        let mut start = ticks();
         let side = sides.side(start);
+        if let Some(side) = side {
+            if session.direct(Some(1 - side)) {
+                S::perform(op, session, values)?;
+                session.direct(Some(side));
+                start = ticks();
+            }
+        }
         let (kind, outcome) = S::perform(op, session, values)?;
         let took = ticks().wrapping_sub(start);
         recorder.record(kind, took, outcome == Outcome::Hit);

@@ -63,6 +63,17 @@ pub fn records(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The record of `podkv ycsb ARGS --threads 2 --target dashmap` (ARGS split at spaces).
+pub fn on_dashmap(args: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.ndjson");
+    let mut all: Vec<&str> = vec!["ycsb"];
+    all.extend(args.split(' '));
+    all.extend(["--threads", "2", "--target", "dashmap", "--json", s(&json)]);
+    run_ok(&all);
+    records(&json).swap_remove(0)
+}
+
 /// `p` as an argument.
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()

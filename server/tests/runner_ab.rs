@@ -1,0 +1,229 @@
+//! The runner's comparisons within one run: `--ab-windows` (two sides of a switch, timed in
+//! windows) and `--ab-heap` (two heaps, every operation on both, the window's side timed).
+
+mod run_support;
+
+use run_support::{on_dashmap, records, run, run_ok as podkv, s, stdout_ok};
+use serde_json::Value;
+use std::path::Path;
+
+/// Checks that record `r` of a run of `ops` operations split them between the A/B switch's
+/// sides, each with more than a tenth.
+fn assert_both_sides_ran(r: &Value, ops: u64) {
+    let sides: Vec<u64> = r["ab_ops"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ab_ops: {r}"))
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(sides.iter().sum::<u64>(), ops, "{r}");
+    assert!(
+        sides.iter().all(|&n| n > ops / 10),
+        "both sides ran: {sides:?}"
+    );
+}
+
+/// `--ab-windows` splits the timed phase's operations between the two sides of the A/B switch
+/// (`podkv_hw::ab`) and compares their time per operation. This build's code never reads the
+/// switch, so both sides run the same code: the ratio is the method's noise, near 1.
+#[test]
+fn ab_windows_split_the_timed_phase_between_the_two_sides() {
+    let r = &on_dashmap("--workload c --records 2000 --ops 300000 --ab-windows 100");
+    assert_both_sides_ran(r, 300_000);
+    let ratio = r["ab_on_over_off"].as_f64().unwrap();
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "the same code on both sides: {ratio}"
+    );
+    // Two worker processes cut the same windows (the launcher measures their length once)
+    // and add up their sides.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("two.ndjson");
+    podkv(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "2000",
+        "--ops",
+        "200000",
+        "--processes",
+        "2",
+        "--target",
+        "embedded",
+        "--ab-windows",
+        "100",
+        "--json",
+        s(&json),
+    ]);
+    assert_both_sides_ran(&records(&json)[0], 200_000);
+    let plain = &on_dashmap("--workload c --records 2000 --ops 1000");
+    assert!(
+        plain.get("ab_ops").is_none(),
+        "no windows unless asked: {plain}"
+    );
+    let out = run(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "10",
+        "--ab-windows",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--ab-windows needs a window"), "{err}");
+    let out = run(&[
+        "ycsb",
+        "--workload",
+        "c",
+        "--records",
+        "10",
+        "--target",
+        "dashmap",
+        "--ab-windows",
+        "1000",
+        "--target-rate",
+        "1000",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot go with --target-rate"), "{err}");
+}
+
+/// `podkv store stats HEAP`'s item count.
+fn items(heap: &Path) -> u64 {
+    let text = stdout_ok(&["store", "stats", s(heap)]);
+    let line = text.lines().find(|l| l.starts_with("items")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The flags of a run of CXLALLOC's `cxlalloc-a` (inserts and deletes) with `processes` ×
+/// `threads` workers.
+fn workload<'a>(processes: &'a str, threads: &'a str) -> Vec<&'a str> {
+    vec![
+        "ycsb",
+        "--workload",
+        "cxlalloc-a",
+        "--records",
+        "3000",
+        "--ops",
+        "60000",
+        "--seed",
+        "5",
+        "--threads",
+        threads,
+        "--processes",
+        processes,
+    ]
+}
+
+/// A `--ab-heap` run of [`workload`] from `heap` against `other`: its record.
+fn paired(heap: &Path, other: &Path, processes: &str, threads: &str, json: &Path) -> Value {
+    let mut args = workload(processes, threads);
+    args.extend([
+        "--heap",
+        s(heap),
+        "--ab-heap",
+        s(other),
+        "--ab-windows",
+        "200",
+        "--json",
+        s(json),
+    ]);
+    podkv(&args);
+    records(json).pop().unwrap()
+}
+
+/// `--ab-heap`: every operation runs on both stores (with one worker, whose operations come
+/// in one order, both end with the items a run on one store leaves), and each side's time is
+/// its own heap's: a heap whose every shared word goes through emulated memory-side CAS
+/// (flush-cas, several times slower) reads slower on whichever side it is put, with one
+/// process or two.
+#[test]
+fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fast, slow) = (dir.path().join("hardware"), dir.path().join("flush-cas"));
+    let single = dir.path().join("single");
+    for (heap, mode) in [(&fast, "hardware"), (&slow, "mcas"), (&single, "hardware")] {
+        podkv(&["heap", "create", s(heap), "--coherence", mode]);
+    }
+    let json = dir.path().join("r.ndjson");
+    let r = paired(&fast, &slow, "1", "1", &json);
+    assert_both_sides_ran(&r, 60_000);
+    let ratio = r["ab_on_over_off"].as_f64().unwrap();
+    assert!(ratio > 1.5, "flush-cas on, hardware off: {ratio} ({r})");
+    assert_eq!(r["ab_heap"].as_str(), Some(s(&slow)), "{r}");
+    // What the same operations leave in one store, run alone.
+    let mut args = workload("1", "1");
+    args.extend(["--heap", s(&single)]);
+    podkv(&args);
+    let alone = items(&single);
+    assert!(alone > 0);
+    assert_eq!((items(&fast), items(&slow)), (alone, alone));
+
+    // The other way round, and two processes: each opens both heaps (whose items now
+    // depend on how the processes' inserts and deletes interleave on each).
+    let (fast, slow) = (
+        dir.path().join("hardware-2"),
+        dir.path().join("flush-cas-2"),
+    );
+    for (heap, mode) in [(&fast, "hardware"), (&slow, "mcas")] {
+        podkv(&["heap", "create", s(heap), "--coherence", mode]);
+    }
+    let r = paired(&slow, &fast, "2", "1", &json);
+    assert_both_sides_ran(&r, 60_000);
+    let ratio = r["ab_on_over_off"].as_f64().unwrap();
+    assert!(
+        ratio < 1.0 / 1.5,
+        "hardware on, flush-cas off: {ratio} ({r})"
+    );
+    let (a, b) = (items(&fast), items(&slow));
+    assert!(a.abs_diff(b) * 100 < a, "alike: {a} and {b} items");
+    let text = stdout_ok(&["ycsb", "--workload", "c", "--records", "10", "--ops", "100"]);
+    assert!(
+        !text.contains("ab on"),
+        "no comparison unless asked: {text}"
+    );
+}
+
+/// `--ab-heap` is refused, in one line each, without windows, with a target that is not the
+/// store in a heap, and with the run's own heap.
+#[test]
+fn ab_heap_is_refused_where_it_cannot_compare() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("h");
+    let refused = |extra: &[&str], why: &str| {
+        let mut args = vec!["ycsb", "--workload", "c", "--records", "10"];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(!out.status.success(), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    };
+    refused(&["--ab-heap", s(&heap)], "give both");
+    refused(
+        &[
+            "--target",
+            "dashmap",
+            "--ab-windows",
+            "100",
+            "--ab-heap",
+            s(&heap),
+        ],
+        "needs --target embedded",
+    );
+    refused(
+        &[
+            "--heap",
+            s(&heap),
+            "--ab-windows",
+            "100",
+            "--ab-heap",
+            s(&heap),
+        ],
+        "is the run's --heap",
+    );
+}
