@@ -237,6 +237,11 @@ impl Sides {
         }
     }
 
+    /// Ticks per operation on each side (zero for a side without operations).
+    pub fn ticks_per_op(&self) -> [f64; 2] {
+        std::array::from_fn(|side| self.ticks[side] as f64 / self.ops[side].max(1) as f64)
+    }
+
     /// Time per operation with the switch on over time per operation with it off (`None`
     /// unless both sides have operations).
     pub fn on_over_off(&self) -> Option<f64> {

@@ -175,6 +175,10 @@ pub struct RunRecord {
     /// `--ab-windows`: operations timed with the switch off and on.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ab_ops: Option<[u64; 2]>,
+    /// `--ab-windows`: nanoseconds per operation with the switch off and on (each worker's
+    /// time in its operations, not the run's wall time per operation).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ab_ns_per_op: Option<[f64; 2]>,
     /// `--ab-heap`: the heap whose store was timed while the switch was on (`--heap`'s while
     /// it was off).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -312,6 +316,9 @@ impl RunRecord {
             mcas_per_op: coherence.map(|c| c.mcas as f64 / ops.max(1) as f64),
             ab_on_over_off: tally.ab.on_over_off(),
             ab_ops: spec.ab_windows.map(|_| tally.ab.ops),
+            ab_ns_per_op: spec
+                .ab_windows
+                .map(|_| tally.ab.ticks_per_op().map(|t| t * tally.ns_per_tick())),
             ab_heap: spec.ab_heap.as_ref().map(|p| p.display().to_string()),
             server_version: reports.iter().find_map(|r| r.server_version.clone()),
             latency_from: spec.pacing.latency_from().into(),
@@ -426,7 +433,11 @@ impl RunRecord {
                 .map_or("none (a side ran no operation)".to_owned(), |r| {
                     format!("{r:.4}")
                 });
-            println!("  ab on/off: {ratio} time per operation ({on} operations on, {off} off)");
+            let [off_ns, on_ns] = self.ab_ns_per_op.unwrap_or_default();
+            println!(
+                "  ab on/off: {ratio} time per operation ({on} operations on at {on_ns:.0} ns, \
+                 {off} off at {off_ns:.0} ns)"
+            );
             if let Some(heap) = &self.ab_heap {
                 println!("  ab on: the store in {heap}; off: the store in --heap");
             }

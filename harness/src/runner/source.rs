@@ -19,8 +19,8 @@ pub const NAMES_YCSB: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "d
 
 /// A worker's operations.
 pub trait Source {
-    /// One operation.
-    type Op;
+    /// One operation (copied only by a paired target's catching up, `--ab-heap`).
+    type Op: Clone;
     /// The next operation, `None` at the end; lent until the next call, so the timed
     /// loop copies nothing.
     fn next_op(&mut self) -> anyhow::Result<Option<&Self::Op>>;

@@ -72,13 +72,13 @@ pub struct RunArgs {
     /// With `--ab-windows` and `--target embedded`: compare two heaps in one run instead of
     /// two builds. Every operation runs on the store in `--heap` and on the store in this
     /// heap file (created with the defaults if it does not exist; make it with `podkv heap
-    /// create` to choose its coherence mode, placement or geometry). Only the run on the
-    /// window's side is timed: this heap's while the switch is on, `--heap`'s while it is off;
-    /// the other runs just before it, untimed, so both stores see every operation and stay
-    /// alike. `ab on/off` is then this heap's time per operation over `--heap`'s, with the
-    /// machine's drift cancelled; whole runs can only compare across drift. The run takes
-    /// about twice as long; the coherence, page-fault and PSS figures cover both heaps, the
-    /// HWcc bytes are this heap's.
+    /// create` to choose its coherence mode, placement or geometry). Each window's operations
+    /// run on its side's store, timed: this heap's while the switch is on, `--heap`'s while it
+    /// is off. When the side changes, the other store first runs them, untimed, so both stores
+    /// see every operation and stay alike. `ab on/off` is then this heap's time per operation
+    /// over `--heap`'s, with the machine's drift cancelled; whole runs can only compare across
+    /// drift. The run takes about twice as long; the coherence, page-fault and PSS figures
+    /// cover both heaps, the HWcc bytes are this heap's.
     #[arg(long, value_name = "PATH")]
     pub ab_heap: Option<PathBuf>,
 }

@@ -1,8 +1,11 @@
 //! `--ab-heap`: two targets run as one, so that a single run compares them. Untimed phases
-//! run every command on both. In the timed phase the worker loop first sends the command to
-//! the store of the window's other side, untimed, then to the side's own store, timed
-//! ([`Session::direct`]): both stores see every command in the same order, so their
-//! contents, hit rates and table sizes stay alike, and each side's time is its own store's.
+//! run every command on both. In the timed phase the worker loop sends each window's commands
+//! to the store of the window's side, timed, and when the side changes the other store runs
+//! them, untimed, before the new side's first timed one ([`Session::direct`]; the worker's
+//! `Lag`). So both stores see every command in the same order (one worker's exactly; between
+//! workers, as concurrency allows), their contents, hit rates and table sizes stay alike, and
+//! each timed command follows its own store's previous one, whose leftovers (write-backs in
+//! flight) are its store's cost.
 
 use super::{Outcome, Session, Target};
 use podkv_traces::Command;
