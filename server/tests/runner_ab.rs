@@ -6,10 +6,28 @@ mod run_support;
 use run_support::{on_dashmap, records, run, run_ok as podkv, s, stdout_ok};
 use serde_json::Value;
 use std::path::Path;
+use std::sync::Mutex;
+
+/// Held by each test while it runs: the tests compare times inside a run, and the others'
+/// processes on the same cores would land in one side's windows more than the other's.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Checks that record `r` of a run of `ops` operations split them between the A/B switch's
 /// sides, each with more than a tenth.
 fn assert_both_sides_ran(r: &Value, ops: u64) {
+    assert_both_sides_ran_share(r, ops, 10);
+}
+
+/// As [`assert_both_sides_ran`], each side with more than `1 / part` of the operations. Two
+/// targets of unlike speed split them unevenly: the slower one's windows begin by catching up
+/// on what the faster one ran, untimed.
+fn assert_both_sides_ran_share(r: &Value, ops: u64, part: u64) {
     let sides: Vec<u64> = r["ab_ops"]
         .as_array()
         .unwrap_or_else(|| panic!("no ab_ops: {r}"))
@@ -18,7 +36,7 @@ fn assert_both_sides_ran(r: &Value, ops: u64) {
         .collect();
     assert_eq!(sides.iter().sum::<u64>(), ops, "{r}");
     assert!(
-        sides.iter().all(|&n| n > ops / 10),
+        sides.iter().all(|&n| n > ops / part),
         "both sides ran: {sides:?}"
     );
 }
@@ -28,6 +46,7 @@ fn assert_both_sides_ran(r: &Value, ops: u64) {
 /// switch, so both sides run the same code: the ratio is the method's noise, near 1.
 #[test]
 fn ab_windows_split_the_timed_phase_between_the_two_sides() {
+    let _serial = serial();
     let r = &on_dashmap("--workload c --records 2000 --ops 300000 --ab-windows 100");
     assert_both_sides_ran(r, 300_000);
     let ratio = r["ab_on_over_off"].as_f64().unwrap();
@@ -143,6 +162,7 @@ fn paired(heap: &Path, other: &Path, processes: &str, threads: &str, json: &Path
 /// process or two.
 #[test]
 fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (fast, slow) = (dir.path().join("hardware"), dir.path().join("flush-cas"));
     let single = dir.path().join("single");
@@ -151,7 +171,7 @@ fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
     }
     let json = dir.path().join("r.ndjson");
     let r = paired(&fast, &slow, "1", "1", &json);
-    assert_both_sides_ran(&r, 60_000);
+    assert_both_sides_ran_share(&r, 60_000, 50);
     let ratio = r["ab_on_over_off"].as_f64().unwrap();
     assert!(ratio > 1.5, "flush-cas on, hardware off: {ratio} ({r})");
     assert_eq!(r["ab_heap"].as_str(), Some(s(&slow)), "{r}");
@@ -173,7 +193,7 @@ fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
         podkv(&["heap", "create", s(heap), "--coherence", mode]);
     }
     let r = paired(&slow, &fast, "2", "1", &json);
-    assert_both_sides_ran(&r, 60_000);
+    assert_both_sides_ran_share(&r, 60_000, 50);
     let ratio = r["ab_on_over_off"].as_f64().unwrap();
     assert!(
         ratio < 1.0 / 1.5,
@@ -188,10 +208,56 @@ fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
     );
 }
 
-/// `--ab-heap` is refused, in one line each, without windows, with a target that is not the
-/// store in a heap, and with the run's own heap.
+/// `--ab-target`: the store against another target in one run. Loaded records are found on
+/// both sides (the load ran on both), and a target that does nothing (`null`) takes a small
+/// part of the store's time per operation.
+#[test]
+fn ab_target_compares_the_store_with_another_target() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.ndjson");
+    for other in ["dashmap", "mimalloc", "null"] {
+        podkv(&[
+            "ycsb",
+            "--workload",
+            "c",
+            "--records",
+            "2000",
+            "--ops",
+            "100000",
+            "--threads",
+            "2",
+            "--ab-target",
+            other,
+            "--ab-windows",
+            "200",
+            "--json",
+            s(&json),
+        ]);
+        let r = records(&json).pop().unwrap();
+        assert_both_sides_ran(&r, 100_000);
+        assert_eq!(r["ab_target"].as_str(), Some(other), "{r}");
+        assert!(r.get("ab_heap").is_none(), "{r}");
+        let ratio = r["ab_on_over_off"].as_f64().unwrap();
+        if other == "null" {
+            assert!(ratio < 0.5, "null against the store: {ratio}");
+            continue;
+        }
+        assert_eq!(
+            r["misses"], 0,
+            "every loaded record found on both sides: {r}"
+        );
+        assert!((0.1..10.0).contains(&ratio), "{other}: {ratio}");
+    }
+}
+
+/// `--ab-heap` and `--ab-target` are refused, in one line each, without windows, with a run
+/// target that is not the store in a heap, with the run's own heap, with a heap for a target
+/// that has none, with a target that cannot be compared, and with a process-local target
+/// across processes.
 #[test]
 fn ab_heap_is_refused_where_it_cannot_compare() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let heap = dir.path().join("h");
     let refused = |extra: &[&str], why: &str| {
@@ -213,7 +279,7 @@ fn ab_heap_is_refused_where_it_cannot_compare() {
             "--ab-heap",
             s(&heap),
         ],
-        "needs --target embedded",
+        "need --target embedded",
     );
     refused(
         &[
@@ -226,4 +292,13 @@ fn ab_heap_is_refused_where_it_cannot_compare() {
         ],
         "is the run's --heap",
     );
+    let windows = ["--ab-windows", "100", "--ab-target"];
+    let with = |rest: &[&'static str]| [&windows[..], rest].concat();
+    refused(&with(&["embedded"]), "needs --ab-heap");
+    refused(&with(&["dashmap", "--ab-heap", "h"]), "dashmap has none");
+    refused(
+        &with(&["memcached://127.0.0.1:1"]),
+        "compare with embedded, mimalloc, dashmap or null",
+    );
+    refused(&with(&["mimalloc", "--processes", "2"]), "process-local");
 }

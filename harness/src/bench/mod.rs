@@ -318,7 +318,7 @@ fn spec_of(job: BenchJob, processes: usize, threads: usize, duration: Option<f64
         fixed_buckets: None,
         ab_windows: None,
         ab_window_ticks: None,
-        ab_heap: None,
+        ab_target: None,
     }
 }
 

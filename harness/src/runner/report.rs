@@ -3,7 +3,7 @@
 use super::metrics::{Tally, TallyWire};
 use super::pacing::Pacing;
 use super::spec::{Job, RunSpec};
-use super::targets::ServerTally;
+use super::targets::{ServerTally, TargetSpec};
 use crate::helpers::{append_ndjson, human_bytes};
 use crate::process_stats;
 use serde::{Deserialize, Serialize};
@@ -179,8 +179,11 @@ pub struct RunRecord {
     /// time in its operations, not the run's wall time per operation).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ab_ns_per_op: Option<[f64; 2]>,
-    /// `--ab-heap`: the heap whose store was timed while the switch was on (`--heap`'s while
-    /// it was off).
+    /// `--ab-target` (or `--ab-heap`): the target timed while the switch was on (the store in
+    /// `--heap` while it was off).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ab_target: Option<String>,
+    /// `--ab-heap`: the heap of that target, when it is the store in a second heap.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ab_heap: Option<String>,
     /// A server target's answer to `version` (`1.6.21`; podkv serve's says `-podkv-`).
@@ -319,7 +322,11 @@ impl RunRecord {
             ab_ns_per_op: spec
                 .ab_windows
                 .map(|_| tally.ab.ticks_per_op().map(|t| t * tally.ns_per_tick())),
-            ab_heap: spec.ab_heap.as_ref().map(|p| p.display().to_string()),
+            ab_target: spec.ab_target.as_ref().map(TargetSpec::name),
+            ab_heap: match &spec.ab_target {
+                Some(TargetSpec::Embedded { heap }) => Some(heap.display().to_string()),
+                _ => None,
+            },
             server_version: reports.iter().find_map(|r| r.server_version.clone()),
             latency_from: spec.pacing.latency_from().into(),
             target_rate: match spec.pacing {
@@ -438,8 +445,12 @@ impl RunRecord {
                 "  ab on/off: {ratio} time per operation ({on} operations on at {on_ns:.0} ns, \
                  {off} off at {off_ns:.0} ns)"
             );
-            if let Some(heap) = &self.ab_heap {
-                println!("  ab on: the store in {heap}; off: the store in --heap");
+            match (&self.ab_target, &self.ab_heap) {
+                (_, Some(heap)) => {
+                    println!("  ab on: the store in {heap}; off: the store in --heap")
+                }
+                (Some(target), None) => println!("  ab on: {target}; off: the store in --heap"),
+                (None, None) => {}
             }
         }
     }

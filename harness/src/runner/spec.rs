@@ -81,6 +81,13 @@ pub struct RunArgs {
     /// cover both heaps, the HWcc bytes are this heap's.
     #[arg(long, value_name = "PATH")]
     pub ab_heap: Option<PathBuf>,
+    /// As `--ab-heap`, against another target instead of a second heap: `dashmap`,
+    /// `mimalloc` (the same index in process-local memory), `null` (the runner alone), or
+    /// `embedded` (the store in `--ab-heap`'s heap, which is the default when `--ab-heap` is
+    /// given). `ab on/off` is then this target's time per operation over the store's in
+    /// `--heap`. Process-local targets need `--processes 1`.
+    #[arg(long, value_name = "TARGET")]
+    pub ab_target: Option<String>,
 }
 
 /// A YCSB job as sent to worker processes (the `podkv ycsb` flags that shape operations).
@@ -255,6 +262,24 @@ impl Job {
     }
 }
 
+/// The target of `--ab-target` and `--ab-heap`: `embedded` (the default with `--ab-heap`)
+/// needs the heap, the others refuse one.
+fn ab_target(args: &RunArgs) -> anyhow::Result<Option<TargetSpec>> {
+    let heap = args.ab_heap.clone();
+    let target = match (args.ab_target.as_deref(), &heap) {
+        (None, None) => return Ok(None),
+        (None | Some("embedded"), Some(_)) => "embedded",
+        (Some("embedded"), None) => {
+            anyhow::bail!("--ab-target embedded needs --ab-heap: the heap of the second store")
+        }
+        (Some(name), Some(_)) => {
+            anyhow::bail!("--ab-heap is the heap of --ab-target embedded: {name} has none")
+        }
+        (Some(name), None) => name,
+    };
+    TargetSpec::parse(target, heap).map(Some)
+}
+
 /// The smallest and largest fixed tables (`--fixed-buckets`), as log2 of the buckets: the
 /// store's first table, and its largest.
 const FIXED_BUCKETS_MIN: u32 = podkv_store::layout::SHIFT_BUCKETS_START as u32;
@@ -291,10 +316,10 @@ pub struct RunSpec {
     /// cuts the same windows ([`super::ab`]).
     #[serde(default)]
     pub ab_window_ticks: Option<u64>,
-    /// `--ab-heap`: the heap whose store runs every operation beside the target's, timed
-    /// while the switch is on.
+    /// `--ab-target` (or `--ab-heap`): the target that runs every operation beside the run's,
+    /// timed while the switch is on.
     #[serde(default)]
-    pub ab_heap: Option<PathBuf>,
+    pub ab_target: Option<TargetSpec>,
 }
 
 impl RunSpec {
@@ -322,7 +347,7 @@ impl RunSpec {
                 .ab_windows
                 .filter(|&micros| micros > 0)
                 .map(super::ab::window_ticks),
-            ab_heap: args.ab_heap.clone(),
+            ab_target: ab_target(args)?,
             pacing: args
                 .target_rate
                 .map_or(Pacing::Closed, |ops_per_sec| Pacing::Rate { ops_per_sec }),
@@ -346,6 +371,51 @@ impl RunSpec {
         }
     }
 
+    /// `--ab-target`'s rules: the run's target is the store in a heap, the other one a store
+    /// target (or `null`) that can follow the run's processes, and a second heap is another
+    /// file.
+    fn validate_ab_target(&self, other: &TargetSpec) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.ab_windows.is_some(),
+            "--ab-heap and --ab-target compare two targets in the windows of --ab-windows: \
+             give both"
+        );
+        let TargetSpec::Embedded { heap } = &self.target else {
+            anyhow::bail!(
+                "--ab-heap and --ab-target compare with the podkv store in --heap: they need \
+                 --target embedded, not {}",
+                self.target.name()
+            );
+        };
+        match other {
+            TargetSpec::Embedded { heap: other } => {
+                let same = |a: &PathBuf, b: &PathBuf| {
+                    a == b
+                        || matches!(
+                            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+                            (Ok(a), Ok(b)) if a == b
+                        )
+                };
+                anyhow::ensure!(
+                    !same(heap, other),
+                    "--ab-heap {} is the run's --heap: compare two different heap files",
+                    other.display()
+                );
+            }
+            TargetSpec::Dashmap | TargetSpec::Mimalloc | TargetSpec::Null => {}
+            _ => anyhow::bail!(
+                "--ab-target {}: compare with embedded, mimalloc, dashmap or null",
+                other.name()
+            ),
+        }
+        anyhow::ensure!(
+            self.processes == 1 || other.spans_processes(),
+            "--ab-target {} lives in process-local memory: it cannot run with --processes > 1",
+            other.name()
+        );
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
             self.processes >= 1 && self.threads >= 1,
@@ -360,30 +430,8 @@ impl RunSpec {
             "--ab-windows times a closed loop: it cannot go with --target-rate or --pace \
              timestamps"
         );
-        if let Some(other) = &self.ab_heap {
-            anyhow::ensure!(
-                self.ab_windows.is_some(),
-                "--ab-heap compares two heaps in the windows of --ab-windows: give both"
-            );
-            let TargetSpec::Embedded { heap } = &self.target else {
-                anyhow::bail!(
-                    "--ab-heap runs the podkv store in a second heap: it needs --target \
-                     embedded, not {}",
-                    self.target.name()
-                );
-            };
-            let same = |a: &PathBuf, b: &PathBuf| {
-                a == b
-                    || matches!(
-                        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
-                        (Ok(a), Ok(b)) if a == b
-                    )
-            };
-            anyhow::ensure!(
-                !same(heap, other),
-                "--ab-heap {} is the run's --heap: compare two different heap files",
-                other.display()
-            );
+        if let Some(other) = &self.ab_target {
+            self.validate_ab_target(other)?;
         }
         anyhow::ensure!(
             self.workers() <= COUNT_WORKERS_MAX,

@@ -5,7 +5,7 @@
 //! for `go`, run its source to the end (or to `stop` in the timed phase), `done` (see
 //! [`super::control`]). Only the last phase is timed.
 
-use super::ab::Windows;
+use super::ab::{Lag, NoSides, Side, Windowed};
 use super::control::{Control, COUNT_OPS_PER_PROGRESS};
 use super::cpus::{allowed_cpus, pin_to};
 use super::metrics::{ticks, Recorder, Tally};
@@ -48,17 +48,7 @@ fn run_target(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<P
             process,
             &StoreTarget::local(&spec.store_config())?,
         ),
-        TargetSpec::Embedded { heap } => {
-            let config = spec.store_config();
-            let target = StoreTarget::open(heap, &config)?;
-            match &spec.ab_heap {
-                None => run_sources(spec, ctl, process, &target),
-                Some(other) => {
-                    let b = StoreTarget::open(other, &config)?;
-                    run_sources(spec, ctl, process, &Paired { a: target, b })
-                }
-            }
-        }
+        TargetSpec::Embedded { heap } => run_embedded(spec, ctl, process, heap),
         TargetSpec::Boost { segment, bytes } => {
             let config = spec.store_config();
             run_sources(
@@ -76,6 +66,34 @@ fn run_target(spec: &RunSpec, ctl: &Control, process: usize) -> anyhow::Result<P
             let target = crate::runner::memcached::MemcachedTarget::new(servers.clone(), timeout);
             run_sources(spec, ctl, process, &target)
         }
+    }
+}
+
+/// The store in `heap`, alone or paired with `--ab-target`'s target.
+fn run_embedded(
+    spec: &RunSpec,
+    ctl: &Control,
+    process: usize,
+    heap: &std::path::Path,
+) -> anyhow::Result<ProcessReport> {
+    let config = spec.store_config();
+    let a = StoreTarget::open(heap, &config)?;
+    match &spec.ab_target {
+        None => run_sources(spec, ctl, process, &a),
+        Some(TargetSpec::Embedded { heap }) => {
+            let b = StoreTarget::open(heap, &config)?;
+            run_sources(spec, ctl, process, &Paired { a, b })
+        }
+        Some(TargetSpec::Mimalloc) => {
+            let b = StoreTarget::local(&config)?;
+            run_sources(spec, ctl, process, &Paired { a, b })
+        }
+        Some(TargetSpec::Dashmap) => {
+            let b = KvTarget(podkv_store::DashBaseline::new());
+            run_sources(spec, ctl, process, &Paired { a, b })
+        }
+        Some(TargetSpec::Null) => run_sources(spec, ctl, process, &Paired { a, b: NullTarget }),
+        Some(other) => anyhow::bail!("--ab-target {} is not served", other.name()),
     }
 }
 
@@ -285,10 +303,7 @@ fn run_worker<T: Target, S: Source>(
         } else {
             match spec.ab_window_ticks.filter(|_| stoppable) {
                 Some(ticks) => {
-                    let sides = Windowed {
-                        windows: Windows::new(ticks),
-                        set: 0,
-                    };
+                    let sides = Windowed::new(ticks);
                     let recorder = run_source(source, &mut session, &mut values, at, sides);
                     podkv_hw::ab::set(false);
                     session.direct(None);
@@ -339,100 +354,6 @@ struct Loop<'c> {
     w: usize,
     kinds: usize,
     stoppable: bool,
-}
-
-/// What [`run_source`] tells apart in each operation besides its kind: the side of the A/B
-/// switch it ran on (`--ab-windows`), or nothing.
-trait Side {
-    /// The side of an operation that starts at tick `start`, the switch set to it; `None`
-    /// when nothing is told apart.
-    fn side(&mut self, start: u64) -> Option<usize>;
-}
-
-/// A plain run: the loop keeps no side (the call inlines away).
-struct NoSides;
-
-impl Side for NoSides {
-    #[inline(always)]
-    fn side(&mut self, _start: u64) -> Option<usize> {
-        None
-    }
-}
-
-/// `--ab-windows`: the window's side, and the side this worker last set the switch to.
-struct Windowed {
-    windows: Windows,
-    set: usize,
-}
-
-impl Side for Windowed {
-    #[inline(always)]
-    fn side(&mut self, start: u64) -> Option<usize> {
-        Some(self.windows.side(start, &mut self.set))
-    }
-}
-
-/// A paired target's catching up (`--ab-heap`, [`Paired`]): the operations this worker ran
-/// on the store of the current side since the side last changed. When it changes, the store
-/// of the new side runs them first, untimed, so both stores see every operation in order.
-///
-/// Whole windows, not alternate operations: an operation leaves work behind it (write-backs
-/// in flight, evicted lines) that the next one on the core pays for. Timing each operation
-/// right after the other store's would charge it with that store's leftovers; measured, a
-/// `hardware` store's operation took 11–18% longer after a `limited` or `flush-cas` one.
-struct Lag<O> {
-    /// The side whose store ran `ops`, once the session is known to be paired.
-    side: Option<usize>,
-    ops: Vec<O>,
-}
-
-impl<O: Clone> Lag<O> {
-    fn new() -> Self {
-        Lag {
-            side: None,
-            ops: Vec::new(),
-        }
-    }
-
-    /// Before an operation on `side`: if the side changed (or this is the first), and the
-    /// session is paired, directs it to `side`'s store and has that store run what the other
-    /// ran meanwhile. True if it ran anything (the clock must start again).
-    #[inline(always)]
-    fn switch<S: Source<Op = O>, X: Session>(
-        &mut self,
-        side: usize,
-        session: &mut X,
-        values: &mut Values,
-    ) -> anyhow::Result<bool> {
-        if self.side == Some(side) || !session.direct(Some(side)) {
-            return Ok(false);
-        }
-        self.side = Some(side);
-        for op in self.ops.drain(..) {
-            S::perform(&op, session, values)?;
-        }
-        Ok(true)
-    }
-
-    /// After an operation on the current side's store.
-    #[inline(always)]
-    fn ran(&mut self, op: &O) {
-        if self.side.is_some() {
-            self.ops.push(op.clone());
-        }
-    }
-
-    /// At the loop's end: the other store runs what is left, so both end alike.
-    fn finish<S: Source<Op = O>, X: Session>(
-        mut self,
-        session: &mut X,
-        values: &mut Values,
-    ) -> anyhow::Result<()> {
-        if let Some(side) = self.side {
-            self.switch::<S, X>(1 - side, session, values)?;
-        }
-        Ok(())
-    }
 }
 
 /// The timed loop: next op, tick, perform, tick, record (and, with A/B windows, the

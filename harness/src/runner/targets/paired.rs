@@ -1,36 +1,37 @@
-//! `--ab-heap`: two targets run as one, so that a single run compares them. Untimed phases
-//! run every command on both. In the timed phase the worker loop sends each window's commands
-//! to the store of the window's side, timed, and when the side changes the other store runs
-//! them, untimed, before the new side's first timed one ([`Session::direct`]; the worker's
-//! `Lag`). So both stores see every command in the same order (one worker's exactly; between
-//! workers, as concurrency allows), their contents, hit rates and table sizes stay alike, and
-//! each timed command follows its own store's previous one, whose leftovers (write-backs in
-//! flight) are its store's cost.
+//! `--ab-heap`, `--ab-target`: two targets run as one, so that a single run compares them.
+//! Untimed phases run every command on both. In the timed phase the worker loop sends each
+//! window's commands to the target of the window's side, timed, and when the side changes the
+//! other target runs them, untimed, before the new side's first timed one
+//! ([`Session::direct`]; the worker loop's `Lag`, in `runner::ab`). So both see every command in the same order (one
+//! worker's exactly; between workers, as concurrency allows), their contents, hit rates and
+//! table sizes stay alike, and each timed command follows its own target's previous one,
+//! whose leftovers (write-backs in flight) are its target's cost.
 
 use super::{Outcome, Session, Target};
 use podkv_traces::Command;
 
-/// The run's target (`a`, store 0: the switch off) and the one it is compared with (`b`,
-/// store 1: the switch on).
-pub struct Paired<T> {
-    /// Store 0.
-    pub a: T,
-    /// Store 1.
-    pub b: T,
+/// The run's target (`a`, target 0: the switch off) and the one it is compared with (`b`,
+/// target 1: the switch on).
+pub struct Paired<A, B> {
+    /// Target 0.
+    pub a: A,
+    /// Target 1.
+    pub b: B,
 }
 
-/// A worker's sessions on both stores, and where commands go now.
-pub struct PairedSession<S> {
-    a: S,
-    b: S,
+/// A worker's sessions on both targets, and where commands go now.
+pub struct PairedSession<SA, SB> {
+    a: SA,
+    b: SB,
     to: Option<usize>,
 }
 
-impl<T: Target> Target for Paired<T> {
+impl<A: Target, B: Target> Target for Paired<A, B> {
     type Session<'t>
-        = PairedSession<T::Session<'t>>
+        = PairedSession<A::Session<'t>, B::Session<'t>>
     where
-        T: 't;
+        A: 't,
+        B: 't;
 
     fn session(&self, worker: usize) -> anyhow::Result<Self::Session<'_>> {
         Ok(PairedSession {
@@ -40,28 +41,25 @@ impl<T: Target> Target for Paired<T> {
         })
     }
 
-    /// The compared heap's HWcc bytes (store 1's: `--ab-heap`'s), so that a run comparing a
-    /// `limited` heap with a `hardware` one reports what the `limited` store needs.
+    /// The compared heap's HWcc bytes (target 1's: `--ab-heap`'s), so that a run comparing a
+    /// `limited` heap with a `hardware` one reports what the `limited` store needs; the run's
+    /// own heap's when target 1 has none.
     fn hwcc_bytes(&self) -> Option<u64> {
-        self.b.hwcc_bytes()
+        self.b.hwcc_bytes().or_else(|| self.a.hwcc_bytes())
     }
 
     /// Both heaps' mCAS requests.
     fn mcas_ops(&self) -> Option<u64> {
-        sum(self.a.mcas_ops(), self.b.mcas_ops())
+        match (self.a.mcas_ops(), self.b.mcas_ops()) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        }
     }
 }
 
-fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-    }
-}
-
-impl<S: Session> Session for PairedSession<S> {
-    /// On both stores (store 0's outcome; they agree, having seen the same commands), or on
-    /// the one directed to.
+impl<SA: Session, SB: Session> Session for PairedSession<SA, SB> {
+    /// On both targets (target 0's outcome; they agree, having seen the same commands), or
+    /// on the one directed to.
     #[inline]
     fn execute(&mut self, command: Command, key: &[u8], value: &[u8]) -> anyhow::Result<Outcome> {
         match self.to {
@@ -81,24 +79,24 @@ impl<S: Session> Session for PairedSession<S> {
     }
 
     #[inline]
-    fn direct(&mut self, store: Option<usize>) -> bool {
-        self.to = store;
+    fn direct(&mut self, target: Option<usize>) -> bool {
+        self.to = target;
         true
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::kv::KvTarget;
     use super::super::store::StoreTarget;
     use super::*;
     use podkv_store::StoreConfig;
 
     #[test]
-    fn commands_go_to_both_stores_unless_directed() {
-        let config = StoreConfig::default();
+    fn commands_go_to_both_targets_unless_directed() {
         let t = Paired {
-            a: StoreTarget::local(&config).unwrap(),
-            b: StoreTarget::local(&config).unwrap(),
+            a: StoreTarget::local(&StoreConfig::default()).unwrap(),
+            b: KvTarget(podkv_store::DashBaseline::new()),
         };
         let mut s = t.session(0).unwrap();
         let set = Command::Set { ttl: 0 };
@@ -116,10 +114,10 @@ mod tests {
         assert_eq!(
             s.execute(Command::Get, b"only-b", b"").unwrap(),
             Outcome::Miss,
-            "both: store 0's outcome"
+            "both: target 0's outcome"
         );
         let mut alone = t.b.session(1).unwrap();
-        assert!(!alone.direct(Some(0)), "a single store is not paired");
+        assert!(!alone.direct(Some(0)), "a single target is not paired");
         assert_eq!(
             alone.execute(Command::Get, b"only-b", b"").unwrap(),
             Outcome::Hit
