@@ -68,6 +68,35 @@ impl Default for NmpOptions {
     }
 }
 
+/// Waits while the processor's journal names request `seq` of line `client`: a request a
+/// processor took before the line's new client withdrew it (the processor journals, then
+/// looks at the line again; the new client withdraws, then reads the journal: one of the two
+/// sees the other). Such a request is performed once the processor runs on, maybe after the
+/// new client has started: a recoverer that read the heap in between would decide on a state
+/// the request then changes (a slab pushed on a free list twice, or left off it). The wait
+/// ends when the processor has answered it, or when a successor processor has answered it
+/// unknown without performing it, or when the heartbeat has stood still for `timeout` (the
+/// processor died holding it: its successor never performs it).
+fn settle_taken(region: &Region, client: u32, seq: u64, timeout: Duration) {
+    let journal = |i| region.journal(i);
+    let taken = || {
+        journal(word::INFLIGHT_CLIENT).load(Ordering::Acquire) == u64::from(client) + 1
+            && journal(word::INFLIGHT_SEQ).load(Ordering::Acquire) == seq
+    };
+    let heartbeat = region.liveness(word::HEARTBEAT);
+    let mut beat = heartbeat.load(Ordering::Relaxed);
+    let mut since = Instant::now();
+    while taken() {
+        let now = heartbeat.load(Ordering::Relaxed);
+        if now != beat {
+            (beat, since) = (now, Instant::now());
+        } else if since.elapsed() > timeout {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// The processor's answer to one mCAS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CasReply {
@@ -90,7 +119,9 @@ pub struct NmpClient {
 
 impl NmpClient {
     /// A client on line `client` (the caller's thread-slot index; no two live clients may
-    /// share one). A request a dead predecessor left pending on the line is withdrawn.
+    /// share one). A request a dead predecessor left pending on the line is withdrawn; one a
+    /// processor had already taken is waited for ([`settle_taken`]), so that nothing the
+    /// predecessor asked for lands after this returns.
     pub fn new(region: Region, client: u32, options: NmpOptions) -> Result<NmpClient, McasError> {
         let count = region.count_clients();
         if client >= count {
@@ -101,6 +132,10 @@ impl NmpClient {
         region
             .spwr(client, word::SEQ)
             .store(withdrawn, Ordering::Release);
+        if seq & 1 == 0 {
+            fence(Ordering::SeqCst);
+            settle_taken(&region, client, seq, options.timeout);
+        }
         Ok(NmpClient {
             region,
             client,
