@@ -81,34 +81,30 @@ fn ab_windows_split_the_timed_phase_between_the_two_sides() {
         plain.get("ab_ops").is_none(),
         "no windows unless asked: {plain}"
     );
-    let out = run(&[
-        "ycsb",
-        "--workload",
-        "c",
-        "--records",
-        "10",
-        "--ab-windows",
-        "0",
-    ]);
-    assert!(!out.status.success());
+    refused(&["--ab-windows", "0"], "--ab-windows needs a window");
+    refused(
+        &[
+            "--target",
+            "dashmap",
+            "--ab-windows",
+            "1000",
+            "--target-rate",
+            "1000",
+        ],
+        "cannot go with --target-rate",
+    );
+}
+
+/// Checks that `podkv ycsb --workload c --records 10 EXTRA` is refused in one line saying
+/// `why`.
+fn refused(extra: &[&str], why: &str) {
+    let mut args = vec!["ycsb", "--workload", "c", "--records", "10"];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert!(!out.status.success(), "{extra:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--ab-windows needs a window"), "{err}");
-    let out = run(&[
-        "ycsb",
-        "--workload",
-        "c",
-        "--records",
-        "10",
-        "--target",
-        "dashmap",
-        "--ab-windows",
-        "1000",
-        "--target-rate",
-        "1000",
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot go with --target-rate"), "{err}");
+    assert!(err.contains(why), "{extra:?}: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
 /// `podkv store stats HEAP`'s item count.
@@ -260,15 +256,6 @@ fn ab_heap_is_refused_where_it_cannot_compare() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let heap = dir.path().join("h");
-    let refused = |extra: &[&str], why: &str| {
-        let mut args = vec!["ycsb", "--workload", "c", "--records", "10"];
-        args.extend_from_slice(extra);
-        let out = run(&args);
-        assert!(!out.status.success(), "{extra:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(why), "{extra:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    };
     refused(&["--ab-heap", s(&heap)], "give both");
     refused(
         &[

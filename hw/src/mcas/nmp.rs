@@ -308,3 +308,50 @@ impl NmpClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcas::RegionFile;
+    use std::sync::atomic::AtomicBool;
+
+    /// A new client of a line whose request a processor had taken (journalled) before the line
+    /// was withdrawn waits until the processor is done with it: a recoverer that opens the
+    /// dead client's line then reads the heap after what that request did, never before.
+    #[test]
+    fn a_new_client_waits_for_the_request_of_its_line_a_processor_took() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = RegionFile::create(&dir.path().join("region"), 2, 2).unwrap();
+        let region = file.region().clone();
+        let target = region.targets().start;
+        // A client of line 1 sent request 2 and died; the processor took it, and runs on
+        // (beating) for 100 ms before it performs it.
+        region.spwr(1, word::SEQ).store(2, Ordering::Release);
+        let journal = |i| region.journal(i);
+        journal(word::INFLIGHT_SEQ).store(2, Ordering::Relaxed);
+        journal(word::INFLIGHT_CLIENT).store(2, Ordering::Release);
+        let performed = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    region
+                        .liveness(word::HEARTBEAT)
+                        .fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                region.target(target).unwrap().store(9, Ordering::Relaxed);
+                performed.store(true, Ordering::Release);
+                journal(word::INFLIGHT_CLIENT).store(0, Ordering::Release);
+            });
+            let _client = NmpClient::new(region.clone(), 1, NmpOptions::default()).unwrap();
+            assert!(
+                performed.load(Ordering::Acquire),
+                "the taken request landed before the new client began"
+            );
+        });
+        // A line with no request taken: no wait, even with no processor at all.
+        let start = std::time::Instant::now();
+        let _other = NmpClient::new(region.clone(), 0, NmpOptions::default()).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+}
