@@ -22,6 +22,7 @@
 //!   is coherent, so the runs stay correct here): for measuring, never for serving.
 //! - With neither, both halves run the same code, and the ratio shows the method's own noise.
 
+#[cfg(feature = "ab-sites")]
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,20 +41,23 @@ pub fn set(on: bool) {
     ON.store(on, Ordering::Relaxed);
 }
 
+#[cfg(feature = "ab-sites")]
 thread_local! {
     /// An `ab-sites` build's hook site switched off: the thread's next hook CAS or store is
-    /// a CPU one ([`arm_cpu_cas`], [`take_cpu_cas`]).
+    /// a CPU one ([`arm_cpu_cas`], [`take_cpu_cas`]). Other builds have no such state.
     static CPU_CAS: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Makes the calling thread's next hook CAS or store a CPU one (a `cas_site!` of an
 /// `ab-sites` build, while the switch is on and the site selected).
+#[cfg(feature = "ab-sites")]
 #[inline]
 pub fn arm_cpu_cas() {
     CPU_CAS.with(|armed| armed.set(true));
 }
 
 /// Whether the calling thread's next hook CAS or store is to be a CPU one; disarms it.
+#[cfg(feature = "ab-sites")]
 #[inline]
 pub fn take_cpu_cas() -> bool {
     CPU_CAS.with(|armed| armed.replace(false))
@@ -91,6 +95,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "ab-sites")]
     #[test]
     fn an_armed_cpu_cas_is_taken_once_by_its_thread() {
         assert!(!take_cpu_cas());

@@ -3,7 +3,7 @@
 
 mod run_support;
 
-use run_support::{on_dashmap, records, run, run_ok as podkv, s, stdout_ok};
+use run_support::{on_dashmap, records, run, run_ok as podkv, s, stdout_ok, ycsb_record};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Mutex;
@@ -56,26 +56,11 @@ fn ab_windows_split_the_timed_phase_between_the_two_sides() {
     );
     // Two worker processes cut the same windows (the launcher measures their length once)
     // and add up their sides.
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("two.ndjson");
-    podkv(&[
-        "ycsb",
-        "--workload",
-        "c",
-        "--records",
-        "2000",
-        "--ops",
-        "200000",
-        "--processes",
-        "2",
-        "--target",
-        "embedded",
-        "--ab-windows",
-        "100",
-        "--json",
-        s(&json),
-    ]);
-    assert_both_sides_ran(&records(&json)[0], 200_000);
+    let two = ycsb_record(
+        "--workload c --records 2000 --ops 200000 --processes 2 --target embedded \
+         --ab-windows 100",
+    );
+    assert_both_sides_ran(&two, 200_000);
     let plain = &on_dashmap("--workload c --records 2000 --ops 1000");
     assert!(
         plain.get("ab_ops").is_none(),
@@ -210,27 +195,11 @@ fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
 #[test]
 fn ab_target_compares_the_store_with_another_target() {
     let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("r.ndjson");
     for other in ["dashmap", "mimalloc", "null"] {
-        podkv(&[
-            "ycsb",
-            "--workload",
-            "c",
-            "--records",
-            "2000",
-            "--ops",
-            "100000",
-            "--threads",
-            "2",
-            "--ab-target",
-            other,
-            "--ab-windows",
-            "200",
-            "--json",
-            s(&json),
-        ]);
-        let r = records(&json).pop().unwrap();
+        let r = ycsb_record(&format!(
+            "--workload c --records 2000 --ops 100000 --threads 2 --ab-target {other} \
+             --ab-windows 200"
+        ));
         assert_both_sides_ran(&r, 100_000);
         assert_eq!(r["ab_target"].as_str(), Some(other), "{r}");
         assert!(r.get("ab_heap").is_none(), "{r}");

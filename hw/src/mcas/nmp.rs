@@ -78,15 +78,10 @@ impl Default for NmpOptions {
 /// unknown without performing it, or when the heartbeat has stood still for `timeout` (the
 /// processor died holding it: its successor never performs it).
 fn settle_taken(region: &Region, client: u32, seq: u64, timeout: Duration) {
-    let journal = |i| region.journal(i);
-    let taken = || {
-        journal(word::INFLIGHT_CLIENT).load(Ordering::Acquire) == u64::from(client) + 1
-            && journal(word::INFLIGHT_SEQ).load(Ordering::Acquire) == seq
-    };
     let heartbeat = region.liveness(word::HEARTBEAT);
     let mut beat = heartbeat.load(Ordering::Relaxed);
     let mut since = Instant::now();
-    while taken() {
+    while is_taken(region, client, seq) {
         let now = heartbeat.load(Ordering::Relaxed);
         if now != beat {
             (beat, since) = (now, Instant::now());
@@ -95,6 +90,16 @@ fn settle_taken(region: &Region, client: u32, seq: u64, timeout: Duration) {
         }
         std::thread::yield_now();
     }
+}
+
+/// Whether the processor's journal names request `seq` of line `client`: a processor took it
+/// (and, unless it died, performs and answers it).
+fn is_taken(region: &Region, client: u32, seq: u64) -> bool {
+    region
+        .journal(word::INFLIGHT_CLIENT)
+        .load(Ordering::Acquire)
+        == u64::from(client) + 1
+        && region.journal(word::INFLIGHT_SEQ).load(Ordering::Acquire) == seq
 }
 
 /// The processor's answer to one mCAS.
@@ -279,11 +284,7 @@ impl NmpClient {
         {
             return self.read_reply(target);
         }
-        let journal = |i| self.region.journal(i);
-        let taken = journal(word::INFLIGHT_CLIENT).load(Ordering::Acquire)
-            == u64::from(self.client) + 1
-            && journal(word::INFLIGHT_SEQ).load(Ordering::Relaxed) == ready;
-        if taken {
+        if is_taken(&self.region, self.client, ready) {
             return Err(McasError::OutcomeUnknown);
         }
         Err(error)

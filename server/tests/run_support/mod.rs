@@ -65,11 +65,16 @@ pub fn records(path: &Path) -> Vec<Value> {
 
 /// The record of `podkv ycsb ARGS --threads 2 --target dashmap` (ARGS split at spaces).
 pub fn on_dashmap(args: &str) -> Value {
+    ycsb_record(&format!("{args} --threads 2 --target dashmap"))
+}
+
+/// The record of `podkv ycsb ARGS` (ARGS split at spaces), which must succeed.
+pub fn ycsb_record(args: &str) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.ndjson");
     let mut all: Vec<&str> = vec!["ycsb"];
     all.extend(args.split(' '));
-    all.extend(["--threads", "2", "--target", "dashmap", "--json", s(&json)]);
+    all.extend(["--json", s(&json)]);
     run_ok(&all);
     records(&json).swap_remove(0)
 }

@@ -15,8 +15,8 @@
 //! | `boost` | the podkv index in a boost.interprocess segment ([`boost`]; feature `baselines` with boost's headers) | any |
 //! | `memcached://H:P[,H:P…][?timeout_ms=MS]` | memcached text protocol over TCP, keys spread by hash; with a timeout, failures are counted per server instead of ending the run | any |
 //!
-//! `--ab-heap` pairs the embedded store with a second one ([`paired`]): every command runs on
-//! both, the window's side timed.
+//! `--ab-heap` and `--ab-target` pair the embedded store with a second target ([`paired`]):
+//! every command runs on both, the window's side timed.
 
 pub mod boost;
 pub mod kv;
@@ -73,9 +73,10 @@ pub trait Session {
         Ok(())
     }
 
-    /// A paired target's session (`--ab-heap`, [`paired`]) sends the commands that follow to
-    /// its store `store` alone (0: the run's, 1: the other), or to both with `None`, and
-    /// returns true. Any other session has one store, ignores the call and returns false.
+    /// A paired target's session (`--ab-heap`, `--ab-target`, [`paired`]) sends the commands
+    /// that follow to its target `store` alone (0: the run's, 1: the other), or to both with
+    /// `None`, and returns true. Any other session has one target, ignores the call and
+    /// returns false.
     #[inline(always)]
     fn direct(&mut self, _store: Option<usize>) -> bool {
         false
