@@ -31,9 +31,11 @@
 //! may also share one address (`SO_REUSEPORT`: the kernel spreads connections).
 
 pub mod backend;
+pub mod io;
 pub mod metrics;
 pub mod stats;
 pub mod text;
+pub mod uring;
 pub mod worker;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -45,6 +47,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use podkv_store::{Crawler, Store, StoreConfig};
 
 use crate::protocol::ProtocolLimits;
+pub use io::Io;
 use podkv_harness::helpers::parse_bytes;
 use stats::Counters;
 pub use stats::Shared;
@@ -119,6 +122,47 @@ pub struct ServeArgs {
     /// Set SO_REUSEPORT so several processes can listen on the same address.
     #[arg(long)]
     pub reuseport: bool,
+    /// How workers wait for their connections: `uring` (one io_uring ring per worker: one
+    /// system call per turn of its loop for all its connections' reads and writes), `epoll`
+    /// (one tokio runtime per worker: a `recv` and a `send` per request, as memcached), or
+    /// `auto`: `uring` where the kernel allows it (5.19 or later, and not disabled by
+    /// `kernel.io_uring_disabled` or a seccomp filter, as in Docker's default profile),
+    /// else `epoll`. `stats settings` shows the one in use (podkv_io).
+    #[arg(long, value_enum, default_value_t = IoChoice::Auto)]
+    pub io: IoChoice,
+}
+
+/// `podkv serve --io`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    /// io_uring where the kernel allows it, else epoll.
+    Auto,
+    /// io_uring, or refuse to start.
+    Uring,
+    /// epoll (tokio).
+    Epoll,
+}
+
+impl IoChoice {
+    /// The workers' kind this choice gives on this machine.
+    pub fn resolve(self) -> Result<Io, ServeError> {
+        match self {
+            IoChoice::Epoll => Ok(Io::Epoll),
+            IoChoice::Uring => match uring::probe() {
+                Ok(()) => Ok(Io::Uring),
+                Err(e) => Err(ServeError::Setting(format!(
+                    "--io uring: this kernel does not allow io_uring here ({e}); use --io epoll"
+                ))),
+            },
+            IoChoice::Auto => match uring::probe() {
+                Ok(()) => Ok(Io::Uring),
+                Err(e) => {
+                    tracing::info!(error = %e, "io_uring not available; serving with epoll");
+                    Ok(Io::Epoll)
+                }
+            },
+        }
+    }
 }
 
 /// Why the server could not start.
@@ -185,6 +229,8 @@ pub struct Settings {
     pub drain: u32,
     /// `--drain-interval`: seconds between a worker's compaction passes.
     pub drain_interval: u64,
+    /// How workers wait for connections (`--io`, resolved).
+    pub io: Io,
 }
 
 /// Runs `podkv serve` until SIGTERM/SIGINT.
@@ -199,6 +245,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
             ServeError::Setting("--threads and --max-conns must be at least 1".into()).into(),
         );
     }
+    let io = args.io.resolve()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -230,6 +277,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         reuseport: args.reuseport,
         drain: args.drain,
         drain_interval: args.drain_interval,
+        io,
     };
     let shared = Arc::new(Shared {
         store,

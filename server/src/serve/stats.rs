@@ -350,6 +350,7 @@ impl Shared {
         lines.push("idle_timeout", s.idle_timeout);
         lines.push("podkv_heap", s.heap.display());
         lines.push("podkv_reuseport", if s.reuseport { "yes" } else { "no" });
+        lines.push("podkv_io", s.io.name());
     }
 
     /// One "class" for the whole store: podkv items are not kept in slab classes.

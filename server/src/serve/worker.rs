@@ -8,7 +8,6 @@
 //! `--metrics`), then tells the workers to stop and joins them; each drops its handle, which
 //! publishes its counters and releases its slot.
 
-use std::cell::RefCell;
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -24,27 +23,17 @@ use crate::protocol::connection::drain;
 use crate::protocol::{Flow, MemcacheCodec};
 
 use super::backend::Backend;
+use super::io::{keep_or_give, log_connection_error, trim_malloc, Buffers, Io};
+use super::io::{COUNT_DRAIN_SLICE, SECONDS_OVER, SECONDS_PUBLISH, SIZE_READ_CHUNK};
 use super::stats::Counter;
 use super::stats::Shared;
+use super::uring::{self, Doorbell, Message};
 use super::{metrics, ServeError};
 
-/// Seconds between two compaction passes of a worker while the heap holds more slab memory
-/// than `--memory`: a size shift can outgrow the limit within one `--drain-interval`.
-const SECONDS_OVER: u64 = 1;
-
-/// Buckets a compaction pass walks between two turns of the worker's other tasks (a walk of
-/// a whole index of millions of buckets would hold the worker's connections for seconds).
-const COUNT_DRAIN_SLICE: u64 = 4096;
-
-/// Bytes a read buffer has free before each read (memcached's read buffer is 16 KiB).
-const SIZE_READ_CHUNK: usize = 16 * 1024;
 /// Listen backlog (memcached's default `-b`).
 const COUNT_BACKLOG: u32 = 1024;
 /// memcached's answer to one connection too many.
 const REPLY_TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
-/// How often a worker publishes its batched item counts.
-const SECONDS_PUBLISH: u64 = 1;
-
 /// Starts the workers, says the ready line ([`say_ready`]), waits for a signal, stops everything.
 pub fn run(
     main_rt: &tokio::runtime::Runtime,
@@ -52,34 +41,12 @@ pub fn run(
     listener: std::net::TcpListener,
     metrics_listener: Option<TcpListener>,
 ) -> Result<(), ServeError> {
-    let (stop_tx, stop_rx) = watch::channel(false);
     let threads = shared.settings.threads;
-    let (senders, receivers): (Vec<_>, Vec<_>) =
-        (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let mut joins = Vec::new();
-    let mut listener = Some(listener);
-    let mut senders = Some(senders);
-    for (index, inbox) in receivers.into_iter().enumerate() {
-        let job = Job {
-            shared: shared.clone(),
-            index,
-            inbox,
-            stop: stop_rx.clone(),
-            accept: if index == 0 {
-                listener.take().zip(senders.take())
-            } else {
-                None
-            },
-            ready: ready_tx.clone(),
-        };
-        let join = std::thread::Builder::new()
-            .name(format!("podkv-worker-{index}"))
-            .spawn(move || job.run())
-            .map_err(ServeError::Start)?;
-        joins.push(join);
-    }
-    drop(ready_tx);
+    let workers = match shared.settings.io {
+        Io::Epoll => start_epoll(&shared, listener, ready_tx)?,
+        Io::Uring => start_uring(main_rt, &shared, listener, ready_tx)?,
+    };
     let started: Result<Vec<()>, ServeError> = ready_rx.iter().take(threads).collect();
     let started = started.and_then(|ready| {
         if ready.len() == threads {
@@ -99,14 +66,138 @@ pub fn run(
         say_ready(&shared);
         main_rt.block_on(wait_for_signal(signals, shared.clone(), metrics_listener));
     });
-    let _ = stop_tx.send(true);
-    for join in joins {
-        let _ = join.join();
-    }
+    workers.stop();
     if outcome.is_ok() {
         tracing::info!(pid = std::process::id(), "stopped");
     }
     outcome
+}
+
+/// Running workers: their threads and how to tell them to stop.
+struct Workers {
+    joins: Vec<std::thread::JoinHandle<()>>,
+    stop: Stop,
+}
+
+/// How to tell the workers to stop.
+enum Stop {
+    /// Epoll workers watch a flag.
+    Watch(watch::Sender<bool>),
+    /// io_uring workers hear it at their doorbells.
+    Bells(Vec<Doorbell>),
+}
+
+impl Workers {
+    /// Tells every worker to stop, then waits for them.
+    fn stop(self) {
+        match self.stop {
+            Stop::Watch(tx) => {
+                let _ = tx.send(true);
+            }
+            Stop::Bells(bells) => {
+                for bell in bells {
+                    bell.send(Message::Stop);
+                }
+            }
+        }
+        for join in self.joins {
+            let _ = join.join();
+        }
+    }
+}
+
+/// Where the accept loop hands a worker its connections.
+#[derive(Clone)]
+enum Outbox {
+    /// An epoll worker's inbox task.
+    Task(mpsc::UnboundedSender<std::net::TcpStream>),
+    /// An io_uring worker's doorbell.
+    Ring(Doorbell),
+}
+
+impl Outbox {
+    /// Hands `stream` over; false if the worker is gone.
+    fn hand(&self, stream: std::net::TcpStream) -> bool {
+        match self {
+            Outbox::Task(tx) => tx.send(stream).is_ok(),
+            Outbox::Ring(bell) => bell.send(Message::Conn(stream)),
+        }
+    }
+}
+
+/// Starts the epoll workers (one tokio runtime each); worker 0 also accepts.
+fn start_epoll(
+    shared: &Arc<Shared>,
+    listener: std::net::TcpListener,
+    ready: std::sync::mpsc::Sender<Result<(), ServeError>>,
+) -> Result<Workers, ServeError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shared.settings.threads)
+        .map(|_| mpsc::unbounded_channel())
+        .unzip();
+    let mut joins = Vec::new();
+    let mut listener = Some(listener);
+    let mut outboxes = Some(senders.into_iter().map(Outbox::Task).collect());
+    for (index, inbox) in receivers.into_iter().enumerate() {
+        let job = Job {
+            shared: shared.clone(),
+            index,
+            inbox,
+            stop: stop_rx.clone(),
+            accept: if index == 0 {
+                listener.take().zip(outboxes.take())
+            } else {
+                None
+            },
+            ready: ready.clone(),
+        };
+        let join = std::thread::Builder::new()
+            .name(format!("podkv-worker-{index}"))
+            .spawn(move || job.run())
+            .map_err(ServeError::Start)?;
+        joins.push(join);
+    }
+    Ok(Workers {
+        joins,
+        stop: Stop::Watch(stop_tx),
+    })
+}
+
+/// Starts the io_uring workers; the main thread's runtime accepts for them.
+fn start_uring(
+    main_rt: &tokio::runtime::Runtime,
+    shared: &Arc<Shared>,
+    listener: std::net::TcpListener,
+    ready: std::sync::mpsc::Sender<Result<(), ServeError>>,
+) -> Result<Workers, ServeError> {
+    let mut bells = Vec::new();
+    let mut joins = Vec::new();
+    for index in 0..shared.settings.threads {
+        let (bell, inbox) = Doorbell::new().map_err(ServeError::Start)?;
+        let job = uring::RingJob {
+            shared: shared.clone(),
+            index,
+            inbox,
+            bell: bell.fd(),
+            ready: ready.clone(),
+        };
+        let join = std::thread::Builder::new()
+            .name(format!("podkv-worker-{index}"))
+            .spawn(move || job.run())
+            .map_err(ServeError::Start)?;
+        joins.push(join);
+        bells.push(bell);
+    }
+    let outboxes = bells.iter().cloned().map(Outbox::Ring).collect();
+    let listener = {
+        let _runtime = main_rt.enter();
+        TcpListener::from_std(listener).map_err(ServeError::Start)?
+    };
+    main_rt.spawn(accept_loop(listener, shared.clone(), outboxes));
+    Ok(Workers {
+        joins,
+        stop: Stop::Bells(bells),
+    })
 }
 
 /// The ready line, `podkv serve: listening on ADDR (heap PATH, pid N)`: `podkv serve`'s
@@ -182,10 +273,7 @@ struct Job {
     inbox: mpsc::UnboundedReceiver<std::net::TcpStream>,
     stop: watch::Receiver<bool>,
     /// Worker 0: the listener and every worker's inbox.
-    accept: Option<(
-        std::net::TcpListener,
-        Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
-    )>,
+    accept: Option<(std::net::TcpListener, Vec<Outbox>)>,
     ready: std::sync::mpsc::Sender<Result<(), ServeError>>,
 }
 
@@ -252,11 +340,7 @@ impl Job {
 }
 
 /// Accepts connections, refuses those over `--max-conns`, hands the rest out round-robin.
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    outboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
-) {
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, outboxes: Vec<Outbox>) {
     let mut next = 0;
     loop {
         let stream = match listener.accept().await {
@@ -275,7 +359,7 @@ async fn accept_loop(
             refuse(stream);
             continue;
         }
-        if outboxes[next].send(stream).is_err() {
+        if !outboxes[next].hand(stream) {
             shared.leave();
         }
         next = (next + 1) % outboxes.len();
@@ -342,60 +426,6 @@ async fn compact_loop(backend: Rc<Backend>) {
     }
 }
 
-/// Gives the free pages of the process's own malloc heaps back to the OS, as compaction gives
-/// back the store's: connection buffers and request parsing leave freed memory in glibc's
-/// per-thread arenas, which glibc returns only from the top of each heap by itself.
-fn trim_malloc() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: `malloc_trim` only releases free memory of glibc's heaps; any thread may call it.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Resets and broken pipes are how clients leave; anything else is worth a line.
-fn log_connection_error(e: &io::Error) {
-    use io::ErrorKind::*;
-    if !matches!(e.kind(), ConnectionReset | BrokenPipe | UnexpectedEof) {
-        tracing::warn!(error = %e, "connection failed");
-    }
-}
-
-/// Buffers a worker lends its connections for one read and its replies: a connection holds
-/// a read buffer only while part of a request waits in it, and a reply buffer only while its
-/// replies are written. The free ones are reused last-in first-out, so the few in use stay in
-/// the cache however many connections are open (as memcached's per-thread read buffers), and
-/// an idle connection holds no buffer.
-#[derive(Default)]
-pub struct Buffers {
-    /// Buffers not lent out. Only this worker's thread uses it (the worker is `!Send`).
-    free: RefCell<Vec<BytesMut>>,
-}
-
-impl Buffers {
-    /// A cleared buffer with room for one read.
-    fn take(&self) -> BytesMut {
-        self.free
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| BytesMut::with_capacity(SIZE_READ_CHUNK))
-    }
-
-    /// Takes `buffer` back, unless it grew for a large value (then it is freed).
-    fn give(&self, mut buffer: BytesMut) {
-        buffer.clear();
-        let mut free = self.free.borrow_mut();
-        if buffer.capacity() <= SIZE_BUFFER_KEPT && free.len() < COUNT_BUFFERS_KEPT {
-            free.push(buffer);
-        }
-    }
-}
-
-/// The largest buffer a worker keeps for reuse.
-const SIZE_BUFFER_KEPT: usize = 4 * SIZE_READ_CHUNK;
-/// How many free buffers a worker keeps at most.
-const COUNT_BUFFERS_KEPT: usize = 64;
-
 /// Serves one connection: wait until readable → read → decode every complete frame →
 /// dispatch each → one write. Closes after `--idle-timeout` seconds without a request byte,
 /// as memcached does.
@@ -444,15 +474,6 @@ async fn connection(backend: &Backend, buffers: &Buffers, mut stream: TcpStream)
         if eof || flow == Flow::Close {
             return stream.shutdown().await;
         }
-    }
-}
-
-/// Keeps a read buffer holding part of a request for the next read; gives an empty one back.
-fn keep_or_give(buffers: &Buffers, pending: &mut Option<BytesMut>, input: BytesMut) {
-    if input.is_empty() {
-        buffers.give(input);
-    } else {
-        *pending = Some(input);
     }
 }
 

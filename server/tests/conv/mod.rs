@@ -68,6 +68,15 @@ pub fn create_in_test_mode(heap: &Path) {
     );
 }
 
+/// `--io MODE` when `PODKV_TEST_IO` names one and `args` do not, so that the conversations
+/// run over both kinds of workers (`scripts/test` runs them again with `epoll`).
+fn io_in_test_mode(args: &[&str]) -> Vec<String> {
+    match std::env::var("PODKV_TEST_IO") {
+        Ok(io) if !io.is_empty() && !args.contains(&"--io") => vec!["--io".into(), io],
+        _ => Vec::new(),
+    }
+}
+
 impl Server {
     /// Starts `podkv serve --heap HEAP --listen 127.0.0.1:0 ARGS…` and waits for its ready line.
     pub fn start(heap: &Path, args: &[&str]) -> Server {
@@ -83,6 +92,7 @@ impl Server {
             .arg(heap)
             .args(["--listen", listen])
             .args(args)
+            .args(io_in_test_mode(args))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
