@@ -93,7 +93,10 @@ fn a_client_that_does_not_read_holds_up_no_one_else() {
         let mut stalled = TcpStream::connect(server.addr).unwrap();
         let mut writer = stalled.try_clone().unwrap();
         let sending = std::thread::spawn(move || {
-            for _ in 0..200 {
+            // Half in one write (one read's worth of requests: the server answers a batch at
+            // a time), half one by one (read while the replies wait: its reads pause).
+            writer.write_all(&b"get big\r\n".repeat(100)).unwrap();
+            for _ in 0..100 {
                 writer.write_all(b"get big\r\n").unwrap();
                 std::thread::sleep(Duration::from_millis(2));
             }

@@ -27,6 +27,10 @@ pub enum Flow {
     Continue,
     /// Write what is in `out`, then close (`quit`, over-long line, HTTP probe).
     Close,
+    /// Write what is in `out`, then answer the rest of the input before reading more: the
+    /// replies reached [`SIZE_OUTPUT_MAX`](super::connection::SIZE_OUTPUT_MAX) (only
+    /// `drain` says this).
+    Full,
 }
 
 /// Runs one decoded frame, appending its reply (if any) to `out`.

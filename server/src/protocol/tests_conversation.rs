@@ -588,3 +588,48 @@ async fn serve_over_a_stream_with_small_reads() {
     read.unwrap();
     assert_eq!(reply, b"STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\nMN\r\n");
 }
+
+#[test]
+fn one_read_of_many_gets_is_answered_in_bounded_batches() {
+    use super::connection::SIZE_OUTPUT_MAX;
+    let model = ModelStorage::at(NOW);
+    let mut codec = MemcacheCodec::new(ProtocolLimits::default());
+    let value = vec![b'v'; 100_000];
+    let mut input = BytesMut::from(&b"set big 0 0 100000\r\n"[..]);
+    input.extend_from_slice(&value);
+    input.extend_from_slice(b"\r\n");
+    let mut output = BytesMut::new();
+    assert_eq!(
+        drain(&model, &mut codec, &mut input, &mut output, false).unwrap(),
+        Flow::Continue
+    );
+    assert_eq!(&output[..], b"STORED\r\n");
+    // 100 gets of 100 kB in one read: 10 MB of replies, answered a batch at a time.
+    input.extend_from_slice(&b"get big\r\n".repeat(100));
+    input.extend_from_slice(b"version\r\n");
+    let mut one = b"VALUE big 0 100000\r\n".to_vec();
+    one.extend_from_slice(&value);
+    one.extend_from_slice(b"\r\nEND\r\n");
+    let mut all = Vec::new();
+    let mut batches = 0;
+    loop {
+        output.clear();
+        let flow = drain(&model, &mut codec, &mut input, &mut output, false).unwrap();
+        assert!(
+            output.len() < SIZE_OUTPUT_MAX + one.len(),
+            "a batch of {}",
+            output.len()
+        );
+        all.extend_from_slice(&output);
+        batches += 1;
+        if flow != Flow::Full {
+            assert_eq!(flow, Flow::Continue);
+            break;
+        }
+    }
+    assert!(batches > 10, "{batches} batches");
+    let mut expected = one.repeat(100);
+    expected.extend_from_slice(b"VERSION 1.6.0-model\r\n");
+    assert!(all == expected, "the batches are not the replies in order");
+    assert!(input.is_empty());
+}

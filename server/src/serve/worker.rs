@@ -461,7 +461,17 @@ async fn connection(backend: &Backend, buffers: &Buffers, mut stream: TcpStream)
         backend.counters().add(Counter::BytesRead, read as u64);
         let eof = read == 0;
         let mut output = buffers.take();
-        let flow = drain(backend, &mut codec, &mut input, &mut output, eof);
+        let flow = loop {
+            let flow = drain(backend, &mut codec, &mut input, &mut output, eof);
+            if !matches!(flow, Ok(Flow::Full)) {
+                break flow;
+            }
+            // The replies so far reached drain's bound: out with them, then the rest.
+            write_all(&stream, &output).await?;
+            let written = output.len() as u64;
+            backend.counters().add(Counter::BytesWritten, written);
+            output.clear();
+        };
         keep_or_give(buffers, &mut pending, input);
         let flow = flow?;
         if !output.is_empty() {

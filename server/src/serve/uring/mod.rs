@@ -2,8 +2,9 @@
 //!
 //! One ring per worker thread. Each connection has one multishot `recv` in the ring, which
 //! posts a completion whenever bytes arrive, and at most one `send` of replies (all of them:
-//! `MSG_WAITALL`); replies to requests read meanwhile (a pipelining client) wait for it, so
-//! they keep their order. The worker enters the kernel once per turn of its loop, submitting
+//! `MSG_WAITALL`); requests read meanwhile (a pipelining client) wait for it unanswered, so
+//! replies keep their order and the worker holds one batch of them at a time, as the epoll
+//! worker does. The worker enters the kernel once per turn of its loop, submitting
 //! every reply of the turn and reaping what completed, where the epoll worker makes a `recv`
 //! and a `send` system call per request and an `epoll_wait` besides (memcached too); the
 //! kernel's TCP work is the same.
@@ -45,8 +46,9 @@ use crate::protocol::{Flow, MemcacheCodec};
 /// Submission queue entries (the completion queue has twice as many; the kernel keeps
 /// completions beyond it rather than drop them, `IORING_FEAT_NODROP`).
 const COUNT_ENTRIES: u32 = 1024;
-/// Replies queued behind a `send` beyond which a connection's reads pause (see `received`).
-const SIZE_QUEUED_MAX: usize = 256 * 1024;
+/// Unanswered input, waiting for a `send`, beyond which a connection's reads pause (see
+/// `Worker::answer`).
+const SIZE_PENDING_MAX: usize = 256 * 1024;
 /// What a completion completes (the low byte of its user data; the rest is the connection).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -98,11 +100,11 @@ struct Conn {
     pending: Option<BytesMut>,
     /// Replies in a `send` now (kept alive for the kernel until its completion).
     sending: Option<BytesMut>,
-    /// Replies to send after those (a pipelining client's next requests).
-    queued: Option<BytesMut>,
+    /// The end of its stream was read (its last requests are still answered).
+    eof: bool,
     /// Whether its multishot `recv` is in the ring.
     receiving: bool,
-    /// Its `recv` is canceled, or being canceled, until its queued replies are out.
+    /// Its `recv` is canceled, or being canceled, until its replies are out.
     paused: bool,
     /// Operations of this connection in the ring.
     in_ring: u8,
@@ -323,9 +325,10 @@ impl Worker {
             self.close_if_done(slot);
             return Ok(());
         }
-        let eof = result == 0;
-        let mut input = conn.pending.take().unwrap_or_else(|| self.buffers.take());
-        if let Some(id) = cqueue::buffer_select(flags) {
+        if result == 0 {
+            conn.eof = true;
+        } else if let Some(id) = cqueue::buffer_select(flags) {
+            let input = conn.pending.get_or_insert_with(|| self.buffers.take());
             input.extend_from_slice(self.bufs.bytes(id, result as usize));
             self.bufs.push(id);
         }
@@ -333,36 +336,58 @@ impl Worker {
             .counters()
             .add(Counter::BytesRead, result as u64);
         conn.last = Instant::now();
-        let mut output = conn.queued.take().unwrap_or_else(|| self.buffers.take());
-        let flow = drain(&self.backend, &mut conn.codec, &mut input, &mut output, eof);
-        keep_or_give(&self.buffers, &mut conn.pending, input);
+        self.answer(slot)
+    }
+
+    /// Answers the requests connection `slot` has read, unless its last replies are still
+    /// being sent: then the input waits (its reads pause past [`SIZE_PENDING_MAX`], so a
+    /// client that sends and never reads fills its socket buffers, not this process), and
+    /// the send's completion answers it. Replies so go out in request order, and a read's
+    /// worth of requests makes replies a batch at a time (`drain`'s bound).
+    fn answer(&mut self, slot: u32) -> io::Result<()> {
+        let Some(conn) = self.conns[slot as usize].as_mut() else {
+            return Ok(());
+        };
+        if conn.closing {
+            self.close_if_done(slot);
+            return Ok(());
+        }
+        if conn.sending.is_some() {
+            let waiting = conn.pending.as_ref().map_or(0, |p| p.len());
+            if waiting > SIZE_PENDING_MAX && conn.receiving && !conn.paused {
+                conn.paused = true;
+                let cancel = opcode::AsyncCancel::new(user_data(slot, Op::Recv))
+                    .build()
+                    .user_data(user_data(slot, Op::Cancel));
+                return self.push(&[cancel]);
+            }
+            return Ok(());
+        }
+        let eof = conn.eof;
+        let mut output = self.buffers.take();
+        let flow = match conn.pending.take() {
+            Some(mut input) => {
+                let flow = drain(&self.backend, &mut conn.codec, &mut input, &mut output, eof);
+                keep_or_give(&self.buffers, &mut conn.pending, input);
+                flow
+            }
+            None => Ok(Flow::Continue),
+        };
         let close = match flow {
+            Ok(Flow::Full) => false,
             Ok(flow) => eof || flow == Flow::Close,
             Err(e) => {
                 log_connection_error(&e);
                 true
             }
         };
-        if close && !conn.closing {
+        if close {
             conn.closing = true;
-            // Ends the multishot `recv`; replies still go out.
+            // Ends the multishot `recv`; the replies still go out.
             let _ = conn.stream.shutdown(Shutdown::Read);
         }
         if output.is_empty() {
             self.buffers.give(output);
-        } else if conn.sending.is_some() {
-            // A pipelining client: these replies follow the ones being sent. Past
-            // SIZE_QUEUED_MAX, its reads pause until they are out, so a client that sends and
-            // never reads fills its socket buffers, not this process.
-            if output.len() > SIZE_QUEUED_MAX && conn.receiving && !conn.paused {
-                conn.paused = true;
-                let cancel = opcode::AsyncCancel::new(user_data(slot, Op::Recv))
-                    .build()
-                    .user_data(user_data(slot, Op::Cancel));
-                conn.queued = Some(output);
-                return self.push(&[cancel]);
-            }
-            conn.queued = Some(output);
         } else {
             self.post_send(slot, output)?;
         }
@@ -381,24 +406,23 @@ impl Worker {
         }
         if result < 0 {
             log_connection_error(&io::Error::from_raw_os_error(-result));
-            if let Some(queued) = conn.queued.take() {
-                self.buffers.give(queued);
-            }
             conn.closing = true;
             let _ = conn.stream.shutdown(Shutdown::Both);
-        } else {
-            self.backend
-                .counters()
-                .add(Counter::BytesWritten, result as u64);
-            if let Some(queued) = conn.queued.take() {
-                return self.post_send(slot, queued);
-            }
-            if conn.paused && !conn.receiving && !conn.closing {
-                conn.paused = false;
-                return self.post_recv(slot);
-            }
+            self.close_if_done(slot);
+            return Ok(());
         }
-        self.close_if_done(slot);
+        self.backend
+            .counters()
+            .add(Counter::BytesWritten, result as u64);
+        self.answer(slot)?;
+        let Some(conn) = self.conns[slot as usize].as_mut() else {
+            return Ok(());
+        };
+        if conn.paused && !conn.receiving && !conn.closing && conn.sending.is_none() {
+            // Every reply is out and the input is answered as far as it goes: read again.
+            conn.paused = false;
+            return self.post_recv(slot);
+        }
         Ok(())
     }
 
@@ -430,7 +454,7 @@ impl Worker {
             codec: MemcacheCodec::new(self.backend.shared().settings.limits),
             pending: None,
             sending: None,
-            queued: None,
+            eof: false,
             receiving: false,
             paused: false,
             in_ring: 0,
@@ -483,8 +507,8 @@ impl Worker {
         {
             let conn = entry.take().expect("checked above");
             let _ = conn.stream.shutdown(Shutdown::Write);
-            for buffer in [conn.pending, conn.queued].into_iter().flatten() {
-                self.buffers.give(buffer);
+            if let Some(pending) = conn.pending {
+                self.buffers.give(pending);
             }
             self.free.push(slot);
             self.backend.shared().leave();
