@@ -253,15 +253,15 @@ impl Worker {
         Ok(())
     }
 
-    /// Submits what is queued and waits up to `wait` for at least one completion.
+    /// Submits what is queued and waits up to `wait` for at least one completion. A zero
+    /// `wait` (a compaction pass under way) returns at once, but still asks for completions:
+    /// those deferred to this thread run only in a wait that does, and a plain submit would
+    /// leave the connections' until the pass ended.
     fn wait(&mut self, wait: Duration) -> io::Result<()> {
-        let result = if wait.is_zero() {
-            self.ring.submit()
-        } else {
-            let ts = types::Timespec::from(wait);
-            let args = types::SubmitArgs::new().timespec(&ts);
-            self.ring.submitter().submit_with_args(1, &args)
-        };
+        // A zero timeout still runs the completions deferred to this thread, then returns.
+        let ts = types::Timespec::from(wait);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        let result = self.ring.submitter().submit_with_args(1, &args);
         match result {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => Ok(()),
