@@ -151,16 +151,23 @@ fn start_epoll(
             },
             ready: ready.clone(),
         };
-        let join = std::thread::Builder::new()
-            .name(format!("podkv-worker-{index}"))
-            .spawn(move || job.run())
-            .map_err(ServeError::Start)?;
-        joins.push(join);
+        joins.push(spawn_worker(index, move || job.run())?);
     }
     Ok(Workers {
         joins,
         stop: Stop::Watch(stop_tx),
     })
+}
+
+/// Starts worker `index`'s thread, named for `top` and the like.
+fn spawn_worker(
+    index: usize,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, ServeError> {
+    std::thread::Builder::new()
+        .name(format!("podkv-worker-{index}"))
+        .spawn(body)
+        .map_err(ServeError::Start)
 }
 
 /// Starts the io_uring workers; the main thread's runtime accepts for them.
@@ -181,11 +188,7 @@ fn start_uring(
             bell: bell.fd(),
             ready: ready.clone(),
         };
-        let join = std::thread::Builder::new()
-            .name(format!("podkv-worker-{index}"))
-            .spawn(move || job.run())
-            .map_err(ServeError::Start)?;
-        joins.push(join);
+        joins.push(spawn_worker(index, move || job.run())?);
         bells.push(bell);
     }
     let outboxes = bells.iter().cloned().map(Outbox::Ring).collect();

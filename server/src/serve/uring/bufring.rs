@@ -81,6 +81,11 @@ impl BufRing {
         self.tail = self.tail.wrapping_add(1);
     }
 
+    /// Gives the buffers up without freeing them (the kernel may still write into them).
+    pub(super) fn leak_memory(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.memory));
+    }
+
     /// Hands the buffers pushed since the last call to the kernel.
     pub(super) fn publish(&self) {
         // SAFETY: the tail is a 16-bit word inside the ring's first entry, which the kernel

@@ -582,9 +582,13 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // Nothing is in the ring once `serve` returned normally; after a failure, the ring
-        // is closed before the buffers (fields drop in order) and the kernel cancels what
-        // remains when the ring goes.
+        // Nothing is in the ring once `serve` returned normally. After a failure, what
+        // remains is canceled when the ring closes, in the kernel's own time: the memory it
+        // may still write (ring buffers, the bell word) is leaked rather than freed.
         let _ = self.ring.submitter().unregister_buf_ring(BUFFER_GROUP);
+        if self.in_ring > 0 {
+            std::mem::forget(std::mem::replace(&mut self.bell_word, Box::new([0; 8])));
+            self.bufs.leak_memory();
+        }
     }
 }
