@@ -4,12 +4,19 @@
 //!
 //! ```text
 //!  main thread ── signals (SIGTERM/SIGINT), --metrics HTTP ──────────────┐ stop
-//!  worker 0    ── accept loop: limit --max-conns, hand each socket round-robin ─▶ worker i
-//!  worker i    ── current_thread runtime + LocalSet, its own StoreHandle (one thread slot),
-//!                 one task per connection: readable → read → decode all → dispatch all →
-//!                 one write, into buffers lent by the worker (none held while idle)
+//!  accept loop ── limit --max-conns, hand each socket round-robin ─▶ worker i
+//!                 (on worker 0 with epoll workers, on the main thread with io_uring ones)
+//!  worker i    ── its own StoreHandle (one thread slot) and either
+//!                 io_uring (--io uring, the default where allowed): one ring, a multishot
+//!                   recv per connection, one system call per turn for all of them; or
+//!                 epoll (--io epoll): a current_thread runtime + LocalSet, one task per
+//!                   connection: readable → read → decode → dispatch → one write;
+//!                 both answer a read a batch of replies at a time, into buffers lent by
+//!                 the worker (none held while idle)
 //! ```
 //!
+//! - [`io`]: what both kinds of workers share, and [`Io`].
+//! - [`uring`]: the io_uring worker.
 //! - [`backend`]: [`Backend`](backend::Backend), the protocol's `Storage` over one
 //!   `StoreHandle`; the parser never touches the store, the store never sees wire bytes.
 //! - [`stats`]: [`Shared`], what every worker of a process shares; per-worker counters

@@ -10,7 +10,7 @@
 //! kernel's TCP work is the same.
 //!
 //! A `recv` names no buffer: the kernel picks one from the worker's provided-buffer ring when
-//! bytes arrive ([`BufRing`]), and the worker copies them out into a buffer of the
+//! bytes arrive (`bufring`), and the worker copies them out into a buffer of the
 //! connection's and gives the ring buffer back at once, so an idle connection holds no
 //! buffer, as in the epoll worker.
 //!
