@@ -96,7 +96,7 @@ fn new_ring() -> io::Result<IoUring> {
 struct Conn {
     stream: TcpStream,
     codec: MemcacheCodec,
-    /// The partial request waiting for the rest of its bytes, if any.
+    /// Input not answered yet: a partial request, or requests that wait for a `send`.
     pending: Option<BytesMut>,
     /// Replies in a `send` now (kept alive for the kernel until its completion).
     sending: Option<BytesMut>,
@@ -160,6 +160,7 @@ impl RingJob {
             bell_word: Box::new([0; 8]),
             in_ring: 0,
             stopping: false,
+            now: Instant::now(),
         };
         let _ = self.ready.send(Ok(()));
         if let Err(e) = worker.serve() {
@@ -191,6 +192,8 @@ struct Worker {
     /// Operations in the ring, all connections' and the doorbell's.
     in_ring: usize,
     stopping: bool,
+    /// When the last wait returned: the time of every completion of the turn.
+    now: Instant,
 }
 
 impl Worker {
@@ -222,8 +225,9 @@ impl Worker {
                 due.saturating_duration_since(now)
             };
             self.wait(wait)?;
+            self.now = Instant::now();
             self.handle_completions()?;
-            let now = Instant::now();
+            let now = self.now;
             if now >= next_publish {
                 self.backend.publish();
                 next_publish = now + second;
@@ -258,7 +262,6 @@ impl Worker {
     /// those deferred to this thread run only in a wait that does, and a plain submit would
     /// leave the connections' until the pass ended.
     fn wait(&mut self, wait: Duration) -> io::Result<()> {
-        // A zero timeout still runs the completions deferred to this thread, then returns.
         let ts = types::Timespec::from(wait);
         let args = types::SubmitArgs::new().timespec(&ts);
         let result = self.ring.submitter().submit_with_args(1, &args);
@@ -335,7 +338,7 @@ impl Worker {
         self.backend
             .counters()
             .add(Counter::BytesRead, result as u64);
-        conn.last = Instant::now();
+        conn.last = self.now;
         self.answer(slot)
     }
 
@@ -359,7 +362,7 @@ impl Worker {
                 let cancel = opcode::AsyncCancel::new(user_data(slot, Op::Recv))
                     .build()
                     .user_data(user_data(slot, Op::Cancel));
-                return self.push(&[cancel]);
+                return self.push(cancel);
             }
             return Ok(());
         }
@@ -459,7 +462,7 @@ impl Worker {
             paused: false,
             in_ring: 0,
             closing: false,
-            last: Instant::now(),
+            last: self.now,
         };
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -534,7 +537,7 @@ impl Worker {
             .user_data(user_data(slot, Op::Recv));
         conn.in_ring += 1;
         conn.receiving = true;
-        self.push(&[recv])
+        self.push(recv)
     }
 
     /// Posts a `send` of `output` for connection `slot` (all of it: `MSG_WAITALL`).
@@ -549,7 +552,7 @@ impl Worker {
             .user_data(user_data(slot, Op::Send));
         conn.sending = Some(output);
         conn.in_ring += 1;
-        self.push(&[send])
+        self.push(send)
     }
 
     /// Posts a read of the doorbell's eventfd.
@@ -561,18 +564,18 @@ impl Worker {
         )
         .build()
         .user_data(user_data(0, Op::Bell));
-        self.push(&[read])
+        self.push(read)
     }
 
-    /// Queues `entries` together, submitting first if the queue has no room for them.
-    fn push(&mut self, entries: &[squeue::Entry]) -> io::Result<()> {
+    /// Queues `entry`, submitting first if the queue is full.
+    fn push(&mut self, entry: squeue::Entry) -> io::Result<()> {
         loop {
             // SAFETY: every buffer an entry names lives until its completion: ring buffers
             // in `bufs`, replies in their connection's `sending`, the bell word in `self`;
-            // and the worker waits for every completion before it drops them.
-            let pushed = unsafe { self.ring.submission().push_multiple(entries) };
-            if pushed.is_ok() {
-                self.in_ring += entries.len();
+            // and the worker waits for every completion before it drops them (or leaks
+            // them, `Drop`).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.in_ring += 1;
                 return Ok(());
             }
             self.ring.submit()?;
