@@ -41,6 +41,14 @@ fn assert_both_sides_ran_share(r: &Value, ops: u64, part: u64) {
     );
 }
 
+/// The p50 latency of each side of the switch (off, on) in record `r`, in microseconds.
+fn p50s(r: &Value) -> [f64; 2] {
+    let sides = r["ab_latency_us"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ab_latency_us: {r}"));
+    std::array::from_fn(|side| sides[side][0].as_f64().unwrap())
+}
+
 /// `--ab-windows` splits the timed phase's operations between the two sides of the A/B switch
 /// (`podkv_hw::ab`) and compares their time per operation. This build's code never reads the
 /// switch, so both sides run the same code: the ratio is the method's noise, near 1.
@@ -63,7 +71,7 @@ fn ab_windows_split_the_timed_phase_between_the_two_sides() {
     assert_both_sides_ran(&two, 200_000);
     let plain = &on_dashmap("--workload c --records 2000 --ops 1000");
     assert!(
-        plain.get("ab_ops").is_none(),
+        plain.get("ab_ops").is_none() && plain.get("ab_latency_us").is_none(),
         "no windows unless asked: {plain}"
     );
     refused(&["--ab-windows", "0"], "--ab-windows needs a window");
@@ -155,6 +163,11 @@ fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
     assert_both_sides_ran_share(&r, 60_000, 50);
     let ratio = r["ab_on_over_off"].as_f64().unwrap();
     assert!(ratio > 1.5, "flush-cas on, hardware off: {ratio} ({r})");
+    let [off, on] = p50s(&r);
+    assert!(
+        on > 1.5 * off,
+        "each side's own latency: p50 {on} µs on, {off} off"
+    );
     assert_eq!(r["ab_heap"].as_str(), Some(s(&slow)), "{r}");
     // What the same operations leave in one store, run alone.
     let mut args = workload("1", "1");
@@ -179,6 +192,11 @@ fn ab_heap_runs_every_operation_on_both_heaps_and_times_each_side_on_its_own() {
     assert!(
         ratio < 1.0 / 1.5,
         "hardware on, flush-cas off: {ratio} ({r})"
+    );
+    let [off, on] = p50s(&r);
+    assert!(
+        off > 1.5 * on,
+        "each side's own latency: p50 {on} µs on, {off} off"
     );
     let (a, b) = (items(&fast), items(&slow));
     assert!(a.abs_diff(b) * 100 < a, "alike: {a} and {b} items");

@@ -131,6 +131,9 @@ pub struct Recorder {
     elapsed: (u64, u64, u64),
     /// Time on each side of the A/B switch (`--ab-windows`; empty without).
     sides: Sides,
+    /// Latency counts on each side of the A/B switch (made at the first operation with a
+    /// side: a run without `--ab-windows` carries none).
+    side_buckets: Option<Box<[Buckets; 2]>>,
 }
 
 impl Recorder {
@@ -143,6 +146,7 @@ impl Recorder {
             started: None,
             elapsed: (0, 0, 0),
             sides: Sides::default(),
+            side_buckets: None,
         }
     }
 
@@ -177,6 +181,10 @@ impl Recorder {
     #[inline]
     pub fn record_side(&mut self, side: usize, ticks: u64) {
         self.sides.add(side, ticks);
+        let buckets = self
+            .side_buckets
+            .get_or_insert_with(|| Box::new([Buckets::new(), Buckets::new()]));
+        buckets[side].record(ticks.max(1));
     }
 
     /// The worker's totals.
@@ -190,6 +198,9 @@ impl Recorder {
             elapsed_ticks_sum: self.elapsed.1,
             cpu_ns_sum: self.elapsed.2,
             ab: self.sides,
+            ab_histograms: self
+                .side_buckets
+                .map_or_else(Vec::new, |b| b.iter().map(Buckets::to_histogram).collect()),
         }
     }
 }
@@ -272,6 +283,9 @@ pub struct Tally {
     pub cpu_ns_sum: u64,
     /// Time on each side of the A/B switch, summed (`--ab-windows`).
     pub ab: Sides,
+    /// Latency in ticks on each side of the A/B switch, off then on (`--ab-windows`; empty
+    /// without).
+    pub ab_histograms: Vec<Histogram<u64>>,
 }
 
 impl Tally {
@@ -296,6 +310,15 @@ impl Tally {
         self.elapsed_ticks_sum += other.elapsed_ticks_sum;
         self.cpu_ns_sum += other.cpu_ns_sum;
         self.ab.merge(&other.ab);
+        if self.ab_histograms.is_empty() {
+            // A decoded histogram keeps its size: these must grow as the others do.
+            self.ab_histograms = other.ab_histograms.clone();
+            self.ab_histograms.iter_mut().for_each(|h| h.auto(true));
+        } else {
+            for (a, b) in self.ab_histograms.iter_mut().zip(&other.ab_histograms) {
+                a.add(b).expect("auto-resizing histograms always add");
+            }
+        }
     }
 
     /// Operations of `kind`.
@@ -328,19 +351,8 @@ impl Tally {
 
     /// The wire form (histograms as hex of hdrhistogram's V2 encoding).
     pub fn to_wire(&self) -> TallyWire {
-        let histograms = self
-            .histograms
-            .iter()
-            .map(|h| {
-                let mut bytes = Vec::new();
-                V2Serializer::new()
-                    .serialize(h, &mut bytes)
-                    .expect("serialising to memory cannot fail");
-                hex(&bytes)
-            })
-            .collect();
         TallyWire {
-            histograms,
+            histograms: self.histograms.iter().map(encode).collect(),
             hits: self.hits.clone(),
             misses: self.misses.clone(),
             elapsed_ns_max: self.elapsed_ns_max,
@@ -348,6 +360,7 @@ impl Tally {
             elapsed_ticks_sum: self.elapsed_ticks_sum,
             cpu_ns_sum: self.cpu_ns_sum,
             ab: self.ab,
+            ab_histograms: self.ab_histograms.iter().map(encode).collect(),
         }
     }
 }
@@ -364,23 +377,18 @@ pub struct TallyWire {
     cpu_ns_sum: u64,
     #[serde(default)]
     ab: Sides,
+    #[serde(default)]
+    ab_histograms: Vec<String>,
 }
 
 impl TallyWire {
     /// Decodes the tally.
     pub fn decode(&self) -> anyhow::Result<Tally> {
-        let histograms = self
-            .histograms
-            .iter()
-            .map(|text| {
-                let bytes = unhex(text)?;
-                Deserializer::new()
-                    .deserialize(&mut &bytes[..])
-                    .map_err(|e| anyhow::anyhow!("bad histogram from a worker: {e:?}"))
-            })
-            .collect::<anyhow::Result<Vec<Histogram<u64>>>>()?;
+        let decode_all = |texts: &[String]| -> anyhow::Result<Vec<Histogram<u64>>> {
+            texts.iter().map(|t| decode(t)).collect()
+        };
         Ok(Tally {
-            histograms,
+            histograms: decode_all(&self.histograms)?,
             hits: self.hits.clone(),
             misses: self.misses.clone(),
             elapsed_ns_max: self.elapsed_ns_max,
@@ -388,8 +396,26 @@ impl TallyWire {
             elapsed_ticks_sum: self.elapsed_ticks_sum,
             cpu_ns_sum: self.cpu_ns_sum,
             ab: self.ab,
+            ab_histograms: decode_all(&self.ab_histograms)?,
         })
     }
+}
+
+/// A histogram as hex of hdrhistogram's V2 encoding.
+fn encode(h: &Histogram<u64>) -> String {
+    let mut bytes = Vec::new();
+    V2Serializer::new()
+        .serialize(h, &mut bytes)
+        .expect("serialising to memory cannot fail");
+    hex(&bytes)
+}
+
+/// The histogram [`encode`] wrote.
+fn decode(text: &str) -> anyhow::Result<Histogram<u64>> {
+    let bytes = unhex(text)?;
+    Deserializer::new()
+        .deserialize(&mut &bytes[..])
+        .map_err(|e| anyhow::anyhow!("bad histogram from a worker: {e:?}"))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -420,6 +446,36 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.ops, [2, 1]);
         assert_eq!(a.on_over_off(), Some(0.5), "100 ticks on against 200 off");
+    }
+
+    #[test]
+    fn each_side_keeps_its_latencies_through_the_wire() {
+        assert!(
+            Recorder::new(1).into_tally().ab_histograms.is_empty(),
+            "a run without sides carries no side histograms"
+        );
+        let mut r = Recorder::new(1);
+        for t in 1..=100 {
+            r.record_side(0, t);
+            r.record_side(1, 10 * t);
+        }
+        let tally = r.into_tally();
+        let mut sum = Tally::new(1);
+        sum.merge(&tally.to_wire().decode().unwrap());
+        let mut slower = Recorder::new(1);
+        slower.record_side(1, 1 << 30);
+        sum.merge(&slower.into_tally());
+        sum.merge(&tally);
+        let [off, on] = [&sum.ab_histograms[0], &sum.ab_histograms[1]];
+        assert_eq!((off.len(), on.len()), (200, 201));
+        assert_eq!(off.value_at_quantile(0.99), 99);
+        let p50 = on.value_at_quantile(0.5);
+        assert!((500..=515).contains(&p50), "the on side's own: {p50}");
+        assert!(
+            on.equivalent(on.max(), 1 << 30),
+            "grown past the first merge's largest"
+        );
+        assert_eq!(sum.ab.ops, [200, 201]);
     }
 
     #[test]

@@ -179,6 +179,11 @@ pub struct RunRecord {
     /// time in its operations, not the run's wall time per operation).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ab_ns_per_op: Option<[f64; 2]>,
+    /// `--ab-windows`: latency percentiles (50, 99, 99.9) of the operations timed with the
+    /// switch off and on, in microseconds: `[[p50, p99, p99.9] off, [...] on]`. So a tail is
+    /// compared inside one run, as the time per operation is.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ab_latency_us: Option<[[f64; 3]; 2]>,
     /// `--ab-target` (or `--ab-heap`): the target timed while the switch was on (the store in
     /// `--heap` while it was off).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -322,6 +327,12 @@ impl RunRecord {
             ab_ns_per_op: spec
                 .ab_windows
                 .map(|_| tally.ab.ticks_per_op().map(|t| t * tally.ns_per_tick())),
+            ab_latency_us: match tally.ab_histograms.as_slice() {
+                [off, on] if !off.is_empty() && !on.is_empty() => {
+                    Some([off, on].map(|h| [0.5, 0.99, 0.999].map(|q| at(h, q))))
+                }
+                _ => None,
+            },
             ab_target: spec.ab_target.as_ref().map(TargetSpec::name),
             ab_heap: match &spec.ab_target {
                 Some(TargetSpec::Embedded { heap }) => Some(heap.display().to_string()),
@@ -445,6 +456,22 @@ impl RunRecord {
                 "  ab on/off: {ratio} time per operation ({on} operations on at {on_ns:.0} ns, \
                  {off} off at {off_ns:.0} ns)"
             );
+            if let Some([off, on]) = self.ab_latency_us {
+                let ratio = |i: usize| on[i] / off[i].max(f64::MIN_POSITIVE);
+                println!(
+                    "  ab latency on/off: p50 {:.2}/{:.2} µs ({:.2}), p99 {:.2}/{:.2} µs ({:.2}), \
+                     p99.9 {:.2}/{:.2} µs ({:.2})",
+                    on[0],
+                    off[0],
+                    ratio(0),
+                    on[1],
+                    off[1],
+                    ratio(1),
+                    on[2],
+                    off[2],
+                    ratio(2)
+                );
+            }
             match (&self.ab_target, &self.ab_heap) {
                 (_, Some(heap)) => {
                     println!("  ab on: the store in {heap}; off: the store in --heap")

@@ -60,7 +60,8 @@ pub struct RunArgs {
     /// For comparing two variants of code in one run: cut the timed phase into windows of
     /// MICROS microseconds, set the A/B switch (`podkv_hw::ab`) on or off in each (drawn at
     /// random, the same in every worker process), and report the time per operation with it
-    /// on over the time with it off (`ab on/off`, `ab_on_over_off` in the record). Windows far
+    /// on over the time with it off (`ab on/off`, `ab_on_over_off` in the record), and each
+    /// side's latency percentiles (`ab latency on/off`, `ab_latency_us`). Windows far
     /// shorter than the machine's own drift cancel it: two runs on a shared VM differ by a
     /// fifth or more, two sides of one run by a percent (try 1000). The switch does nothing
     /// in the project's own code: branch on `podkv_hw::ab::on()` in an experiment's build, or
