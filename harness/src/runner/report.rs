@@ -272,6 +272,17 @@ fn per_kind(spec: &RunSpec, tally: &Tally) -> BTreeMap<String, KindSummary> {
     per_op
 }
 
+/// Each A/B side's p50, p99 and p99.9 in microseconds (off, on), when both ran.
+fn ab_latency(tally: &Tally) -> Option<[[f64; 3]; 2]> {
+    let us = tally.ns_per_tick() / 1000.0;
+    match tally.ab_histograms.as_slice() {
+        [off, on] if !off.is_empty() && !on.is_empty() => {
+            Some([off, on].map(|h| [0.5, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64 * us)))
+        }
+        _ => None,
+    }
+}
+
 impl RunRecord {
     /// Builds the record from every process's report.
     pub fn from_reports(
@@ -327,12 +338,7 @@ impl RunRecord {
             ab_ns_per_op: spec
                 .ab_windows
                 .map(|_| tally.ab.ticks_per_op().map(|t| t * tally.ns_per_tick())),
-            ab_latency_us: match tally.ab_histograms.as_slice() {
-                [off, on] if !off.is_empty() && !on.is_empty() => {
-                    Some([off, on].map(|h| [0.5, 0.99, 0.999].map(|q| at(h, q))))
-                }
-                _ => None,
-            },
+            ab_latency_us: ab_latency(&tally),
             ab_target: spec.ab_target.as_ref().map(TargetSpec::name),
             ab_heap: match &spec.ab_target {
                 Some(TargetSpec::Embedded { heap }) => Some(heap.display().to_string()),
