@@ -5,7 +5,7 @@
 //! each key, as in a trace replay (keys are partitioned by hash); `gets` returns no token,
 //! so a replayed `cas` misses; TTLs are ignored.
 
-use super::{Outcome, Session, Target};
+use super::{read_value, Outcome, Session, Target};
 use podkv_store::{KvHandle, KvMap, StoreError};
 use podkv_traces::Command;
 
@@ -37,6 +37,11 @@ impl<H: KvHandle> KvSession<H> {
         self.handle.get_with(key, &mut |_| {})
     }
 
+    /// A get: the value found is read ([`read_value`]).
+    fn fetch(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        self.handle.get_with(key, &mut |v| read_value(v))
+    }
+
     /// Reads, and if present writes `f(old)`.
     fn rewrite(
         &mut self,
@@ -55,7 +60,7 @@ impl<H: KvHandle> KvSession<H> {
 
     fn run(&mut self, command: Command, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         match command {
-            Command::Get | Command::Gets => self.present(key),
+            Command::Get | Command::Gets => self.fetch(key),
             Command::Set { .. } => self.handle.set(key, value).map(|()| true),
             Command::Add { .. } => match self.present(key)? {
                 true => Ok(false),

@@ -3,7 +3,7 @@
 //! same index over process-local memory). Both run every command with the store's own
 //! memcached semantics (TTLs, CAS tokens, append/prepend, incr/decr).
 
-use super::{Outcome, Session, Target};
+use super::{read_value, Outcome, Session, Target};
 use podkv_store::{Arena, Handle, LocalArena, Map, Mode, PodArena, StoreConfig, StoreError};
 use podkv_traces::Command;
 use std::collections::HashMap;
@@ -87,9 +87,16 @@ impl<A: Arena> StoreSession<A> {
 
     fn run(&mut self, command: Command, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         match command {
-            Command::Get => Ok(self.handle.get(key)?.is_some()),
+            Command::Get => Ok(self
+                .handle
+                .get(key)?
+                .inspect(|g| read_value(g.value()))
+                .is_some()),
             Command::Gets => {
-                let token = self.handle.get(key)?.map(|g| g.cas());
+                let token = self.handle.get(key)?.map(|g| {
+                    read_value(g.value());
+                    g.cas()
+                });
                 if let Some(t) = token {
                     self.tokens.insert(key.into(), t);
                 }
