@@ -46,6 +46,10 @@ use std::cell::Cell;
 /// HWcc memory per item (README, Coherence), and a lookup whose bucket holds more than its
 /// item reads one bucket block more.
 const LOAD: u64 = 2;
+/// Entries of the block a write replaces that `Table::make` keeps on its stack to write
+/// the new block from (a bucket holds one or two items on average, up to about four
+/// before its split); a block with more is read a second time instead.
+const COUNT_ENTRIES_KEPT: usize = 8;
 /// Per-handle `count`/`used` deltas are flushed to the descriptor beyond these.
 const BATCH_COUNT: i64 = 64;
 const BATCH_USED: i64 = 16 * 1024;
@@ -368,21 +372,24 @@ impl<A: Arena> Memory for Table<'_, A> {
         };
         let keeps = |tag: u64, item: u64| change.keeps(tag, index::object(item));
         let add = change.add.map(|(tag, item)| (tag, view.hinted(item)));
-        let (mut len, mut only) = (0usize, (0, 0));
+        // The surviving entries, read once: the first `COUNT_ENTRIES_KEPT` are kept here to
+        // be written from, so most blocks are read once, not twice.
+        let mut kept = [(0u64, 0u64); COUNT_ENTRIES_KEPT];
+        let mut survivors = 0usize;
         entries_read(view, change.from, !change.fresh, |tag, item| {
             if keeps(tag, item) {
-                len += 1;
-                only = (tag, swapped(item));
+                if let Some(entry) = kept.get_mut(survivors) {
+                    *entry = (tag, swapped(item));
+                }
+                survivors += 1;
             }
             true
         });
-        if let Some(add) = add {
-            len += 1;
-            only = add;
-        }
-        match len {
-            0 => return Ok(EMPTY),
-            1 => return Ok(only.1 | TAG_ITEM),
+        let len = survivors + usize::from(add.is_some());
+        match (len, add) {
+            (0, _) => return Ok(EMPTY),
+            (1, Some((_, item))) => return Ok(item | TAG_ITEM),
+            (1, None) => return Ok(kept[0].1 | TAG_ITEM),
             _ => {}
         }
         let slot = self.slot();
@@ -402,17 +409,23 @@ impl<A: Arena> Memory for Table<'_, A> {
             }
         };
         view.write_block(at, len);
-        let mut i = 0;
-        // Fresh since the count above, under the same pin.
-        entries_read(view, change.from, false, |tag, item| {
-            if keeps(tag, item) {
-                view.write_entry(at, i, (tag, swapped(item)));
-                i += 1;
+        if survivors <= COUNT_ENTRIES_KEPT {
+            for (i, &entry) in kept[..survivors].iter().enumerate() {
+                view.write_entry(at, i, entry);
             }
-            true
-        });
+        } else {
+            let mut i = 0;
+            // Read again (fresh since the count above, under the same pin).
+            entries_read(view, change.from, false, |tag, item| {
+                if keeps(tag, item) {
+                    view.write_entry(at, i, (tag, swapped(item)));
+                    i += 1;
+                }
+                true
+            });
+        }
         if let Some(add) = add {
-            view.write_entry(at, i, add);
+            view.write_entry(at, survivors, add);
         }
         // Waited for by the publishing CAS (`Table::cas`).
         if view.is_swcc() && podkv_hw::site!("store.block.write_back") {
