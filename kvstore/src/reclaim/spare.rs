@@ -62,9 +62,11 @@ pub(crate) struct Spares {
     by_size: Vec<(usize, Vec<Spare>)>,
     /// The spares of the walk under way, newest first (see `end_walk`).
     walk: Vec<Spare>,
-    /// The index in `by_size` the last lookup found: a set peeks, takes and (at a walk)
-    /// notes spares of one size, and a binary search per call cost ~15 instructions each.
-    last: std::cell::Cell<usize>,
+    /// The indexes in `by_size` the last two lookups found, the latest first: a write peeks
+    /// and takes a spare of its item's size and one of its bucket block's, and a walk notes
+    /// spares of both sizes in turn; a binary search per call cost ~15 instructions each,
+    /// and one remembered index missed at every change of size.
+    last: std::cell::Cell<[usize; 2]>,
     /// Spares noted, and their bytes.
     count: usize,
     bytes: usize,
@@ -117,13 +119,18 @@ impl Spares {
     /// Where the list of `size` is (or would go).
     #[inline]
     fn find(&self, size: usize) -> Result<usize, usize> {
-        let last = self.last.get();
-        if self.by_size.get(last).is_some_and(|(s, _)| *s == size) {
-            return Ok(last);
+        let [latest, before] = self.last.get();
+        let is = |i: usize| self.by_size.get(i).is_some_and(|(s, _)| *s == size);
+        if is(latest) {
+            return Ok(latest);
+        }
+        if is(before) {
+            self.last.set([before, latest]);
+            return Ok(before);
         }
         let found = self.by_size.binary_search_by_key(&size, |(s, _)| *s);
         if let Ok(i) = found {
-            self.last.set(i);
+            self.last.set([i, latest]);
         }
         found
     }
