@@ -122,23 +122,26 @@ pub fn replay(c: &ReplayCommand) -> anyhow::Result<()> {
 }
 
 /// Runs `f`, then removes the embedded target's heap if the runner made it up, and the boost
-/// target's segment (always made up).
+/// target's segment (always made up): also when `f` panics, so that a failed run leaves no
+/// heap of many GiB in `/dev/shm`.
 fn with_temp_heap(
     spec: &RunSpec,
     made_up: bool,
     f: impl FnOnce() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     use super::targets::TargetSpec;
-    let temp = match &spec.target {
-        TargetSpec::Embedded { heap } if made_up => Some(heap.clone()),
-        _ => None,
-    };
-    let result = f();
-    if let Some(heap) = temp {
-        let _ = std::fs::remove_file(heap);
+    struct Removed<'s>(&'s RunSpec, bool);
+    impl Drop for Removed<'_> {
+        fn drop(&mut self) {
+            match &self.0.target {
+                TargetSpec::Embedded { heap } if self.1 => {
+                    let _ = std::fs::remove_file(heap);
+                }
+                TargetSpec::Boost { segment, .. } => crate::bench::boost::Segment::remove(segment),
+                _ => {}
+            }
+        }
     }
-    if let TargetSpec::Boost { segment, .. } = &spec.target {
-        crate::bench::boost::Segment::remove(segment);
-    }
-    result
+    let _removed = Removed(spec, made_up);
+    f()
 }
