@@ -218,7 +218,10 @@ fn ab_target_compares_the_store_with_another_target() {
             "--workload c --records 2000 --ops 100000 --threads 2 --ab-target {other} \
              --ab-windows 200"
         ));
-        assert_both_sides_ran(&r, 100_000);
+        // `null` does nothing, so the store's windows begin by catching up, untimed, on
+        // nearly everything `null` ran: its side times few operations.
+        let part = if other == "null" { 50 } else { 10 };
+        assert_both_sides_ran_share(&r, 100_000, part);
         assert_eq!(r["ab_target"].as_str(), Some(other), "{r}");
         assert!(r.get("ab_heap").is_none(), "{r}");
         let ratio = r["ab_on_over_off"].as_f64().unwrap();
