@@ -204,7 +204,7 @@ pub fn command_line(args: impl IntoIterator<Item = String>) -> String {
 
 /// The CPUs this process may run on (at least 1): the evaluation's N.
 pub fn cores() -> usize {
-    crate::runner::cpus::allowed_cpus().len().max(1)
+    podkv_hw::cpus::allowed_to_process().len().max(1)
 }
 
 /// Whether `workers` busy threads outnumber the CPUs (such points are marked in records).

@@ -25,6 +25,7 @@
 //!   comparing two variants of code in one run (and, under the `ab-sites` feature, switching
 //!   named sites off in the windows it is on).
 //! - [`process`]: a process's identity over time (pid plus start time).
+//! - [`cpus`]: the CPUs a thread may run on, pinning one, undoing an inherited pin.
 //! - [`topology`]: the machine's NUMA nodes from sysfs (a CPU-less node is how a CXL expander
 //!   appears) and the [`topology::Placement`] policy a heap mapping is bound with (`mbind`).
 //!
@@ -44,6 +45,7 @@
 
 pub mod ab;
 pub mod coherence;
+pub mod cpus;
 pub mod mcas;
 pub mod model;
 pub mod persist;

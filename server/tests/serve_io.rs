@@ -29,6 +29,15 @@ fn uring_allowed() -> bool {
     !disabled
 }
 
+/// A server with `io` workers (and `more` arguments) on a heap in a fresh directory, which
+/// lives as long as the server is used.
+fn serve(io: &str, more: &[&str]) -> (tempfile::TempDir, Server) {
+    let dir = heap_dir();
+    let args: Vec<&str> = ["--io", io].iter().chain(more).copied().collect();
+    let server = Server::start(&dir.path().join("heap"), &args);
+    (dir, server)
+}
+
 /// A value of `len` bytes that names its key, so that a reply in the wrong order shows.
 fn value(key: usize, len: usize) -> Vec<u8> {
     let tag = format!("<{key}>");
@@ -38,8 +47,7 @@ fn value(key: usize, len: usize) -> Vec<u8> {
 #[test]
 fn pipelined_replies_keep_their_order() {
     for io in modes() {
-        let dir = heap_dir();
-        let server = Server::start(&dir.path().join("heap"), &["--io", io]);
+        let (_dir, server) = serve(io, &[]);
         let mut client = server.client();
         let keys = 40;
         let mut request = Vec::new();
@@ -78,9 +86,8 @@ fn pipelined_replies_keep_their_order() {
 #[test]
 fn a_client_that_does_not_read_holds_up_no_one_else() {
     for io in modes() {
-        let dir = heap_dir();
         // One worker: the stalled client and the others share it.
-        let server = Server::start(&dir.path().join("heap"), &["--io", io, "--threads", "1"]);
+        let (_dir, server) = serve(io, &["--threads", "1"]);
         let mut other = server.client();
         let big = value(7, 500_000);
         let mut set = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
@@ -187,8 +194,7 @@ fn io_uring_is_used_or_refused_in_one_line() {
 #[test]
 fn stop_with_connections_open_and_replies_pending() {
     for io in modes() {
-        let dir = heap_dir();
-        let server = Server::start(&dir.path().join("heap"), &["--io", io]);
+        let (_dir, server) = serve(io, &[]);
         let mut idle = server.client();
         idle.expect(b"set a 0 0 1\r\nx\r\n", b"STORED\r\n");
         // Its replies fill the socket unread, so the server has sends pending when told to stop.

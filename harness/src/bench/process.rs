@@ -23,12 +23,12 @@ use super::ring::{self, Ring};
 use super::workload;
 use crate::process_stats;
 use crate::runner::control::Control;
-use crate::runner::cpus::{allowed_cpus, pin_to};
 use crate::runner::metrics::{thread_cpu_ns, Tally};
 use crate::runner::report::ProcessReport;
 use crate::runner::spec::RunSpec;
 use anyhow::Context;
 use podkv_alloc::{Config, Heap, Offset};
+use podkv_hw::cpus::{allowed_to_process, pin_to};
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -111,7 +111,7 @@ pub fn run_process<A: BenchAlloc, F: Fn() -> A + Sync>(
     make: &F,
 ) -> anyhow::Result<ProcessReport> {
     let threads = spec.threads;
-    let cpus = allowed_cpus();
+    let cpus = allowed_to_process();
     let faults_before = process_stats::minor_faults();
     let finished = AtomicU64::new(0);
     let measured = AtomicU64::new(0);

@@ -7,8 +7,8 @@
 //! - [`launch_processes`]: the launcher — control file, worker processes (`podkv
 //!   run-worker`), start lines, `--duration`, progress bar, every process's report; shared
 //!   by `podkv ycsb` / `podkv replay` ([`launch`]) and `podkv bench` ([`spec::Job::Bench`]);
-//! - [`worker`]: one process — target, sources, pinned worker threads ([`cpus`]), the timed
-//!   loop; a benchmark's process is `crate::bench::process`'s;
+//! - [`worker`]: one process — target, sources, pinned worker threads (`podkv_hw::cpus`),
+//!   the timed loop; a benchmark's process is `crate::bench::process`'s;
 //! - [`control`]: start/stop barriers in a shared-memory file;
 //! - [`source`]: YCSB streams and trace shares as target commands; [`pacing`]: open-loop
 //!   send times (`--target-rate`, `--pace timestamps`);
@@ -38,7 +38,6 @@
 pub mod ab;
 pub mod cli;
 pub mod control;
-pub mod cpus;
 pub mod memcached;
 pub mod metrics;
 pub mod pacing;

@@ -7,7 +7,6 @@
 
 use super::ab::{Lag, NoSides, Side, Windowed};
 use super::control::{Control, COUNT_OPS_PER_PROGRESS};
-use super::cpus::{allowed_cpus, pin_to};
 use super::metrics::{ticks, Recorder, Tally};
 use super::pacing::{Pacing, Schedule};
 use super::report::{CoherenceOps, ProcessReport};
@@ -18,6 +17,7 @@ use super::targets::paired::Paired;
 use super::targets::store::StoreTarget;
 use super::targets::{null::NullTarget, Outcome, Session, Target, TargetSpec};
 use crate::process_stats;
+use podkv_hw::cpus::{allowed_to_process, pin_to};
 use podkv_hw::swcc::Counts;
 use podkv_traces::Partitioner;
 use std::ops::Range;
@@ -170,7 +170,7 @@ fn run_threads<T: Target, S: Source + Send>(
 ) -> anyhow::Result<ProcessReport> {
     let kinds = spec.job.kind_names().len();
     let timed = spec.job.phase_count() - 1;
-    let cpus = allowed_cpus();
+    let cpus = allowed_to_process();
     let first = process * spec.threads;
     let sampling = AtomicBool::new(false);
     let (tallies, faults, pss_samples) = std::thread::scope(|s| {

@@ -322,7 +322,8 @@ impl Processor {
         let thread = std::thread::Builder::new()
             .name("mcas-nmp".into())
             .spawn(move || {
-                run_where_the_process_may();
+                // Not on the CPU of a pinned worker whose first mCAS started it.
+                crate::cpus::run_where_the_process_may();
                 self.run(&flag)
             })
             .expect("spawning the mCAS processor thread");
@@ -353,25 +354,6 @@ impl Drop for ProcessorHandle {
     fn drop(&mut self) {
         if self.thread.is_some() {
             self.stop_and_join();
-        }
-    }
-}
-
-/// Lets the calling thread run on every CPU the process's main thread may run on. A thread
-/// inherits its spawner's CPUs, and the first mCAS of a worker pinned to one CPU (`podkv ycsb`
-/// pins its workers) starts the processor: pinned there too, the processor's spinning scans
-/// and that worker took turns on the one CPU, a scheduler quantum per request, while the other
-/// CPUs idled.
-fn run_where_the_process_may() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: `cpu_set_t` is plain data; sched_getaffinity fills it or fails (then nothing
-    // changes), and sched_setaffinity of the calling thread (pid 0) reads a valid set of the
-    // size passed.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        let size = std::mem::size_of_val(&set);
-        if libc::sched_getaffinity(libc::getpid(), size, &mut set) == 0 {
-            libc::sched_setaffinity(0, size, &set);
         }
     }
 }
@@ -470,53 +452,6 @@ fn wait_for_child_processor(
 mod tests {
     use super::*;
     use crate::mcas::RegionFile;
-
-    /// The CPUs thread (or process) `pid` may run on (0: the calling thread).
-    #[cfg(target_os = "linux")]
-    fn cpus_of(pid: libc::pid_t) -> Vec<usize> {
-        // SAFETY: plain data filled by the call; CPU_ISSET reads below CPU_SETSIZE.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            assert_eq!(
-                libc::sched_getaffinity(pid, std::mem::size_of_val(&set), &mut set),
-                0
-            );
-            (0..libc::CPU_SETSIZE as usize)
-                .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
-                .collect()
-        }
-    }
-
-    /// A processor started from a thread pinned to one CPU may run on all the process's CPUs,
-    /// not only on its starter's.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_processor_started_by_a_pinned_thread_is_not_pinned_with_it() {
-        // SAFETY: getpid has no preconditions.
-        let process = cpus_of(unsafe { libc::getpid() });
-        let first = process[0];
-        let seen = std::thread::spawn(move || {
-            // SAFETY: as in `cpus_of`; `first` is below CPU_SETSIZE.
-            unsafe {
-                let mut one: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(first, &mut one);
-                assert_eq!(
-                    libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one),
-                    0
-                );
-            }
-            assert_eq!(cpus_of(0), vec![first], "pinned");
-            std::thread::spawn(|| {
-                run_where_the_process_may();
-                cpus_of(0)
-            })
-            .join()
-            .unwrap()
-        })
-        .join()
-        .unwrap();
-        assert_eq!(seen, process);
-    }
 
     #[test]
     fn a_takeover_answers_the_journalled_request_unknown_and_never_repeats_it() {
